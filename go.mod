@@ -1,0 +1,3 @@
+module github.com/puzzleq/puzzleq
+
+go 1.26.8
