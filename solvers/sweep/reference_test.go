@@ -1,0 +1,259 @@
+package sweep
+
+import (
+	"context"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// refSolve is the textbook algorithm, kept deliberately plain: from every
+// empty cell, try every sequence of rolls with no pruning at all, and keep
+// the fewest rolls among games that end stuck with every cell visited.
+// maxNodes > 0 aborts (ok=false) after that many rolls, so that corpus
+// generation can drop boards the plain search cannot finish.
+func refSolve(board []string, maxNodes int64) (moves int, ok bool) {
+	r := &refState{n: len(board), m: len(board[0]), best: -1, maxNodes: maxNodes}
+	r.seen = make([][]bool, r.n)
+	for i := range board {
+		r.seen[i] = make([]bool, r.m)
+	}
+	reset := func() {
+		for i := range board {
+			for j := 0; j < r.m; j++ {
+				r.seen[i][j] = board[i][j] == '*'
+			}
+		}
+	}
+	for i := range board {
+		for j := 0; j < r.m; j++ {
+			if board[i][j] != '.' {
+				continue
+			}
+			reset()
+			r.seen[i][j] = true
+			r.roll(i, j, 0)
+			if r.aborted {
+				return 0, false
+			}
+		}
+	}
+	return r.best, true
+}
+
+type refState struct {
+	n, m     int
+	seen     [][]bool
+	best     int
+	nodes    int64
+	maxNodes int64
+	aborted  bool
+}
+
+var refDirs = [4][2]int{{-1, 0}, {1, 0}, {0, -1}, {0, 1}}
+
+func (r *refState) open(i, j int) bool {
+	return i >= 0 && i < r.n && j >= 0 && j < r.m && !r.seen[i][j]
+}
+
+func (r *refState) roll(i, j, moves int) {
+	r.nodes++
+	if r.maxNodes > 0 && r.nodes > r.maxNodes {
+		r.aborted = true
+		return
+	}
+	stuck := true
+	for _, d := range refDirs {
+		if r.open(i+d[0], j+d[1]) {
+			stuck = false
+		}
+	}
+	if stuck {
+		for _, row := range r.seen {
+			for _, v := range row {
+				if !v {
+					return
+				}
+			}
+		}
+		if r.best < 0 || moves < r.best {
+			r.best = moves
+		}
+		return
+	}
+	for _, d := range refDirs {
+		if !r.open(i+d[0], j+d[1]) {
+			continue
+		}
+		x, y := i, j
+		for r.open(x+d[0], y+d[1]) {
+			x, y = x+d[0], y+d[1]
+			r.seen[x][y] = true
+		}
+		r.roll(x, y, moves+1)
+		for x != i || y != j {
+			r.seen[x][y] = false
+			x, y = x-d[0], y-d[1]
+		}
+		if r.aborted {
+			return
+		}
+	}
+}
+
+// replay checks a claimed game with its own simple simulator: every roll
+// must move at least one cell, the ball must end stuck, every empty cell
+// must be visited, and the number of rolls must equal res.Moves.
+func replay(board []string, res Result) string {
+	if res.Moves < 0 {
+		if res.Start != nil || res.Path != "" {
+			return "answer -1 with a start or path"
+		}
+		return ""
+	}
+	n, m := len(board), len(board[0])
+	if len(res.Start) != 2 {
+		return "start is not [row, col]"
+	}
+	i, j := res.Start[0], res.Start[1]
+	if i < 0 || i >= n || j < 0 || j >= m || board[i][j] != '.' {
+		return "start is not an empty cell"
+	}
+	seen := make([][]bool, n)
+	for a := range seen {
+		seen[a] = make([]bool, m)
+		for b := 0; b < m; b++ {
+			seen[a][b] = board[a][b] == '*'
+		}
+	}
+	seen[i][j] = true
+	open := func(a, b int) bool { return a >= 0 && a < n && b >= 0 && b < m && !seen[a][b] }
+	if len(res.Path) != res.Moves {
+		return "path length differs from moves"
+	}
+	for _, ch := range res.Path {
+		di, dj := 0, 0
+		switch ch {
+		case 'U':
+			di = -1
+		case 'D':
+			di = 1
+		case 'L':
+			dj = -1
+		case 'R':
+			dj = 1
+		default:
+			return "bad direction " + string(ch)
+		}
+		if !open(i+di, j+dj) {
+			return "roll " + string(ch) + " does not move"
+		}
+		for open(i+di, j+dj) {
+			i, j = i+di, j+dj
+			seen[i][j] = true
+		}
+	}
+	for _, d := range refDirs {
+		if open(i+d[0], j+d[1]) {
+			return "ball is not stuck at the end"
+		}
+	}
+	for a := range seen {
+		for b := range seen[a] {
+			if !seen[a][b] {
+				return "a cell is never visited"
+			}
+		}
+	}
+	return ""
+}
+
+func randomBoard(rng *rand.Rand, n, m int, density float64) []string {
+	for {
+		b := make([]string, n)
+		any := false
+		for i := range b {
+			row := make([]byte, m)
+			for j := range row {
+				if rng.Float64() < density {
+					row[j] = '*'
+				} else {
+					row[j] = '.'
+					any = true
+				}
+			}
+			b[i] = string(row)
+		}
+		if any {
+			return b
+		}
+	}
+}
+
+func checkAgainstReference(t *testing.T, board []string, tn tuning) {
+	t.Helper()
+	want, _ := refSolve(board, 0)
+	got, err := solve(context.Background(), Puzzle{Board: board}, Options{}, tn)
+	if err != nil {
+		t.Fatalf("board\n%s\nerror %v", strings.Join(board, "\n"), err)
+	}
+	if got.Moves != want {
+		t.Fatalf("board\n%s\ngot %d, reference %d (tuning %+v)", strings.Join(board, "\n"), got.Moves, want, tn)
+	}
+	if msg := replay(board, got); msg != "" {
+		t.Fatalf("board\n%s\nresult %+v: %s", strings.Join(board, "\n"), got, msg)
+	}
+}
+
+func TestMatchesReferenceOnTraps(t *testing.T) {
+	cases := []struct {
+		board []string
+		want  int
+	}{
+		{[]string{"."}, 0},
+		{[]string{"*.*"}, 0},
+		{[]string{".*."}, -1},
+		{[]string{"..", "*.", "*."}, 2},
+		{[]string{"**...", ".....", "....*", "..*..", "....."}, 10},
+		{[]string{"****", "****", "...."}, 1},
+		{[]string{"...."}, 1},
+		{[]string{".", ".", "."}, 1},
+		{[]string{"..", ".."}, 3},
+		{[]string{".*", "*."}, -1},
+		{[]string{"...", ".*.", "..."}, 4},
+		{[]string{".*.", "...", ".*."}, -1},
+	}
+	for _, tc := range cases {
+		want, _ := refSolve(tc.board, 0)
+		if want != tc.want {
+			t.Fatalf("reference says %d for %q, table says %d", want, tc.board, tc.want)
+		}
+		checkAgainstReference(t, tc.board, tuning{})
+	}
+}
+
+// TestMatchesReference compares with the plain search on random small
+// boards, with every pruning on and with each one off, since each must
+// preserve the optimum on its own.
+func TestMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewSource(9944))
+	tunings := []tuning{{}, {noConnectivity: true}, {noDeadEnds: true}, {noBound: true}, {noSymmetry: true}, {noOrdering: true}}
+	count := 2400
+	if testing.Short() {
+		count = 300
+	}
+	for k := 0; k < count; k++ {
+		var n, m int
+		switch k % 6 {
+		case 0:
+			n, m = 1, 1+rng.Intn(12)
+		case 1:
+			n, m = 1+rng.Intn(12), 1
+		default:
+			n, m = 1+rng.Intn(5), 1+rng.Intn(6)
+		}
+		density := []float64{0, 0.05, 0.1, 0.2, 0.3, 0.5}[rng.Intn(6)]
+		board := randomBoard(rng, n, m, density)
+		checkAgainstReference(t, board, tunings[k%len(tunings)])
+	}
+}

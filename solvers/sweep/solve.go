@@ -1,0 +1,455 @@
+package sweep
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+
+	"github.com/puzzleq/puzzleq/solvers"
+)
+
+// DefaultMaxNodes is the node budget used when Options.MaxNodes is 0.
+//
+// A node costs well under a microsecond on one core (a few dozen word
+// operations for the bounds plus a bitset flood fill), so 100 million
+// nodes stay around a minute even on a slow shared core, while the
+// hardest board in testdata/corpus needs only a few hundred thousand:
+// the margin is over two orders of magnitude.
+const DefaultMaxNodes = 100_000_000
+
+// pollEvery is how many nodes pass between two looks at ctx. A node
+// costs at most a few microseconds, so cancellation is seen within a few
+// milliseconds.
+const pollEvery = 1024
+
+// tuning switches prunings off one at a time, so that tests can check
+// each is optimum-preserving and benchmarks can measure what it buys.
+// The zero value enables everything.
+type tuning struct {
+	noConnectivity bool // skip the one-region check
+	noDeadEnds     bool // skip the "at most one dead end" check
+	noBound        bool // skip branch and bound (search every completion)
+	noSymmetry     bool // try every start cell, even symmetric ones
+	noOrdering     bool // try start cells in row-major order
+}
+
+// Solve returns the fewest rolls that visit every empty cell of p, the
+// start cell and the rolls of one optimal game, or Moves -1 when no game
+// visits every cell. It validates p first. It returns an error wrapping
+// solvers.ErrBudgetExceeded when the search needs more than
+// opts.MaxNodes nodes (DefaultMaxNodes when 0), and one wrapping
+// ctx.Err() when ctx ends first.
+func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
+	return solve(ctx, p, opts, tuning{})
+}
+
+func solve(ctx context.Context, p Puzzle, opts Options, t tuning) (Result, error) {
+	if err := Validate(p); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("sweep: %w", err)
+	}
+	s := newSearcher(ctx, p, opts, t)
+	s.run()
+	if s.err != nil {
+		return Result{}, s.err
+	}
+	if s.best == noAnswer {
+		return Result{Moves: -1, Start: nil, Path: ""}, nil
+	}
+	return Result{
+		Moves: s.best,
+		Start: []int{s.bestStart / stride, s.bestStart % stride},
+		Path:  string(s.bestPath),
+	}, nil
+}
+
+// stride packs a cell as row*stride+col; rows of the bitset are indexed
+// row+1 so that rows 0 and n+1 stay empty and need no border tests.
+const stride = 32
+
+const noAnswer = 1 << 30
+
+type searcher struct {
+	ctx       context.Context
+	t         tuning
+	n, m      int
+	empty     int
+	free      [MaxSide + 2]uint64 // unvisited empty cells, row r at index r+1, column c at bit c
+	comp      [MaxSide + 2]uint64 // scratch for the flood fill
+	left      int                 // unvisited empty cells
+	path      []byte
+	best      int
+	bestPath  []byte
+	bestStart int
+	start     int
+	nodes     int64
+	maxNodes  int64
+	nextPoll  int64
+	err       error
+	board     [MaxSide + 2]uint64 // all empty cells
+}
+
+func newSearcher(ctx context.Context, p Puzzle, opts Options, t tuning) *searcher {
+	s := &searcher{ctx: ctx, t: t, n: len(p.Board), m: len(p.Board[0]), best: noAnswer}
+	s.maxNodes = opts.MaxNodes
+	if s.maxNodes <= 0 {
+		s.maxNodes = DefaultMaxNodes
+	}
+	s.nextPoll = pollEvery
+	for r, row := range p.Board {
+		for c := 0; c < len(row); c++ {
+			if row[c] == '.' {
+				s.board[r+1] |= 1 << c
+				s.empty++
+			}
+		}
+	}
+	s.path = make([]byte, 0, s.empty)
+	return s
+}
+
+func (s *searcher) isEmpty(r, c int) bool {
+	return r >= 0 && r < s.n && c >= 0 && c < s.m && s.board[r+1]>>c&1 == 1
+}
+
+// run tries every start cell that can matter, best candidates first, and
+// shares the best answer between them so later starts are bounded by it.
+func (s *searcher) run() {
+	// Group start cells: dead ends (at most one empty neighbour) first,
+	// since a complete game must start or end at each of them; then cells
+	// where a roll cannot pass straight through, since some roll stops
+	// there anyway; then the rest. Row-major inside each group.
+	var groups [3][]int
+	for r := 0; r < s.n; r++ {
+		for c := 0; c < s.m; c++ {
+			if !s.isEmpty(r, c) {
+				continue
+			}
+			g := 2
+			if !s.t.noOrdering {
+				u, d, l, rt := s.isEmpty(r-1, c), s.isEmpty(r+1, c), s.isEmpty(r, c-1), s.isEmpty(r, c+1)
+				deg := b2i(u) + b2i(d) + b2i(l) + b2i(rt)
+				switch {
+				case deg <= 1:
+					g = 0
+				case !(u && d) && !(l && rt):
+					g = 1
+				}
+			}
+			groups[g] = append(groups[g], r*stride+c)
+		}
+	}
+	syms := s.symmetries()
+	tried := make(map[int]bool)
+	for _, g := range groups {
+		for _, cell := range g {
+			if tried[cell] {
+				continue
+			}
+			for _, f := range syms {
+				tried[f(cell)] = true
+			}
+			s.tryStart(cell)
+			if s.err != nil {
+				return
+			}
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// symmetries returns the maps of the board's rectangle onto itself that
+// map empty cells onto empty cells (always including the identity). A
+// game from cell x mirrors, roll by roll, into a game of the same length
+// from f(x), so only one start cell per orbit needs searching.
+func (s *searcher) symmetries() []func(int) int {
+	n, m := s.n, s.m
+	id := func(x int) int { return x }
+	if s.t.noSymmetry {
+		return []func(int) int{id}
+	}
+	cands := []func(int) int{
+		func(x int) int { return (n-1-x/stride)*stride + x%stride },
+		func(x int) int { return (x/stride)*stride + m - 1 - x%stride },
+		func(x int) int { return (n-1-x/stride)*stride + m - 1 - x%stride },
+	}
+	if n == m {
+		cands = append(cands,
+			func(x int) int { return (x%stride)*stride + x/stride },
+			func(x int) int { return (n-1-x%stride)*stride + n - 1 - x/stride },
+			func(x int) int { return (x%stride)*stride + n - 1 - x/stride },
+			func(x int) int { return (n-1-x%stride)*stride + x/stride },
+		)
+	}
+	out := []func(int) int{id}
+	for _, f := range cands {
+		ok := true
+		for r := 0; r < n && ok; r++ {
+			for c := 0; c < m; c++ {
+				if s.isEmpty(r, c) {
+					y := f(r*stride + c)
+					if !s.isEmpty(y/stride, y%stride) {
+						ok = false
+						break
+					}
+				}
+			}
+		}
+		if ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (s *searcher) tryStart(cell int) {
+	s.free = s.board
+	r, c := cell/stride, cell%stride
+	s.free[r+1] &^= 1 << c
+	s.left = s.empty - 1
+	s.path = s.path[:0]
+	s.start = cell
+	s.dfs(r+1, c, 0)
+}
+
+// dfs explores every game continuing from the ball at row index ri (row
+// ri-1) and column c after moves rolls.
+func (s *searcher) dfs(ri, c, moves int) {
+	s.nodes++
+	if s.nodes >= s.nextPoll {
+		if s.nodes > s.maxNodes {
+			s.err = fmt.Errorf("sweep: %w (limit %d nodes)", solvers.ErrBudgetExceeded, s.maxNodes)
+			return
+		}
+		if err := s.ctx.Err(); err != nil {
+			s.err = fmt.Errorf("sweep: search stopped after %d nodes: %w", s.nodes, err)
+			return
+		}
+		s.nextPoll = s.nodes + pollEvery
+	}
+	if s.left == 0 {
+		// Every cell is visited, so the ball is stuck: a complete game.
+		if moves < s.best {
+			s.best = moves
+			s.bestStart = s.start
+			s.bestPath = append(s.bestPath[:0], s.path...)
+		}
+		return
+	}
+	if !s.hopeful(ri, c, moves) {
+		return
+	}
+	bit := uint64(1) << c
+	// Up.
+	if s.free[ri-1]&bit != 0 {
+		r := ri - 1
+		for s.free[r]&bit != 0 {
+			s.free[r] &^= bit
+			r--
+		}
+		r++
+		s.left -= ri - r
+		s.path = append(s.path, 'U')
+		s.dfs(r, c, moves+1)
+		s.path = s.path[:len(s.path)-1]
+		s.left += ri - r
+		for k := r; k < ri; k++ {
+			s.free[k] |= bit
+		}
+		if s.err != nil {
+			return
+		}
+	}
+	// Down.
+	if s.free[ri+1]&bit != 0 {
+		r := ri + 1
+		for s.free[r]&bit != 0 {
+			s.free[r] &^= bit
+			r++
+		}
+		r--
+		s.left -= r - ri
+		s.path = append(s.path, 'D')
+		s.dfs(r, c, moves+1)
+		s.path = s.path[:len(s.path)-1]
+		s.left += r - ri
+		for k := ri + 1; k <= r; k++ {
+			s.free[k] |= bit
+		}
+		if s.err != nil {
+			return
+		}
+	}
+	row := s.free[ri]
+	// Left: the run of free cells just below bit c ends at the highest
+	// occupied bit under c.
+	if c > 0 && row>>(c-1)&1 != 0 {
+		below := uint64(1)<<c - 1
+		walls := ^row & below
+		lo := 0
+		if walls != 0 {
+			lo = 64 - bits.LeadingZeros64(walls)
+		}
+		mask := below &^ (uint64(1)<<lo - 1)
+		s.free[ri] &^= mask
+		s.left -= c - lo
+		s.path = append(s.path, 'L')
+		s.dfs(ri, lo, moves+1)
+		s.path = s.path[:len(s.path)-1]
+		s.left += c - lo
+		s.free[ri] |= mask
+		if s.err != nil {
+			return
+		}
+	}
+	// Right: the run above bit c ends at the lowest occupied bit above c;
+	// bits at or above m are never set, so there always is one.
+	if row>>(c+1)&1 != 0 {
+		upto := uint64(1)<<(c+1) - 1
+		hi := bits.TrailingZeros64(^row &^ upto) // first wall above c
+		mask := (uint64(1)<<hi - 1) &^ upto
+		s.free[ri] &^= mask
+		s.left -= hi - 1 - c
+		s.path = append(s.path, 'R')
+		s.dfs(ri, hi-1, moves+1)
+		s.path = s.path[:len(s.path)-1]
+		s.left += hi - 1 - c
+		s.free[ri] |= mask
+	}
+}
+
+// hopeful reports whether a game continuing from the ball at (ri, c)
+// after moves rolls can still visit every free cell in fewer than s.best
+// rolls. s.left > 0.
+//
+// The rest of any game is a simple path b, x1, ..., xk in the grid: b is
+// the ball's cell and the xi are cells free now, because the ball stops
+// before visited cells and never re-enters one. A complete game has
+// {x1..xk} = all free cells. Call a neighbour of a free cell "open" when
+// it is free or is b. Then:
+//
+//   - The free cells are one connected region (the xi are a path).
+//   - Every xi but xk has two path neighbours, both open, so at most one
+//     free cell has fewer than two open neighbours (it must be xk).
+//   - If a free cell has no pair of opposite open neighbours, the ball
+//     cannot roll straight through it, so some roll ends there. Rolls end
+//     on distinct cells, so the game needs at least as many more rolls as
+//     there are such cells, and at least one.
+func (s *searcher) hopeful(ri, c, moves int) bool {
+	ball := uint64(1) << c
+	s.free[ri] |= ball
+	stops, deadEnds := 0, 0
+	for i := 1; i <= s.n; i++ {
+		a := s.free[i]
+		free := a
+		if i == ri {
+			free &^= ball
+		}
+		if free == 0 {
+			continue
+		}
+		up, down, l, r := s.free[i-1], s.free[i+1], a<<1, a>>1
+		straight := up&down | l&r
+		stops += bits.OnesCount64(free &^ straight)
+		two := straight | (up|down)&(l|r)
+		deadEnds += bits.OnesCount64(free &^ two)
+	}
+	s.free[ri] &^= ball
+	if !s.t.noDeadEnds && deadEnds > 1 {
+		return false
+	}
+	if !s.t.noBound {
+		if stops < 1 {
+			stops = 1
+		}
+		if moves+stops >= s.best {
+			return false
+		}
+	}
+	if !s.t.noConnectivity && !s.connected(ri, c) {
+		return false
+	}
+	return true
+}
+
+// connected reports whether the free cells form one region touching the
+// ball at (ri, c). It floods from one free neighbour of the ball with
+// whole-row bit operations, sweeping down and up until nothing grows.
+func (s *searcher) connected(ri, c int) bool {
+	bit := uint64(1) << c
+	var sr int
+	var seed uint64
+	switch {
+	case s.free[ri-1]&bit != 0:
+		sr, seed = ri-1, bit
+	case s.free[ri+1]&bit != 0:
+		sr, seed = ri+1, bit
+	case s.free[ri]&(bit<<1|bit>>1) != 0:
+		sr, seed = ri, s.free[ri]&(bit<<1|bit>>1)&-(s.free[ri]&(bit<<1|bit>>1))
+	default:
+		return false // stuck with cells left
+	}
+	comp := &s.comp
+	for i := 0; i <= s.n+1; i++ {
+		comp[i] = 0
+	}
+	comp[sr] = rowFill(s.free[sr], seed)
+	for {
+		grew := false
+		for i := 1; i <= s.n; i++ {
+			if g := (comp[i-1] | comp[i+1]) & s.free[i] &^ comp[i]; g != 0 {
+				comp[i] |= rowFill(s.free[i], g)
+				grew = true
+			}
+		}
+		for i := s.n; i >= 1; i-- {
+			if g := (comp[i-1] | comp[i+1]) & s.free[i] &^ comp[i]; g != 0 {
+				comp[i] |= rowFill(s.free[i], g)
+				grew = true
+			}
+		}
+		if !grew {
+			break
+		}
+	}
+	cnt := 0
+	for i := 1; i <= s.n; i++ {
+		cnt += bits.OnesCount64(comp[i])
+	}
+	return cnt == s.left
+}
+
+// rowFill returns the runs of set bits of row that contain a bit of seed
+// (seed ⊆ row), by occluded fill in both directions: each step doubles
+// the distance covered, and runs are at most MaxSide long.
+func rowFill(row, seed uint64) uint64 {
+	g, p := seed, row
+	g |= p & (g << 1)
+	p &= p << 1
+	g |= p & (g << 2)
+	p &= p << 2
+	g |= p & (g << 4)
+	p &= p << 4
+	g |= p & (g << 8)
+	p &= p << 8
+	g |= p & (g << 16)
+	h, q := g, row
+	h |= q & (h >> 1)
+	q &= q >> 1
+	h |= q & (h >> 2)
+	q &= q >> 2
+	h |= q & (h >> 4)
+	q &= q >> 4
+	h |= q & (h >> 8)
+	q &= q >> 8
+	h |= q & (h >> 16)
+	return h
+}
