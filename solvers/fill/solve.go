@@ -1,0 +1,464 @@
+package fill
+
+import (
+	"context"
+	"sync"
+)
+
+// A transformation is numbered t = 4·flip + k: mirror left-to-right when
+// flip is 1, then turn k quarter turns clockwise. lin holds its linear
+// part: x = xr·r + xc·c, y = yr·r + yc·c, before the translation that
+// brings the bounding box back to the origin (see affine).
+type lin struct{ xr, xc, yr, yc int32 }
+
+var lins = [8]lin{
+	{1, 0, 0, 1},   // 0°: (r, c)
+	{0, 1, -1, 0},  // 90°: (c, h-1-r)
+	{-1, 0, 0, -1}, // 180°: (h-1-r, w-1-c)
+	{0, -1, 1, 0},  // 270°: (w-1-c, r)
+	{1, 0, 0, -1},  // mirror: (r, w-1-c)
+	{0, -1, -1, 0}, // mirror, 90°: (w-1-c, h-1-r)
+	{-1, 0, 0, 1},  // mirror, 180°: (h-1-r, c)
+	{0, 1, 1, 0},   // mirror, 270°: (c, r)
+}
+
+var (
+	// composeT[g][f] is "f, then g".
+	composeT [8][8]uint8
+	inverseT [8]uint8
+	// hashA and hashB are the fixed pseudo-random tables of the shape
+	// hash Σ hashA[x]·hashB[y]. Fixed, not per process, so that which of
+	// several equivalent rotations a placement reports never varies.
+	hashA, hashB [MaxSide]uint64
+)
+
+func init() {
+	for g := range 8 {
+		for f := range 8 {
+			G, F := lins[g], lins[f]
+			m := lin{
+				G.xr*F.xr + G.xc*F.yr, G.xr*F.xc + G.xc*F.yc,
+				G.yr*F.xr + G.yc*F.yr, G.yr*F.xc + G.yc*F.yc,
+			}
+			for t := range 8 {
+				if lins[t] == m {
+					composeT[g][f] = uint8(t)
+				}
+			}
+		}
+	}
+	for t := range 8 {
+		for u := range 8 {
+			if composeT[u][t] == 0 {
+				inverseT[t] = uint8(u)
+			}
+		}
+	}
+	x := uint64(0x243f6a8885a308d3)
+	for i := range MaxSide {
+		// Odd values keep every product informative in the low bits.
+		hashA[i] = splitmix(&x) | 1
+		hashB[i] = splitmix(&x) | 1
+	}
+}
+
+func splitmix(x *uint64) uint64 {
+	*x += 0x9e3779b97f4a7c15
+	z := *x
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// affine returns the translation of transformation t applied to an h×w
+// bounding box and the dimensions of the result.
+func affine(t uint8, h, w int32) (ox, oy, oh, ow int32) {
+	l := lins[t]
+	if l.xr < 0 {
+		ox = h - 1
+	}
+	if l.xc < 0 {
+		ox = w - 1
+	}
+	if l.yr < 0 {
+		oy = h - 1
+	}
+	if l.yc < 0 {
+		oy = w - 1
+	}
+	if l.xr != 0 {
+		return ox, oy, h, w
+	}
+	return ox, oy, w, h
+}
+
+// comp is one group of cells: a hole or a piece.
+type comp struct {
+	start, n         int32 // cells[start : start+n], row-major first cell first
+	minr, minc, h, w int32 // bounding box
+	t                uint8 // transformation onto the class's canonical form
+	next             int32 // holes: next hole of the same class, or -1
+	match            int32 // holes: the piece placed into it, or -1
+}
+
+// class is a set of congruent holes. The first hole is the representative:
+// rep's cells under transformation rep.t are the canonical form.
+type class struct {
+	hash       uint64
+	n, h, w    int32
+	rep        int32
+	tail, free int32 // last hole of the list; first hole still empty (-1: none)
+}
+
+// key identifies a canonical form up to hash collisions.
+type key struct {
+	hash    uint64
+	n, h, w int32
+}
+
+// solver holds the flat buffers of one solve; they are pooled so that
+// repeated solves do not allocate.
+type solver struct {
+	rows, cols, wp int
+	board, table   []uint8 // padded grids, 1 = cell still to be grouped
+	label          []int32 // padded board: hole id + 1
+	hcells, pcells []uint32
+	holes, pieces  []comp
+	classes        []class
+	slots          []int32
+	shift          uint
+}
+
+var pool = sync.Pool{New: func() any { return new(solver) }}
+
+func (s *solver) reset(rows, cols int) {
+	s.rows, s.cols, s.wp = rows, cols, cols+2
+	n := (rows + 2) * (cols + 2)
+	s.board = grow(s.board, n)
+	s.table = grow(s.table, n)
+	s.label = grow(s.label, n)
+	// The border must read as "not a cell"; labels must not survive from
+	// an earlier solve, because verify trusts them.
+	clear(s.board)
+	clear(s.table)
+	clear(s.label)
+	s.hcells = grow(s.hcells, rows*cols)
+	s.pcells = grow(s.pcells, rows*cols)
+	s.holes = s.holes[:0]
+	s.pieces = s.pieces[:0]
+	s.classes = s.classes[:0]
+}
+
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// Solve finds the largest number of board cells the table's pieces can
+// fill. It validates p first (returning a *solvers.InputError) and returns
+// ctx.Err() if ctx ends during the solve. Placements are deterministic and
+// listed in row-major order of the holes' first cells; within a shape
+// class the k-th piece (in row-major order of first cells) goes into the
+// k-th hole, which is the pairing the textbook greedy makes.
+func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
+	s := pool.Get().(*solver)
+	defer pool.Put(s)
+	if err := validate(p, s); err != nil {
+		return Result{}, err
+	}
+	done := ctx.Done()
+	var err error
+	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes); err != nil {
+		return Result{}, ctx.Err()
+	}
+	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces); err != nil {
+		return Result{}, ctx.Err()
+	}
+	nt := 4
+	if opts.AllowFlip {
+		nt = 8
+	}
+	if err := s.classify(done, nt); err != nil {
+		return Result{}, ctx.Err()
+	}
+	filled, placed, err := s.match(done, nt)
+	if err != nil {
+		return Result{}, ctx.Err()
+	}
+	return s.result(filled, placed), nil
+}
+
+// errDone is internal: the caller turns it into ctx.Err().
+type doneError struct{}
+
+func (doneError) Error() string { return "done" }
+
+func isDone(done <-chan struct{}) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// flood groups the cells marked 1 in grid into 4-connected components,
+// clearing them as it goes. It is a breadth-first search that uses the
+// output cell list as its queue, so it needs neither recursion nor a
+// separate stack. Cells are packed as r<<16 | c.
+func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps []comp) ([]comp, error) {
+	wp := s.wp
+	n := 0
+	for r := 0; r < s.rows; r++ {
+		if isDone(done) {
+			return comps, doneError{}
+		}
+		row := grid[(r+1)*wp+1 : (r+1)*wp+1+s.cols]
+		for c, v := range row {
+			if v == 0 {
+				continue
+			}
+			row[c] = 0
+			start := n
+			cells[n] = uint32(r)<<16 | uint32(c)
+			n++
+			for head := start; head < n; head++ {
+				if head&4095 == 4095 && isDone(done) {
+					return comps, doneError{}
+				}
+				v := cells[head]
+				i := int(v>>16+1)*wp + int(v&0xffff) + 1
+				if grid[i-wp] != 0 {
+					grid[i-wp] = 0
+					cells[n] = v - 1<<16
+					n++
+				}
+				if grid[i+wp] != 0 {
+					grid[i+wp] = 0
+					cells[n] = v + 1<<16
+					n++
+				}
+				if grid[i-1] != 0 {
+					grid[i-1] = 0
+					cells[n] = v - 1
+					n++
+				}
+				if grid[i+1] != 0 {
+					grid[i+1] = 0
+					cells[n] = v + 1
+					n++
+				}
+			}
+			comps = append(comps, comp{start: int32(start), n: int32(n - start), next: -1, match: -1})
+		}
+	}
+	return comps, nil
+}
+
+// shape fills in c's bounding box and returns the hash of its normalised
+// cell set under each of the first nt transformations. When label is
+// non-nil it also records id+1 under each cell, for verify.
+func (s *solver) shape(c *comp, cells []uint32, nt int, label []int32, id int32) (hs [8]uint64) {
+	cs := cells[c.start : c.start+c.n]
+	minr := int32(cs[0] >> 16) // BFS starts at the row-major first cell
+	minc, maxr, maxc := int32(cs[0]&0xffff), minr, int32(cs[0]&0xffff)
+	for _, v := range cs {
+		r, col := int32(v>>16), int32(v&0xffff)
+		maxr = max(maxr, r)
+		minc = min(minc, col)
+		maxc = max(maxc, col)
+		if label != nil {
+			label[int(r+1)*s.wp+int(col)+1] = id + 1
+		}
+	}
+	h, w := maxr-minr+1, maxc-minc+1
+	c.minr, c.minc, c.h, c.w = minr, minc, h, w
+	// Coordinates after each transformation, normalised: with p, q the
+	// local row and column and P, Q their mirrors, t0..t7 map (p, q) to
+	// (p,q) (q,P) (P,Q) (Q,p) (p,Q) (Q,P) (P,q) (q,p); see lins.
+	var h0, h1, h2, h3, h4, h5, h6, h7 uint64
+	for _, v := range cs {
+		p, q := int32(v>>16)-minr, int32(v&0xffff)-minc
+		P, Q := h-1-p, w-1-q
+		ap, aq, aP, aQ := hashA[p], hashA[q], hashA[P], hashA[Q]
+		bp, bq, bP, bQ := hashB[p], hashB[q], hashB[P], hashB[Q]
+		h0 += ap * bq
+		h1 += aq * bP
+		h2 += aP * bQ
+		h3 += aQ * bp
+		if nt == 8 {
+			h4 += ap * bQ
+			h5 += aQ * bP
+			h6 += aP * bq
+			h7 += aq * bp
+		}
+	}
+	return [8]uint64{h0, h1, h2, h3, h4, h5, h6, h7}
+}
+
+// canon picks the canonical key: the smallest (hash, height, width) over
+// the allowed transformations. Congruent shapes have the same set of
+// transformed forms and so the same key.
+func canon(c *comp, hs *[8]uint64, nt int) (key, uint8) {
+	var best key
+	var bt uint8
+	for t := range nt {
+		_, _, oh, ow := affine(uint8(t), c.h, c.w)
+		k := key{hs[t], c.n, oh, ow}
+		if t == 0 || k.hash < best.hash || k.hash == best.hash && (k.h < best.h || k.h == best.h && k.w < best.w) {
+			best, bt = k, uint8(t)
+		}
+	}
+	return best, bt
+}
+
+// find looks for the class of c. It returns the class, the transformation
+// that maps c exactly onto the class's canonical form, and, when no class
+// matched, the empty slot where a new class with this key belongs. With
+// skipFull it ignores classes that have no empty hole left, which cannot
+// take a piece anyway.
+func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, skipFull bool) (int32, uint8, int) {
+	mask := len(s.slots) - 1
+	slot := int((k.hash*0x9e3779b97f4a7c15)>>s.shift) & mask
+	for ; s.slots[slot] >= 0; slot = (slot + 1) & mask {
+		ci := s.slots[slot]
+		cl := &s.classes[ci]
+		if cl.hash != k.hash || cl.n != k.n || cl.h != k.h || cl.w != k.w || skipFull && cl.free < 0 {
+			continue
+		}
+		// Every transformation that gives this key is a candidate; the
+		// key alone could be a collision.
+		for t := range nt {
+			if hs[t] != k.hash {
+				continue
+			}
+			if _, _, oh, ow := affine(uint8(t), c.h, c.w); oh != k.h || ow != k.w {
+				continue
+			}
+			if s.verify(c, cells, uint8(t), cl) {
+				return ci, uint8(t), slot
+			}
+		}
+	}
+	return -1, 0, slot
+}
+
+// verify reports whether c under transformation t is exactly the
+// canonical form of cl. Composing t with the inverse of the
+// representative's transformation gives an affine map from c's cells to
+// board indices inside the representative's bounding box; c matches iff
+// every image carries the representative's label (the sizes are equal, so
+// no cell can be missed).
+func (s *solver) verify(c *comp, cells []uint32, t uint8, cl *class) bool {
+	rep := &s.holes[cl.rep]
+	g := composeT[inverseT[rep.t]][t]
+	ox, oy, _, _ := affine(g, c.h, c.w)
+	l := lins[g]
+	wp := s.wp
+	kr := int(l.xr)*wp + int(l.yr)
+	kc := int(l.xc)*wp + int(l.yc)
+	k0 := int(rep.minr+1+ox)*wp + int(rep.minc+1+oy) - kr*int(c.minr) - kc*int(c.minc)
+	want := cl.rep + 1
+	for _, v := range cells[c.start : c.start+c.n] {
+		if s.label[k0+kr*int(v>>16)+kc*int(v&0xffff)] != want {
+			return false
+		}
+	}
+	return true
+}
+
+// classify sorts the holes into classes of congruent shapes.
+func (s *solver) classify(done <-chan struct{}, nt int) error {
+	size := 4
+	for size < 2*len(s.holes) {
+		size *= 2
+	}
+	s.slots = grow(s.slots, size)
+	for i := range s.slots {
+		s.slots[i] = -1
+	}
+	s.shift = 64
+	for 1<<(64-s.shift) < size {
+		s.shift--
+	}
+	for i := range s.holes {
+		if i&1023 == 1023 && isDone(done) {
+			return doneError{}
+		}
+		h := &s.holes[i]
+		hs := s.shape(h, s.hcells, nt, s.label, int32(i))
+		k, t := canon(h, &hs, nt)
+		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, false)
+		if ci < 0 {
+			h.t = t
+			s.slots[slot] = int32(len(s.classes))
+			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: k.h, w: k.w, rep: int32(i), tail: int32(i), free: int32(i)})
+			continue
+		}
+		h.t = ft
+		cl := &s.classes[ci]
+		s.holes[cl.tail].next = int32(i)
+		cl.tail = int32(i)
+	}
+	return nil
+}
+
+// match gives each piece, in order, the first empty hole of its class.
+func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err error) {
+	for i := range s.pieces {
+		if i&1023 == 1023 && isDone(done) {
+			return 0, 0, doneError{}
+		}
+		p := &s.pieces[i]
+		hs := s.shape(p, s.pcells, nt, nil, 0)
+		k, _ := canon(p, &hs, nt)
+		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, true)
+		if ci < 0 {
+			continue
+		}
+		p.t = t
+		cl := &s.classes[ci]
+		h := &s.holes[cl.free]
+		h.match = int32(i)
+		cl.free = h.next
+		filled += int(p.n)
+		placed++
+	}
+	return filled, placed, nil
+}
+
+// result lists the placements in hole order. All cell pairs share one
+// backing array, so the result costs three allocations.
+func (s *solver) result(filled, placed int) Result {
+	res := Result{Filled: filled, Placements: make([]Placement, 0, placed)}
+	buf := make([][2]int, 2*filled)
+	for hi := range s.holes {
+		h := &s.holes[hi]
+		if h.match < 0 {
+			continue
+		}
+		p := &s.pieces[h.match]
+		g := composeT[inverseT[h.t]][p.t]
+		ox, oy, _, _ := affine(g, p.h, p.w)
+		l := lins[g]
+		n := int(p.n)
+		pc, hc := buf[:n:n], buf[n:2*n:2*n]
+		buf = buf[2*n:]
+		for j, v := range s.pcells[p.start : p.start+p.n] {
+			r, c := int32(v>>16), int32(v&0xffff)
+			lr, lc := r-p.minr, c-p.minc
+			pc[j] = [2]int{int(r), int(c)}
+			hc[j] = [2]int{
+				int(h.minr + ox + l.xr*lr + l.xc*lc),
+				int(h.minc + oy + l.yr*lr + l.yc*lc),
+			}
+		}
+		res.Placements = append(res.Placements, Placement{Piece: pc, Hole: hc, Rotation: int(g&3) * 90, Flipped: g >= 4})
+	}
+	return res
+}
