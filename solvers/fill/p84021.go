@@ -62,6 +62,10 @@ func jsonError(data []byte, err error) error {
 		e.Line = lineAt(data, int(syn.Offset))
 		return e
 	case errors.As(err, &typ):
+		if e := locate(data, typ.Field); e != nil {
+			e.Line = lineAt(data, int(typ.Offset))
+			return e
+		}
 		field := jsonPath(typ.Field)
 		what := "the puzzle"
 		if field != "" {
@@ -80,6 +84,51 @@ func jsonError(data []byte, err error) error {
 	default:
 		return solvers.Invalid("", "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
+}
+
+// locate finds the row and column of a value of the wrong type, which
+// encoding/json does not report for nested arrays. It runs only on the
+// error path, re-reading the offending grid as raw JSON.
+func locate(data []byte, field string) *solvers.InputError {
+	name, _, _ := strings.Cut(field, ".")
+	var raw struct {
+		GameBoard json.RawMessage `json:"game_board"`
+		Table     json.RawMessage `json:"table"`
+	}
+	if json.Unmarshal(data, &raw) != nil {
+		return nil
+	}
+	grid := raw.GameBoard
+	if name == "table" {
+		grid = raw.Table
+	} else if name != "game_board" {
+		return nil
+	}
+	var rows []json.RawMessage
+	if json.Unmarshal(grid, &rows) != nil {
+		return solvers.Invalid(name, "%s is not an array of rows", name)
+	}
+	for i, row := range rows {
+		var vals []json.RawMessage
+		if json.Unmarshal(row, &vals) != nil {
+			return solvers.Invalid(fieldRow(name, i), "%s row %d is not an array of numbers", name, i+1)
+		}
+		for j, v := range vals {
+			var x int
+			if json.Unmarshal(v, &x) != nil {
+				return solvers.Invalid(fieldCell(name, i, j), "%s row %d, column %d: value %s is not 0 or 1", name, i+1, j+1, clip(string(v)))
+			}
+		}
+	}
+	return nil
+}
+
+// clip shortens a quoted value so that an error message stays small.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
 }
 
 // jsonPath turns encoding/json's "game_board.2.3" into "game_board[2][3]".
