@@ -1,0 +1,92 @@
+package fill
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+var (
+	benchMu     sync.Mutex
+	benchInputs = map[int]Puzzle{}
+)
+
+// benchPuzzle builds an n×n instance from a seeded RNG: both grids are
+// tiled with polyominoes (1 to 6 cells) drawn from a pool of 30 random
+// shapes and turned at random, so there are many pieces and holes of many
+// shapes and most pieces have a congruent hole. Inputs are cached so that
+// -count=5 does not rebuild them.
+func benchPuzzle(n int) Puzzle {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	if p, ok := benchInputs[n]; ok {
+		return p
+	}
+	rng := rand.New(rand.NewPCG(uint64(n), 84021))
+	var pool [][][2]int
+	for range 30 {
+		pool = append(pool, randomShape(rng, 1+rng.IntN(6)))
+	}
+	p := Puzzle{
+		GameBoard: placeShapes(rng, n, n, pool, 0.6, false, 0),
+		Table:     placeShapes(rng, n, n, pool, 0.6, false, 1),
+	}
+	benchInputs[n] = p
+	return p
+}
+
+func BenchmarkSolve(b *testing.B) {
+	ctx := context.Background()
+	p := benchPuzzle(50)
+	b.Run("ours/50x50", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Solve(ctx, p, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*50*50), "ns/cell")
+	})
+	b.Run("reference/50x50", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			referenceSolve(p.GameBoard, p.Table, false)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*50*50), "ns/cell")
+	})
+	for _, n := range []int{100, 250, 500, 1000} {
+		p := benchPuzzle(n)
+		b.Run(fmt.Sprintf("ours/%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Solve(ctx, p, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n*n), "ns/cell")
+		})
+	}
+}
+
+// TestBenchInputs keeps the benchmark inputs honest: ours and the
+// reference agree on them, and they have plenty of pieces and holes.
+func TestBenchInputs(t *testing.T) {
+	p := benchPuzzle(50)
+	res, err := Solve(context.Background(), p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := referenceSolve(p.GameBoard, p.Table, false); res.Filled != want {
+		t.Fatalf("Filled %d, reference %d", res.Filled, want)
+	}
+	if err := checkResult(p, Options{}, res); err != nil {
+		t.Fatal(err)
+	}
+	holes, pieces := len(refFindBlock(p.GameBoard, 0)), len(refFindBlock(p.Table, 1))
+	t.Logf("50x50: %d holes, %d pieces, %d placements, %d cells filled", holes, pieces, len(res.Placements), res.Filled)
+	if len(res.Placements) < 100 {
+		t.Errorf("only %d placements", len(res.Placements))
+	}
+}
