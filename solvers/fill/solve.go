@@ -170,10 +170,10 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	}
 	done := ctx.Done()
 	var err error
-	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes); err != nil {
+	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes, s.label); err != nil {
 		return Result{}, ctx.Err()
 	}
-	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces); err != nil {
+	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces, nil); err != nil {
 		return Result{}, ctx.Err()
 	}
 	nt := 4
@@ -210,8 +210,11 @@ func isDone(done <-chan struct{}) bool {
 // flood groups the cells marked 1 in grid into 4-connected components,
 // clearing them as it goes. It is a breadth-first search that uses the
 // output cell list as its queue, so it needs neither recursion nor a
-// separate stack. Cells are packed as r<<16 | c.
-func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps []comp) ([]comp, error) {
+// separate stack. Cells are packed as r<<16 | c. It records each group's
+// bounding box on the way (the first cell is the row-major first, so it
+// holds the top row) and, when label is non-nil, writes group id + 1
+// under every cell for verify.
+func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps []comp, label []int32) ([]comp, error) {
 	wp := s.wp
 	n := 0
 	for r := 0; r < s.rows; r++ {
@@ -227,12 +230,19 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			start := n
 			cells[n] = uint32(r)<<16 | uint32(c)
 			n++
+			id := int32(len(comps)) + 1
+			minc, maxc, maxr := uint32(c), uint32(c), uint32(r)
 			for head := start; head < n; head++ {
 				if head&4095 == 4095 && isDone(done) {
 					return comps, doneError{}
 				}
 				v := cells[head]
-				i := int(v>>16+1)*wp + int(v&0xffff) + 1
+				vr, vc := v>>16, v&0xffff
+				maxr, minc, maxc = max(maxr, vr), min(minc, vc), max(maxc, vc)
+				i := int(vr+1)*wp + int(vc) + 1
+				if label != nil {
+					label[i] = id
+				}
 				if grid[i-wp] != 0 {
 					grid[i-wp] = 0
 					cells[n] = v - 1<<16
@@ -254,30 +264,21 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 					n++
 				}
 			}
-			comps = append(comps, comp{start: int32(start), n: int32(n - start), next: -1, match: -1})
+			comps = append(comps, comp{
+				start: int32(start), n: int32(n - start),
+				minr: int32(r), minc: int32(minc), h: int32(maxr) - int32(r) + 1, w: int32(maxc-minc) + 1,
+				next: -1, match: -1,
+			})
 		}
 	}
 	return comps, nil
 }
 
-// shape fills in c's bounding box and returns the hash of its normalised
-// cell set under each of the first nt transformations. When label is
-// non-nil it also records id+1 under each cell, for verify.
-func (s *solver) shape(c *comp, cells []uint32, nt int, label []int32, id int32) (hs [8]uint64) {
+// shape returns the hash of c's normalised cell set under each of the
+// first nt transformations, in one pass over its cells.
+func (s *solver) shape(c *comp, cells []uint32, nt int) (hs [8]uint64) {
 	cs := cells[c.start : c.start+c.n]
-	minr := int32(cs[0] >> 16) // BFS starts at the row-major first cell
-	minc, maxr, maxc := int32(cs[0]&0xffff), minr, int32(cs[0]&0xffff)
-	for _, v := range cs {
-		r, col := int32(v>>16), int32(v&0xffff)
-		maxr = max(maxr, r)
-		minc = min(minc, col)
-		maxc = max(maxc, col)
-		if label != nil {
-			label[int(r+1)*s.wp+int(col)+1] = id + 1
-		}
-	}
-	h, w := maxr-minr+1, maxc-minc+1
-	c.minr, c.minc, c.h, c.w = minr, minc, h, w
+	minr, minc, h, w := c.minr, c.minc, c.h, c.w
 	// Coordinates after each transformation, normalised: with p, q the
 	// local row and column and P, Q their mirrors, t0..t7 map (p, q) to
 	// (p,q) (q,P) (P,Q) (Q,p) (p,Q) (Q,P) (P,q) (q,p); see lins.
@@ -391,7 +392,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			return doneError{}
 		}
 		h := &s.holes[i]
-		hs := s.shape(h, s.hcells, nt, s.label, int32(i))
+		hs := s.shape(h, s.hcells, nt)
 		k, t := canon(h, &hs, nt)
 		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, false)
 		if ci < 0 {
@@ -415,7 +416,7 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 			return 0, 0, doneError{}
 		}
 		p := &s.pieces[i]
-		hs := s.shape(p, s.pcells, nt, nil, 0)
+		hs := s.shape(p, s.pcells, nt)
 		k, _ := canon(p, &hs, nt)
 		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, true)
 		if ci < 0 {
