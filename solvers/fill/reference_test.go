@@ -412,3 +412,31 @@ func TestMirrorOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestHashCollisions makes every shape hash collide (all table entries 1,
+// so a hash is just the cell count) and checks that the exact
+// verification still sorts pieces and holes into the right classes.
+func TestHashCollisions(t *testing.T) {
+	savedA, savedB := hashA, hashB
+	defer func() { hashA, hashB = savedA, savedB }()
+	for i := range hashA {
+		hashA[i], hashB[i] = 1, 1
+	}
+	rng := rand.New(rand.NewPCG(7, 84021))
+	for i := range 500 {
+		p := randomPuzzle(rng)
+		for _, flip := range []bool{false, true} {
+			opts := Options{AllowFlip: flip}
+			res, err := Solve(context.Background(), p, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := referenceSolve(p.GameBoard, p.Table, flip); res.Filled != want {
+				t.Fatalf("instance %d flip=%v: Filled %d, reference %d", i, flip, res.Filled, want)
+			}
+			if err := checkResult(p, opts, res); err != nil {
+				t.Fatalf("instance %d flip=%v: %v", i, flip, err)
+			}
+		}
+	}
+}
