@@ -276,7 +276,7 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 
 // shape returns the hash of c's normalised cell set under each of the
 // first nt transformations, in one pass over its cells.
-func (s *solver) shape(c *comp, cells []uint32, nt int) (hs [8]uint64) {
+func (s *solver) shape(c *comp, cells []uint32, nt int, hs *[8]uint64) {
 	cs := cells[c.start : c.start+c.n]
 	minr, minc, h, w := c.minr, c.minc, c.h, c.w
 	// Coordinates after each transformation, normalised: with p, q the
@@ -299,23 +299,32 @@ func (s *solver) shape(c *comp, cells []uint32, nt int) (hs [8]uint64) {
 			h7 += aq * bp
 		}
 	}
-	return [8]uint64{h0, h1, h2, h3, h4, h5, h6, h7}
+	*hs = [8]uint64{h0, h1, h2, h3, h4, h5, h6, h7}
 }
 
 // canon picks the canonical key: the smallest (hash, height, width) over
 // the allowed transformations. Congruent shapes have the same set of
 // transformed forms and so the same key.
 func canon(c *comp, hs *[8]uint64, nt int) (key, uint8) {
-	var best key
-	var bt uint8
-	for t := range nt {
-		_, _, oh, ow := affine(uint8(t), c.h, c.w)
-		k := key{hs[t], c.n, oh, ow}
-		if t == 0 || k.hash < best.hash || k.hash == best.hash && (k.h < best.h || k.h == best.h && k.w < best.w) {
-			best, bt = k, uint8(t)
+	bt := 0
+	for t := 1; t < nt; t++ {
+		// Odd t swap height and width; on a hash tie between an odd and
+		// an even t the one whose height comes out smaller wins.
+		if hs[t] < hs[bt] || hs[t] == hs[bt] && t&1 != bt&1 && (t&1 == 1) == (c.w < c.h) {
+			bt = t
 		}
 	}
-	return best, bt
+	oh, ow := dims(uint8(bt), c.h, c.w)
+	return key{hs[bt], c.n, oh, ow}, uint8(bt)
+}
+
+// dims is the height and width of an h×w box after transformation t:
+// the odd ones turn it a quarter.
+func dims(t uint8, h, w int32) (int32, int32) {
+	if t&1 == 1 {
+		return w, h
+	}
+	return h, w
 }
 
 // find looks for the class of c. It returns the class, the transformation
@@ -338,7 +347,7 @@ func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, ski
 			if hs[t] != k.hash {
 				continue
 			}
-			if _, _, oh, ow := affine(uint8(t), c.h, c.w); oh != k.h || ow != k.w {
+			if oh, ow := dims(uint8(t), c.h, c.w); oh != k.h || ow != k.w {
 				continue
 			}
 			if s.verify(c, cells, uint8(t), cl) {
@@ -392,7 +401,8 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			return doneError{}
 		}
 		h := &s.holes[i]
-		hs := s.shape(h, s.hcells, nt)
+		var hs [8]uint64
+		s.shape(h, s.hcells, nt, &hs)
 		k, t := canon(h, &hs, nt)
 		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, false)
 		if ci < 0 {
@@ -416,7 +426,8 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 			return 0, 0, doneError{}
 		}
 		p := &s.pieces[i]
-		hs := s.shape(p, s.pcells, nt)
+		var hs [8]uint64
+		s.shape(p, s.pcells, nt, &hs)
 		k, _ := canon(p, &hs, nt)
 		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, true)
 		if ci < 0 {
