@@ -190,7 +190,7 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	return s.result(filled, placed), nil
 }
 
-// errDone is internal: the caller turns it into ctx.Err().
+// doneError reports that ctx ended; Solve turns it into ctx.Err().
 type doneError struct{}
 
 func (doneError) Error() string { return "done" }
