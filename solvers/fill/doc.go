@@ -45,6 +45,15 @@
 // collisions therefore cost time but never give a wrong answer. The whole
 // solve is linear in the number of cells.
 //
+// Why a hash and not the literal smallest encoding: comparing encodings
+// needs each group's cells sorted under every transformation (n log n per
+// group) or a bitmap of its bounding box, which for a staircase of n cells
+// is n²/4 bits; the sum of products needs neither. The tables are fixed
+// rather than seeded per process so that the reported rotation of a
+// symmetric piece never varies between runs; the price is that inputs
+// crafted to collide could make class lookup quadratic in the number of
+// colliding classes, never wrong.
+//
 // Pieces are then matched, in order, with the first still-empty hole of
 // their class (the same pairing the textbook produces), and every
 // Placement lists the piece's cells and, index for index, the board cells
