@@ -52,9 +52,10 @@ func TestSamplePathIsUnique(t *testing.T) {
 	b, blank := pack([][]int{{1, 0, 3}, {4, 2, 5}, {7, 8, 6}})
 	tb := tableFor(3, 3)
 	var paths []string
-	var walk func(b packed, blank int, prefix string)
-	walk = func(b packed, blank int, prefix string) {
-		d := tb.dist[tb.index(b)]
+	var walk func(s tileSeq, blank int, prefix string)
+	walk = func(s tileSeq, blank int, prefix string) {
+		i := tb.index(s, blank)
+		d := tb.dist[i]
 		if d == 0 {
 			paths = append(paths, prefix)
 			return
@@ -63,13 +64,13 @@ func TestSamplePathIsUnique(t *testing.T) {
 			if to < 0 {
 				continue
 			}
-			nb := b.slide(blank, int(to))
-			if tb.dist[tb.index(nb)] == d-1 {
-				walk(nb, int(to), prefix+string(walkOrder[k].name))
+			ns, j := tb.neighbourIndex(s, blank, i, int(to))
+			if tb.dist[j] == d-1 {
+				walk(ns, int(to), prefix+string(walkOrder[k].name))
 			}
 		}
 	}
-	walk(b, blank, "")
+	walk(toSeq(b, blank), blank, "")
 	if len(paths) != 1 || paths[0] != "DRD" {
 		t.Fatalf("shortest paths %q, want only DRD", paths)
 	}
@@ -220,8 +221,8 @@ func TestTableOtherShapes(t *testing.T) {
 			if solvable(p, blank, rows, cols) != (want >= 0) {
 				t.Fatalf("%s: parity rule disagrees with reference %d", boardString(b), want)
 			}
-			if want >= 0 && int(tb.dist[tb.index(p)]) != want {
-				t.Fatalf("%s: table %d, reference %d", boardString(b), tb.dist[tb.index(p)], want)
+			if got := tb.dist[tb.index(toSeq(p, blank), blank)]; want >= 0 && int(got) != want {
+				t.Fatalf("%s: table %d, reference %d", boardString(b), got, want)
 			}
 		}
 	}

@@ -8,18 +8,8 @@ import "math/bits"
 // updates instead of a slice copy.
 type packed uint64
 
-// maxPackedCells is the most cells a packed board can hold.
-const maxPackedCells = 16
-
 // at returns the tile in cell i.
 func (b packed) at(i int) int { return int(b>>(4*uint(i))) & 0xF }
-
-// slide moves the blank from cell from to the neighbouring cell to. Cell
-// from holds 0, so adding the tile there and subtracting it at to is enough.
-func (b packed) slide(from, to int) packed {
-	t := packed(b.at(to))
-	return b + t<<(4*uint(from)) - t<<(4*uint(to))
-}
 
 // pack packs a validated board (at most 16 cells, tiles 0..15).
 func pack(board [][]int) (b packed, blank int) {
@@ -63,15 +53,6 @@ func solvable(b packed, blank, rows, cols int) bool {
 		p += rows - 1 - blank/cols
 	}
 	return p%2 == 0
-}
-
-// goal returns the goal board for n cells: 1, 2, ..., n-1, then the blank.
-func goal(n int) packed {
-	var b packed
-	for i := 0; i < n-1; i++ {
-		b |= packed(i+1) << (4 * uint(i))
-	}
-	return b
 }
 
 // direction is a move of the blank.

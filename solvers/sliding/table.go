@@ -20,6 +20,13 @@ const maxTableSide = maxTableCells / 2
 // of up to 9 cells stay far below it (31 for 3×3).
 const unseen = 0xFF
 
+// tileSeq holds the tiles of a board in row-major order with the blank
+// skipped, four bits each, tile k in bits 4k..4k+3. Together with the
+// blank's cell it is the table's working form of a board: the table index
+// is a function of the two (see index), a horizontal move leaves the
+// sequence unchanged, and a vertical move rotates C adjacent nibbles.
+type tileSeq uint64
+
 // table holds the distance to the goal of every reachable board of one
 // shape, indexed by index.
 type table struct {
@@ -68,72 +75,111 @@ func newTable(rows, cols int) *table {
 	return t
 }
 
-// index returns the table index of a reachable board: the blank's cell
-// times (n-1)!/2, plus half the Lehmer rank of the tiles in row-major order
-// (see the package comment for why halving is a bijection). It runs in
-// O(n) with a bit set of the tiles seen so far.
-func (t *table) index(b packed) uint32 {
+// toSeq drops the blank's nibble from a packed board.
+func toSeq(b packed, blank int) tileSeq {
+	low := uint64(b) & (1<<(4*uint(blank)) - 1)
+	high := uint64(b) >> (4 * uint(blank+1)) << (4 * uint(blank))
+	return tileSeq(low | high)
+}
+
+// index returns the table index of a reachable board, given as its tile
+// sequence and blank cell: blank * (n-1)!/2 plus half the Lehmer rank of
+// the sequence (see the package comment for why halving is a bijection).
+// The rank is built in Horner form with a bit set of the tiles seen, so it
+// costs O(n). The last two Lehmer digits are skipped: the last is always
+// 0 and the one before is exactly the bit that halving drops.
+func (t *table) index(s tileSeq, blank int) uint32 {
 	var seen uint32
 	var rank uint32
-	blank := 0
 	m := uint32(t.n - 1) // number of tiles
-	k := uint32(0)       // tiles ranked so far
-	for i := 0; i < t.n; i++ {
-		v := uint32(b) & 0xF
-		b >>= 4
-		if v == 0 {
-			blank = i
-			continue
-		}
+	for k := uint32(0); k+2 < m; k++ {
+		v := uint32(s) & 0xF
+		s >>= 4
 		// Lehmer digit: the tiles smaller than v not yet placed.
 		d := v - 1 - uint32(bits.OnesCount32(seen&(1<<v-1)))
 		seen |= 1 << v
 		rank = rank*(m-k) + d
-		k++
 	}
-	return uint32(blank)*t.half + rank>>1
+	return uint32(blank)*t.half + rank
+}
+
+// move returns the board after the blank moves from cell blank to the
+// neighbouring cell to. Horizontal moves keep the sequence. Moving down,
+// the tile below jumps back over the C-1 tiles between, so the C nibbles
+// from the blank's position rotate by one; moving up is the reverse.
+func (t *table) move(s tileSeq, blank, to int) tileSeq {
+	c := t.cols
+	switch to - blank {
+	case c: // down: tile at sequence position to-1 moves to position blank
+		shift := 4 * uint(blank)
+		mask := tileSeq(1)<<(4*uint(c)) - 1
+		f := s >> shift & mask
+		f = (f<<4 | f>>(4*uint(c-1))) & mask
+		return s&^(mask<<shift) | f<<shift
+	case -c: // up: tile at sequence position to moves to position blank-1
+		shift := 4 * uint(to)
+		mask := tileSeq(1)<<(4*uint(c)) - 1
+		f := s >> shift & mask
+		f = f>>4 | (f&0xF)<<(4*uint(c-1))
+		return s&^(mask<<shift) | f<<shift
+	}
+	return s
+}
+
+// neighbourIndex returns the index of the board after the blank moves from
+// blank (index i) to to, and the new sequence. Horizontal moves change only
+// the blank term of the index, so they cost one addition.
+func (t *table) neighbourIndex(s tileSeq, blank int, i uint32, to int) (tileSeq, uint32) {
+	if d := to - blank; d == 1 || d == -1 {
+		return s, uint32(int64(i) + int64(d)*int64(t.half))
+	}
+	ns := t.move(s, blank, to)
+	return ns, t.index(ns, to)
 }
 
 // buildTable runs one BFS from the goal over every reachable board of an
-// R×C shape. The queue holds the boards themselves, packed into 32 bits
-// by dropping the last cell (recovered as the one tile missing), so the
-// build for 3×3 allocates 5 bytes per state: about 0.9 MB in all.
+// R×C shape. The queue holds the boards themselves in 32 bits: the blank
+// cell in the top four bits and the first n-2 tiles below (the last tile
+// is the one missing, recovered by XOR), so the build for 3×3 allocates
+// 5 bytes per state, about 0.9 MB in all, and never unranks.
 func buildTable(rows, cols int) *table {
 	t := newTable(rows, cols)
-	n := t.n
-	// all is the XOR of every tile 0..n-1; XOR-ing the n-1 stored cells
-	// into it leaves the tile of the dropped last cell.
+	m := t.n - 1 // tiles
+	// all is the XOR of every tile 1..m; XOR-ing the m-1 stored tiles into
+	// it leaves the last one.
 	all := uint32(0)
-	for v := 1; v < n; v++ {
+	for v := 1; v <= m; v++ {
 		all ^= uint32(v)
 	}
-	lastShift := 4 * uint(n-1)
+	lastShift := 4 * uint(m-1)
+	lowMask := uint32(1)<<lastShift - 1 // m-1 <= 7 tiles: at most 28 bits
 
-	g := goal(n)
-	t.dist[t.index(g)] = 0
+	var g tileSeq // goal: tiles 1..m in order, blank in the last cell
+	for v := 1; v <= m; v++ {
+		g |= tileSeq(v) << (4 * uint(v-1))
+	}
+	t.dist[t.index(g, m)] = 0
 	queue := make([]uint32, 1, len(t.dist))
-	queue[0] = uint32(g)
+	queue[0] = uint32(m)<<28 | uint32(g)&lowMask
 	for head, depth := 0, uint8(0); head < len(queue); depth++ {
 		end := len(queue) // boards at depth end here
 		for ; head < end; head++ {
-			low := queue[head]
+			e := queue[head]
+			blank := int(e >> 28)
+			low := e & lowMask
 			x := low ^ low>>16
 			x ^= x >> 8
 			x ^= x >> 4
-			b := packed(low) | packed((all^x)&0xF)<<lastShift
-			blank := 0
-			for b.at(blank) != 0 {
-				blank++
-			}
+			s := tileSeq(low) | tileSeq((all^x)&0xF)<<lastShift
+			i := t.index(s, blank)
 			for _, to := range t.nb[blank] {
 				if to < 0 {
 					continue
 				}
-				nb := b.slide(blank, int(to))
-				j := t.index(nb)
+				ns, j := t.neighbourIndex(s, blank, i, int(to))
 				if t.dist[j] == unseen {
 					t.dist[j] = depth + 1
-					queue = append(queue, uint32(nb))
+					queue = append(queue, uint32(to)<<28|uint32(ns)&lowMask)
 				}
 			}
 		}
@@ -150,7 +196,9 @@ var errTableMiss = errors.New("sliding: internal error: solvable board missing f
 // taking the first neighbour in walkOrder that is one step closer.
 func solveTable(b packed, blank, rows, cols int) (Result, error) {
 	t := tableFor(rows, cols)
-	d := t.dist[t.index(b)]
+	s := toSeq(b, blank)
+	i := t.index(s, blank)
+	d := t.dist[i]
 	if d == unseen {
 		return Result{}, errTableMiss
 	}
@@ -162,10 +210,10 @@ func solveTable(b packed, blank, rows, cols int) (Result, error) {
 			if to < 0 {
 				continue
 			}
-			nb := b.slide(blank, int(to))
-			if t.dist[t.index(nb)] == want {
+			ns, j := t.neighbourIndex(s, blank, i, int(to))
+			if t.dist[j] == want {
 				path[step] = walkOrder[k].name
-				b, blank, moved = nb, int(to), true
+				s, blank, i, moved = ns, int(to), j, true
 				break
 			}
 		}
