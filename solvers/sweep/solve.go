@@ -44,25 +44,36 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 }
 
 func solve(ctx context.Context, p Puzzle, opts Options, t tuning) (Result, error) {
+	r, _, err := solveCount(ctx, p, opts, t)
+	return r, err
+}
+
+// solveCount is solve that also reports the nodes searched, for the
+// ablation measurements.
+func solveCount(ctx context.Context, p Puzzle, opts Options, t tuning) (Result, int64, error) {
 	if err := Validate(p); err != nil {
-		return Result{}, err
+		return Result{}, 0, err
+	}
+	if ctx == nil {
+		// Tolerated rather than a panic: no caller can cancel it anyway.
+		ctx = context.Background()
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("sweep: %w", err)
+		return Result{}, 0, fmt.Errorf("sweep: %w", err)
 	}
 	s := newSearcher(ctx, p, opts, t)
 	s.run()
 	if s.err != nil {
-		return Result{}, s.err
+		return Result{}, s.nodes, s.err
 	}
 	if s.best == noAnswer {
-		return Result{Moves: -1, Start: nil, Path: ""}, nil
+		return Result{Moves: -1, Start: nil, Path: ""}, s.nodes, nil
 	}
 	return Result{
 		Moves: s.best,
 		Start: []int{s.bestStart / stride, s.bestStart % stride},
 		Path:  string(s.bestPath),
-	}, nil
+	}, s.nodes, nil
 }
 
 // stride packs a cell as row*stride+col; rows of the bitset are indexed
@@ -78,6 +89,7 @@ type searcher struct {
 	empty     int
 	free      [MaxSide + 2]uint64 // unvisited empty cells, row r at index r+1, column c at bit c
 	comp      [MaxSide + 2]uint64 // scratch for the flood fill
+	stack     []flood             // scratch for the flood fill, reused
 	left      int                 // unvisited empty cells
 	path      []byte
 	best      int
@@ -401,30 +413,32 @@ func (s *searcher) connected(ri, c int) bool {
 	for i := 0; i <= s.n+1; i++ {
 		comp[i] = 0
 	}
-	comp[sr] = rowFill(s.free[sr], seed)
-	for {
-		grew := false
-		for i := 1; i <= s.n; i++ {
-			if g := (comp[i-1] | comp[i+1]) & s.free[i] &^ comp[i]; g != 0 {
-				comp[i] |= rowFill(s.free[i], g)
-				grew = true
+	// Each stack entry is a row and the runs just added to it; a run is
+	// added once, so the work is linear in the number of runs.
+	stack := s.stack[:0]
+	add := rowFill(s.free[sr], seed)
+	comp[sr] = add
+	cnt := bits.OnesCount64(add)
+	stack = append(stack, flood{sr, add})
+	for len(stack) > 0 {
+		top := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, j := range [2]int{top.row - 1, top.row + 1} {
+			if g := top.bits & s.free[j] &^ comp[j]; g != 0 {
+				add := rowFill(s.free[j], g)
+				comp[j] |= add
+				cnt += bits.OnesCount64(add)
+				stack = append(stack, flood{j, add})
 			}
 		}
-		for i := s.n; i >= 1; i-- {
-			if g := (comp[i-1] | comp[i+1]) & s.free[i] &^ comp[i]; g != 0 {
-				comp[i] |= rowFill(s.free[i], g)
-				grew = true
-			}
-		}
-		if !grew {
-			break
-		}
 	}
-	cnt := 0
-	for i := 1; i <= s.n; i++ {
-		cnt += bits.OnesCount64(comp[i])
-	}
+	s.stack = stack
 	return cnt == s.left
+}
+
+type flood struct {
+	row  int
+	bits uint64
 }
 
 // rowFill returns the runs of set bits of row that contain a bit of seed
