@@ -10,12 +10,12 @@ import (
 // Size limits accepted by Validate. Every board within them is solved by
 // table lookup; 4×4 (IDA* with pattern databases) comes later.
 const (
-	// MinSide is the fewest rows or columns: a 1-wide board cannot reorder
+	// minSide is the fewest rows or columns: a 1-wide board cannot reorder
 	// its tiles, so it is not a puzzle.
-	MinSide = 2
-	// MaxRows and MaxCols are the largest board currently supported.
-	MaxRows = 3
-	MaxCols = 3
+	minSide = 2
+	// maxRows and maxCols are the largest board currently supported.
+	maxRows = 3
+	maxCols = 3
 )
 
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0. It
@@ -45,11 +45,11 @@ func Validate(p Puzzle) error {
 		}
 	}
 	rows := len(b)
-	if rows < MinSide || cols < MinSide {
-		return solvers.Invalid("board", "board is %dx%d, each side must be at least %d", rows, cols, MinSide)
+	if rows < minSide || cols < minSide {
+		return solvers.Invalid("board", "board is %dx%d, each side must be at least %d", rows, cols, minSide)
 	}
-	if rows > MaxRows || cols > MaxCols {
-		return solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, MaxRows, MaxCols)
+	if rows > maxRows || cols > maxCols {
+		return solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, maxRows, maxCols)
 	}
 
 	// Ranges first, so that the duplicate check below can index a bit set.
@@ -111,5 +111,5 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if rows*cols <= maxTableCells {
 		return solveTable(b, blank, rows, cols)
 	}
-	return Result{}, solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, MaxRows, MaxCols)
+	return Result{}, solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, maxRows, maxCols)
 }
