@@ -13,6 +13,12 @@ import (
 // maxNodes > 0 aborts (ok=false) after that many rolls, so that corpus
 // generation can drop boards the plain search cannot finish.
 func refSolve(board []string, maxNodes int64) (moves int, ok bool) {
+	moves, _, ok = refSolveNodes(board, maxNodes)
+	return moves, ok
+}
+
+// refSolveNodes is refSolve that also reports the rolls it tried.
+func refSolveNodes(board []string, maxNodes int64) (moves int, nodes int64, ok bool) {
 	r := &refState{n: len(board), m: len(board[0]), best: -1, maxNodes: maxNodes}
 	r.seen = make([][]bool, r.n)
 	for i := range board {
@@ -34,11 +40,11 @@ func refSolve(board []string, maxNodes int64) (moves int, ok bool) {
 			r.seen[i][j] = true
 			r.roll(i, j, 0)
 			if r.aborted {
-				return 0, false
+				return 0, r.nodes, false
 			}
 		}
 	}
-	return r.best, true
+	return r.best, r.nodes, true
 }
 
 type refState struct {
