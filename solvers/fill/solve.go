@@ -2,6 +2,8 @@ package fill
 
 import (
 	"context"
+	"encoding/binary"
+	"math/bits"
 	"sync"
 )
 
@@ -222,9 +224,22 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			return comps, doneError{}
 		}
 		row := grid[(r+1)*wp+1 : (r+1)*wp+1+s.cols]
-		for c, v := range row {
-			if v == 0 {
-				continue
+		for c := 0; ; c++ {
+			// Jump to the next marked cell eight cells at a time: most
+			// cells are unmarked or were cleared by an earlier search,
+			// and a branch per cell would mostly be mispredicted.
+			for c+8 <= len(row) && binary.LittleEndian.Uint64(row[c:]) == 0 {
+				c += 8
+			}
+			if c+8 <= len(row) {
+				c += bits.TrailingZeros64(binary.LittleEndian.Uint64(row[c:])) >> 3
+			} else {
+				for c < len(row) && row[c] == 0 {
+					c++
+				}
+				if c == len(row) {
+					break
+				}
 			}
 			row[c] = 0
 			start := n
