@@ -3,9 +3,9 @@ package sliding
 import "math/bits"
 
 // packed is a board packed four bits per cell, cell i (row-major) in bits
-// 4i..4i+3. Four bits hold tiles up to 15, so the same encoding serves
-// boards up to 16 cells (the later 4×4 search), and a move is two nibble
-// updates instead of a slice copy.
+// 4i..4i+3. It is how a query enters the solver: one uint64 instead of a
+// [][]int, copied for free. Four bits hold tiles up to 15, so the same
+// encoding will serve the 16 cells of the later 4×4 search.
 type packed uint64
 
 // at returns the tile in cell i.
@@ -27,8 +27,9 @@ func pack(board [][]int) (b packed, blank int) {
 }
 
 // inversions counts the pairs of tiles (blank skipped, row-major) that are
-// out of order. It sums the Lehmer digits, using a bit set of the tiles
-// seen so far, so it costs O(n) rather than O(n²).
+// out of order: for each tile, the larger tiles before it, counted with a
+// popcount over a bit set of the tiles seen so far, so it costs O(n)
+// rather than O(n²).
 func inversions(b packed, n int) int {
 	var seen uint32
 	inv := 0
