@@ -1,0 +1,36 @@
+package store
+
+// Every Redis key and channel that puzzleq itself uses is built here, and
+// only here, so the whole keyspace can be read in one screen. Asynq's own
+// keys ("asynq:{queue}:...") are asynq's business.
+//
+// All keys share a prefix (default "pq:") so tests can run side by side on
+// one Redis and operators can find our data with SCAN pq:*.
+
+// keys builds key names under one prefix.
+type keys struct{ prefix string }
+
+// task is a hash holding one task record.
+func (k keys) task(id string) string { return k.prefix + "task:" + id }
+
+// batch is a hash holding a batch's total and per-state counts.
+func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
+
+// batchItems is a list of a batch's task IDs in submission order.
+func (k keys) batchItems(id string) string { return k.prefix + "batch:" + id + ":items" }
+
+// cache is a string holding the result JSON for a canonical puzzle hash.
+func (k keys) cache(hash string) string { return k.prefix + "cache:" + hash }
+
+// idempotency maps an owner's Idempotency-Key to the batch it created.
+func (k keys) idempotency(owner, key string) string {
+	return k.prefix + "idem:" + owner + ":" + key
+}
+
+// events is the pub/sub channel on which every terminal task transition
+// and every finished batch is announced, for long polls.
+func (k keys) events() string { return k.prefix + "events" }
+
+// cancels is the pub/sub channel on which cancellations of running tasks
+// are announced, for workers.
+func (k keys) cancels() string { return k.prefix + "cancels" }

@@ -1,0 +1,487 @@
+// Package store keeps puzzleq's own records in Redis: task records that can
+// be looked up by ID alone, batches with exact per-state counts, the result
+// cache, idempotency keys, and the pub/sub wake-ups behind long polls and
+// cancellation. Asynq keeps the queues; this package keeps everything a
+// client can ask about.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// State is a task's lifecycle state, as served by the API.
+type State string
+
+// Task states.
+const (
+	StatePending   State = "pending"
+	StateActive    State = "active"
+	StateCompleted State = "completed"
+	StateFailed    State = "failed"
+	StateCanceled  State = "canceled"
+)
+
+// Terminal reports whether a task in state s has ended for good.
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCanceled
+}
+
+// ErrNotFound is returned for a task or batch that does not exist (or has
+// expired).
+var ErrNotFound = errors.New("not found")
+
+// Task is a task record.
+type Task struct {
+	ID          string
+	Kind        string
+	Owner       string
+	BatchID     string
+	State       State
+	Result      json.RawMessage
+	ErrCode     string
+	ErrMsg      string
+	Cached      bool
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	Attempts    int
+}
+
+// NewTask describes a task record to create.
+type NewTask struct {
+	ID       string
+	Kind     string
+	Owner    string
+	CacheKey string
+	// Result, when set, creates the task already completed from the cache.
+	Result json.RawMessage
+}
+
+// NewBatch describes a batch record to create.
+type NewBatch struct {
+	ID    string
+	Owner string
+	// Format is the judge format the batch was submitted in ("" for JSON),
+	// so its output can be rendered in the same format.
+	Format string
+}
+
+// Batch is a batch record with its counts per state.
+type Batch struct {
+	ID        string
+	Owner     string
+	Format    string
+	Total     int
+	Counts    map[State]int
+	CreatedAt time.Time
+	DoneAt    time.Time
+}
+
+// Done reports whether every item of the batch has ended.
+func (b *Batch) Done() bool {
+	return b.Counts[StateCompleted]+b.Counts[StateFailed]+b.Counts[StateCanceled] >= b.Total
+}
+
+// Options configures a Store.
+type Options struct {
+	// Prefix is put before every key; default "pq:".
+	Prefix string
+	// TaskTTL is how long task and batch records live; default 24h.
+	TaskTTL time.Duration
+	// ResultTTL is how long cached results live; default 24h.
+	ResultTTL time.Duration
+}
+
+// Store reads and writes puzzleq's records.
+type Store struct {
+	rdb       redis.UniversalClient
+	k         keys
+	taskTTL   time.Duration
+	resultTTL time.Duration
+	now       func() time.Time
+}
+
+// New returns a Store on rdb.
+func New(rdb redis.UniversalClient, o Options) *Store {
+	if o.Prefix == "" {
+		o.Prefix = "pq:"
+	}
+	if o.TaskTTL <= 0 {
+		o.TaskTTL = 24 * time.Hour
+	}
+	if o.ResultTTL <= 0 {
+		o.ResultTTL = 24 * time.Hour
+	}
+	return &Store{rdb: rdb, k: keys{o.Prefix}, taskTTL: o.TaskTTL, resultTTL: o.ResultTTL, now: time.Now}
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
+	f := []any{"kind", t.Kind, "state", string(StatePending), "created_at", now, "attempts", 0}
+	if t.Owner != "" {
+		f = append(f, "owner", t.Owner)
+	}
+	if batchID != "" {
+		f = append(f, "batch", batchID)
+	}
+	if t.CacheKey != "" {
+		f = append(f, "key", t.CacheKey)
+	}
+	if t.Result != nil {
+		f[3] = string(StateCompleted)
+		f = append(f, "result", string(t.Result), "cached", "1", "completed_at", now)
+	}
+	return f
+}
+
+// CreateTask writes a single task's record.
+func (s *Store) CreateTask(ctx context.Context, t NewTask) error {
+	now := ms(s.now())
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.k.task(t.ID), s.newTaskFields(t, "", now)...)
+		p.Expire(ctx, s.k.task(t.ID), s.taskTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: create task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// CreateBatch writes a batch and all its items' records in one MULTI/EXEC,
+// so a batch is either wholly recorded or not at all.
+func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) error {
+	batchID, owner := nb.ID, nb.Owner
+	now := ms(s.now())
+	ids := make([]any, len(items))
+	cached := 0
+	for i, t := range items {
+		ids[i] = t.ID
+		if t.Result != nil {
+			cached++
+		}
+	}
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		bf := []any{"total", len(items), "created_at", now,
+			"pending", len(items) - cached, "active", 0,
+			"completed", cached, "failed", 0, "canceled", 0, "ended", cached}
+		if owner != "" {
+			bf = append(bf, "owner", owner)
+		}
+		if nb.Format != "" {
+			bf = append(bf, "format", nb.Format)
+		}
+		if cached == len(items) {
+			bf = append(bf, "done_at", now)
+		}
+		p.HSet(ctx, s.k.batch(batchID), bf...)
+		p.Expire(ctx, s.k.batch(batchID), s.taskTTL)
+		for start := 0; start < len(ids); start += 1000 {
+			end := min(start+1000, len(ids))
+			p.RPush(ctx, s.k.batchItems(batchID), ids[start:end]...)
+		}
+		p.Expire(ctx, s.k.batchItems(batchID), s.taskTTL)
+		for _, t := range items {
+			p.HSet(ctx, s.k.task(t.ID), s.newTaskFields(t, batchID, now)...)
+			p.Expire(ctx, s.k.task(t.ID), s.taskTTL)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: create batch %s: %w", batchID, err)
+	}
+	return nil
+}
+
+// DeleteTasks removes records, best effort; the API uses it to undo a
+// submission whose enqueue failed, so no orphan stays pending for a day.
+func (s *Store) DeleteTasks(ctx context.Context, batchID string, ids []string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.Del(ctx, s.k.task(id))
+		}
+		if batchID != "" {
+			p.Del(ctx, s.k.batch(batchID), s.k.batchItems(batchID))
+		}
+		return nil
+	})
+	return err
+}
+
+// Get returns one task record.
+func (s *Store) Get(ctx context.Context, id string) (*Task, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k.task(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: get task: %w", err)
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	return decodeTask(id, m), nil
+}
+
+// GetMany returns records in the order of ids; a missing one is nil.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Task, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, s.k.task(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: get tasks: %w", err)
+	}
+	out := make([]*Task, len(ids))
+	for i, c := range cmds {
+		if m := c.Val(); len(m) > 0 {
+			out[i] = decodeTask(ids[i], m)
+		}
+	}
+	return out, nil
+}
+
+func decodeTask(id string, m map[string]string) *Task {
+	t := &Task{
+		ID: id, Kind: m["kind"], Owner: m["owner"], BatchID: m["batch"],
+		State: State(m["state"]), ErrCode: m["err_code"], ErrMsg: m["err_msg"],
+		Cached: m["cached"] == "1",
+	}
+	if r, ok := m["result"]; ok {
+		t.Result = json.RawMessage(r)
+	}
+	t.Attempts, _ = strconv.Atoi(m["attempts"])
+	t.CreatedAt = msTime(m["created_at"])
+	t.StartedAt = msTime(m["started_at"])
+	t.CompletedAt = msTime(m["completed_at"])
+	return t
+}
+
+func msTime(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+
+// GetBatch returns a batch record.
+func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k.batch(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: get batch: %w", err)
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[State]int{}}
+	b.Total, _ = strconv.Atoi(m["total"])
+	for _, st := range []State{StatePending, StateActive, StateCompleted, StateFailed, StateCanceled} {
+		b.Counts[st], _ = strconv.Atoi(m[string(st)])
+	}
+	b.CreatedAt = msTime(m["created_at"])
+	b.DoneAt = msTime(m["done_at"])
+	return b, nil
+}
+
+// BatchItems returns up to limit task IDs of a batch from position start.
+func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]string, error) {
+	ids, err := s.rdb.LRange(ctx, s.k.batchItems(id), int64(start), int64(start+limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: batch items: %w", err)
+	}
+	return ids, nil
+}
+
+// Transition is one move of a task to a new state, for Start and Finish.
+type Transition struct {
+	ID      string
+	BatchID string
+	State   State           // for Finish: completed, failed or canceled
+	Result  json.RawMessage // completed
+	Code    string          // failed, canceled
+	Msg     string
+	Cached  bool
+}
+
+// Start marks tasks active, in one round trip. It returns each task's
+// state before the call; "" for a record that no longer exists. Only the
+// tasks whose previous state was pending or active should run.
+func (s *Store) Start(ctx context.Context, ts []Transition) ([]State, error) {
+	now := ms(s.now())
+	cmds := make([]*redis.Cmd, len(ts))
+	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+		for i, t := range ts {
+			bk, batched := s.batchKey(t)
+			cmds[i] = startScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk}, now, batched)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: start: %w", err)
+	}
+	return scriptStates(cmds)
+}
+
+// Finish moves tasks to terminal states in one round trip, caching the
+// results of completed tasks under cacheKeys[i] when it is non-empty. It
+// returns each task's state before the call: pending or active means this
+// call ended it; anything else means it had already ended (a duplicate
+// delivery or a cancel that won) and nothing was counted.
+func (s *Store) Finish(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, error) {
+	now := ms(s.now())
+	cmds := make([]*redis.Cmd, len(ts))
+	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+		for i, t := range ts {
+			if t.State == StateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
+				p.Set(ctx, s.k.cache(cacheKeys[i]), []byte(t.Result), s.resultTTL)
+			}
+			bk, batched := s.batchKey(t)
+			cached := "0"
+			if t.Cached {
+				cached = "1"
+			}
+			cmds[i] = finishScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk},
+				string(t.State), now, batched, s.k.events(), t.ID, t.BatchID,
+				string(t.Result), t.Code, t.Msg, cached)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: finish: %w", err)
+	}
+	return scriptStates(cmds)
+}
+
+// pipelineScripts runs a pipeline of EVALSHA calls. Script.Run cannot
+// fall back to EVAL inside a pipeline, and a restarted Redis has forgotten
+// every script, so on NOSCRIPT it loads the scripts and runs the pipeline
+// again. Rerunning is safe: a script that did run is not rerun, because
+// NOSCRIPT means no call of it ran.
+func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner)) error {
+	for attempt := 0; ; attempt++ {
+		cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
+		noscript := false
+		for _, c := range cmds {
+			if c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				noscript = true
+			}
+		}
+		if !noscript || attempt > 0 {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			return nil
+		}
+		for _, sc := range []*redis.Script{startScript, finishScript} {
+			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+				return fmt.Errorf("load script: %w", err)
+			}
+		}
+	}
+}
+
+func (s *Store) batchKey(t Transition) (string, string) {
+	if t.BatchID == "" {
+		return s.k.task(t.ID), "0"
+	}
+	return s.k.batch(t.BatchID), "1"
+}
+
+func scriptStates(cmds []*redis.Cmd) ([]State, error) {
+	out := make([]State, len(cmds))
+	for i, c := range cmds {
+		v, err := c.Text()
+		if err != nil {
+			return nil, fmt.Errorf("store: script: %w", err)
+		}
+		out[i] = State(v)
+	}
+	return out, nil
+}
+
+// Cancel cancels a task that has not ended and announces it to workers,
+// which stop a running solve. It returns the state before the call.
+func (s *Store) Cancel(ctx context.Context, id, batchID string) (State, error) {
+	prev, err := s.Finish(ctx, []Transition{{ID: id, BatchID: batchID, State: StateCanceled,
+		Code: "canceled", Msg: "canceled by request"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	if prev[0] == StateActive {
+		if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
+			return prev[0], fmt.Errorf("store: announce cancel: %w", err)
+		}
+	}
+	return prev[0], nil
+}
+
+// CancelBatch cancels every item of a batch that has not ended. It returns
+// how many were canceled.
+func (s *Store) CancelBatch(ctx context.Context, batchID string) (int, error) {
+	ids, err := s.rdb.LRange(ctx, s.k.batchItems(batchID), 0, -1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: cancel batch: %w", err)
+	}
+	ts := make([]Transition, len(ids))
+	for i, id := range ids {
+		ts[i] = Transition{ID: id, BatchID: batchID, State: StateCanceled, Code: "canceled", Msg: "batch canceled by request"}
+	}
+	n := 0
+	for start := 0; start < len(ts); start += 1000 {
+		part := ts[start:min(start+1000, len(ts))]
+		prev, err := s.Finish(ctx, part, nil)
+		if err != nil {
+			return n, err
+		}
+		var running []any
+		for i, p := range prev {
+			if p == StatePending || p == StateActive {
+				n++
+			}
+			if p == StateActive {
+				running = append(running, part[i].ID)
+			}
+		}
+		for _, id := range running {
+			if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
+				return n, fmt.Errorf("store: announce cancel: %w", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// CachedResults looks up results by cache key; a miss is nil.
+func (s *Store) CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(cacheKeys))
+	if len(cacheKeys) == 0 {
+		return out, nil
+	}
+	ks := make([]string, len(cacheKeys))
+	for i, c := range cacheKeys {
+		ks[i] = s.k.cache(c)
+	}
+	for start := 0; start < len(ks); start += 1000 {
+		end := min(start+1000, len(ks))
+		vals, err := s.rdb.MGet(ctx, ks[start:end]...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: cache lookup: %w", err)
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok {
+				out[start+i] = json.RawMessage(str)
+			}
+		}
+	}
+	return out, nil
+}
