@@ -1,0 +1,394 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/solvers"
+)
+
+// Failure codes stored in a failed task's error. They are part of the
+// public API.
+const (
+	CodeInvalidPuzzle  = "invalid_puzzle"
+	CodeBudgetExceeded = "budget_exceeded"
+	CodeTimeout        = "timeout"
+	CodeInternal       = "internal"
+)
+
+// Store is what the handler needs of the record store.
+type Store interface {
+	Start(ctx context.Context, ts []store.Transition) ([]store.State, error)
+	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
+	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
+}
+
+// Handler runs solve and chunk tasks.
+type Handler struct {
+	store   Store
+	cancels *Cancels
+	limits  Limits
+	metrics *Metrics
+	log     *slog.Logger
+	// flushEvery bounds how long finished items of a chunk wait before
+	// their results are written, so long chunks still show progress.
+	flushEvery time.Duration
+}
+
+// NewHandler returns a Handler. cancels receives the IDs of tasks canceled
+// while running (see store.ListenCancels); metrics may be nil.
+func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cancels == nil {
+		cancels = NewCancels()
+	}
+	return &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond}
+}
+
+// Register installs the handler for every task type on mux.
+func (h *Handler) Register(mux *asynq.ServeMux) {
+	for _, t := range []string{TypeSliding, TypeSweep, TypeFill, TypeChunk} {
+		mux.Handle(t, h)
+	}
+}
+
+// ProcessTask implements asynq.Handler.
+func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	switch t.Type() {
+	case TypeSliding, TypeSweep, TypeFill:
+		var p SolvePayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ID == "" {
+			// Without an ID there is no record to fail: drop it for good.
+			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		}
+		return h.processItems(ctx, p.BatchID, []Item{p.Item})
+	case TypeChunk:
+		var p ChunkPayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("tasks: undecodable chunk payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return h.processItems(ctx, p.BatchID, p.Items)
+	default:
+		return fmt.Errorf("tasks: unknown task type %q: %w", t.Type(), asynq.SkipRetry)
+	}
+}
+
+// outcome is what became of one item.
+type outcome struct {
+	result json.RawMessage
+	cached bool
+	code   string
+	msg    string
+	skip   bool // canceled while running: the record already says so
+}
+
+// processItems runs items of one batch (or one single task). Every step
+// is idempotent, so a redelivered task is harmless: items that already
+// ended are skipped by the start script, and the finish script counts an
+// item only on its first move to a terminal state.
+func (h *Handler) processItems(ctx context.Context, batchID string, items []Item) error {
+	// Register for cancellation before reading the state, so a cancel that
+	// lands between the two is not missed.
+	ictx := make([]context.Context, len(items))
+	for i, it := range items {
+		c, cancel := context.WithCancel(ctx)
+		ictx[i] = c
+		release := h.cancels.register(it.ID, cancel)
+		defer func() { release(); cancel() }()
+	}
+
+	ts := make([]store.Transition, len(items))
+	for i, it := range items {
+		ts[i] = store.Transition{ID: it.ID, BatchID: batchID}
+	}
+	prev, err := h.store.Start(ctx, ts)
+	if err != nil {
+		return fmt.Errorf("tasks: start %d items: %w", len(items), err)
+	}
+
+	// Decode the runnable items and look their answers up in the cache:
+	// the API checked already, but an identical puzzle may have been
+	// solved since.
+	parsed := make([]*puzzle.Parsed, len(items))
+	outs := make([]*outcome, len(items))
+	var keys []string
+	var keyIdx []int
+	for i, it := range items {
+		if prev[i] != store.StatePending && prev[i] != store.StateActive {
+			continue // ended already, or expired
+		}
+		p, err := puzzle.Decode(it.Request)
+		if err != nil {
+			outs[i] = &outcome{code: CodeInvalidPuzzle, msg: err.Error()}
+			continue
+		}
+		parsed[i] = p
+		keys = append(keys, p.Key())
+		keyIdx = append(keyIdx, i)
+	}
+	hits, err := h.store.CachedResults(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("tasks: cache lookup: %w", err)
+	}
+	for j, hit := range hits {
+		if hit != nil {
+			outs[keyIdx[j]] = &outcome{result: hit, cached: true}
+		}
+	}
+
+	var (
+		pendingIdx []int
+		lastFlush  = time.Now()
+	)
+	flush := func() error {
+		if len(pendingIdx) == 0 {
+			return nil
+		}
+		if err := h.finish(ctx, batchID, items, parsed, outs, pendingIdx); err != nil {
+			return err
+		}
+		pendingIdx = pendingIdx[:0]
+		lastFlush = time.Now()
+		return nil
+	}
+	for i := range items {
+		if prev[i] != store.StatePending && prev[i] != store.StateActive {
+			continue
+		}
+		if outs[i] == nil {
+			outs[i] = h.solve(ctx, ictx[i], parsed[i])
+		}
+		if ctx.Err() != nil {
+			// Shutdown or a lost lease: write what is done, and let asynq
+			// requeue the task; the finished items will be skipped.
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("tasks: interrupted: %w", ctx.Err())
+		}
+		if !outs[i].skip {
+			pendingIdx = append(pendingIdx, i)
+		}
+		if time.Since(lastFlush) >= h.flushEvery {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// solve runs one item under its kind's deadline and budget, turning every
+// way it can end into an outcome. A panic in a solver fails the item, not
+// the worker.
+func (h *Handler) solve(parent, ictx context.Context, p *puzzle.Parsed) (o *outcome) {
+	k := p.Kind()
+	ctx, cancel := context.WithTimeout(ictx, h.limits.deadline(k))
+	defer cancel()
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error("solver panic", "kind", string(k), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			o = &outcome{code: CodeInternal, msg: "internal error while solving"}
+		}
+		if h.metrics != nil && o != nil && !o.skip && parent.Err() == nil {
+			h.metrics.SolveSeconds.WithLabelValues(string(k)).Observe(time.Since(start).Seconds())
+		}
+	}()
+	res, err := p.WithMaxNodes(h.limits.MaxNodes[k]).Solve(ctx)
+	var ie *solvers.InputError
+	switch {
+	case err == nil:
+		return &outcome{result: res}
+	case parent.Err() != nil:
+		return &outcome{skip: true} // the caller sees parent.Err() and requeues
+	case ictx.Err() != nil:
+		return &outcome{skip: true} // canceled by a client
+	case errors.Is(err, context.DeadlineExceeded):
+		return &outcome{code: CodeTimeout, msg: fmt.Sprintf("%s solve exceeded its deadline of %s", k, h.limits.deadline(k))}
+	case errors.Is(err, solvers.ErrBudgetExceeded):
+		return &outcome{code: CodeBudgetExceeded, msg: err.Error()}
+	case errors.As(err, &ie):
+		return &outcome{code: CodeInvalidPuzzle, msg: ie.Error()}
+	default:
+		h.log.Error("solver error", "kind", string(k), "err", err)
+		return &outcome{code: CodeInternal, msg: "internal error while solving"}
+	}
+}
+
+// finish writes the outcomes of items idx in one round trip and counts the
+// ones this call actually ended.
+func (h *Handler) finish(ctx context.Context, batchID string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
+	ts := make([]store.Transition, len(idx))
+	ckeys := make([]string, len(idx))
+	for j, i := range idx {
+		o := outs[i]
+		t := store.Transition{ID: items[i].ID, BatchID: batchID}
+		if o.code == "" {
+			t.State, t.Result, t.Cached = store.StateCompleted, o.result, o.cached
+			if parsed[i] != nil {
+				ckeys[j] = parsed[i].Key()
+			}
+		} else {
+			t.State, t.Code, t.Msg = store.StateFailed, o.code, o.msg
+		}
+		ts[j] = t
+	}
+	// The results must be written even if the task's ctx just ended: they
+	// are done work. A short detached context bounds the write.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	prev, err := h.store.Finish(wctx, ts, ckeys)
+	if err != nil {
+		return fmt.Errorf("tasks: finish %d items: %w", len(ts), err)
+	}
+	if h.metrics != nil {
+		for j, i := range idx {
+			if prev[j] != store.StatePending && prev[j] != store.StateActive {
+				continue // a duplicate delivery: counted the first time
+			}
+			kind := "unknown"
+			if parsed[i] != nil {
+				kind = string(parsed[i].Kind())
+			}
+			outcomeLabel := "completed"
+			if outs[i].code != "" {
+				outcomeLabel = outs[i].code
+			}
+			h.metrics.Tasks.WithLabelValues(kind, outcomeLabel).Inc()
+			if outs[i].cached {
+				h.metrics.CacheHits.Inc()
+			}
+		}
+	}
+	return nil
+}
+
+// Cancels maps running task IDs to the cancel functions of their contexts.
+type Cancels struct {
+	mu sync.Mutex
+	m  map[string][]*context.CancelFunc
+}
+
+// NewCancels returns an empty registry.
+func NewCancels() *Cancels { return &Cancels{m: map[string][]*context.CancelFunc{}} }
+
+func (c *Cancels) register(id string, cancel context.CancelFunc) (release func()) {
+	p := &cancel
+	c.mu.Lock()
+	c.m[id] = append(c.m[id], p)
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		list := c.m[id]
+		for i, q := range list {
+			if q == p {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(c.m, id)
+		} else {
+			c.m[id] = list
+		}
+	}
+}
+
+// Cancel cancels every running solve of task id in this process.
+func (c *Cancels) Cancel(id string) {
+	c.mu.Lock()
+	list := append([]*context.CancelFunc(nil), c.m[id]...)
+	c.mu.Unlock()
+	for _, p := range list {
+		(*p)()
+	}
+}
+
+// Running returns how many task IDs are registered, for tests.
+func (c *Cancels) Running() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	Tasks        *prometheus.CounterVec
+	CacheHits    prometheus.Counter
+	SolveSeconds *prometheus.HistogramVec
+}
+
+// NewMetrics registers the worker metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "puzzleq_tasks_total", Help: "Tasks ended by a worker, by kind and outcome (completed or a failure code).",
+		}, []string{"kind", "outcome"}),
+		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "puzzleq_worker_cache_hits_total", Help: "Items a worker answered from the cache instead of solving.",
+		}),
+		SolveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "puzzleq_solve_duration_seconds", Help: "Time spent in a solver per item.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds)
+	return m
+}
+
+// ErrorHandler marks the record failed when asynq gives up on a task
+// after its last retry, so no record stays "active" forever. It is
+// asynq's ErrorHandler hook.
+func (h *Handler) ErrorHandler(st interface {
+	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
+}) asynq.ErrorHandlerFunc {
+	return func(ctx context.Context, t *asynq.Task, err error) {
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxR, _ := asynq.GetMaxRetry(ctx)
+		h.log.Warn("task error", "type", t.Type(), "retried", retried, "max_retry", maxR, "err", err)
+		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
+			return // asynq retries it
+		}
+		var batchID string
+		var items []Item
+		switch t.Type() {
+		case TypeChunk:
+			var p ChunkPayload
+			if json.Unmarshal(t.Payload(), &p) != nil {
+				return
+			}
+			batchID, items = p.BatchID, p.Items
+		default:
+			var p SolvePayload
+			if json.Unmarshal(t.Payload(), &p) != nil {
+				return
+			}
+			batchID, items = p.BatchID, []Item{p.Item}
+		}
+		ts := make([]store.Transition, len(items))
+		for i, it := range items {
+			ts[i] = store.Transition{ID: it.ID, BatchID: batchID, State: store.StateFailed, Code: CodeInternal,
+				Msg: "gave up after repeated infrastructure errors"}
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, ferr := st.Finish(wctx, ts, nil); ferr != nil {
+			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+// Package tasks defines puzzleq's asynq tasks: the stable type strings,
+// the queues, the payloads with their NewXTask constructors, and the
+// handler that runs the solvers. cmd/api and cmd/worker only wire it up.
+package tasks
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+// Task type strings. They are stored in Redis with every queued task, so
+// they never change and are never derived from Go type names.
+const (
+	TypeSliding = "solve:sliding"
+	TypeSweep   = "solve:sweep"
+	TypeFill    = "solve:fill"
+	// TypeChunk carries several cheap items of a batch in one task, so a
+	// 10,000-item batch costs a few hundred queue operations, not 10,000.
+	TypeChunk = "solve:chunk"
+)
+
+// Queue names. Single submissions go to QueueInteractive so they never
+// wait behind a bulk batch. The names contain no '{' or '}', which asynq
+// uses for Redis Cluster hash tags.
+const (
+	QueueInteractive = "interactive"
+	QueueBulk        = "bulk"
+)
+
+// Queues lists every queue a worker must serve.
+var Queues = []string{QueueInteractive, QueueBulk}
+
+// TypeFor returns the single-task type for a kind.
+func TypeFor(k puzzle.Kind) string {
+	switch k {
+	case puzzle.KindSliding:
+		return TypeSliding
+	case puzzle.KindSweep:
+		return TypeSweep
+	default:
+		return TypeFill
+	}
+}
+
+// Cheap reports whether items of kind k are cheap enough to group into
+// chunk tasks: table lookups and linear matches, not searches.
+func Cheap(k puzzle.Kind) bool { return k == puzzle.KindSliding || k == puzzle.KindFill }
+
+// Item is one task record's ID with its request.
+type Item struct {
+	ID      string          `json:"id"`
+	Request json.RawMessage `json:"request"`
+}
+
+// SolvePayload is the payload of the solve:<kind> tasks: one item.
+type SolvePayload struct {
+	BatchID string `json:"batch_id,omitempty"`
+	Item
+}
+
+// ChunkPayload is the payload of solve:chunk: items of one batch, each
+// with its own record and result.
+type ChunkPayload struct {
+	BatchID string `json:"batch_id"`
+	Items   []Item `json:"items"`
+}
+
+// Limits bound the work of one item of each kind. Retrying cannot help a
+// solve that hit one, so hitting it is a final failure.
+type Limits struct {
+	// Deadline per item of each kind.
+	Deadline map[puzzle.Kind]time.Duration
+	// MaxNodes per item of each kind; 0 leaves the solver's default.
+	MaxNodes map[puzzle.Kind]int64
+}
+
+// DefaultLimits returns the limits used when none are configured.
+func DefaultLimits() Limits {
+	return Limits{
+		Deadline: map[puzzle.Kind]time.Duration{
+			puzzle.KindSliding: 10 * time.Second,
+			puzzle.KindSweep:   60 * time.Second,
+			puzzle.KindFill:    10 * time.Second,
+		},
+		MaxNodes: map[puzzle.Kind]int64{},
+	}
+}
+
+func (l Limits) deadline(k puzzle.Kind) time.Duration {
+	if d := l.Deadline[k]; d > 0 {
+		return d
+	}
+	return DefaultLimits().Deadline[k]
+}
+
+// timeoutMargin is added to the per-item deadline for asynq's own task
+// timeout. The handler enforces the item deadline itself, and must win the
+// race: asynq treats its own timeout as retryable, ours is final.
+const timeoutMargin = 30 * time.Second
+
+// maxRetry bounds retries of infrastructure errors (Redis unreachable).
+const maxRetry = 10
+
+// NewSolveTask builds the task for one request. id is both the record ID
+// and asynq's task ID, so operators can find it in asynq's tools.
+func NewSolveTask(id, batchID string, p *puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	b, err := json.Marshal(SolvePayload{BatchID: batchID, Item: Item{ID: id, Request: p.Payload()}})
+	if err != nil {
+		return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
+	}
+	return asynq.NewTask(TypeFor(p.Kind()), b,
+		asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(maxRetry),
+		asynq.Timeout(l.deadline(p.Kind())+timeoutMargin)), nil
+}
+
+// NewChunkTask builds one task for several cheap items of a batch.
+func NewChunkTask(batchID string, ids []string, reqs []*puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	cp := ChunkPayload{BatchID: batchID, Items: make([]Item, len(ids))}
+	var total time.Duration
+	for i, id := range ids {
+		cp.Items[i] = Item{ID: id, Request: reqs[i].Payload()}
+		total += l.deadline(reqs[i].Kind())
+	}
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: encode chunk payload: %w", err)
+	}
+	return asynq.NewTask(TypeChunk, b,
+		asynq.Queue(queue), asynq.MaxRetry(maxRetry), asynq.Timeout(total+timeoutMargin)), nil
+}
