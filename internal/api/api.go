@@ -1,0 +1,241 @@
+// Package api is puzzleq's HTTP API: it validates requests with the same
+// code the solvers use, records them, enqueues asynq tasks, and serves
+// task and batch status with long polls woken by Redis pub/sub.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// Enqueuer puts tasks on the queue; *asynq.Client satisfies it.
+type Enqueuer interface {
+	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
+}
+
+// Store is what the API needs of the record store.
+type Store interface {
+	Ping(ctx context.Context) error
+	CreateTask(ctx context.Context, t store.NewTask) error
+	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
+	DeleteTasks(ctx context.Context, batchID string, ids []string) error
+	Get(ctx context.Context, id string) (*store.Task, error)
+	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
+	GetBatch(ctx context.Context, id string) (*store.Batch, error)
+	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
+	Cancel(ctx context.Context, id, batchID string) (store.State, error)
+	CancelBatch(ctx context.Context, batchID string) (int, error)
+	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
+}
+
+// Waiter lets a long poll sleep until a task or batch event arrives;
+// *store.Hub satisfies it.
+type Waiter interface {
+	Wait(key string) (fired <-chan struct{}, release func())
+}
+
+// Options are the API's limits and tunables.
+type Options struct {
+	// MaxBodyBytes bounds a single-task request body. Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxBatchBodyBytes bounds a batch request body. Default 16 MiB.
+	MaxBatchBodyBytes int64
+	// MaxBatchItems bounds the items of one batch. Default 10,000.
+	MaxBatchItems int
+	// MaxWait bounds ?wait= on GETs. Default 60s.
+	MaxWait time.Duration
+	// ChunkSize is how many cheap items go into one chunk task. Default 64.
+	ChunkSize int
+	// EnqueueParallelism bounds concurrent enqueues of one batch. Default 8.
+	EnqueueParallelism int
+	// MaxConcurrentBatches bounds batch submissions decoded at once, which
+	// bounds the memory that large bodies can take. Default 4.
+	MaxConcurrentBatches int
+	// RequestTimeout bounds every request except the wait of a long poll.
+	// Default 10s.
+	RequestTimeout time.Duration
+	// Limits are the per-kind deadlines and budgets put on tasks.
+	Limits tasks.Limits
+	// Extra routes mounted on the engine (asynqmon, pprof), optional.
+	Mount func(*gin.Engine)
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	if o.MaxBatchBodyBytes <= 0 {
+		o.MaxBatchBodyBytes = 16 << 20
+	}
+	if o.MaxBatchItems <= 0 {
+		o.MaxBatchItems = 10000
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 60 * time.Second
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = 64
+	}
+	if o.EnqueueParallelism <= 0 {
+		o.EnqueueParallelism = 8
+	}
+	if o.MaxConcurrentBatches <= 0 {
+		o.MaxConcurrentBatches = 4
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	if o.Limits.Deadline == nil {
+		o.Limits = tasks.DefaultLimits()
+	}
+}
+
+// Server holds the API's dependencies. Create it with New.
+type Server struct {
+	enq      Enqueuer
+	store    Store
+	waiter   Waiter
+	opts     Options
+	log      *slog.Logger
+	metrics  *metrics
+	batchSem chan struct{}
+	draining atomic.Bool
+	engine   *gin.Engine
+}
+
+// New builds the API and its routes. reg receives the HTTP metrics.
+func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
+	opts.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
+		metrics: newMetrics(reg), batchSem: make(chan struct{}, opts.MaxConcurrentBatches)}
+	s.engine = s.routes()
+	return s
+}
+
+// Handler returns the http.Handler serving the API.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Drain makes /readyz fail, so load balancers stop sending traffic before
+// the listener closes.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Routes lists every route the API serves, as "METHOD /path"; the
+// deployment tests check probe paths against it.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.engine.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+func (s *Server) routes() *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(s.recoverer(), s.observe())
+	e.NoRoute(func(c *gin.Context) { fail(c, newError(http.StatusNotFound, CodeNotFound, "", "no such route")) })
+	e.NoMethod(func(c *gin.Context) {
+		fail(c, newError(http.StatusMethodNotAllowed, "method_not_allowed", "", "method not allowed"))
+	})
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.yaml", s.openapi)
+
+	v1 := e.Group("/v1", s.timeout())
+	v1.POST("/tasks", s.createTask)
+	v1.GET("/tasks/:id", s.getTask)
+	v1.DELETE("/tasks/:id", s.cancelTask)
+	v1.POST("/batches", s.createBatch)
+	v1.GET("/batches/:id", s.getBatch)
+	v1.DELETE("/batches/:id", s.cancelBatch)
+	v1.GET("/batches/:id/output", s.batchOutput)
+	if s.opts.Mount != nil {
+		s.opts.Mount(e)
+	}
+	return e
+}
+
+func (s *Server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+
+func (s *Server) readyz(c *gin.Context) {
+	if s.draining.Load() {
+		c.JSON(http.StatusServiceUnavailable, errorBody{Error{Code: CodeUnavailable, Message: "shutting down"}})
+		return
+	}
+	ctx, cancel := context.WithTimeout(c, 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		c.JSON(http.StatusServiceUnavailable, errorBody{Error{Code: CodeUnavailable, Message: "redis is not answering"}})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
+
+// newID returns 128 random bits in hex: IDs must not be guessable.
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// validID rejects path IDs that could not have come from newID, before
+// they reach Redis.
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// parseWait reads ?wait= as a Go duration ("30s") or whole seconds ("30").
+func (s *Server) parseWait(c *gin.Context) (time.Duration, error) {
+	v := c.Query("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait must be a duration such as 30s, got %q", truncate(v, 20))
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait must not be negative")
+	}
+	if d > s.opts.MaxWait {
+		return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait is at most %s", s.opts.MaxWait)
+	}
+	return d, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
