@@ -1,0 +1,212 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/store"
+)
+
+// API is a running cmd/api. Without REDIS_URL it is the whole system in
+// one process: an in-memory Redis and an embedded worker.
+type API struct {
+	cfg       APIConfig
+	log       *slog.Logger
+	rdb       redis.UniversalClient
+	client    *asynq.Client
+	store     *store.Store
+	hub       *store.Hub
+	server    *api.Server
+	reg       *prometheus.Registry
+	ln        net.Listener
+	metricsLn net.Listener
+	httpSrv   *http.Server
+	metricSrv *http.Server
+
+	embedded *embedded // nil when REDIS_URL is set
+}
+
+type embedded struct {
+	mr     *miniredis.Miniredis
+	worker *Worker
+	stop   chan struct{}
+}
+
+// NewAPI connects (or, embedded, starts) Redis, builds the routes and binds
+// the listeners. Run serves.
+func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
+	a := &API{cfg: cfg, log: log, reg: prometheus.NewRegistry(), hub: store.NewHub()}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	var opt asynq.RedisConnOpt
+	if cfg.RedisURL == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, fmt.Errorf("start the embedded redis: %w", err)
+		}
+		a.embedded = &embedded{mr: mr, stop: make(chan struct{})}
+		opt = asynq.RedisClientOpt{Addr: mr.Addr(), DialTimeout: redisDialTimeout,
+			ReadTimeout: redisIOTimeout, WriteTimeout: redisIOTimeout}
+		a.rdb = opt.MakeRedisClient().(redis.UniversalClient)
+		log.Warn("REDIS_URL is not set: running embedded, with an in-memory Redis and an in-process worker. " +
+			"Data lives only in this process's memory and is lost when it exits. Set REDIS_URL for production.")
+	} else {
+		if opt, a.rdb, err = redisConn(cfg.RedisURL); err != nil {
+			return nil, err
+		}
+	}
+	a.client = asynq.NewClientFromRedisClient(a.rdb)
+	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		queueCollector(a.rdb))
+
+	if a.embedded != nil {
+		wcfg := WorkerConfig{Common: cfg.Common, WorkerSettings: cfg.WorkerSettings, ShutdownTimeout: cfg.ShutdownTimeout}
+		// The embedded worker shares the API's registry so one /metrics
+		// covers the whole process.
+		if a.embedded.worker, err = newWorker(wcfg, log.With("component", "worker"), opt, a.rdb, a.reg); err != nil {
+			return nil, err
+		}
+	}
+
+	a.server = api.New(a.client, a.store, a.hub, a.reg, log, api.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBodyBytes: cfg.MaxBatchBodyBytes, MaxBatchItems: cfg.MaxBatchItems,
+		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
+		Mount: a.mount,
+	})
+	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	a.httpSrv = &http.Server{Handler: a.server.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	if cfg.MetricsAddr != "" {
+		if a.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("METRICS_ADDR: listen on %s: %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.metricsHandler())
+		a.metricSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	return a, nil
+}
+
+func (a *API) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
+}
+
+// mount adds the routes that are not part of the v1 API.
+func (a *API) mount(e *gin.Engine) {
+	if a.cfg.MetricsAddr == "" {
+		e.GET("/metrics", gin.WrapH(a.metricsHandler()))
+	}
+}
+
+// Addr is the API's listen address.
+func (a *API) Addr() string { return a.ln.Addr().String() }
+
+// Embedded reports whether the API runs its own Redis and worker.
+func (a *API) Embedded() bool { return a.embedded != nil }
+
+// Routes lists the API's routes, "METHOD /path".
+func (a *API) Routes() []string { return a.server.Routes() }
+
+// Run serves until ctx ends, then fails readiness, drains in-flight
+// requests within ShutdownTimeout, and stops the embedded worker.
+func (a *API) Run(ctx context.Context) error {
+	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopListen()
+	go a.store.ListenEvents(lctx, a.hub)
+
+	var wg sync.WaitGroup
+	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorker()
+	if a.embedded != nil {
+		wg.Add(2)
+		go func() { defer wg.Done(); a.embedded.worker.Run(wctx) }()
+		go func() { defer wg.Done(); a.advanceClock(wctx) }()
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- a.httpSrv.Serve(a.ln) }()
+	if a.metricSrv != nil {
+		go func() { errc <- a.metricSrv.Serve(a.metricsLn) }()
+	}
+	a.log.Info("api listening", "http_addr", a.Addr(), "embedded", a.embedded != nil)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = fmt.Errorf("api: serve: %w", err)
+		}
+	}
+	a.log.Info("api shutting down", "shutdown_timeout", a.cfg.ShutdownTimeout.String())
+	a.server.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := a.httpSrv.Shutdown(sctx); err != nil {
+		a.log.Warn("api: requests still running at shutdown timeout", "err", err)
+	}
+	if a.metricSrv != nil {
+		a.metricSrv.Shutdown(sctx)
+	}
+	stopWorker()
+	wg.Wait()
+	a.log.Info("api stopped")
+	return runErr
+}
+
+// advanceClock moves miniredis's clock with the wall clock: miniredis
+// only expires keys when told time has passed, and records must expire.
+func (a *API) advanceClock(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			a.embedded.mr.FastForward(now.Sub(last))
+			last = now
+		}
+	}
+}
+
+// Close releases connections and, embedded, the in-memory Redis.
+func (a *API) Close() error {
+	if a.ln != nil {
+		a.ln.Close()
+	}
+	if a.metricsLn != nil {
+		a.metricsLn.Close()
+	}
+	if a.client != nil {
+		a.client.Close()
+	}
+	if a.rdb != nil {
+		a.rdb.Close()
+	}
+	if a.embedded != nil {
+		a.embedded.mr.Close()
+	}
+	return nil
+}

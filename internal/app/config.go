@@ -1,0 +1,312 @@
+// Package app assembles puzzleq's processes: it loads each binary's
+// Config, connects Redis, and runs the API or the worker until its context
+// ends, then shuts down gracefully. cmd/api and cmd/worker call it, and
+// so do the tests, which is why it is a package and not main.
+package app
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/internal/config"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// Common holds the settings both binaries share.
+type Common struct {
+	// RedisURL is redis://[user:pass@]host:port/db or rediss:// for TLS.
+	// Default "": the API then runs embedded (in-memory Redis and an
+	// in-process worker); the worker requires it.
+	RedisURL string
+	// KeyPrefix prefixes puzzleq's own Redis keys. Default "pq:".
+	KeyPrefix string
+	// TaskTTL is how long task and batch records are kept. Default 24h.
+	TaskTTL time.Duration
+	// ResultTTL is how long cached results are kept. Default 24h.
+	ResultTTL time.Duration
+	// SlidingDeadline bounds one sliding solve. Default 10s.
+	SlidingDeadline time.Duration
+	// SweepDeadline bounds one sweep solve. Default 60s.
+	SweepDeadline time.Duration
+	// FillDeadline bounds one fill solve. Default 10s.
+	FillDeadline time.Duration
+	// SweepMaxNodes caps the sweep search's nodes; 0 keeps the solver's
+	// default. Requests may lower it, never raise it. Default 0.
+	SweepMaxNodes int64
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string
+	// LogFormat is json or text. Default json.
+	LogFormat string
+}
+
+func (c *Common) bind(s *config.Set) {
+	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis:// or rediss://)")
+	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
+	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
+	s.Duration(&c.ResultTTL, "RESULT_TTL", "24h", "how long cached results are kept")
+	s.Duration(&c.SlidingDeadline, "SLIDING_DEADLINE", "10s", "deadline of one sliding solve")
+	s.Duration(&c.SweepDeadline, "SWEEP_DEADLINE", "60s", "deadline of one sweep solve")
+	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
+	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
+	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
+	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
+}
+
+func (c *Common) validate() error {
+	if c.RedisURL != "" {
+		if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
+			return fmt.Errorf("REDIS_URL: %v", err)
+		}
+	}
+	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
+		return fmt.Errorf("KEY_PREFIX: must be non-empty without braces or spaces, got %q", c.KeyPrefix)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"TASK_TTL", c.TaskTTL}, {"RESULT_TTL", c.ResultTTL}, {"SLIDING_DEADLINE", c.SlidingDeadline},
+		{"SWEEP_DEADLINE", c.SweepDeadline}, {"FILL_DEADLINE", c.FillDeadline}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
+		}
+	}
+	if c.SweepMaxNodes < 0 {
+		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("LOG_LEVEL: %v", err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	}
+	return nil
+}
+
+// Limits returns the per-kind limits put on tasks.
+func (c *Common) Limits() tasks.Limits {
+	return tasks.Limits{
+		Deadline: map[puzzle.Kind]time.Duration{
+			puzzle.KindSliding: c.SlidingDeadline, puzzle.KindSweep: c.SweepDeadline, puzzle.KindFill: c.FillDeadline,
+		},
+		MaxNodes: map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes},
+	}
+}
+
+// Logger builds the process logger to the settings.
+func (c *Common) Logger(w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+// WorkerSettings are the settings of a worker, also used by the API's
+// embedded worker.
+type WorkerSettings struct {
+	// Concurrency is how many tasks run at once. Default 0: GOMAXPROCS.
+	Concurrency int
+	// TaskCheckInterval is how often an idle worker polls for tasks.
+	// Asynq's 1s default makes an idle worker take ~500ms to notice a
+	// task; 20ms costs each idle worker slot ~33 cheap Redis calls a
+	// second. Default 20ms.
+	TaskCheckInterval time.Duration
+	// QueueWeights are asynq's queue priorities. Default
+	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
+	QueueWeights string
+}
+
+func (w *WorkerSettings) bind(s *config.Set) {
+	s.Int(&w.Concurrency, "WORKER_CONCURRENCY", "0", "tasks run at once (0: GOMAXPROCS)")
+	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
+	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
+}
+
+func (w *WorkerSettings) validate() error {
+	if w.Concurrency < 0 {
+		return fmt.Errorf("WORKER_CONCURRENCY: must not be negative, got %d", w.Concurrency)
+	}
+	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
+		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)
+	}
+	qw, err := config.ParseWeights(w.QueueWeights)
+	if err != nil {
+		return fmt.Errorf("QUEUE_WEIGHTS: %v", err)
+	}
+	for _, q := range tasks.Queues {
+		if qw[q] == 0 {
+			return fmt.Errorf("QUEUE_WEIGHTS: queue %q needs a weight", q)
+		}
+	}
+	for q := range qw {
+		if strings.ContainsAny(q, "{}") {
+			return fmt.Errorf("QUEUE_WEIGHTS: queue name %q must not contain braces", q)
+		}
+	}
+	return nil
+}
+
+func (w *WorkerSettings) concurrency() int {
+	if w.Concurrency > 0 {
+		return w.Concurrency
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+func (w *WorkerSettings) weights() map[string]int {
+	qw, _ := config.ParseWeights(w.QueueWeights)
+	return qw
+}
+
+// WorkerConfig configures cmd/worker.
+type WorkerConfig struct {
+	Common
+	WorkerSettings
+	// HTTPAddr is where /healthz, /readyz and /metrics are served.
+	// Default ":8081", so a worker can share a host with the API.
+	HTTPAddr string
+	// ShutdownTimeout is how long running tasks may finish after SIGTERM
+	// before they are requeued. Keep it below the pod's
+	// terminationGracePeriodSeconds. Default 25s.
+	ShutdownTimeout time.Duration
+}
+
+func (c *WorkerConfig) set() *config.Set {
+	s := &config.Set{}
+	c.Common.bind(s)
+	c.WorkerSettings.bind(s)
+	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8081", "address of the health and metrics server")
+	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "25s", "time running tasks get to finish on shutdown")
+	return s
+}
+
+// WorkerEnv lists every environment variable the worker reads.
+func WorkerEnv() []string { var c WorkerConfig; return c.set().EnvNames() }
+
+// LoadWorkerConfig reads the worker's settings from getenv and args.
+func LoadWorkerConfig(args []string, getenv func(string) string, usage io.Writer) (WorkerConfig, error) {
+	var c WorkerConfig
+	if err := c.set().Load("worker", args, getenv, usage); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func (c *WorkerConfig) validate() error {
+	if c.RedisURL == "" {
+		return fmt.Errorf("REDIS_URL: required for the worker")
+	}
+	if err := c.Common.validate(); err != nil {
+		return err
+	}
+	if err := c.WorkerSettings.validate(); err != nil {
+		return err
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("SHUTDOWN_TIMEOUT: must be positive, got %s", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// APIConfig configures cmd/api.
+type APIConfig struct {
+	Common
+	// WorkerSettings apply to the embedded worker only (no REDIS_URL).
+	WorkerSettings
+	// HTTPAddr is the API's listen address. Default ":8080".
+	HTTPAddr string
+	// MetricsAddr, when set, serves /metrics on its own listener instead
+	// of HTTPAddr, so it need not be public. Default "".
+	MetricsAddr string
+	// MaxBodyBytes bounds a single-task body. Default 1Mi.
+	MaxBodyBytes int64
+	// MaxBatchBodyBytes bounds a batch body. Default 16Mi.
+	MaxBatchBodyBytes int64
+	// MaxBatchItems bounds the tasks of one batch. Default 10000.
+	MaxBatchItems int
+	// MaxWait bounds ?wait= of long polls. Default 60s.
+	MaxWait time.Duration
+	// ChunkSize is how many cheap batch items share one queued task.
+	// Default 64.
+	ChunkSize int
+	// RequestTimeout bounds a request, not counting a long poll's wait.
+	// Default 10s.
+	RequestTimeout time.Duration
+	// ShutdownTimeout is how long in-flight requests get to finish after
+	// SIGTERM. Default 15s.
+	ShutdownTimeout time.Duration
+}
+
+func (c *APIConfig) set() *config.Set {
+	s := &config.Set{}
+	c.Common.bind(s)
+	c.WorkerSettings.bind(s)
+	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
+	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "separate listen address for /metrics (default: on HTTP_ADDR)")
+	s.Int64(&c.MaxBodyBytes, "MAX_BODY_BYTES", "1Mi", "largest single-task request body")
+	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "16Mi", "largest batch request body")
+	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "10000", "most tasks in one batch")
+	s.Duration(&c.MaxWait, "MAX_WAIT", "60s", "longest ?wait= of a long poll")
+	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
+	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
+	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown")
+	return s
+}
+
+// APIEnv lists every environment variable the API reads.
+func APIEnv() []string { var c APIConfig; return c.set().EnvNames() }
+
+// LoadAPIConfig reads the API's settings from getenv and args.
+func LoadAPIConfig(args []string, getenv func(string) string, usage io.Writer) (APIConfig, error) {
+	var c APIConfig
+	if err := c.set().Load("api", args, getenv, usage); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func (c *APIConfig) validate() error {
+	if err := c.Common.validate(); err != nil {
+		return err
+	}
+	if err := c.WorkerSettings.validate(); err != nil {
+		return err
+	}
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"MAX_BODY_BYTES", c.MaxBodyBytes}, {"MAX_BATCH_BODY_BYTES", c.MaxBatchBodyBytes},
+		{"MAX_BATCH_ITEMS", int64(c.MaxBatchItems)}, {"CHUNK_SIZE", int64(c.ChunkSize)}} {
+		if v.n <= 0 {
+			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
+		}
+	}
+	if c.MaxWait <= 0 || c.MaxWait > 10*time.Minute {
+		return fmt.Errorf("MAX_WAIT: must be between 1ns and 10m, got %s", c.MaxWait)
+	}
+	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("REQUEST_TIMEOUT and SHUTDOWN_TIMEOUT: must be positive")
+	}
+	if c.HTTPAddr == "" {
+		return fmt.Errorf("HTTP_ADDR: required")
+	}
+	return nil
+}
+
+// Getenv is os.Getenv, named for the callers that pass it.
+var Getenv = os.Getenv

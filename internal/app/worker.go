@@ -1,0 +1,199 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynq/x/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// Worker is a running cmd/worker: an asynq server with puzzleq's handler,
+// a listener for cancellations, and a health and metrics server.
+type Worker struct {
+	cfg      WorkerConfig
+	log      *slog.Logger
+	rdb      redis.UniversalClient
+	store    *store.Store
+	srv      *asynq.Server
+	mux      *asynq.ServeMux
+	cancels  *tasks.Cancels
+	reg      *prometheus.Registry
+	ln       net.Listener // nil when embedded in the API
+	httpSrv  *http.Server
+	ready    atomic.Bool
+	ownsConn bool
+}
+
+// NewWorker connects to Redis and binds the health listener. Run starts
+// processing.
+func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
+	opt, rdb, err := redisConn(cfg.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorker(cfg, log, opt, rdb, prometheus.NewRegistry())
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	w.ownsConn = true
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		w.ln = ln
+		w.httpSrv = &http.Server{Handler: w.opsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	return w, nil
+}
+
+func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry) (*Worker, error) {
+	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: tasks.NewCancels()}
+	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	m := tasks.NewMetrics(reg)
+	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
+	w.mux = asynq.NewServeMux()
+	h.Register(w.mux)
+	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:       cfg.concurrency(),
+		Queues:            cfg.weights(),
+		TaskCheckInterval: cfg.TaskCheckInterval,
+		ShutdownTimeout:   cfg.ShutdownTimeout,
+		ErrorHandler:      h.ErrorHandler(w.store),
+		RetryDelayFunc:    retryDelay,
+		Logger:            asynqLogger{log.With("component", "asynq")},
+		HealthCheckFunc: func(err error) {
+			if err != nil {
+				log.Warn("redis health check failed", "err", err)
+			}
+		},
+	})
+	return w, nil
+}
+
+// retryDelay retries a task whose worker died (lease expired) at once:
+// nothing was wrong with the task. Other errors back off as asynq does.
+func retryDelay(n int, err error, t *asynq.Task) time.Duration {
+	if errors.Is(err, asynq.ErrLeaseExpired) {
+		return 0
+	}
+	return asynq.DefaultRetryDelayFunc(n, err, t)
+}
+
+// Addr is the health server's address ("" when embedded).
+func (w *Worker) Addr() string {
+	if w.ln == nil {
+		return ""
+	}
+	return w.ln.Addr().String()
+}
+
+// Registry is the worker's metrics registry.
+func (w *Worker) Registry() *prometheus.Registry { return w.reg }
+
+// Cancels returns the registry of running solves, for tests.
+func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
+
+func (w *Worker) opsHandler() http.Handler {
+	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), queueCollector(w.rdb))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if !w.ready.Load() {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			rw.Write([]byte(`{"error":{"code":"unavailable","message":"not processing"}}`))
+			return
+		}
+		if err := w.rdb.Ping(ctx).Err(); err != nil {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			rw.Write([]byte(`{"error":{"code":"unavailable","message":"redis is not answering"}}`))
+			return
+		}
+		rw.Write([]byte(`{"status":"ready"}`))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Run processes tasks until ctx ends, then stops fetching, lets running
+// tasks finish within ShutdownTimeout (asynq requeues the rest) and
+// returns.
+func (w *Worker) Run(ctx context.Context) error {
+	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopListen()
+	go w.store.ListenCancels(lctx, w.cancels.Cancel)
+
+	if err := w.srv.Start(w.mux); err != nil {
+		return fmt.Errorf("worker: start asynq server: %w", err)
+	}
+	w.ready.Store(true)
+	httpErr := make(chan error, 1)
+	if w.httpSrv != nil {
+		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
+	}
+	w.log.Info("worker started", "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
+		"task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
+
+	select {
+	case <-ctx.Done():
+	case err := <-httpErr:
+		w.log.Error("health server stopped", "err", err)
+	}
+	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
+	w.ready.Store(false)
+	w.srv.Shutdown() // stops fetching, waits up to ShutdownTimeout, requeues the rest
+	if w.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		w.httpSrv.Shutdown(sctx)
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// Close releases the Redis connection.
+func (w *Worker) Close() error {
+	if w.ln != nil {
+		w.ln.Close()
+	}
+	if w.ownsConn {
+		return w.rdb.Close()
+	}
+	return nil
+}
+
+// queueCollector reports asynq's queue sizes; both binaries expose it.
+func queueCollector(rdb redis.UniversalClient) prometheus.Collector {
+	return metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))
+}
+
+// asynqLogger routes asynq's logs through slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }
