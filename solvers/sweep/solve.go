@@ -10,12 +10,13 @@ import (
 
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0.
 //
-// A node costs well under a microsecond on one core (a few dozen word
-// operations for the bounds plus a bitset flood fill), so 100 million
-// nodes stay around a minute even on a slow shared core, while the
-// hardest board in testdata/corpus needs only a few hundred thousand:
-// the margin is over two orders of magnitude.
-const DefaultMaxNodes = 100_000_000
+// A node costs about 1µs on a 30x30 board (bound computation plus a
+// run-by-run flood fill; up to 2µs on a busy shared core), so 30 million
+// nodes cap a request at roughly half a minute to a minute. The hardest
+// board in testdata/corpus needs about 33 thousand nodes and 30x30
+// boards built the same way need well under 100 thousand, so the margin
+// is over two orders of magnitude.
+const DefaultMaxNodes = 30_000_000
 
 // pollEvery is how many nodes pass between two looks at ctx. A node
 // costs at most a few microseconds, so cancellation is seen within a few
