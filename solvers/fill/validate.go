@@ -67,20 +67,31 @@ func gridShape(name string, g [][]int) (rows, cols int, err error) {
 }
 
 // gridValues checks that every value is 0 or 1 and, when dst is non-nil,
-// writes 1 into the padded buffer where the value equals want.
+// writes 1 into the padded buffer where the value equals want. The hot
+// loop only ORs the values together (no branch per value); a bad row is
+// searched again for the message.
 func gridValues(name string, g [][]int, dst []uint8, wp int, want int) error {
+	flip := 1 ^ want // v ^ flip is 1 exactly when v == want, for v in {0, 1}
 	for i, row := range g {
-		var out []uint8
+		var acc uint
 		if dst != nil {
-			out = dst[(i+1)*wp+1 : (i+1)*wp+1+len(row)]
+			out := dst[(i+1)*wp+1:]
+			out = out[:len(row)]
+			for j, v := range row {
+				acc |= uint(v)
+				out[j] = uint8(v ^ flip)
+			}
+		} else {
+			for _, v := range row {
+				acc |= uint(v)
+			}
+		}
+		if acc <= 1 {
+			continue
 		}
 		for j, v := range row {
 			if uint(v) > 1 {
 				return solvers.Invalid(fieldCell(name, i, j), "%s row %d, column %d: value %d is not 0 or 1", name, i+1, j+1, v)
-			}
-			if out != nil {
-				// 1 when v == want, computed without a branch.
-				out[j] = uint8(1 ^ (v ^ want))
 			}
 		}
 	}
