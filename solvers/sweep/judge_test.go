@@ -222,6 +222,14 @@ func TestBudget(t *testing.T) {
 	if !errors.Is(err, solvers.ErrBudgetExceeded) {
 		t.Fatalf("got %v", err)
 	}
+	// The budget is exact, not rounded to the polling interval: the open
+	// 4x4 board needs 44 nodes.
+	if _, err := Solve(context.Background(), openBoard(4), Options{MaxNodes: 43}); !errors.Is(err, solvers.ErrBudgetExceeded) {
+		t.Fatalf("43 nodes: got %v", err)
+	}
+	if r, err := Solve(context.Background(), openBoard(4), Options{MaxNodes: 44}); err != nil || r.Moves != 7 {
+		t.Fatalf("44 nodes: got %+v, %v", r, err)
+	}
 	// A generous budget on an easy board still answers.
 	r, err := Solve(context.Background(), Puzzle{Board: []string{"...."}}, Options{MaxNodes: 5000})
 	if err != nil || r.Moves != 1 {

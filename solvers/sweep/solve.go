@@ -110,7 +110,7 @@ func newSearcher(ctx context.Context, p Puzzle, opts Options, t tuning) *searche
 	if s.maxNodes <= 0 {
 		s.maxNodes = DefaultMaxNodes
 	}
-	s.nextPoll = pollEvery
+	s.nextPoll = min(pollEvery, s.maxNodes+1)
 	for r, row := range p.Board {
 		for c := 0; c < len(row); c++ {
 			if row[c] == '.' {
@@ -233,20 +233,27 @@ func (s *searcher) tryStart(cell int) {
 	s.dfs(r+1, c, 0)
 }
 
+// poll enforces the node budget exactly and looks at ctx every pollEvery
+// nodes; it reports false, with s.err set, when the search must stop.
+func (s *searcher) poll() bool {
+	if s.nodes > s.maxNodes {
+		s.err = fmt.Errorf("sweep: %w (limit %d nodes)", solvers.ErrBudgetExceeded, s.maxNodes)
+		return false
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.err = fmt.Errorf("sweep: search stopped after %d nodes: %w", s.nodes, err)
+		return false
+	}
+	s.nextPoll = min(s.nodes+pollEvery, s.maxNodes+1)
+	return true
+}
+
 // dfs explores every game continuing from the ball at row index ri (row
 // ri-1) and column c after moves rolls.
 func (s *searcher) dfs(ri, c, moves int) {
 	s.nodes++
-	if s.nodes >= s.nextPoll {
-		if s.nodes > s.maxNodes {
-			s.err = fmt.Errorf("sweep: %w (limit %d nodes)", solvers.ErrBudgetExceeded, s.maxNodes)
-			return
-		}
-		if err := s.ctx.Err(); err != nil {
-			s.err = fmt.Errorf("sweep: search stopped after %d nodes: %w", s.nodes, err)
-			return
-		}
-		s.nextPoll = s.nodes + pollEvery
+	if s.nodes >= s.nextPoll && !s.poll() {
+		return
 	}
 	if s.left == 0 {
 		// Every cell is visited, so the ball is stuck: a complete game.
