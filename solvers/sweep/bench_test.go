@@ -18,6 +18,7 @@ var ablations = []struct {
 	{"no-bound", tuning{noBound: true}},
 	{"no-symmetry", tuning{noSymmetry: true}},
 	{"no-ordering", tuning{noOrdering: true}},
+	{"always-flood", tuning{alwaysFlood: true}},
 }
 
 // ablationBudget keeps an ablation from running for hours: a board over

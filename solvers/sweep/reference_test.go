@@ -243,7 +243,7 @@ func TestMatchesReferenceOnTraps(t *testing.T) {
 // preserve the optimum on its own.
 func TestMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewSource(9944))
-	tunings := []tuning{{}, {noConnectivity: true}, {noDeadEnds: true}, {noBound: true}, {noSymmetry: true}, {noOrdering: true}}
+	tunings := []tuning{{}, {noConnectivity: true}, {noDeadEnds: true}, {noBound: true}, {noSymmetry: true}, {noOrdering: true}, {alwaysFlood: true}}
 	count := 2400
 	if testing.Short() {
 		count = 300
@@ -261,5 +261,27 @@ func TestMatchesReference(t *testing.T) {
 		density := []float64{0, 0.05, 0.1, 0.2, 0.3, 0.5}[rng.Intn(6)]
 		board := randomBoard(rng, n, m, density)
 		checkAgainstReference(t, board, tunings[k%len(tunings)])
+	}
+}
+
+// TestFloodSkipLosesNothing checks the claim behind skipping the flood
+// fill: if a skipped roll could have split the free cells, the full
+// flood would prune there and search fewer nodes. Equal node counts on
+// every board mean the skip never hid a split.
+func TestFloodSkipLosesNothing(t *testing.T) {
+	rng := rand.New(rand.NewSource(99))
+	var boards [][]string
+	for k := 0; k < 300; k++ {
+		boards = append(boards, randomBoard(rng, 1+rng.Intn(8), 1+rng.Intn(8), 0.3*rng.Float64()))
+	}
+	for _, cb := range loadCorpus(t) {
+		boards = append(boards, cb.board)
+	}
+	for _, b := range boards {
+		_, n1, err1 := solveCount(context.Background(), Puzzle{Board: b}, Options{}, tuning{})
+		_, n2, err2 := solveCount(context.Background(), Puzzle{Board: b}, Options{}, tuning{alwaysFlood: true})
+		if err1 != nil || err2 != nil || n1 != n2 {
+			t.Fatalf("board %q: %d nodes skipping floods, %d always flooding (%v, %v)", b, n1, n2, err1, err2)
+		}
 	}
 }

@@ -32,6 +32,7 @@ type tuning struct {
 	noBound        bool // skip branch and bound (search every completion)
 	noSymmetry     bool // try every start cell, even symmetric ones
 	noOrdering     bool // try start cells in row-major order
+	alwaysFlood    bool // run the flood fill even after rolls that cannot split the region
 }
 
 // Solve returns the fewest rolls that visit every empty cell of p, the
@@ -230,7 +231,7 @@ func (s *searcher) tryStart(cell int) {
 	s.left = s.empty - 1
 	s.path = s.path[:0]
 	s.start = cell
-	s.dfs(r+1, c, 0)
+	s.dfs(r+1, c, 0, true)
 }
 
 // poll enforces the node budget exactly and looks at ctx every pollEvery
@@ -249,8 +250,10 @@ func (s *searcher) poll() bool {
 }
 
 // dfs explores every game continuing from the ball at row index ri (row
-// ri-1) and column c after moves rolls.
-func (s *searcher) dfs(ri, c, moves int) {
+// ri-1) and column c after moves rolls. flood is false when the last
+// roll provably kept the free cells connected, so the flood fill can be
+// skipped.
+func (s *searcher) dfs(ri, c, moves int, flood bool) {
 	s.nodes++
 	if s.nodes >= s.nextPoll && !s.poll() {
 		return
@@ -264,7 +267,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 		}
 		return
 	}
-	if !s.hopeful(ri, c, moves) {
+	if !s.hopeful(ri, c, moves, flood || s.t.alwaysFlood) {
 		return
 	}
 	bit := uint64(1) << c
@@ -278,7 +281,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 		r++
 		s.left -= ri - r
 		s.path = append(s.path, 'U')
-		s.dfs(r, c, moves+1)
+		s.dfs(r, c, moves+1, !s.colKeepsConnected(r, ri-1, c))
 		s.path = s.path[:len(s.path)-1]
 		s.left += ri - r
 		for k := r; k < ri; k++ {
@@ -298,7 +301,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 		r--
 		s.left -= r - ri
 		s.path = append(s.path, 'D')
-		s.dfs(r, c, moves+1)
+		s.dfs(r, c, moves+1, !s.colKeepsConnected(ri+1, r, c))
 		s.path = s.path[:len(s.path)-1]
 		s.left += r - ri
 		for k := ri + 1; k <= r; k++ {
@@ -322,7 +325,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 		s.free[ri] &^= mask
 		s.left -= c - lo
 		s.path = append(s.path, 'L')
-		s.dfs(ri, lo, moves+1)
+		s.dfs(ri, lo, moves+1, !s.rowKeepsConnected(ri, mask))
 		s.path = s.path[:len(s.path)-1]
 		s.left += c - lo
 		s.free[ri] |= mask
@@ -339,7 +342,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 		s.free[ri] &^= mask
 		s.left -= hi - 1 - c
 		s.path = append(s.path, 'R')
-		s.dfs(ri, hi-1, moves+1)
+		s.dfs(ri, hi-1, moves+1, !s.rowKeepsConnected(ri, mask))
 		s.path = s.path[:len(s.path)-1]
 		s.left += hi - 1 - c
 		s.free[ri] |= mask
@@ -363,7 +366,7 @@ func (s *searcher) dfs(ri, c, moves int) {
 //     cannot roll straight through it, so some roll ends there. Rolls end
 //     on distinct cells, so the game needs at least as many more rolls as
 //     there are such cells, and at least one.
-func (s *searcher) hopeful(ri, c, moves int) bool {
+func (s *searcher) hopeful(ri, c, moves int, flood bool) bool {
 	ball := uint64(1) << c
 	s.free[ri] |= ball
 	stops, deadEnds := 0, 0
@@ -394,10 +397,49 @@ func (s *searcher) hopeful(ri, c, moves int) bool {
 			return false
 		}
 	}
-	if !s.t.noConnectivity && !s.connected(ri, c) {
+	if flood && !s.t.noConnectivity && !s.connected(ri, c) {
 		return false
 	}
 	return true
+}
+
+// Skipping the flood fill. Every expanded node has its free cells
+// connected (the root is flooded, and a child is flooded unless the test
+// below shows the roll kept them connected). A roll removes a straight
+// segment S from the free set F. The cells of F\S next to S lie only
+// beside it: the cell past its far end stopped the roll, and the cell
+// before its near end is where the ball was. If those side cells all lie
+// in one run of one neighbouring row (or column), any path in F through S
+// can be rerouted along that run, so F\S stays connected and flooding it
+// would find nothing. Otherwise the flood decides.
+
+// rowKeepsConnected applies that test to a horizontal segment mask in
+// row index ri, after the roll.
+func (s *searcher) rowKeepsConnected(ri int, mask uint64) bool {
+	up, down := s.free[ri-1]&mask, s.free[ri+1]&mask
+	return up == 0 && oneRun(down) || down == 0 && oneRun(up)
+}
+
+// colKeepsConnected applies it to a vertical segment in column c, row
+// indices lo..hi, gathering each side column into a word.
+func (s *searcher) colKeepsConnected(lo, hi, c int) bool {
+	var l, r uint64
+	for k := lo; k <= hi; k++ {
+		if c > 0 {
+			l |= (s.free[k] >> (c - 1) & 1) << k
+		}
+		r |= (s.free[k] >> (c + 1) & 1) << k
+	}
+	return l == 0 && oneRun(r) || r == 0 && oneRun(l)
+}
+
+// oneRun reports whether the set bits of x are contiguous (or none).
+func oneRun(x uint64) bool {
+	if x == 0 {
+		return true
+	}
+	y := x >> bits.TrailingZeros64(x)
+	return y&(y+1) == 0
 }
 
 // connected reports whether the free cells form one region touching the
