@@ -188,6 +188,8 @@ func TestParse(t *testing.T) {
 		{"grid not array", `{"game_board": {}, "table": [[1,0]]}`, solvers.CodeInvalidPuzzle, "game_board", `game_board is not an array of rows`, 1},
 		{"not object", `[1]`, solvers.CodeInvalidPuzzle, "", `the puzzle: JSON array at byte offset 1 cannot be the puzzle object`, 1},
 		{"value 2", `{"game_board": [[1,0]], "table": [[1,2]]}`, solvers.CodeInvalidPuzzle, "table[0][1]", `table row 1, column 2: value 2 is not 0 or 1`, 0},
+		{"null value", `{"game_board": [[1,0]], "table": [[1, null]]}`, solvers.CodeInvalidPuzzle, "table[0][1]", `table row 1, column 2: value null is not 0 or 1`, 0},
+		{"null row", `{"game_board": [[1,0], null], "table": [[1,0],[0,1]]}`, solvers.CodeInvalidPuzzle, "game_board[1]", `game_board row 2 has 0 columns, expected 2`, 0},
 		{"missing table", `{"game_board": [[1,0]]}`, solvers.CodeInvalidPuzzle, "table", `table is empty`, 0},
 		{"dims", `{"game_board": [[1,0]], "table": [[1]]}`, solvers.CodeInvalidPuzzle, "table", `game_board is 1x2 but table is 1x1`, 0},
 	} {

@@ -45,10 +45,50 @@ func ParseP84021(r io.Reader) (Puzzle, error) {
 		e.Line = lineAt(data, at)
 		return Puzzle{}, e
 	}
+	// encoding/json decodes null as 0, which would silently turn a null
+	// cell into a hole or an empty table cell. Only inputs that contain
+	// the word pay for the check.
+	if bytes.Contains(data, []byte("null")) {
+		if e := findNull(data); e != nil {
+			return Puzzle{}, e
+		}
+	}
 	if err := Validate(p); err != nil {
 		return Puzzle{}, err
 	}
 	return p, nil
+}
+
+// findNull reports the first null cell value, if any.
+func findNull(data []byte) *solvers.InputError {
+	var raw struct {
+		GameBoard json.RawMessage `json:"game_board"`
+		Table     json.RawMessage `json:"table"`
+	}
+	if json.Unmarshal(data, &raw) != nil {
+		return nil
+	}
+	for _, g := range []struct {
+		name string
+		data json.RawMessage
+	}{{"game_board", raw.GameBoard}, {"table", raw.Table}} {
+		var rows []json.RawMessage
+		if json.Unmarshal(g.data, &rows) != nil {
+			continue
+		}
+		for i, row := range rows {
+			var vals []json.RawMessage
+			if json.Unmarshal(row, &vals) != nil {
+				continue
+			}
+			for j, v := range vals {
+				if string(bytes.TrimSpace(v)) == "null" {
+					return solvers.Invalid(fieldCell(g.name, i, j), "%s row %d, column %d: value null is not 0 or 1", g.name, i+1, j+1)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // jsonError turns an encoding/json error into an InputError that names
