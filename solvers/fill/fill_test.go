@@ -235,3 +235,12 @@ func TestParseFormatRoundTrip(t *testing.T) {
 		t.Errorf("output %q", out.String())
 	}
 }
+
+// TestNilContext: a nil context is a caller bug, but it must not panic.
+func TestNilContext(t *testing.T) {
+	var ctx context.Context
+	res, err := Solve(ctx, example1, Options{})
+	if err != nil || res.Filled != 14 {
+		t.Fatalf("got %d, %v", res.Filled, err)
+	}
+}

@@ -171,6 +171,10 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if err := validate(p, s); err != nil {
 		return Result{}, err
 	}
+	if ctx == nil {
+		// A nil context is a caller bug, but Solve must not panic.
+		ctx = context.Background()
+	}
 	done := ctx.Done()
 	var err error
 	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes, s.label); err != nil {
