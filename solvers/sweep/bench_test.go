@@ -37,6 +37,7 @@ func BenchmarkCorpus(b *testing.B) {
 			over := 0
 			var slowest time.Duration
 			slowName := ""
+			cpu0 := cpuTime()
 			for i := 0; i < b.N; i++ {
 				nodes, over, slowest = 0, 0, 0
 				for _, cb := range boards {
@@ -56,6 +57,7 @@ func BenchmarkCorpus(b *testing.B) {
 					}
 				}
 			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(nodes), "nodes/op")
 			b.ReportMetric(float64(over), "over-budget")
 			b.ReportMetric(float64(slowest.Microseconds())/1000, "slowest-ms")
@@ -65,6 +67,7 @@ func BenchmarkCorpus(b *testing.B) {
 	b.Run("reference", func(b *testing.B) {
 		var slowest time.Duration
 		slowName := ""
+		cpu0 := cpuTime()
 		for i := 0; i < b.N; i++ {
 			for _, cb := range boards {
 				t0 := time.Now()
@@ -76,6 +79,7 @@ func BenchmarkCorpus(b *testing.B) {
 				}
 			}
 		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(slowest.Microseconds())/1000, "slowest-ms")
 		b.Logf("slowest board %s: %v", slowName, slowest)
 	})

@@ -156,7 +156,7 @@ func (s *searcher) run() {
 		}
 	}
 	syms := s.symmetries()
-	tried := make(map[int]bool)
+	var tried [MaxSide * stride]bool
 	for _, g := range groups {
 		for _, cell := range g {
 			if tried[cell] {
