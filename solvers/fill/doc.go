@@ -34,9 +34,9 @@
 // allowed transformation t the normalised transformed cell set gets the
 // order-independent hash Σ A[x]·B[y] over its cells (x, y), with fixed
 // pseudo-random 64-bit tables A and B. All 4 (or 8) hashes come out of one
-// pass over the cells. The key is the smallest (hash, height, width) over
-// the transformations together with the cell count, so congruent shapes
-// get the same key. Keys index an open-addressing table of shape classes
+// pass over the cells. The key is the smallest hash over the
+// transformations together with the cell count, so congruent shapes get
+// the same key. Keys index an open-addressing table of shape classes
 // whose representatives are holes. Because a hash can collide, a group is
 // only admitted to a class after an exact cell-by-cell check: the
 // candidate transformation, composed with the inverse of the

@@ -114,8 +114,8 @@ type class struct {
 
 // key identifies a canonical form up to hash collisions.
 type key struct {
-	hash    uint64
-	n, h, w int32
+	hash uint64
+	n    int32
 }
 
 // solver holds the flat buffers of one solve; they are pooled so that
@@ -319,20 +319,21 @@ func (s *solver) shape(c *comp, cells []uint32, nt int, hs *[8]uint64) {
 	*hs = [8]uint64{h0, h1, h2, h3, h4, h5, h6, h7}
 }
 
-// canon picks the canonical key: the smallest (hash, height, width) over
-// the allowed transformations. Congruent shapes have the same set of
-// transformed forms and so the same key.
+// canon picks the canonical key: the smallest hash over the allowed
+// transformations, with the cell count. Congruent shapes have the same set
+// of transformed forms and so the same key. It is a plain argmin (no
+// tie-breaking by dimensions) so that it compiles to conditional moves:
+// which transformation wins is data-dependent and a branch would often be
+// mispredicted. Ties between different forms are hash collisions, which
+// find resolves.
 func canon(c *comp, hs *[8]uint64, nt int) (key, uint8) {
-	bt := 0
+	bt, best := 0, hs[0]
 	for t := 1; t < nt; t++ {
-		// Odd t swap height and width; on a hash tie between an odd and
-		// an even t the one whose height comes out smaller wins.
-		if hs[t] < hs[bt] || hs[t] == hs[bt] && t&1 != bt&1 && (t&1 == 1) == (c.w < c.h) {
-			bt = t
+		if h := hs[t]; h < best {
+			bt, best = t, h
 		}
 	}
-	oh, ow := dims(uint8(bt), c.h, c.w)
-	return key{hs[bt], c.n, oh, ow}, uint8(bt)
+	return key{best, c.n}, uint8(bt)
 }
 
 // dims is the height and width of an h×w box after transformation t:
@@ -349,26 +350,32 @@ func dims(t uint8, h, w int32) (int32, int32) {
 // matched, the empty slot where a new class with this key belongs. With
 // skipFull it ignores classes that have no empty hole left, which cannot
 // take a piece anyway.
-func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, skipFull bool) (int32, uint8, int) {
+//
+// bt, the transformation canon chose, is tried first: unless hashes
+// collide it is the one that fits. Otherwise every transformation with the
+// key's hash and the class's dimensions is a candidate, so a collision
+// never hides a match.
+func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, bt uint8, skipFull bool) (int32, uint8, int) {
 	mask := len(s.slots) - 1
 	slot := int((k.hash*0x9e3779b97f4a7c15)>>s.shift) & mask
 	for ; s.slots[slot] >= 0; slot = (slot + 1) & mask {
 		ci := s.slots[slot]
 		cl := &s.classes[ci]
-		if cl.hash != k.hash || cl.n != k.n || cl.h != k.h || cl.w != k.w || skipFull && cl.free < 0 {
+		if cl.hash != k.hash || cl.n != k.n || skipFull && cl.free < 0 {
 			continue
 		}
-		// Every transformation that gives this key is a candidate; the
-		// key alone could be a collision.
-		for t := range nt {
-			if hs[t] != k.hash {
+		if oh, ow := dims(bt, c.h, c.w); oh == cl.h && ow == cl.w && s.verify(c, cells, bt, cl) {
+			return ci, bt, slot
+		}
+		for t := range uint8(nt) {
+			if t == bt || hs[t] != k.hash {
 				continue
 			}
-			if oh, ow := dims(uint8(t), c.h, c.w); oh != k.h || ow != k.w {
+			if oh, ow := dims(t, c.h, c.w); oh != cl.h || ow != cl.w {
 				continue
 			}
-			if s.verify(c, cells, uint8(t), cl) {
-				return ci, uint8(t), slot
+			if s.verify(c, cells, t, cl) {
+				return ci, t, slot
 			}
 		}
 	}
@@ -421,11 +428,12 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		var hs [8]uint64
 		s.shape(h, s.hcells, nt, &hs)
 		k, t := canon(h, &hs, nt)
-		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, false)
+		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, t, false)
 		if ci < 0 {
 			h.t = t
+			oh, ow := dims(t, h.h, h.w)
 			s.slots[slot] = int32(len(s.classes))
-			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: k.h, w: k.w, rep: int32(i), tail: int32(i), free: int32(i)})
+			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: oh, w: ow, rep: int32(i), tail: int32(i), free: int32(i)})
 			continue
 		}
 		h.t = ft
@@ -445,8 +453,8 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 		p := &s.pieces[i]
 		var hs [8]uint64
 		s.shape(p, s.pcells, nt, &hs)
-		k, _ := canon(p, &hs, nt)
-		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, true)
+		k, bt := canon(p, &hs, nt)
+		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, bt, true)
 		if ci < 0 {
 			continue
 		}
