@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 var (
@@ -94,4 +95,39 @@ func TestBenchInputs(t *testing.T) {
 	if len(res.Placements) < 100 {
 		t.Errorf("only %d placements", len(res.Placements))
 	}
+}
+
+// BenchmarkSpeedup interleaves the two solvers on the 50×50 input, 100
+// runs of ours per run of the reference (about equal time each), so that
+// both see the same load on a shared machine, and reports how many times
+// faster ours is in wall time (x-wall) and thread CPU time (x-cpu). One
+// op is one reference run plus 100 of ours.
+func BenchmarkSpeedup(b *testing.B) {
+	ctx := context.Background()
+	p := benchPuzzle(50)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var oursWall, refWall, oursCPU, refCPU time.Duration
+	const k = 100
+	for b.Loop() {
+		w0, c0 := time.Now(), threadCPU()
+		for range k {
+			if _, err := Solve(ctx, p, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		w1, c1 := time.Now(), threadCPU()
+		referenceSolve(p.GameBoard, p.Table, false)
+		w2, c2 := time.Now(), threadCPU()
+		oursWall += w1.Sub(w0)
+		oursCPU += c1 - c0
+		refWall += w2.Sub(w1)
+		refCPU += c2 - c1
+	}
+	b.ReportMetric(float64(refWall)*k/float64(oursWall), "x-wall")
+	if oursCPU > 0 {
+		b.ReportMetric(float64(refCPU)*k/float64(oursCPU), "x-cpu")
+	}
+	b.ReportMetric(float64(oursCPU)/float64(b.N*k), "ours-cpu-ns/op")
+	b.ReportMetric(float64(refCPU)/float64(b.N), "ref-cpu-ns/op")
 }
