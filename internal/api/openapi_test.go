@@ -1,0 +1,779 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/redistest"
+)
+
+// The tests in this file hold the API to internal/api/openapi.yaml: the
+// document is valid, its routes and the server's are the same, and every
+// answer of the real stack (API and worker processes on a real Redis) to
+// the requests below matches it, status included.
+
+// loadDoc loads and validates the committed document.
+func loadDoc(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	return doc
+}
+
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	doc := loadDoc(t)
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Errorf("openapi = %q, want 3.x", doc.OpenAPI)
+	}
+	if doc.Components == nil || doc.Components.SecuritySchemes["bearerAuth"] == nil {
+		t.Errorf("the bearerAuth security scheme is not declared")
+	}
+	if len(doc.Security) != 0 {
+		t.Errorf("security is applied (%v) but the API does not enforce auth yet", doc.Security)
+	}
+	// Every error answer of every operation is an ErrorBody.
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for code, ref := range op.Responses.Map() {
+				if code[0] != '4' && code[0] != '5' {
+					continue
+				}
+				mt := ref.Value.Content.Get("application/json")
+				if mt == nil || mt.Schema == nil || mt.Schema.Ref != "#/components/schemas/ErrorBody" {
+					t.Errorf("%s %s %s: the error answer is not an ErrorBody", method, path, code)
+				}
+			}
+		}
+	}
+}
+
+// stack is the API and, optionally, a worker, on one real Redis.
+type stack struct {
+	api    *app.API
+	worker *app.Worker
+	redis  *redistest.Server
+	logs   *lockedBuffer
+	stop   []func()
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// run starts fn(ctx) in a goroutine and arranges for the test to stop it
+// and wait for it before the cleanups of resources it uses.
+func run(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("a server did not stop within 10s")
+		}
+	})
+}
+
+// startAPI starts the API process on redisURL with the given extra env.
+func startAPI(t *testing.T, redisURL string, logs io.Writer, extra map[string]string) *app.API {
+	t.Helper()
+	env := map[string]string{
+		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
+		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	cfg, err := app.LoadAPIConfig(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatalf("api config: %v", err)
+	}
+	a, err := app.NewAPI(cfg, cfg.Logger(logs))
+	if err != nil {
+		t.Fatalf("NewAPI: %v", err)
+	}
+	t.Cleanup(func() { a.Close() })
+	run(t, a.Run)
+	return a
+}
+
+// startWorker starts a worker process on redisURL.
+func startWorker(t *testing.T, redisURL string, logs io.Writer) *app.Worker {
+	t.Helper()
+	env := map[string]string{
+		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
+		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2",
+	}
+	cfg, err := app.LoadWorkerConfig(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatalf("worker config: %v", err)
+	}
+	w, err := app.NewWorker(cfg, cfg.Logger(logs))
+	if err != nil {
+		t.Fatalf("NewWorker: %v", err)
+	}
+	t.Cleanup(func() { w.Close() })
+	run(t, w.Run)
+	return w
+}
+
+// dumpLogsOnFailure prints the processes' logs when the test fails; it is
+// registered first so that it runs after the servers stopped.
+func dumpLogsOnFailure(t *testing.T) *lockedBuffer {
+	logs := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server logs:\n%s", logs.String())
+		}
+	})
+	return logs
+}
+
+// ginPath turns an OpenAPI path into the server's route syntax.
+func ginPath(p string) string {
+	return strings.NewReplacer("{id}", ":id").Replace(p)
+}
+
+func TestOpenAPIRoutesMatchServer(t *testing.T) {
+	doc := loadDoc(t)
+	logs := dumpLogsOnFailure(t)
+	rs := redistest.Start(t)
+	a := startAPI(t, rs.URL(), logs, nil)
+
+	served := map[string]bool{}
+	for _, r := range a.Routes() {
+		served[r] = true
+	}
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		if strings.Contains(strings.ReplaceAll(path, "{id}", ""), "{") {
+			t.Errorf("path %s has a parameter other than {id}; teach ginPath about it", path)
+		}
+		for method := range item.Operations() {
+			route := method + " " + ginPath(path)
+			documented[route] = true
+			if !served[route] {
+				t.Errorf("the document has %s %s, which the server does not serve", method, path)
+			}
+		}
+	}
+	var v1 int
+	for route := range served {
+		_, path, _ := strings.Cut(route, " ")
+		if strings.HasPrefix(path, "/v1/") {
+			v1++
+			if !documented[route] {
+				t.Errorf("the server serves %s, which the document lacks", route)
+			}
+		}
+	}
+	// The check above must have had something to check.
+	if v1 != 7 || len(documented) < 11 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 7 and at least 11: %v", v1, len(documented), a.Routes())
+	}
+	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
+		if !documented[r] {
+			t.Errorf("%s is not documented", r)
+		}
+	}
+}
+
+// client sends requests to one server and validates every exchange
+// against the document.
+type client struct {
+	t      *testing.T
+	doc    *openapi3.T
+	router routers.Router
+	base   string
+	http   *http.Client
+}
+
+func newClient(t *testing.T, doc *openapi3.T, addr string) *client {
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	return &client{t: t, doc: doc, router: router, base: "http://" + addr, http: &http.Client{Timeout: 20 * time.Second}}
+}
+
+// reqCheck says what the document must say of a request.
+type reqCheck int
+
+const (
+	reqValid   reqCheck = iota // the document accepts it
+	reqInvalid                 // the document rejects it (the server did too)
+	reqSkip                    // not checked (an oversized body)
+)
+
+type call struct {
+	method, path string
+	body         []byte
+	contentType  string // default application/json when body is set
+	chunked      bool   // send without Content-Length
+	want         int
+	req          reqCheck
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+	took   time.Duration
+}
+
+// json decodes the reply into a generic value.
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("reply is not a JSON object: %v: %s", err, r.body)
+	}
+	return v
+}
+
+// errorOf returns the error member of an error reply.
+func (r reply) errorOf(t *testing.T) map[string]any {
+	t.Helper()
+	e, ok := r.json(t)["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("reply has no error object: %s", r.body)
+	}
+	return e
+}
+
+func (c *client) newRequest(k call) *http.Request {
+	var body io.Reader
+	if k.body != nil {
+		body = bytes.NewReader(k.body)
+		if k.chunked {
+			body = struct{ io.Reader }{body} // hides the length
+		}
+	}
+	req, err := http.NewRequest(k.method, c.base+k.path, body)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", k.method, k.path, err)
+	}
+	if k.body != nil {
+		ct := k.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	return req
+}
+
+// do sends the call, checks its status and validates request and response
+// against the document.
+func (c *client) do(k call) reply {
+	c.t.Helper()
+	start := time.Now()
+	resp, err := c.http.Do(c.newRequest(k))
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", k.method, k.path, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		c.t.Fatalf("%s %s: read body: %v", k.method, k.path, err)
+	}
+	r := reply{status: resp.StatusCode, header: resp.Header, body: body, took: time.Since(start)}
+	if r.status != k.want {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", k.method, k.path, r.status, k.want, body)
+	}
+
+	// Validate against the document with a fresh copy of the request.
+	vreq := c.newRequest(k)
+	route, params, err := c.router.FindRoute(vreq)
+	if err != nil {
+		c.t.Fatalf("%s %s: no operation in the document: %v", k.method, k.path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{MultiError: true}}
+	switch verr := openapi3filter.ValidateRequest(context.Background(), in); {
+	case k.req == reqValid && verr != nil:
+		c.t.Errorf("%s %s: the server took a request the document rejects: %v", k.method, k.path, verr)
+	case k.req == reqInvalid && verr == nil:
+		c.t.Errorf("%s %s: the server rejected (%d) a request the document accepts", k.method, k.path, r.status)
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: r.status, Header: r.header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	out.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		c.t.Errorf("%s %s: %d reply does not match the document: %v\nbody: %s", k.method, k.path, r.status, err, body)
+	}
+	return r
+}
+
+// undocumented sends a request that no operation covers and checks its
+// error body against the ErrorBody schema.
+func (c *client) undocumented(method, path string, want int, wantCode string) {
+	c.t.Helper()
+	req := c.newRequest(call{method: method, path: path})
+	if _, _, err := c.router.FindRoute(req); err == nil {
+		c.t.Fatalf("%s %s is documented", method, path)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, resp.StatusCode, want, body)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		c.t.Fatalf("%s %s: body is not JSON: %s", method, path, body)
+	}
+	if err := c.doc.Components.Schemas["ErrorBody"].Value.VisitJSON(v); err != nil {
+		c.t.Errorf("%s %s: body is not an ErrorBody: %v: %s", method, path, err, body)
+	}
+	if code := v.(map[string]any)["error"].(map[string]any)["code"]; code != wantCode {
+		c.t.Errorf("%s %s: code %v, want %s", method, path, code, wantCode)
+	}
+}
+
+// wantError checks the code and, when field is not "", the field of an
+// error reply; a field ending in "*" is a prefix.
+func wantError(t *testing.T, r reply, code, field string) {
+	t.Helper()
+	e := r.errorOf(t)
+	if e["code"] != code {
+		t.Errorf("error code %v, want %s: %s", e["code"], code, r.body)
+	}
+	if field == "" {
+		return
+	}
+	got, _ := e["field"].(string)
+	if p, ok := strings.CutSuffix(field, "*"); ok {
+		if !strings.HasPrefix(got, p) {
+			t.Errorf("error field %q, want prefix %q: %s", got, p, r.body)
+		}
+	} else if got != field {
+		t.Errorf("error field %q, want %q: %s", got, field, r.body)
+	}
+}
+
+func wantEqual(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+// wantJSON compares a JSON value with the JSON text want.
+func wantJSON(t *testing.T, what string, got any, want string) {
+	t.Helper()
+	var w any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := json.Marshal(got)
+	wb, _ := json.Marshal(w)
+	if !bytes.Equal(gb, wb) {
+		t.Errorf("%s = %s, want %s", what, gb, wb)
+	}
+}
+
+const (
+	sample      = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
+	sampleRes   = `{"moves":3,"solvable":true,"path":"DRD"}`
+	unknownID   = "0123456789abcdef0123456789abcdef"
+	boj9944In   = "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n****\n....\n"
+	p84021In    = `{"game_board": [[1,1,0],[1,1,0],[0,0,0]], "table": [[1,1,1],[0,0,1],[0,0,1]]}`
+	sweepTask   = `{"kind":"sweep","puzzle":{"board":["..","*.","*."]},"options":{"max_nodes":1000000}}`
+	fillTask    = `{"kind":"fill","puzzle":{"game_board":[[1,1,0],[1,1,0],[0,0,0]],"table":[[1,1,1],[0,0,1],[0,0,1]]},"options":{"allow_flip":true}}`
+	maxBodySize = 4096
+)
+
+func TestOpenAPIConformance(t *testing.T) {
+	doc := loadDoc(t)
+	logs := dumpLogsOnFailure(t)
+	rs := redistest.Start(t)
+	a := startAPI(t, rs.URL(), logs, map[string]string{
+		"MAX_BODY_BYTES": fmt.Sprint(maxBodySize), "MAX_BATCH_BODY_BYTES": "65536", "CHUNK_SIZE": "2",
+	})
+	c := newClient(t, doc, a.Addr())
+
+	t.Run("operations", func(t *testing.T) {
+		c := *c
+		c.t = t
+		wantEqual(t, "healthz", c.do(call{method: "GET", path: "/healthz", want: 200}).json(t)["status"], "ok")
+		wantEqual(t, "readyz", c.do(call{method: "GET", path: "/readyz", want: 200}).json(t)["status"], "ready")
+		m := c.do(call{method: "GET", path: "/metrics", want: 200})
+		if !bytes.Contains(m.body, []byte("puzzleq_http_requests_total")) {
+			t.Errorf("/metrics lacks the API's metrics")
+		}
+		y := c.do(call{method: "GET", path: "/openapi.yaml", want: 200})
+		if !bytes.Equal(y.body, api.OpenAPI) {
+			t.Errorf("/openapi.yaml is not the embedded document")
+		}
+		c.undocumented("GET", "/v1/nope", 404, "not_found")
+		c.undocumented("PUT", "/v1/tasks/"+unknownID, 405, "method_not_allowed")
+		c.undocumented("POST", "/v1/batches/"+unknownID+"/output", 405, "method_not_allowed")
+	})
+
+	// No worker runs yet, so tasks stay pending: this is when a long poll
+	// must time out and a cancel must succeed.
+	var pendingTask string
+	t.Run("pending", func(t *testing.T) {
+		c := *c
+		c.t = t
+		r := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 202})
+		task := r.json(t)
+		pendingTask, _ = task["id"].(string)
+		wantEqual(t, "Location", r.header.Get("Location"), "/v1/tasks/"+pendingTask)
+		wantEqual(t, "state", task["state"], "pending")
+		wantEqual(t, "cached", task["cached"], false)
+
+		r = c.do(call{method: "GET", path: "/v1/tasks/" + pendingTask, want: 200})
+		wantEqual(t, "state", r.json(t)["state"], "pending")
+		r = c.do(call{method: "GET", path: "/v1/tasks/" + pendingTask + "?wait=300ms", want: 200})
+		wantEqual(t, "state after a wait", r.json(t)["state"], "pending")
+		if r.took < 250*time.Millisecond {
+			t.Errorf("?wait=300ms on a pending task answered after %s", r.took)
+		}
+
+		r = c.do(call{method: "DELETE", path: "/v1/tasks/" + pendingTask, want: 200})
+		task = r.json(t)
+		wantEqual(t, "state", task["state"], "canceled")
+		wantJSON(t, "error", task["error"], `{"code":"canceled","message":"canceled by request"}`)
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/tasks/" + pendingTask, want: 409}), "conflict", "")
+
+		r = c.do(call{method: "POST", path: "/v1/batches", want: 202,
+			body: []byte(`{"tasks":[` + sample + `,` + sweepTask + `,` + fillTask + `]}`)})
+		b := r.json(t)
+		id, _ := b["id"].(string)
+		wantEqual(t, "Location", r.header.Get("Location"), "/v1/batches/"+id)
+		wantEqual(t, "total", b["total"], 3)
+		r = c.do(call{method: "GET", path: "/v1/batches/" + id, want: 200})
+		wantEqual(t, "done", r.json(t)["done"], false)
+		wantEqual(t, "format", r.json(t)["format"], nil)
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + id + "/output", want: 409}), "incomplete", "")
+		r = c.do(call{method: "GET", path: "/v1/batches/" + id + "/output?wait=200ms", want: 409})
+		if r.took < 150*time.Millisecond {
+			t.Errorf("output ?wait=200ms on a pending batch answered after %s", r.took)
+		}
+		r = c.do(call{method: "DELETE", path: "/v1/batches/" + id, want: 200})
+		wantEqual(t, "canceled", r.json(t)["canceled"], 3)
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/batches/" + id, want: 409}), "conflict", "")
+		r = c.do(call{method: "GET", path: "/v1/batches/" + id, want: 200})
+		wantJSON(t, "counts", r.json(t)["counts"], `{"pending":0,"active":0,"completed":0,"failed":0,"canceled":3}`)
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		c := *c
+		c.t = t
+		post := func(path, body string, want int, rc reqCheck) reply {
+			t.Helper()
+			return c.do(call{method: "POST", path: path, body: []byte(body), want: want, req: rc})
+		}
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"optoins":{}}`, 400, reqInvalid),
+			"invalid_request", "optoins")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]],"size":3}}`, 400, reqInvalid),
+			"invalid_request", "puzzle.size")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{"allow_flip":true}}`, 400, reqInvalid),
+			"invalid_request", "options.allow_flip")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":"123"}}`, 400, reqInvalid),
+			"invalid_request", "puzzle.board")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{"max_nodes":-1}}`, 400, reqInvalid),
+			"invalid_request", "options.max_nodes")
+		wantError(t, post("/v1/tasks", `{"kind":"chess","puzzle":{"board":[]}}`, 400, reqInvalid), "invalid_request", "kind")
+		wantError(t, post("/v1/tasks", `{"puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`, 400, reqInvalid), "invalid_request", "kind")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding"`, 400, reqInvalid), "invalid_request", "")
+		wantError(t, post("/v1/tasks", `{"kind":"sweep","puzzle":{"board":["..x"]}}`, 400, reqInvalid), "invalid_puzzle", "puzzle.board*")
+		wantError(t, post("/v1/tasks", `{"kind":"fill","puzzle":{"game_board":[[0,2]],"table":[[1,1]]}}`, 400, reqInvalid),
+			"invalid_puzzle", "puzzle.game_board*")
+		// Rules beyond a schema: the document accepts these, the solver does not.
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,1,3],[4,2,5],[7,8,6]]}}`, 400, reqValid),
+			"invalid_puzzle", "puzzle.board*")
+		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13,14,15,0]]}}`, 400, reqValid),
+			"too_large", "puzzle.board*")
+
+		wantError(t, post("/v1/batches", `{"tasks":[]}`, 400, reqInvalid), "invalid_request", "tasks")
+		wantError(t, post("/v1/batches", `{}`, 400, reqInvalid), "invalid_request", "tasks")
+		wantError(t, post("/v1/batches", `{"tasks":[`+sample+`,{"kind":"sliding","puzzle":{}}]}`, 400, reqInvalid),
+			"invalid_puzzle", "tasks[1].puzzle.board")
+		wantError(t, post("/v1/batches", `{"tasks":[`+sample+`],"priority":1}`, 400, reqInvalid), "invalid_request", "priority")
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1234", body: []byte("1 2 3\n"),
+			contentType: "text/plain", want: 400, req: reqInvalid}), "invalid_request", "format")
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1525", body: []byte("1 0 3\n4 2\n7 8 6\n"),
+			contentType: "text/plain", want: 400}), "invalid_puzzle", "body*")
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj9944", body: []byte("2 5\n.....\n....\n"),
+			contentType: "text/plain", want: 400}), "invalid_puzzle", "body*")
+
+		for _, q := range []string{"wait=soon", "wait=-1s", "wait=2h"} {
+			wantError(t, c.do(call{method: "GET", path: "/v1/tasks/" + unknownID + "?" + q, want: 400}), "invalid_request", "wait")
+			wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/output?" + q, want: 400}), "invalid_request", "wait")
+		}
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "?limit=0", want: 400, req: reqInvalid}), "invalid_request", "limit")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "?limit=1001", want: 400, req: reqInvalid}), "invalid_request", "limit")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "?cursor=-1", want: 400, req: reqInvalid}), "invalid_request", "cursor")
+
+		for _, k := range []call{
+			{method: "GET", path: "/v1/tasks/" + unknownID},
+			{method: "GET", path: "/v1/tasks/not-an-id", req: reqInvalid},
+			{method: "DELETE", path: "/v1/tasks/" + unknownID},
+			{method: "GET", path: "/v1/batches/" + unknownID},
+			{method: "GET", path: "/v1/batches/" + strings.ToUpper(unknownID), req: reqInvalid},
+			{method: "DELETE", path: "/v1/batches/" + unknownID},
+			{method: "GET", path: "/v1/batches/" + unknownID + "/output"},
+			// A task ID is not a batch ID.
+			{method: "GET", path: "/v1/batches/" + pendingTask},
+		} {
+			k.want = 404
+			wantError(t, c.do(k), "not_found", "")
+		}
+
+		big := []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}` + strings.Repeat(" ", maxBodySize))
+		wantError(t, c.do(call{method: "POST", path: "/v1/tasks", body: big, want: 413, req: reqSkip}), "body_too_large", "")
+		wantError(t, c.do(call{method: "POST", path: "/v1/tasks", body: big, chunked: true, want: 413, req: reqSkip}), "body_too_large", "")
+		bigBatch := []byte(`{"tasks":[` + strings.Repeat(sample+",", 65536/len(sample)) + sample + `]}`)
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches", body: bigBatch, want: 413, req: reqSkip}), "body_too_large", "")
+	})
+
+	startWorker(t, rs.URL(), logs)
+
+	t.Run("tasks", func(t *testing.T) {
+		c := *c
+		c.t = t
+		// solve submits body, expects 202, and long-polls the task until it
+		// ends.
+		solve := func(body string) map[string]any {
+			t.Helper()
+			r := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(body), want: 202})
+			loc := r.header.Get("Location")
+			r = c.do(call{method: "GET", path: loc + "?wait=10s", want: 200})
+			task := r.json(t)
+			if task["state"] == "pending" || task["state"] == "active" {
+				t.Fatalf("task %s did not end within the wait: %s", loc, r.body)
+			}
+			return task
+		}
+		task := solve(sample)
+		wantEqual(t, "state", task["state"], "completed")
+		wantJSON(t, "result", task["result"], sampleRes)
+		wantEqual(t, "error", task["error"], nil)
+		wantEqual(t, "cached", task["cached"], false)
+		if task["started_at"] == nil || task["completed_at"] == nil || task["attempts"].(float64) < 1 {
+			t.Errorf("a completed task lacks started_at, completed_at or attempts: %v", task)
+		}
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/tasks/" + task["id"].(string), want: 409}), "conflict", "")
+
+		// The same puzzle again is a cache hit: 200, completed, cached.
+		r := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 200})
+		hit := r.json(t)
+		wantEqual(t, "cached", hit["cached"], true)
+		wantEqual(t, "state", hit["state"], "completed")
+		wantJSON(t, "result", hit["result"], sampleRes)
+		if hit["id"] == task["id"] {
+			t.Errorf("a cache hit reused the task ID")
+		}
+		r = c.do(call{method: "GET", path: "/v1/tasks/" + hit["id"].(string), want: 200})
+		wantEqual(t, "cached on read", r.json(t)["cached"], true)
+
+		// The canceled task stays canceled once a worker runs.
+		r = c.do(call{method: "GET", path: "/v1/tasks/" + pendingTask, want: 200})
+		wantEqual(t, "canceled task", r.json(t)["state"], "canceled")
+
+		task = solve(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[8,7,0]]},"options":null}`)
+		wantJSON(t, "unsolvable sliding", task["result"], `{"moves":-1,"solvable":false,"path":""}`)
+		task = solve(sweepTask)
+		wantJSON(t, "sweep", task["result"], `{"moves":2,"start":[0,0],"path":"RD"}`)
+		task = solve(`{"kind":"sweep","puzzle":{"board":[".*."]}}`)
+		wantEqual(t, "unsolvable sweep", task["state"], "completed")
+		wantEqual(t, "unsolvable sweep start", task["result"].(map[string]any)["start"], nil)
+		task = solve(fillTask)
+		wantEqual(t, "fill filled", task["result"].(map[string]any)["filled"], 5)
+		task = solve(`{"kind":"fill","puzzle":{"game_board":[[0,0,0],[1,1,0],[1,1,1]],"table":[[1,1,1],[1,0,0],[0,0,0]]},"options":{"allow_flip":true}}`)
+		pl := task["result"].(map[string]any)["placements"].([]any)
+		if len(pl) != 1 || pl[0].(map[string]any)["flipped"] != true {
+			t.Errorf("a mirrored placement is not flipped: %v", pl)
+		}
+		task = solve(`{"kind":"sweep","puzzle":{"board":[".....",".....","....."]},"options":{"max_nodes":1}}`)
+		wantEqual(t, "over budget", task["state"], "failed")
+		if e, _ := task["error"].(map[string]any); e == nil || e["code"] != "budget_exceeded" {
+			t.Errorf("over budget: error %v, want code budget_exceeded", task["error"])
+		}
+	})
+
+	t.Run("batches", func(t *testing.T) {
+		c := *c
+		c.t = t
+		items := []string{sample, sweepTask, fillTask,
+			`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`,
+			`{"kind":"sliding","puzzle":{"board":[[1,2],[0,3]]}}`}
+		r := c.do(call{method: "POST", path: "/v1/batches", want: 202,
+			body: []byte(`{"tasks":[` + strings.Join(items, ",") + `]}`)})
+		created := r.json(t)
+		id := created["id"].(string)
+		wantEqual(t, "Location", r.header.Get("Location"), "/v1/batches/"+id)
+		wantEqual(t, "total", created["total"], len(items))
+
+		r = c.do(call{method: "GET", path: "/v1/batches/" + id + "?wait=10s&limit=2", want: 200})
+		b := r.json(t)
+		if b["done"] != true {
+			t.Fatalf("batch not done after ?wait=10s: %s", r.body)
+		}
+		wantJSON(t, "counts", b["counts"], `{"pending":0,"active":0,"completed":5,"failed":0,"canceled":0}`)
+		if b["done_at"] == nil {
+			t.Errorf("a done batch has no done_at")
+		}
+		var seen []any
+		for page := 0; ; page++ {
+			tasks := b["tasks"].([]any)
+			if len(tasks) > 2 {
+				t.Fatalf("page of %d tasks with limit=2", len(tasks))
+			}
+			for _, tk := range tasks {
+				seen = append(seen, tk.(map[string]any)["id"])
+				wantEqual(t, "batch_id", tk.(map[string]any)["batch_id"], id)
+			}
+			next := b["next_cursor"]
+			if next == nil {
+				break
+			}
+			if page > 5 {
+				t.Fatalf("paging does not end")
+			}
+			b = c.do(call{method: "GET", path: "/v1/batches/" + id + "?limit=2&cursor=" + next.(string), want: 200}).json(t)
+		}
+		wantEqual(t, "paged task IDs", seen, created["task_ids"])
+		// The first item was solved above, so it came from the cache.
+		first := c.do(call{method: "GET", path: "/v1/batches/" + id + "?limit=1", want: 200}).json(t)["tasks"].([]any)[0].(map[string]any)
+		wantEqual(t, "cached item", first["cached"], true)
+		wantJSON(t, "cached item result", first["result"], sampleRes)
+
+		out := c.do(call{method: "GET", path: "/v1/batches/" + id + "/output", want: 200})
+		lines := strings.Split(strings.TrimSuffix(string(out.body), "\n"), "\n")
+		if len(lines) != len(items) || lines[0] != sampleRes {
+			t.Errorf("JSON batch output:\n%s", out.body)
+		}
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/batches/" + id, want: 409}), "conflict", "")
+
+		// A batch with a failed item has no judge output.
+		r = c.do(call{method: "POST", path: "/v1/batches", want: 202,
+			body: []byte(`{"tasks":[` + sample + `,{"kind":"sweep","puzzle":{"board":[".....","....."]},"options":{"max_nodes":1}}]}`)})
+		fid := r.json(t)["id"].(string)
+		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/output?wait=10s", want: 409})
+		wantError(t, r, "incomplete", "")
+		b = c.do(call{method: "GET", path: "/v1/batches/" + fid, want: 200}).json(t)
+		wantEqual(t, "failed count", b["counts"].(map[string]any)["failed"], 1)
+	})
+
+	t.Run("judge", func(t *testing.T) {
+		c := *c
+		c.t = t
+		for _, j := range []struct{ format, in, out string }{
+			{"boj1525", "1 0 3\n4 2 5\n7 8 6\n", "3\n"},
+			{"boj9944", boj9944In, "Case 1: 10\nCase 2: 1\n"},
+			{"p84021", p84021In, "5\n"},
+		} {
+			r := c.do(call{method: "POST", path: "/v1/batches?format=" + j.format, body: []byte(j.in),
+				contentType: "text/plain", want: 202})
+			id := r.json(t)["id"].(string)
+			out := c.do(call{method: "GET", path: "/v1/batches/" + id + "/output?wait=10s", want: 200})
+			if string(out.body) != j.out {
+				t.Errorf("%s output %q, want %q", j.format, out.body, j.out)
+			}
+			if ct := out.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+				t.Errorf("%s output Content-Type %q", j.format, ct)
+			}
+			b := c.do(call{method: "GET", path: "/v1/batches/" + id, want: 200}).json(t)
+			wantEqual(t, j.format+" format", b["format"], j.format)
+		}
+		// format=json is a JSON body.
+		c.do(call{method: "POST", path: "/v1/batches?format=json", body: []byte(`{"tasks":[` + sample + `]}`), want: 202})
+	})
+}
+
+// TestOpenAPIUnavailable holds the 503 answers to the document: an API
+// whose Redis is down.
+func TestOpenAPIUnavailable(t *testing.T) {
+	doc := loadDoc(t)
+	logs := dumpLogsOnFailure(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	a := startAPI(t, "redis://"+dead+"/0", logs, nil)
+	c := newClient(t, doc, a.Addr())
+
+	c.do(call{method: "GET", path: "/healthz", want: 200})
+	// Every request waits out the Redis client's dial retries, so they run
+	// in parallel.
+	t.Run("readyz", func(t *testing.T) {
+		t.Parallel()
+		c := *c
+		c.t = t
+		wantError(t, c.do(call{method: "GET", path: "/readyz", want: 503}), "unavailable", "")
+	})
+	for _, k := range []call{
+		{method: "POST", path: "/v1/tasks", body: []byte(sample)},
+		{method: "GET", path: "/v1/tasks/" + unknownID},
+		{method: "DELETE", path: "/v1/tasks/" + unknownID},
+		{method: "POST", path: "/v1/batches", body: []byte(`{"tasks":[` + sample + `]}`)},
+		{method: "GET", path: "/v1/batches/" + unknownID},
+		{method: "DELETE", path: "/v1/batches/" + unknownID},
+		{method: "GET", path: "/v1/batches/" + unknownID + "/output"},
+	} {
+		t.Run(k.method+" "+k.path, func(t *testing.T) {
+			t.Parallel()
+			c := *c
+			c.t = t
+			k.want = 503
+			r := c.do(k)
+			wantError(t, r, "unavailable", "")
+			if r.header.Get("Retry-After") != "1" {
+				t.Errorf("503 with Retry-After %q, want 1", r.header.Get("Retry-After"))
+			}
+		})
+	}
+}
