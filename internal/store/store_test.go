@@ -1,0 +1,231 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/store"
+)
+
+// One redis-server serves the package; every test gets its own prefix.
+var (
+	srvOnce sync.Once
+	srv     *redistest.Server
+)
+
+func newStore(t *testing.T) (*store.Store, context.Context) {
+	t.Helper()
+	srvOnce.Do(func() { srv = redistest.Start(&testing.T{}) })
+	// redistest ties cleanup to a test; the package-wide server lives for
+	// the whole run and is stopped when the test binary exits.
+	rdb := srv.Client(t)
+	return store.New(rdb, store.Options{Prefix: "t:" + t.Name() + ":"}), context.Background()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if srv != nil {
+		srv.Stop()
+	}
+	if code != 0 {
+		panic(fmt.Sprintf("exit %d", code))
+	}
+}
+
+func TestTaskLifecycle(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	if err := s.CreateTask(ctx, store.NewTask{ID: "a", Kind: "sliding", CacheKey: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "a")
+	if err != nil || got.State != store.StatePending || got.Kind != "sliding" || got.CreatedAt.IsZero() {
+		t.Fatalf("after create: %+v, %v", got, err)
+	}
+	prev, err := s.Start(ctx, []store.Transition{{ID: "a"}})
+	if err != nil || prev[0] != store.StatePending {
+		t.Fatalf("start: %v %v", prev, err)
+	}
+	// A redelivery starts again: still runnable, attempts counted.
+	prev, _ = s.Start(ctx, []store.Transition{{ID: "a"}})
+	if prev[0] != store.StateActive {
+		t.Fatalf("second start: %v", prev)
+	}
+	res := json.RawMessage(`{"moves":3}`)
+	prev, err = s.Finish(ctx, []store.Transition{{ID: "a", State: store.StateCompleted, Result: res}}, []string{"k1"})
+	if err != nil || prev[0] != store.StateActive {
+		t.Fatalf("finish: %v %v", prev, err)
+	}
+	// Finishing twice changes nothing and reports the terminal state.
+	prev, _ = s.Finish(ctx, []store.Transition{{ID: "a", State: store.StateFailed, Code: "internal"}}, nil)
+	if prev[0] != store.StateCompleted {
+		t.Fatalf("second finish: %v", prev)
+	}
+	got, _ = s.Get(ctx, "a")
+	if got.State != store.StateCompleted || string(got.Result) != `{"moves":3}` || got.Attempts != 2 || got.ErrCode != "" {
+		t.Fatalf("final: %+v", got)
+	}
+	hits, err := s.CachedResults(ctx, []string{"k1", "missing"})
+	if err != nil || string(hits[0]) != `{"moves":3}` || hits[1] != nil {
+		t.Fatalf("cache: %q %v", hits, err)
+	}
+	if _, err := s.Get(ctx, "nope"); err != store.ErrNotFound {
+		t.Fatalf("missing task: %v", err)
+	}
+	// Starting a task that has ended must not make it runnable again.
+	prev, _ = s.Start(ctx, []store.Transition{{ID: "a"}, {ID: "nope"}})
+	if prev[0] != store.StateCompleted || prev[1] != "" {
+		t.Fatalf("start after end: %v", prev)
+	}
+}
+
+func TestBatchCountsExactUnderDuplicates(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	items := []store.NewTask{{ID: "i1", Kind: "sliding"}, {ID: "i2", Kind: "sliding"},
+		{ID: "i3", Kind: "fill", Result: json.RawMessage(`{"filled":0}`)}}
+	if err := s.CreateBatch(ctx, store.NewBatch{ID: "b", Format: "boj9944"}, items); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.GetBatch(ctx, "b")
+	if err != nil || b.Total != 3 || b.Counts[store.StatePending] != 2 || b.Counts[store.StateCompleted] != 1 || b.Done() || b.Format != "boj9944" {
+		t.Fatalf("new batch: %+v %v", b, err)
+	}
+	ts := []store.Transition{{ID: "i1", BatchID: "b"}, {ID: "i2", BatchID: "b"}}
+	// Deliver the whole chunk three times, concurrently.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Start(ctx, ts); err != nil {
+				t.Error(err)
+			}
+			done := []store.Transition{
+				{ID: "i1", BatchID: "b", State: store.StateCompleted, Result: json.RawMessage(`1`)},
+				{ID: "i2", BatchID: "b", State: store.StateFailed, Code: "timeout", Msg: "slow"},
+			}
+			if _, err := s.Finish(ctx, done, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ = s.GetBatch(ctx, "b")
+	want := map[store.State]int{store.StatePending: 0, store.StateActive: 0, store.StateCompleted: 2, store.StateFailed: 1, store.StateCanceled: 0}
+	for st, n := range want {
+		if b.Counts[st] != n {
+			t.Errorf("count %s = %d, want %d (all: %v)", st, b.Counts[st], n, b.Counts)
+		}
+	}
+	if !b.Done() || b.DoneAt.IsZero() {
+		t.Errorf("batch not done: %+v", b)
+	}
+	ids, _ := s.BatchItems(ctx, "b", 1, 10)
+	if len(ids) != 2 || ids[0] != "i2" || ids[1] != "i3" {
+		t.Errorf("items from 1: %v", ids)
+	}
+	if n, _ := s.CancelBatch(ctx, "b"); n != 0 {
+		t.Errorf("cancel of a finished batch canceled %d", n)
+	}
+}
+
+func TestCancelAnnouncesRunningTasks(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	got := make(chan string, 4)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go s.ListenCancels(lctx, func(id string) { got <- id })
+	hub := store.NewHub()
+	go s.ListenEvents(lctx, hub)
+	time.Sleep(100 * time.Millisecond) // let both subscriptions register
+
+	for _, id := range []string{"pending", "running"} {
+		if err := s.CreateTask(ctx, store.NewTask{ID: id, Kind: "sweep"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Start(ctx, []store.Transition{{ID: "running"}})
+	fired, release := hub.Wait(store.TaskEventKey("running"))
+	defer release()
+
+	if prev, err := s.Cancel(ctx, "pending", ""); err != nil || prev != store.StatePending {
+		t.Fatalf("cancel pending: %v %v", prev, err)
+	}
+	if prev, err := s.Cancel(ctx, "running", ""); err != nil || prev != store.StateActive {
+		t.Fatalf("cancel running: %v %v", prev, err)
+	}
+	select {
+	case id := <-got:
+		if id != "running" {
+			t.Fatalf("workers were told to cancel %q, want only the running task", id)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no cancel announcement")
+	}
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("long poll was not woken by the cancel")
+	}
+	if prev, _ := s.Cancel(ctx, "running", ""); prev != store.StateCanceled {
+		t.Fatalf("second cancel: %v", prev)
+	}
+	// A pending task's cancel must not be announced to workers.
+	select {
+	case id := <-got:
+		t.Fatalf("unexpected announcement %q", id)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestScriptsSurviveRedisRestart(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	s := store.New(r.Client(t), store.Options{})
+	ctx := context.Background()
+	if err := s.CreateTask(ctx, store.NewTask{ID: "x", Kind: "fill"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Start(ctx, []store.Transition{{ID: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	// SCRIPT FLUSH is what a restarted Redis looks like to EVALSHA.
+	if err := r.Client(t).ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	prev, err := s.Finish(ctx, []store.Transition{{ID: "x", State: store.StateCompleted, Result: json.RawMessage(`{}`)}}, nil)
+	if err != nil || prev[0] != store.StateActive {
+		t.Fatalf("finish after script flush: %v %v", prev, err)
+	}
+}
+
+func TestHubWakesOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	h := store.NewHub()
+	a, relA := h.Wait("a")
+	b, relB := h.Wait("b")
+	defer relA()
+	defer relB()
+	h.Notify("a")
+	select {
+	case <-a:
+	default:
+		t.Fatal("a not woken")
+	}
+	select {
+	case <-b:
+		t.Fatal("b woken by a's event")
+	default:
+	}
+	relB()
+	if h.Waiting() != 0 {
+		t.Fatalf("waiters left: %d", h.Waiting())
+	}
+}
