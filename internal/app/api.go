@@ -50,6 +50,7 @@ type embedded struct {
 // NewAPI connects (or, embedded, starts) Redis, builds the routes and binds
 // the listeners. Run serves.
 func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
+	routeRedisLogs(log)
 	a := &API{cfg: cfg, log: log, reg: prometheus.NewRegistry(), hub: store.NewHub()}
 	defer func() {
 		if err != nil {

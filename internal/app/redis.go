@@ -1,7 +1,10 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -36,4 +39,20 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 		return nil, nil, fmt.Errorf("REDIS_URL: unsupported connection type %T", opt)
 	}
 	return opt, rdb, nil
+}
+
+var setRedisLogger sync.Once
+
+// routeRedisLogs sends go-redis's own log lines (reconnect attempts) to
+// slog at debug level instead of its default stderr logger: during a Redis
+// outage it prints a line per dial, which would drown the real logs. The
+// outage itself is reported by readiness and the health check.
+func routeRedisLogs(log *slog.Logger) {
+	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log.With("component", "go-redis")}) })
+}
+
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...))
 }

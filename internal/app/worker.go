@@ -41,6 +41,7 @@ type Worker struct {
 // NewWorker connects to Redis and binds the health listener. Run starts
 // processing.
 func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
+	routeRedisLogs(log)
 	opt, rdb, err := redisConn(cfg.RedisURL)
 	if err != nil {
 		return nil, err

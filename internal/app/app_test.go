@@ -1,0 +1,544 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
+
+// localResult solves a request in-process, for comparison.
+func localResult(t *testing.T, req string) string {
+	t.Helper()
+	p, err := puzzle.Decode([]byte(req))
+	if err != nil {
+		t.Fatalf("local decode %s: %v", req, err)
+	}
+	res, err := p.Solve(context.Background())
+	if err != nil {
+		t.Fatalf("local solve %s: %v", req, err)
+	}
+	return string(res)
+}
+
+// randomSliding returns a random 3x3 request; seeds give distinct puzzles.
+func randomSliding(rng *rand.Rand) string {
+	perm := rng.Perm(9)
+	rows := make([]string, 3)
+	for r := range 3 {
+		rows[r] = fmt.Sprintf("[%d,%d,%d]", perm[3*r], perm[3*r+1], perm[3*r+2])
+	}
+	return fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[%s]}}`, strings.Join(rows, ","))
+}
+
+func randomSweep(rng *rand.Rand, n, m int, dens float64) string {
+	rows := make([]string, n)
+	for i := range rows {
+		b := make([]byte, m)
+		for j := range b {
+			b[j] = '.'
+			if rng.Float64() < dens {
+				b[j] = '*'
+			}
+		}
+		rows[i] = `"` + string(b) + `"`
+	}
+	rows[0] = `"` + "." + strings.Trim(rows[0], `"`)[1:] + `"`
+	return fmt.Sprintf(`{"kind":"sweep","puzzle":{"board":[%s]}}`, strings.Join(rows, ","))
+}
+
+func randomFill(rng *rand.Rand, n int) string {
+	grid := func() string {
+		rows := make([]string, n)
+		for i := range rows {
+			cells := make([]string, n)
+			for j := range cells {
+				cells[j] = fmt.Sprint(rng.Intn(2))
+			}
+			rows[i] = "[" + strings.Join(cells, ",") + "]"
+		}
+		return "[" + strings.Join(rows, ",") + "]"
+	}
+	return fmt.Sprintf(`{"kind":"fill","puzzle":{"game_board":%s,"table":%s}}`, grid(), grid())
+}
+
+func TestSingleTaskLifecycleAndCache(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+
+	code, body, hdr := s.doH("POST", "/v1/tasks", sample8)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	tk := decode[task](t, body)
+	if hdr.Get("Location") != "/v1/tasks/"+tk.ID || len(tk.ID) != 32 || tk.Kind != "sliding" || tk.CreatedAt == nil {
+		t.Fatalf("bad 202: location %q, %+v", hdr.Get("Location"), tk)
+	}
+	done := s.wait(tk.ID, 10*time.Second)
+	if done.State != "completed" || string(done.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` ||
+		done.Cached || done.Attempts != 1 || done.StartedAt == nil || done.CompletedAt == nil || done.Error != nil {
+		t.Fatalf("completed task: %+v %s", done, done.Result)
+	}
+	queuedBefore := s.queued("interactive")
+
+	// The same puzzle again is a cache hit: 200, completed, nothing queued.
+	hit := s.submit(sample8, http.StatusOK)
+	if !hit.Cached || hit.State != "completed" || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
+		t.Fatalf("cache hit: %+v", hit)
+	}
+	if q := s.queued("interactive"); q != queuedBefore {
+		t.Fatalf("a cache hit enqueued work: queue went from %d to %d", queuedBefore, q)
+	}
+	// An equivalent request spelt differently hits the same cache entry.
+	alt := s.submit(`{"puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"kind":"sliding","options":{}}`, http.StatusOK)
+	if !alt.Cached {
+		t.Fatalf("canonical form missed the cache: %+v", alt)
+	}
+	// A fill request with allow_flip is a different puzzle from one without.
+	fillReq := `{"kind":"fill","puzzle":{"game_board":[[0,0,1],[1,1,1]],"table":[[1,1,0],[0,0,0]]}}`
+	a := s.wait(s.submit(fillReq, http.StatusAccepted).ID, 10*time.Second)
+	b := s.submit(strings.Replace(fillReq, `}}`, `},"options":{"allow_flip":true}}`, 1), http.StatusAccepted)
+	if a.State != "completed" || b.Cached {
+		t.Fatalf("allow_flip must change the cache key: %+v %+v", a, b)
+	}
+
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/v1/tasks/" + strings.Repeat("0", 32), http.StatusNotFound},
+		{"/v1/tasks/not-an-id", http.StatusNotFound},
+		{"/v1/tasks/" + tk.ID + "?wait=2m", http.StatusBadRequest},
+		{"/v1/tasks/" + tk.ID + "?wait=soon", http.StatusBadRequest},
+		{"/v1/nope", http.StatusNotFound},
+	} {
+		code, b := s.do("GET", tc.path, nil)
+		if code != tc.code {
+			t.Errorf("GET %s: %d, want %d (%s)", tc.path, code, tc.code, b)
+		}
+		if e := decode[errBody](t, b); e.Error.Code == "" || e.Error.Message == "" {
+			t.Errorf("GET %s: error body without code or message: %s", tc.path, b)
+		}
+	}
+	if code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
+		t.Errorf("cancel of a finished task: %d %s", code, b)
+	}
+}
+
+func TestBadRequestsNameTheField(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0, map[string]string{"MAX_BODY_BYTES": "4096"})
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       string
+		field      string
+	}{
+		{"ragged sliding", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2],[7,8,6]]}}`, 400, "invalid_puzzle", "puzzle.board[1]"},
+		{"unknown kind", `{"kind":"chess","puzzle":{}}`, 400, "invalid_request", "kind"},
+		{"no puzzle", `{"kind":"sweep"}`, 400, "invalid_request", "puzzle"},
+		{"wrong type", `{"kind":"sweep","puzzle":{"board":"....."}}`, 400, "invalid_request", "puzzle.board"},
+		{"unknown field", `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"optoins":{}}`, 400, "invalid_request", "optoins"},
+		{"bad char", `{"kind":"sweep","puzzle":{"board":["..x"]}}`, 400, "invalid_puzzle", "puzzle.board[0]"},
+		{"too big board", `{"kind":"sweep","puzzle":{"board":["` + strings.Repeat(".", 31) + `"]}}`, 400, "too_large", "puzzle.board"},
+		{"truncated", `{"kind":"sliding","puzzle":{"board":[[1,0`, 400, "invalid_request", ""},
+		{"not json", `hello`, 400, "invalid_request", ""},
+		{"empty", ``, 400, "invalid_request", ""},
+		{"body too large", `{"kind":"sweep","puzzle":{"board":["` + strings.Repeat(".", 5000) + `"]}}`, 413, "body_too_large", ""},
+		{"negative budget", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":-1}}`, 400, "invalid_request", "options.max_nodes"},
+	} {
+		code, b := s.do("POST", "/v1/tasks", tc.body)
+		e := decode[errBody](t, b)
+		if code != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field || e.Error.Message == "" {
+			t.Errorf("%s: got %d %+v, want %d code %q field %q", tc.name, code, e.Error, tc.status, tc.code, tc.field)
+		}
+	}
+	if n := s.keys("pq:*"); n != 0 {
+		t.Errorf("rejected requests left %d records", n)
+	}
+}
+
+func TestLongPollWakesOnCompletion(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0, nil) // no worker: the test ends the task itself
+	tk := s.submit(sample8, http.StatusAccepted)
+	type res struct {
+		tk  task
+		err error
+		at  time.Time
+	}
+	got := make(chan res, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", s.base+"/v1/tasks/"+tk.ID+"?wait=30s", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- res{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var v task
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		got <- res{tk: v, err: err, at: time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond) // the poll is now waiting
+	select {
+	case r := <-got:
+		t.Fatalf("long poll returned before the task ended: %+v", r)
+	default:
+	}
+	finished := time.Now()
+	if _, err := s.store.Finish(context.Background(), []store.Transition{{ID: tk.ID, State: store.StateCompleted,
+		Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.tk.State != "completed" {
+		t.Fatalf("long poll: %+v %v", r.tk, r.err)
+	}
+	// The re-check interval is 5s: an answer well inside it proves the
+	// wake-up came from the notification.
+	lat := r.at.Sub(finished)
+	t.Logf("long poll woke %v after completion", lat)
+	if lat > 2*time.Second {
+		t.Fatalf("long poll woke %v after completion: not by notification", lat)
+	}
+
+	// A wait that runs out returns the pending task, not an error.
+	tk2 := s.submit(`{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`, http.StatusAccepted)
+	start := time.Now()
+	if w := s.wait(tk2.ID, 300*time.Millisecond); w.State != "pending" || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("expired wait: %+v after %v", w, time.Since(start))
+	}
+}
+
+func TestCancelPendingTaskNeverRuns(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0, nil)
+	tk := s.submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
+	code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil)
+	if c := decode[task](t, b); code != http.StatusOK || c.State != "canceled" {
+		t.Fatalf("cancel: %d %s", code, b)
+	}
+	if code, _ := s.do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
+		t.Fatalf("second cancel: %d, want 409", code)
+	}
+	// Now a worker drains the queue; the canceled task must not run.
+	s.addWorker()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.queued("interactive") > 0 {
+		info, _ := s.inspectorQueue("interactive")
+		if info == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	got := s.wait(tk.ID, 0)
+	if got.State != "canceled" || got.Attempts != 0 || got.Result != nil && string(got.Result) != "null" || got.Error == nil || got.Error.Code != "canceled" {
+		t.Fatalf("canceled task ran or changed: %+v", got)
+	}
+}
+
+// inspectorQueue returns the pending+active size of a queue.
+func (s *stack) inspectorQueue(q string) (int, error) {
+	n, err := s.rdb.LLen(context.Background(), "asynq:{"+q+"}:pending").Result()
+	if err != nil {
+		return 0, err
+	}
+	a, err := s.rdb.LLen(context.Background(), "asynq:{"+q+"}:active").Result()
+	return int(n + a), err
+}
+
+func TestBatchIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0, map[string]string{"MAX_BATCH_ITEMS": "50"})
+	rng := rand.New(rand.NewSource(1))
+	items := make([]json.RawMessage, 30)
+	for i := range items {
+		items[i] = json.RawMessage(randomSliding(rng))
+	}
+	items[17] = json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,8,8]]}}`)
+	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": items})
+	e := decode[errBody](t, b)
+	if code != 400 || !strings.HasPrefix(e.Error.Field, "tasks[17].puzzle.board") || e.Error.Code != "invalid_puzzle" {
+		t.Fatalf("bad item: %d %+v", code, e)
+	}
+	for _, tc := range []struct {
+		name, body string
+		field      string
+	}{
+		{"empty", `{"tasks":[]}`, "tasks"},
+		{"missing", `{}`, "tasks"},
+		{"not a list", `{"tasks":{}}`, "tasks"},
+		{"too many", `{"tasks":[` + strings.TrimSuffix(strings.Repeat(sample8+",", 51), ",") + `]}`, "tasks"},
+		{"bad format", `x`, ""},
+	} {
+		code, b := s.do("POST", "/v1/batches", tc.body)
+		if e := decode[errBody](t, b); code != 400 || e.Error.Field != tc.field {
+			t.Errorf("%s: %d %s", tc.name, code, b)
+		}
+	}
+	if code, b := s.do("POST", "/v1/batches?format=boj1525", "1 2 3\n4 5\n"); code != 400 || !strings.Contains(string(b), "line 2") {
+		t.Errorf("bad judge text: %d %s", code, b)
+	}
+	if code, _ := s.do("POST", "/v1/batches?format=doc", "x"); code != 400 {
+		t.Errorf("unknown format: %d", code)
+	}
+	if n := s.keys("pq:*"); n != 0 {
+		t.Errorf("rejected batches left %d records", n)
+	}
+	if n := s.keys("asynq:{*}:t:*"); n != 0 {
+		t.Errorf("rejected batches enqueued %d tasks", n)
+	}
+}
+
+func TestBatchLifecycleMixedKinds(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 2, map[string]string{"CHUNK_SIZE": "16"})
+	rng := rand.New(rand.NewSource(2))
+	var reqs []string
+	for i := range 300 {
+		switch i % 3 {
+		case 0:
+			reqs = append(reqs, randomSliding(rng))
+		case 1:
+			reqs = append(reqs, randomSweep(rng, 2+rng.Intn(5), 2+rng.Intn(5), 0.2))
+		default:
+			reqs = append(reqs, randomFill(rng, 2+rng.Intn(6)))
+		}
+	}
+	reqs = append(reqs, sample8, sample8) // duplicates inside one batch
+	raw := make([]json.RawMessage, len(reqs))
+	for i, r := range reqs {
+		raw[i] = json.RawMessage(r)
+	}
+	code, b, hdr := s.doH("POST", "/v1/batches", map[string]any{"tasks": raw})
+	if code != http.StatusAccepted {
+		t.Fatalf("batch: %d %s", code, b)
+	}
+	created := decode[batch](t, b)
+	if created.Total != len(reqs) || len(created.TaskIDs) != len(reqs) || hdr.Get("Location") != "/v1/batches/"+created.ID {
+		t.Fatalf("created: %+v", created)
+	}
+	code, b = s.do("GET", "/v1/batches/"+created.ID+"?wait=60s&limit=1000", nil)
+	got := decode[batch](t, b)
+	if code != 200 || !got.Done || got.Counts["completed"] != len(reqs) || got.Counts["pending"]+got.Counts["active"]+got.Counts["failed"] != 0 {
+		t.Fatalf("batch after wait: %d done=%v counts=%v", code, got.Done, got.Counts)
+	}
+	if len(got.Tasks) != len(reqs) || got.NextCursor != nil {
+		t.Fatalf("items: %d, next %v", len(got.Tasks), got.NextCursor)
+	}
+	for i, tk := range got.Tasks {
+		if tk.ID != created.TaskIDs[i] || tk.BatchID == nil || *tk.BatchID != created.ID {
+			t.Fatalf("item %d out of order or unlinked: %+v", i, tk)
+		}
+		if want := localResult(t, reqs[i]); string(tk.Result) != want {
+			t.Fatalf("item %d (%s): result %s, want %s", i, reqs[i], tk.Result, want)
+		}
+	}
+	// Paging with cursor and limit walks the same items in order.
+	var paged []string
+	cursor := ""
+	for page := 0; page < 100; page++ {
+		code, b := s.do("GET", "/v1/batches/"+created.ID+"?limit=64"+cursor, nil)
+		p := decode[batch](t, b)
+		if code != 200 {
+			t.Fatalf("page: %d %s", code, b)
+		}
+		for _, tk := range p.Tasks {
+			paged = append(paged, tk.ID)
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		cursor = "&cursor=" + *p.NextCursor
+	}
+	if strings.Join(paged, ",") != strings.Join(created.TaskIDs, ",") {
+		t.Fatalf("paging returned %d ids, not the submission order", len(paged))
+	}
+	// A JSON batch's output is one result per line, like solve --format json.
+	code, b = s.do("GET", "/v1/batches/"+created.ID+"/output", nil)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if code != 200 || len(lines) != len(reqs) || lines[0] != localResult(t, reqs[0]) {
+		t.Fatalf("output: %d, %d lines", code, len(lines))
+	}
+	if code, _ := s.do("DELETE", "/v1/batches/"+created.ID, nil); code != http.StatusConflict {
+		t.Errorf("cancel of a finished batch: %d", code)
+	}
+	if code, _ := s.do("GET", "/v1/batches/"+strings.Repeat("a", 32), nil); code != 404 {
+		t.Errorf("unknown batch: %d", code)
+	}
+}
+
+func TestJudgeTextBatchOutput(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+	for _, tc := range []struct{ format, in, want string }{
+		{"boj1525", "1 0 3\n4 2 5\n7 8 6\n", "3\n"},
+		{"boj1525", "3 6 0\n8 1 2\n7 4 5\n", "-1\n"},
+		{"boj9944", "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n*...\n*..*\n", "Case 1: 10\nCase 2: 3\n"},
+		{"p84021", `{"game_board":[[1,1,0,0,1,0],[0,0,1,0,1,0],[0,1,1,0,0,1],[1,1,0,1,1,1],[1,0,0,0,1,0],[0,1,1,1,0,0]],"table":[[1,0,0,1,1,0],[1,0,1,0,1,0],[0,1,1,0,1,1],[0,0,1,0,0,0],[1,1,0,1,1,0],[0,1,0,0,0,0]]}`, "14\n"},
+	} {
+		code, b := s.do("POST", "/v1/batches?format="+tc.format, tc.in)
+		if code != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", tc.format, code, b)
+		}
+		id := decode[batch](t, b).ID
+		code, b = s.do("GET", "/v1/batches/"+id+"/output?wait=30s", nil)
+		if code != 200 || string(b) != tc.want {
+			t.Errorf("%s output: %d %q, want %q", tc.format, code, b, tc.want)
+		}
+	}
+}
+
+func TestBatchCancelStopsPendingItems(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0, nil)
+	rng := rand.New(rand.NewSource(3))
+	raw := make([]json.RawMessage, 40)
+	for i := range raw {
+		raw[i] = json.RawMessage(randomSliding(rng))
+	}
+	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": raw})
+	if code != 202 {
+		t.Fatalf("%d %s", code, b)
+	}
+	id := decode[batch](t, b).ID
+	code, b = s.do("DELETE", "/v1/batches/"+id, nil)
+	if code != 200 || !strings.Contains(string(b), `"canceled":40`) {
+		t.Fatalf("cancel batch: %d %s", code, b)
+	}
+	s.addWorker()
+	code, b = s.do("GET", "/v1/batches/"+id+"?wait=5s", nil)
+	got := decode[batch](t, b)
+	if !got.Done || got.Counts["canceled"] != 40 || got.Counts["completed"] != 0 {
+		t.Fatalf("after cancel: %+v", got.Counts)
+	}
+	time.Sleep(300 * time.Millisecond) // give the worker time to (not) run them
+	code, b = s.do("GET", "/v1/batches/"+id+"?limit=1000", nil)
+	for _, tk := range decode[batch](t, b).Tasks {
+		if tk.State != "canceled" || tk.Attempts != 0 {
+			t.Fatalf("canceled item ran: %+v", tk)
+		}
+	}
+	if code, b := s.do("GET", "/v1/batches/"+id+"/output", nil); code != http.StatusConflict || !strings.Contains(string(b), "incomplete") {
+		t.Fatalf("output of a canceled batch: %d %s", code, b)
+	}
+}
+
+func TestSinglesOvertakeABulkBatch(t *testing.T) {
+	t.Parallel()
+	// One worker slot makes the order of service observable.
+	s := startStack(t, 1, map[string]string{"WORKER_CONCURRENCY": "1", "CHUNK_SIZE": "8"})
+	rng := rand.New(rand.NewSource(4))
+	raw := make([]json.RawMessage, 4000)
+	for i := range raw {
+		raw[i] = json.RawMessage(randomFill(rng, 12))
+	}
+	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": raw})
+	if code != 202 {
+		t.Fatalf("%d %s", code, b)
+	}
+	bid := decode[batch](t, b).ID
+	time.Sleep(50 * time.Millisecond) // the batch is now being worked on
+	single := s.submit(`{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`, http.StatusAccepted)
+	done := s.wait(single.ID, 30*time.Second)
+	code, b = s.do("GET", "/v1/batches/"+bid, nil)
+	bt := decode[batch](t, b)
+	if done.State != "completed" {
+		t.Fatalf("single: %+v", done)
+	}
+	t.Logf("single took %v; batch had %d of %d done", done.CompletedAt.Sub(*done.CreatedAt), bt.Counts["completed"], bt.Total)
+	if bt.Done {
+		t.Fatalf("the single waited for the whole batch")
+	}
+}
+
+func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 2, nil)
+	var wg sync.WaitGroup
+	ids := make([]string, 20)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, b := s.do("POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]}}`)
+			if code != 202 && code != 200 {
+				t.Errorf("submit: %d %s", code, b)
+				return
+			}
+			ids[i] = decode[task](t, b).ID
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if tk := s.wait(id, 10*time.Second); tk.State != "completed" || !strings.Contains(string(tk.Result), `"moves":31`) {
+			t.Fatalf("task %s: %+v %s", id, tk, tk.Result)
+		}
+	}
+}
+
+func TestOpsEndpoints(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+	s.wait(s.submit(sample8, 202).ID, 10*time.Second)
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
+		if code, b := s.do("GET", p, nil); code != 200 {
+			t.Errorf("%s: %d %s", p, code, b)
+		}
+	}
+	code, b := s.do("GET", "/metrics", nil)
+	for _, m := range []string{"puzzleq_http_requests_total", "puzzleq_submitted_total", "asynq_queue_size", "go_goroutines"} {
+		if code != 200 || !strings.Contains(string(b), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	// The worker serves its own health and metrics.
+	w := s.workers[0].w
+	resp, err := http.Get("http://" + w.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	wb := make([]byte, 1<<20)
+	n, _ := io_ReadFull(resp.Body, wb)
+	for _, m := range []string{`puzzleq_tasks_total{kind="sliding",outcome="completed"} 1`, "puzzleq_solve_duration_seconds_bucket", "asynq_queue_size"} {
+		if !strings.Contains(string(wb[:n]), m) {
+			t.Errorf("worker /metrics lacks %s", m)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get("http://" + w.Addr() + p)
+		if err != nil || r.StatusCode != 200 {
+			t.Errorf("worker %s: %v %v", p, r, err)
+		}
+		if r != nil {
+			r.Body.Close()
+		}
+	}
+	// Redis gone: readiness fails and the API answers 503 unavailable,
+	// quickly, instead of hanging or 500.
+	s.redis.Kill()
+	start := time.Now()
+	if code, _ := s.do("GET", "/readyz", nil); code != 503 {
+		t.Errorf("readyz without redis: %d", code)
+	}
+	code, b = s.do("POST", "/v1/tasks", sample8)
+	if e := decode[errBody](t, b); code != 503 || e.Error.Code != "unavailable" {
+		t.Errorf("submit without redis: %d %s", code, b)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("answers without redis took %v", el)
+	}
+}
