@@ -28,7 +28,11 @@
 //
 //  1. Connectivity. The xi are a path, so the unvisited cells must form a
 //     single connected region (next to b). If they do not, no completion
-//     exists. Checked by a row-at-a-time bitset flood fill.
+//     exists. Checked by a bitset flood fill that adds whole runs of a
+//     row at a time. The fill is skipped after a roll whose free side
+//     neighbours all lie in one run of one adjacent row or column: the
+//     region was connected before the roll and any path through the
+//     rolled segment can detour along that run, so it still is.
 //
 //  2. Dead ends. Every xi except the last has two path neighbours, both
 //     open. So at most one unvisited cell may have fewer than two open
