@@ -44,6 +44,8 @@ type Handler struct {
 	// flushEvery bounds how long finished items of a chunk wait before
 	// their results are written, so long chunks still show progress.
 	flushEvery time.Duration
+	// solveFn runs one solve; tests replace it to provoke panics.
+	solveFn func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error)
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -55,7 +57,8 @@ func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logg
 	if cancels == nil {
 		cancels = NewCancels()
 	}
-	return &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond}
+	return &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond,
+		solveFn: func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(ctx) }}
 }
 
 // Register installs the handler for every task type on mux.
@@ -208,7 +211,7 @@ func (h *Handler) solve(parent, ictx context.Context, p *puzzle.Parsed) (o *outc
 			h.metrics.SolveSeconds.WithLabelValues(string(k)).Observe(time.Since(start).Seconds())
 		}
 	}()
-	res, err := p.WithMaxNodes(h.limits.MaxNodes[k]).Solve(ctx)
+	res, err := h.solveFn(ctx, p.WithMaxNodes(h.limits.MaxNodes[k]))
 	var ie *solvers.InputError
 	switch {
 	case err == nil:

@@ -1,0 +1,25 @@
+package tasks_test
+
+import (
+	"fmt"
+
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// Build the asynq task for one request, as the API does for POST /v1/tasks.
+func ExampleNewSolveTask() {
+	p, err := puzzle.Decode([]byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
+	if err != nil {
+		panic(err)
+	}
+	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(t.Type())
+	fmt.Println(string(t.Payload()))
+	// Output:
+	// solve:sliding
+	// {"id":"0123456789abcdef0123456789abcdef","request":{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{}}}
+}

@@ -1,0 +1,238 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+type fixture struct {
+	store   *store.Store
+	handler *Handler
+	metrics *Metrics
+	ctx     context.Context
+}
+
+func newFixture(t *testing.T, l Limits) *fixture {
+	t.Helper()
+	r := redistest.Start(t)
+	st := store.New(r.Client(t), store.Options{})
+	m := NewMetrics(prometheus.NewRegistry())
+	return &fixture{store: st, handler: NewHandler(st, NewCancels(), l, m, nil), metrics: m, ctx: context.Background()}
+}
+
+func mustParse(t *testing.T, req string) *puzzle.Parsed {
+	t.Helper()
+	p, err := puzzle.Decode([]byte(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// single records and builds a single task, as the API does.
+func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
+	t.Helper()
+	p := mustParse(t, req)
+	if err := f.store.CreateTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), CacheKey: p.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := NewSolveTask(id, "", p, QueueInteractive, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
+
+func TestDuplicateDeliveryCountsOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultLimits())
+	reqs := []string{sample8, `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`}
+	ids := []string{"a1", "a2"}
+	parsed := []*puzzle.Parsed{mustParse(t, reqs[0]), mustParse(t, reqs[1])}
+	items := []store.NewTask{{ID: ids[0], Kind: "sliding"}, {ID: ids[1], Kind: "fill"}}
+	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "b1"}, items); err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := NewChunkTask("b1", ids, parsed, QueueBulk, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same delivery three times: as after a lost lease and a restart.
+	for range 3 {
+		if err := f.handler.ProcessTask(f.ctx, chunk); err != nil {
+			t.Fatalf("process: %v", err)
+		}
+	}
+	b, _ := f.store.GetBatch(f.ctx, "b1")
+	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+		t.Fatalf("batch counts after duplicates: %v", b.Counts)
+	}
+	tk, _ := f.store.Get(f.ctx, "a1")
+	if string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` || tk.Attempts != 1 {
+		t.Fatalf("record: %+v %s", tk, tk.Result)
+	}
+	if n := testutil.ToFloat64(f.metrics.Tasks.WithLabelValues("sliding", "completed")); n != 1 {
+		t.Fatalf("metric counted %v times", n)
+	}
+	if n := testutil.CollectAndCount(f.metrics.SolveSeconds); n != 2 {
+		t.Fatalf("solve histogram series: %d", n)
+	}
+}
+
+func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultLimits())
+	first := f.single(t, "c1", sample8)
+	if err := f.handler.ProcessTask(f.ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		calls++
+		return p.Solve(ctx)
+	}
+	if err := f.handler.ProcessTask(f.ctx, f.single(t, "c2", sample8)); err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := f.store.Get(f.ctx, "c2")
+	if calls != 0 || !tk.Cached || tk.State != store.StateCompleted {
+		t.Fatalf("second identical task: solver calls %d, record %+v", calls, tk)
+	}
+	if n := testutil.ToFloat64(f.metrics.CacheHits); n != 1 {
+		t.Fatalf("cache hit metric %v", n)
+	}
+}
+
+func TestFailuresAreFinalWithCodes(t *testing.T) {
+	t.Parallel()
+	l := DefaultLimits()
+	l.MaxNodes[puzzle.KindSweep] = 5
+	f := newFixture(t, l)
+	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		switch p.Kind() {
+		case puzzle.KindFill:
+			panic("boom")
+		case puzzle.KindSliding:
+			<-ctx.Done() // a solve that outlives its deadline
+			return nil, ctx.Err()
+		}
+		return p.Solve(ctx)
+	}
+	f.handler.limits.Deadline[puzzle.KindSliding] = 20 * time.Millisecond
+	for _, tc := range []struct{ id, req, code string }{
+		{"budget", `{"kind":"sweep","puzzle":{"board":["........","........","........"]}}`, CodeBudgetExceeded},
+		{"panic", `{"kind":"fill","puzzle":{"game_board":[[0]],"table":[[1]]}}`, CodeInternal},
+		{"slow", sample8, CodeTimeout},
+	} {
+		if err := f.handler.ProcessTask(f.ctx, f.single(t, tc.id, tc.req)); err != nil {
+			t.Fatalf("%s: a final failure must not ask asynq to retry: %v", tc.id, err)
+		}
+		tk, _ := f.store.Get(f.ctx, tc.id)
+		if tk.State != store.StateFailed || tk.ErrCode != tc.code || tk.ErrMsg == "" {
+			t.Errorf("%s: %+v", tc.id, tk)
+		}
+	}
+	// An undecodable request in a payload is invalid_puzzle.
+	if err := f.store.CreateTask(f.ctx, store.NewTask{ID: "bad", Kind: "sliding"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(SolvePayload{Item: Item{ID: "bad", Request: json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[9]]}}`)}})
+	if err := f.handler.ProcessTask(f.ctx, asynq.NewTask(TypeSliding, raw)); err != nil {
+		t.Fatal(err)
+	}
+	if tk, _ := f.store.Get(f.ctx, "bad"); tk.ErrCode != CodeInvalidPuzzle {
+		t.Errorf("bad payload: %+v", tk)
+	}
+	// A payload with no record ID can only be dropped.
+	err := f.handler.ProcessTask(f.ctx, asynq.NewTask(TypeSweep, []byte(`{`)))
+	if !errors.Is(err, asynq.SkipRetry) {
+		t.Errorf("garbage payload: %v", err)
+	}
+}
+
+func TestCancelStopsARunningSolve(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultLimits())
+	started := make(chan struct{})
+	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	task := f.single(t, "run", sample8)
+	errc := make(chan error, 1)
+	go func() { errc <- f.handler.ProcessTask(f.ctx, task) }()
+	<-started
+	if prev, err := f.store.Cancel(f.ctx, "run", ""); err != nil || prev != store.StateActive {
+		t.Fatalf("cancel: %v %v", prev, err)
+	}
+	at := time.Now()
+	f.handler.cancels.Cancel("run") // what the pub/sub listener does
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("a canceled task must end without a retry: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("handler did not stop")
+	}
+	t.Logf("handler returned %v after the cancel", time.Since(at))
+	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != store.StateCanceled {
+		t.Fatalf("record: %+v", tk)
+	}
+	if f.handler.cancels.Running() != 0 {
+		t.Fatal("cancel registration leaked")
+	}
+}
+
+func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultLimits())
+	ids := []string{"s1", "s2"}
+	parsed := []*puzzle.Parsed{mustParse(t, sample8), mustParse(t, `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)}
+	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "sb"}, []store.NewTask{{ID: "s1", Kind: "sliding"}, {ID: "s2", Kind: "sliding"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	n := 0
+	f.handler.solveFn = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		n++
+		if n == 2 {
+			cancel() // the worker shuts down during the second item
+			return nil, sctx.Err()
+		}
+		return p.Solve(sctx)
+	}
+	chunk, _ := NewChunkTask("sb", ids, parsed, QueueBulk, DefaultLimits())
+	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
+		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
+	}
+	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != store.StateCompleted {
+		t.Fatalf("finished item not written before requeue: %+v", tk)
+	}
+	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != store.StateActive {
+		t.Fatalf("interrupted item: %+v", tk)
+	}
+	// The redelivery finishes the rest, without counting s1 twice.
+	f.handler.solveFn = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(sctx) }
+	if err := f.handler.ProcessTask(f.ctx, chunk); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := f.store.GetBatch(f.ctx, "sb")
+	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+		t.Fatalf("after redelivery: %v", b.Counts)
+	}
+}
