@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -540,5 +541,65 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	if el := time.Since(start); el > 10*time.Second {
 		t.Errorf("answers without redis took %v", el)
+	}
+}
+
+// slowSweep is the slowest board a search of 3,000 random open 30x30
+// boards found for our solver (about 0.5 s on this machine): long enough to
+// be caught running.
+func slowSweep(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/slow_sweep.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := json.Marshal(strings.Fields(string(b)))
+	return `{"kind":"sweep","puzzle":{"board":` + string(rows) + `}}`
+}
+
+func TestCancelRunningSweep(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
+	tk := s.submit(slowSweep(t), http.StatusAccepted)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.wait(tk.ID, 0).State != "active" {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep never became active")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	w := s.workers[0].w
+	if w.Cancels().Running() != 1 {
+		t.Fatalf("worker runs %d solves, want 1", w.Cancels().Running())
+	}
+	code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil)
+	if code == http.StatusConflict {
+		t.Fatalf("the sweep finished before it could be canceled: testdata/slow_sweep.txt is no longer slow enough: %s", b)
+	}
+	if code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, b)
+	}
+	at := time.Now()
+	for w.Cancels().Running() != 0 {
+		if time.Since(at) > 2*time.Second {
+			t.Fatal("the running solve did not stop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stopped := time.Since(at)
+	t.Logf("running sweep stopped %v after DELETE returned", stopped)
+	if stopped > 100*time.Millisecond && !raceEnabled {
+		t.Errorf("solver saw the cancel after %v, want within 100ms", stopped)
+	}
+	time.Sleep(200 * time.Millisecond) // a retry, if one were scheduled, would show now
+	got := s.wait(tk.ID, 0)
+	if got.State != "canceled" || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
+		t.Fatalf("after cancel: %+v", got)
+	}
+	if q, _ := s.inspectorQueue("interactive"); q != 0 {
+		t.Fatalf("the canceled task is still queued (%d)", q)
+	}
+	if n, _ := s.rdb.ZCard(context.Background(), "asynq:{interactive}:retry").Result(); n != 0 {
+		t.Fatalf("the canceled task was scheduled for retry")
 	}
 }

@@ -1,0 +1,7 @@
+//go:build race
+
+package app_test
+
+// raceEnabled relaxes timing assertions: the race detector slows code
+// 5-20x, so a latency bound that holds in production cannot hold under it.
+const raceEnabled = true
