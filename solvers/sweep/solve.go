@@ -10,11 +10,11 @@ import (
 
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0.
 //
-// A node costs about 1µs on a 30x30 board (bound computation plus a
-// run-by-run flood fill; up to 2µs on a busy shared core), so 30 million
-// nodes cap a request at roughly half a minute to a minute. The hardest
-// board in testdata/corpus needs about 33 thousand nodes and 30x30
-// boards built the same way need well under 100 thousand, so the margin
+// Measured on 30x30 boards, a node costs 0.2-0.8µs of CPU (the most
+// when every node floods), so 30 million nodes is at most about 25 s of
+// CPU: under a minute even when a shared core runs at half speed. The
+// hardest board in testdata/corpus needs about 33 thousand nodes and the
+// 30x30 boards of BenchmarkLarge under 100 thousand each, so the margin
 // is over two orders of magnitude.
 const DefaultMaxNodes = 30_000_000
 
