@@ -285,3 +285,57 @@ func TestFloodSkipLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestSymmetricBoards targets the symmetry reduction, which random
+// boards rarely exercise: obstacles are mirrored (or rotated) so that the
+// board has the symmetry, and answers are compared with the reference.
+func TestSymmetricBoards(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	symmetric := 0
+	for k := 0; k < 400; k++ {
+		n := 1 + rng.Intn(5)
+		m := 1 + rng.Intn(6)
+		if k%2 == 0 {
+			m = n
+		}
+		g := toGrid(randomBoard(rng, n, m, 0.25*rng.Float64()))
+		block := func(i, j int) {
+			if g[i][j] == '*' {
+				return
+			}
+			g[i][j] = '*'
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j < m; j++ {
+				if g[i][j] != '*' {
+					continue
+				}
+				switch k % 4 {
+				case 0: // 90-degree rotations (square)
+					block(j, n-1-i)
+					block(n-1-i, m-1-j)
+					block(m-1-j, i)
+				case 1: // left-right mirror
+					block(i, m-1-j)
+				case 2: // transpose (square)
+					block(j, i)
+				case 3: // both mirrors
+					block(i, m-1-j)
+					block(n-1-i, j)
+					block(n-1-i, m-1-j)
+				}
+			}
+		}
+		b := fromGrid(g)
+		if Validate(Puzzle{Board: b}) != nil {
+			continue
+		}
+		if len(newSearcher(context.Background(), Puzzle{Board: b}, Options{}, tuning{}).symmetries()) > 1 {
+			symmetric++
+		}
+		checkAgainstReference(t, b, tuning{})
+	}
+	if symmetric < 200 {
+		t.Fatalf("only %d boards had a symmetry", symmetric)
+	}
+}
