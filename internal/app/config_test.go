@@ -1,0 +1,89 @@
+package app_test
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/internal/app"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	w, err := app.LoadWorkerConfig(nil, func(k string) string {
+		return map[string]string{"REDIS_URL": "redis://localhost:6379/0"}[k]
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.HTTPAddr != ":8081" || w.TaskCheckInterval != 20*time.Millisecond || w.ShutdownTimeout != 25*time.Second ||
+		w.TaskTTL != 24*time.Hour || w.KeyPrefix != "pq:" || w.QueueWeights != "interactive=6,bulk=1" {
+		t.Fatalf("worker defaults: %+v", w)
+	}
+	a, err := app.LoadAPIConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 10000 || a.MaxWait != time.Minute || a.RedisURL != "" {
+		t.Fatalf("api defaults: %+v", a)
+	}
+	// Flags override the environment.
+	a, err = app.LoadAPIConfig([]string{"--max-batch-items", "7", "--http-addr", ":9"},
+		func(k string) string { return map[string]string{"MAX_BATCH_ITEMS": "5"}[k] }, io.Discard)
+	if err != nil || a.MaxBatchItems != 7 || a.HTTPAddr != ":9" {
+		t.Fatalf("flags over env: %+v %v", a, err)
+	}
+}
+
+func TestConfigErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		worker bool
+		env    map[string]string
+		args   []string
+		want   string
+	}{
+		{true, map[string]string{}, nil, "REDIS_URL"},
+		{true, map[string]string{"REDIS_URL": "http://x"}, nil, "REDIS_URL"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "WORKER_CONCURRENCY": "-1"}, nil, "WORKER_CONCURRENCY"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "TASK_CHECK_INTERVAL": "soon"}, nil, "TASK_CHECK_INTERVAL"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "TASK_CHECK_INTERVAL": "0s"}, nil, "TASK_CHECK_INTERVAL"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "QUEUE_WEIGHTS": "interactive=6"}, nil, "QUEUE_WEIGHTS"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "QUEUE_WEIGHTS": "interactive=x,bulk=1"}, nil, "QUEUE_WEIGHTS"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "SHUTDOWN_TIMEOUT": "-1s"}, nil, "SHUTDOWN_TIMEOUT"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "SWEEP_DEADLINE": "0s"}, nil, "SWEEP_DEADLINE"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
+		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
+		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
+		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
+		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
+		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
+	} {
+		getenv := func(k string) string { return tc.env[k] }
+		var err error
+		if tc.worker {
+			_, err = app.LoadWorkerConfig(tc.args, getenv, io.Discard)
+		} else {
+			_, err = app.LoadAPIConfig(tc.args, getenv, io.Discard)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("env %v args %v: error %v, want it to name %s", tc.env, tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestEnvListsCoverSharedSettings(t *testing.T) {
+	t.Parallel()
+	api := strings.Join(app.APIEnv(), " ")
+	worker := strings.Join(app.WorkerEnv(), " ")
+	for _, v := range []string{"REDIS_URL", "HTTP_ADDR", "TASK_TTL", "RESULT_TTL", "KEY_PREFIX", "SHUTDOWN_TIMEOUT"} {
+		if !strings.Contains(api, v) || !strings.Contains(worker, v) {
+			t.Errorf("%s missing from a binary's settings", v)
+		}
+	}
+	if !strings.Contains(worker, "WORKER_CONCURRENCY") || !strings.Contains(api, "METRICS_ADDR") {
+		t.Error("binary-specific settings missing")
+	}
+}
