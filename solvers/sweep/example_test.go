@@ -25,7 +25,7 @@ func ExampleSolve() {
 }
 
 func ExampleParseBOJ9944() {
-	in := "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n****\n....\n"
+	in := "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n*...\n*..*\n"
 	puzzles, err := sweep.ParseBOJ9944(strings.NewReader(in))
 	if err != nil {
 		fmt.Println(err)
@@ -45,7 +45,7 @@ func ExampleParseBOJ9944() {
 	}
 	// Output:
 	// Case 1: 10
-	// Case 2: 1
+	// Case 2: 3
 }
 
 func ExampleParseBOJ9944_error() {
