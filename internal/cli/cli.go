@@ -34,10 +34,18 @@ func usagef(format string, args ...any) error {
 // Run executes puzzlectl with args and returns the process exit status.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
+	// Cobra reports unknown commands and bad arguments as plain errors
+	// before any command runs; those are usage errors (exit 2), unlike an
+	// error from a command that ran.
+	started := false
+	root.PersistentPreRun = func(*cobra.Command, []string) { started = true }
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if !started {
+		err = usageError{err}
 	}
 	fmt.Fprintf(stderr, "puzzlectl: %v\n", err)
 	return exitCode(err)

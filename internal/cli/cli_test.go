@@ -1,0 +1,74 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/puzzleq/puzzleq/internal/cli"
+)
+
+func run(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+const p84021Sample = `{"game_board":[[1,1,0,0,1,0],[0,0,1,0,1,0],[0,1,1,0,0,1],[1,1,0,1,1,1],[1,0,0,0,1,0],[0,1,1,1,0,0]],"table":[[1,0,0,1,1,0],[1,0,1,0,1,0],[0,1,1,0,1,1],[0,0,1,0,0,0],[1,1,0,1,1,0],[0,1,0,0,0,0]]}`
+
+func TestLocalSolveJudgeFormats(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ format, in, want string }{
+		{"boj1525", "1 0 3\n4 2 5\n7 8 6\n", "3\n"},
+		{"boj1525", "3 6 0\n8 1 2\n7 4 5\n", "-1\n"},
+		{"boj1525", "1 2 3\r\n4 5 6\r\n7 8 0\r\n", "0\n"},
+		{"boj9944", "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n*...\n*..*\n", "Case 1: 10\nCase 2: 3\n"},
+		{"boj9944", "1 1\n.\n", "Case 1: 0\n"},
+		{"p84021", p84021Sample, "14\n"},
+		{"p84021", `{"game_board":[[0,0,0],[1,1,0],[1,1,1]],"table":[[1,1,1],[1,0,0],[0,0,0]]}`, "0\n"},
+		{"json", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}` + "\n\n" +
+			`{"kind":"sweep","puzzle":{"board":["."]}}` + "\n" +
+			`{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[0,1]]}}`,
+			`{"moves":3,"solvable":true,"path":"DRD"}` + "\n" + `{"moves":0,"start":[0,0],"path":""}` + "\n" +
+				`{"filled":1,"placements":[{"piece":[[0,1]],"hole":[[0,0]],"rotation":0}]}` + "\n"},
+	} {
+		code, out, errOut := run(t, tc.in, "solve", "--local", "--format", tc.format)
+		if code != 0 || out != tc.want {
+			t.Errorf("%s %q: exit %d, out %q (stderr %q), want %q", tc.format, tc.in, code, out, errOut, tc.want)
+		}
+	}
+}
+
+func TestBadInputExits2NamingTheLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args       []string
+		in, errHas string
+	}{
+		{[]string{"solve", "--local", "--format", "boj1525"}, "1 0 3\n4 2\n7 8 6\n", "line 2"},
+		{[]string{"solve", "--local", "--format", "boj1525"}, "1 0 3\n4 2 5\n7 8 8\n", "appears twice"},
+		{[]string{"solve", "--local", "--format", "boj9944"}, "2 3\n...\n..x\n", "line 3"},
+		{[]string{"solve", "--local", "--format", "p84021"}, `{"game_board":[[0]],"table":[[0,1]]}`, "game_board is 1x1 but table is 1x2"},
+		{[]string{"solve", "--local", "--format", "json"}, `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}` + "\n" + `{"kind":"nope","puzzle":{}}`, "line 2"},
+		{[]string{"solve", "--local", "--format", "json"}, "{\n", "line 1"},
+		{[]string{"solve", "--local", "--format", "xml"}, "", "unknown format"},
+		{[]string{"solve", "--local", "--bogus"}, "", "unknown flag"},
+		{[]string{"solve", "--local", "extra-arg"}, "", "unknown command"},
+		{[]string{"frobnicate"}, "", "unknown command"},
+	} {
+		code, out, errOut := run(t, tc.in, tc.args...)
+		if code != cli.ExitUsage || !strings.Contains(errOut, tc.errHas) || out != "" {
+			t.Errorf("%v %q: exit %d, stdout %q, stderr %q; want exit 2 and %q on stderr", tc.args, tc.in, code, out, errOut, tc.errHas)
+		}
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "", "solve", "--help")
+	if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "boj9944") {
+		t.Fatalf("help: %d %q", code, out)
+	}
+}
