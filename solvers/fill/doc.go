@@ -30,7 +30,17 @@
 // single region cannot overflow the stack, and no per-cell allocation.
 // Holes are found in row-major order of their first cell, pieces likewise.
 //
-// Each group gets a canonical key without sorting its cells: for every
+// A group whose bounding box fits 8×8 (the common case: every polyomino
+// of up to 8 cells) is keyed exactly: its normalised cell set is an 8×8
+// bitmap in a uint64, built in one pass over its cells, and the other
+// rotations and mirrors come from a few word operations on that bitmap
+// (byte swap, reversing the bits of each byte, an 8×8 transpose, a shift
+// back to the origin). The canonical key is the smallest of these
+// bitmaps. The key is the shape, so congruent groups, and only they, get
+// the same key: no hash, no collision, no cell-by-cell verification. The
+// keys index their own open-addressing table of classes.
+//
+// Larger groups get a canonical key without sorting their cells: for every
 // allowed transformation t the normalised transformed cell set gets the
 // order-independent hash Σ A[x]·B[y] over its cells (x, y), with fixed
 // pseudo-random 64-bit tables A and B. All 4 (or 8) hashes come out of one
@@ -41,14 +51,18 @@
 // only admitted to a class after an exact cell-by-cell check: the
 // candidate transformation, composed with the inverse of the
 // representative's, is an affine map from the group's cells to board
-// indices, and each image must carry the representative's label. Hash
+// indices, and each image must carry the representative's label (only
+// representatives of large classes are labelled, and the labels are
+// cleared after the solve, so no buffer is cleared per solve). Hash
 // collisions therefore cost time but never give a wrong answer. The whole
 // solve is linear in the number of cells.
 //
-// Why a hash and not the literal smallest encoding: comparing encodings
-// needs each group's cells sorted under every transformation (n log n per
-// group) or a bitmap of its bounding box, which for a staircase of n cells
-// is n²/4 bits; the sum of products needs neither. The tables are fixed
+// Why a hash and not the literal smallest encoding for larger groups:
+// comparing encodings needs each group's cells sorted under every
+// transformation (n log n per group) or a bitmap of its bounding box,
+// which for a staircase of n cells is n²/4 bits; the sum of products
+// needs neither. Up to 8×8 the bitmap is one word, which is why small
+// groups take the exact path. The tables are fixed
 // rather than seeded per process so that the reported rotation of a
 // symmetric piece never varies between runs; the price is that inputs
 // crafted to collide could make class lookup quadratic in the number of

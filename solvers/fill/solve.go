@@ -129,6 +129,17 @@ type solver struct {
 	classes        []class
 	slots          []int32
 	shift          uint
+	small          []smallSlot // exact table of the small classes
+	sshift         uint
+	labelled       []int32 // holes whose cells carry labels, cleared after the solve
+	dirty          bool    // board or table may hold 1s: clear them before reuse
+}
+
+// smallSlot is one slot of the table of small classes: the canonical
+// bitmap and the class (-1: empty).
+type smallSlot struct {
+	key uint64
+	ci  int32
 }
 
 var pool = sync.Pool{New: func() any { return new(solver) }}
@@ -139,11 +150,15 @@ func (s *solver) reset(rows, cols int) {
 	s.board = grow(s.board, n)
 	s.table = grow(s.table, n)
 	s.label = grow(s.label, n)
-	// The border must read as "not a cell"; labels must not survive from
-	// an earlier solve, because verify trusts them.
-	clear(s.board)
-	clear(s.table)
-	clear(s.label)
+	// The border must read as "not a cell". A finished flood leaves both
+	// grids all 0 (it clears every cell it groups), so only a solve that
+	// stopped early leaves work here. Labels are kept all 0 between solves
+	// (see clearLabels), because verify trusts them.
+	if s.dirty {
+		clear(s.board)
+		clear(s.table)
+	}
+	s.dirty = true
 	// Four spare slots for flood's speculative writes.
 	s.hcells = grow(s.hcells, rows*cols+4)
 	s.pcells = grow(s.pcells, rows*cols+4)
@@ -177,12 +192,14 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	}
 	done := ctx.Done()
 	var err error
-	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes, s.label); err != nil {
+	if s.holes, err = s.flood(done, s.board, s.hcells, s.holes); err != nil {
 		return Result{}, ctx.Err()
 	}
-	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces, nil); err != nil {
+	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces); err != nil {
 		return Result{}, ctx.Err()
 	}
+	s.dirty = false
+	defer s.clearLabels()
 	nt := 4
 	if opts.AllowFlip {
 		nt = 8
@@ -219,9 +236,8 @@ func isDone(done <-chan struct{}) bool {
 // output cell list as its queue, so it needs neither recursion nor a
 // separate stack. Cells are packed as r<<16 | c. It records each group's
 // bounding box on the way (the first cell is the row-major first, so it
-// holds the top row) and, when label is non-nil, writes group id + 1
-// under every cell for verify.
-func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps []comp, label []int32) ([]comp, error) {
+// holds the top row).
+func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps []comp) ([]comp, error) {
 	wp := s.wp
 	n := 0
 	for r := 0; r < s.rows; r++ {
@@ -250,7 +266,6 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			start := n
 			cells[n] = uint32(r)<<16 | uint32(c)
 			n++
-			id := int32(len(comps)) + 1
 			minc, maxc, maxr := uint32(c), uint32(c), uint32(r)
 			for head := start; head < n; head++ {
 				if head&4095 == 4095 && isDone(done) {
@@ -260,9 +275,6 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 				vr, vc := v>>16, v&0xffff
 				maxr, minc, maxc = max(maxr, vr), min(minc, vc), max(maxc, vc)
 				i := int(vr+1)*wp + int(vc) + 1
-				if label != nil {
-					label[i] = id
-				}
 				// Branch-free: write each neighbour speculatively and
 				// advance n only if it was marked. Whether a neighbour is
 				// marked is close to random, so branches here would be
@@ -406,25 +418,166 @@ func (s *solver) verify(c *comp, cells []uint32, t uint8, cl *class) bool {
 	return true
 }
 
-// classify sorts the holes into classes of congruent shapes.
-func (s *solver) classify(done <-chan struct{}, nt int) error {
+// smallSide bounds the shapes that get exact bitmap keys: a group whose
+// bounding box fits smallSide×smallSide (at most 8, one bit per cell of a
+// uint64) is keyed by its canonical bitmap; larger groups take the hash
+// path. A variable so that tests can send every group down the hash path.
+var smallSide int32 = 8
+
+func (s *solver) isSmall(c *comp) bool { return c.h <= smallSide && c.w <= smallSide }
+
+// bitmap is c's normalised cell set as an 8×8 bitmap, bit 8·row + col.
+// Cells are packed r<<16 | c, so v - (minr<<16 | minc) is dr<<16 | dc
+// with dc < 8, and dr<<3 | dc is one shift and one OR away.
+func bitmap(c *comp, cells []uint32) uint64 {
+	base := uint32(c.minr)<<16 | uint32(c.minc)
+	var bm uint64
+	for _, v := range cells[c.start : c.start+c.n] {
+		d := v - base
+		bm |= 1 << (d>>13 | d&7)
+	}
+	return bm
+}
+
+// transpose8 mirrors an 8×8 bitmap in its main diagonal: (r, c) → (c, r).
+func transpose8(x uint64) uint64 {
+	t := 0x0f0f0f0f00000000 & (x ^ x<<28)
+	x ^= t ^ t>>28
+	t = 0x3333000033330000 & (x ^ x<<14)
+	x ^= t ^ t>>14
+	t = 0x5500550055005500 & (x ^ x<<7)
+	return x ^ t ^ t>>7
+}
+
+// mirror8 reverses the bits of every byte: column c → 7-c.
+func mirror8(x uint64) uint64 {
+	x = x>>1&0x5555555555555555 | x&0x5555555555555555<<1
+	x = x>>2&0x3333333333333333 | x&0x3333333333333333<<2
+	return x>>4&0x0f0f0f0f0f0f0f0f | x&0x0f0f0f0f0f0f0f0f<<4
+}
+
+// canonSmall returns the canonical form of a small shape, the smallest of
+// its normalised bitmaps under the allowed transformations, and the
+// transformation that gives it. The bitmap is the shape itself, so equal
+// keys mean congruent shapes: no collisions, no verification. With P, Q
+// the mirrored row and column, the forms are built from the bitmap bm of
+// (p, q) by reversing the rows (bswap) or the columns (mirror8) of the
+// 8×8 box, shifting back to the origin, and transposing.
+func canonSmall(bm uint64, h, w int32, nt int) (uint64, uint8) {
+	sh, sw := uint(8*(8-h)), uint(8-w)
+	m := mirror8(bm)
+	x6 := bits.ReverseBytes64(bm) >> sh       // (P, q)
+	x4 := m >> sw                             // (p, Q)
+	x2 := bits.ReverseBytes64(m) >> (sh + sw) // (P, Q)
+	x1 := transpose8(x6)                      // (q, P)
+	x3 := transpose8(x4)                      // (Q, p)
+	bt, best := uint8(0), bm
+	if x1 < best {
+		bt, best = 1, x1
+	}
+	if x2 < best {
+		bt, best = 2, x2
+	}
+	if x3 < best {
+		bt, best = 3, x3
+	}
+	if nt == 8 {
+		if x4 < best {
+			bt, best = 4, x4
+		}
+		if x5 := transpose8(x2); x5 < best { // (Q, P)
+			bt, best = 5, x5
+		}
+		if x6 < best {
+			bt, best = 6, x6
+		}
+		if x7 := transpose8(bm); x7 < best { // (q, p)
+			bt, best = 7, x7
+		}
+	}
+	return best, bt
+}
+
+// findSmall returns the slot of key in the table of small classes: the
+// one holding it, or the empty one where it belongs.
+func (s *solver) findSmall(key uint64) int {
+	mask := len(s.small) - 1
+	slot := int((key*0x9e3779b97f4a7c15)>>s.sshift) & mask
+	for s.small[slot].ci >= 0 && s.small[slot].key != key {
+		slot = (slot + 1) & mask
+	}
+	return slot
+}
+
+// tableSize returns a power of two at least twice n and the shift that
+// takes the top bits of a 64-bit product to an index.
+func tableSize(n int) (int, uint) {
 	size := 4
-	for size < 2*len(s.holes) {
+	for size < 2*n {
 		size *= 2
 	}
+	shift := uint(64)
+	for 1<<(64-shift) < size {
+		shift--
+	}
+	return size, shift
+}
+
+// label writes hole i's id + 1 under its cells, for verify. Only the
+// representatives of large classes are labelled; clearLabels undoes it.
+func (s *solver) labelHole(i int) {
+	h := &s.holes[i]
+	wp := s.wp
+	for _, v := range s.hcells[h.start : h.start+h.n] {
+		s.label[int(v>>16+1)*wp+int(v&0xffff)+1] = int32(i) + 1
+	}
+	s.labelled = append(s.labelled, int32(i))
+}
+
+// clearLabels restores the all-zero labels that the next solve relies on.
+func (s *solver) clearLabels() {
+	wp := s.wp
+	for _, i := range s.labelled {
+		h := &s.holes[i]
+		for _, v := range s.hcells[h.start : h.start+h.n] {
+			s.label[int(v>>16+1)*wp+int(v&0xffff)+1] = 0
+		}
+	}
+	s.labelled = s.labelled[:0]
+}
+
+// classify sorts the holes into classes of congruent shapes.
+func (s *solver) classify(done <-chan struct{}, nt int) error {
+	var size int
+	size, s.shift = tableSize(len(s.holes))
 	s.slots = grow(s.slots, size)
+	s.small = grow(s.small, size)
+	s.sshift = s.shift
 	for i := range s.slots {
 		s.slots[i] = -1
 	}
-	s.shift = 64
-	for 1<<(64-s.shift) < size {
-		s.shift--
+	for i := range s.small {
+		s.small[i].ci = -1
 	}
 	for i := range s.holes {
 		if i&1023 == 1023 && isDone(done) {
 			return doneError{}
 		}
 		h := &s.holes[i]
+		if s.isSmall(h) {
+			key, t := canonSmall(bitmap(h, s.hcells), h.h, h.w, nt)
+			h.t = t
+			slot := s.findSmall(key)
+			if ci := s.small[slot].ci; ci >= 0 {
+				cl := &s.classes[ci]
+				s.holes[cl.tail].next = int32(i)
+				cl.tail = int32(i)
+				continue
+			}
+			s.small[slot] = smallSlot{key: key, ci: int32(len(s.classes))}
+			s.classes = append(s.classes, class{rep: int32(i), tail: int32(i), free: int32(i)})
+			continue
+		}
 		var hs [8]uint64
 		s.shape(h, s.hcells, nt, &hs)
 		k, t := canon(h, &hs, nt)
@@ -432,6 +585,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		if ci < 0 {
 			h.t = t
 			oh, ow := dims(t, h.h, h.w)
+			s.labelHole(i)
 			s.slots[slot] = int32(len(s.classes))
 			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: oh, w: ow, rep: int32(i), tail: int32(i), free: int32(i)})
 			continue
@@ -451,14 +605,25 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 			return 0, 0, doneError{}
 		}
 		p := &s.pieces[i]
-		var hs [8]uint64
-		s.shape(p, s.pcells, nt, &hs)
-		k, bt := canon(p, &hs, nt)
-		ci, t, _ := s.find(p, s.pcells, &hs, nt, k, bt, true)
-		if ci < 0 {
-			continue
+		var ci int32
+		if s.isSmall(p) {
+			key, t := canonSmall(bitmap(p, s.pcells), p.h, p.w, nt)
+			ci = s.small[s.findSmall(key)].ci
+			if ci < 0 || s.classes[ci].free < 0 {
+				continue
+			}
+			p.t = t
+		} else {
+			var hs [8]uint64
+			s.shape(p, s.pcells, nt, &hs)
+			k, bt := canon(p, &hs, nt)
+			var t uint8
+			ci, t, _ = s.find(p, s.pcells, &hs, nt, k, bt, true)
+			if ci < 0 {
+				continue
+			}
+			p.t = t
 		}
-		p.t = t
 		cl := &s.classes[ci]
 		h := &s.holes[cl.free]
 		h.match = int32(i)
