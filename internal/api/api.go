@@ -222,6 +222,11 @@ func (s *Server) parseWait(c *gin.Context) (time.Duration, error) {
 		if nerr != nil {
 			return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait must be a duration such as 30s, got %q", truncate(v, 20))
 		}
+		// Compare before converting: a large n would overflow Duration
+		// and could wrap around to an allowed wait.
+		if n > int(s.opts.MaxWait/time.Second) {
+			return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait is at most %s", s.opts.MaxWait)
+		}
 		d = time.Duration(n) * time.Second
 	}
 	if d < 0 {

@@ -547,7 +547,8 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj9944", body: []byte("2 5\n.....\n....\n"),
 			contentType: "text/plain", want: 400}), "invalid_puzzle", "body*")
 
-		for _, q := range []string{"wait=soon", "wait=-1s", "wait=2h"} {
+		// 36028797018963998 seconds overflows time.Duration to exactly 30s.
+		for _, q := range []string{"wait=soon", "wait=-1s", "wait=2h", "wait=61", "wait=36028797018963998"} {
 			wantError(t, c.do(call{method: "GET", path: "/v1/tasks/" + unknownID + "?" + q, want: 400}), "invalid_request", "wait")
 			wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/output?" + q, want: 400}), "invalid_request", "wait")
 		}
