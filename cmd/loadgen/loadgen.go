@@ -31,6 +31,7 @@ type options struct {
 	singleN       int
 	clients       int
 	duration      time.Duration
+	rounds        int
 	maxTasks      int
 	batchSize     int
 	pickup        []time.Duration
@@ -54,6 +55,7 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&o.singleN, "single-n", 200, "sequential tasks of the single scenario")
 	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of throughput, raw-asynq and cache")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long throughput and raw-asynq run")
+	fs.IntVar(&o.rounds, "rounds", 5, "alternating slices of throughput and raw-asynq when both run")
 	fs.IntVar(&o.maxTasks, "tasks", 0, "stop throughput and raw-asynq after this many tasks (0: only -duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 10000, "items of the batch scenario")
 	intervals := fs.String("pickup-intervals", "1s,100ms,20ms,5ms", "TASK_CHECK_INTERVAL values of the pickup scenario")
@@ -98,6 +100,8 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-clients: must be 1..1024")
 	case o.duration <= 0 || o.duration > time.Hour:
 		return nil, fmt.Errorf("-duration: must be positive and at most 1h")
+	case o.rounds < 1 || o.rounds > 100:
+		return nil, fmt.Errorf("-rounds: must be 1..100")
 	case o.maxTasks < 0:
 		return nil, fmt.Errorf("-tasks: must not be negative")
 	case o.batchSize < 1 || o.batchSize > 10000:
@@ -176,12 +180,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := lg.ready(ctx); err != nil {
 		return err
 	}
+	var paired map[string]*Result // throughput and raw-asynq run together
 	for _, name := range o.scenarios {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		res, err := lg.runScenario(ctx, name)
-		if err != nil {
+		var res *Result
+		if name == "throughput" || name == "raw-asynq" {
+			if paired == nil {
+				thr, raw, err := lg.throughputAndRaw(ctx, slices.Contains(o.scenarios, "throughput"), slices.Contains(o.scenarios, "raw-asynq"))
+				if err != nil {
+					return fmt.Errorf("scenario %s: %w", name, err)
+				}
+				paired = map[string]*Result{"throughput": thr, "raw-asynq": raw}
+			}
+			res = paired[name]
+		} else if res, err = lg.runScenario(ctx, name); err != nil {
 			return fmt.Errorf("scenario %s: %w", name, err)
 		}
 		rep.Results = append(rep.Results, res)

@@ -45,6 +45,8 @@ type Result struct {
 	// BackToBack is single's latency when each task is submitted the
 	// moment the previous one ends (phase-locked to the worker's poll).
 	BackToBack *Percentiles `json:"back_to_back_latency_ms,omitempty"`
+	// PerTask is the CPU and Redis work per completed task.
+	PerTask *PerTask `json:"per_task,omitempty"`
 	// Batch figures (batch only).
 	Batch *BatchFigures `json:"batch,omitempty"`
 	// Pickup rows (pickup only).
@@ -82,6 +84,9 @@ type PickupRow struct {
 	Interval         string       `json:"interval"`
 	Latency          *Percentiles `json:"latency_ms,omitempty"`
 	IdleCommandsPerS float64      `json:"idle_redis_commands_per_sec"`
+	// IdleRedisCPUPct is redis-server's CPU over the idle window, in
+	// percent of one core.
+	IdleRedisCPUPct float64 `json:"idle_redis_cpu_pct"`
 }
 
 // Target is one pass/fail goal.
@@ -140,12 +145,12 @@ func (rep *Report) writeTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.Scenario)
 			continue
 		}
-		p := r.Latency
-		if p == nil {
-			p = &Percentiles{}
+		lat := "-\t-\t-\t-"
+		if p := r.Latency; p != nil {
+			lat = fmt.Sprintf("%.1f\t%.1f\t%.1f\t%.1f", p.P50, p.P90, p.P99, p.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", r.Scenario, r.Submitted, r.Completed,
-			r.Failed, r.Errors, r.DurationSec, r.SubmitRate, r.CompleteRate, p.P50, p.P90, p.P99, p.Max)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t%s\t\n", r.Scenario, r.Submitted, r.Completed,
+			r.Failed, r.Errors, r.DurationSec, r.SubmitRate, r.CompleteRate, lat)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -154,6 +159,9 @@ func (rep *Report) writeTable(w io.Writer) error {
 		var lines []string
 		if r.Skipped != "" {
 			lines = append(lines, "skipped: "+r.Skipped)
+		}
+		if r.PerTask != nil {
+			lines = append(lines, r.PerTask.String())
 		}
 		if p := r.BackToBack; p != nil {
 			lines = append(lines, fmt.Sprintf("back-to-back (no think time): p50 %.1f ms, p90 %.1f, p99 %.1f, max %.1f", p.P50, p.P90, p.P99, p.Max))
@@ -168,12 +176,12 @@ func (rep *Report) writeTable(w io.Writer) error {
 		if len(r.Pickup) > 0 {
 			var sb strings.Builder
 			pt := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(pt, "interval\tp50 ms\tp90 ms\tmax ms\tidle redis cmds/s\t")
+			fmt.Fprintln(pt, "interval\tp50 ms\tp90 ms\tmax ms\tidle redis cmds/s\tidle redis CPU %\t")
 			for _, row := range r.Pickup {
 				if p := row.Latency; p != nil {
-					fmt.Fprintf(pt, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", row.Interval, p.P50, p.P90, p.Max, row.IdleCommandsPerS)
+					fmt.Fprintf(pt, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t\n", row.Interval, p.P50, p.P90, p.Max, row.IdleCommandsPerS, row.IdleRedisCPUPct)
 				} else {
-					fmt.Fprintf(pt, "%s\t-\t-\t-\t%.0f\t\n", row.Interval, row.IdleCommandsPerS)
+					fmt.Fprintf(pt, "%s\t-\t-\t-\t%.0f\t%.1f\t\n", row.Interval, row.IdleCommandsPerS, row.IdleRedisCPUPct)
 				}
 			}
 			pt.Flush()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,10 +30,6 @@ func (lg *loadgen) runScenario(ctx context.Context, name string) (*Result, error
 	switch name {
 	case "single":
 		return lg.single(ctx)
-	case "throughput":
-		return lg.throughput(ctx)
-	case "raw-asynq":
-		return lg.rawAsynq(ctx)
 	case "cache":
 		return lg.cache(ctx)
 	case "batch":
@@ -164,11 +161,10 @@ func (lg *loadgen) single(ctx context.Context) (*Result, error) {
 }
 
 // closedLoop runs clients that each submit a task and wait for its
-// result, again and again, until dur passes or maxTasks were started.
-func (lg *loadgen) closedLoop(ctx context.Context, dur time.Duration, maxTasks int, next func() ([]byte, bool)) (*tally, time.Duration, bool) {
+// result, again and again, until dur passes or started reaches maxTasks.
+// It adds to t and returns the time it ran and whether next ran dry.
+func (lg *loadgen) closedLoop(ctx context.Context, t *tally, started *atomic.Int64, dur time.Duration, maxTasks int, next func() ([]byte, bool)) (time.Duration, bool) {
 	var (
-		t         tally
-		started   atomic.Int64
 		exhausted atomic.Bool
 		wg        sync.WaitGroup
 	)
@@ -176,40 +172,105 @@ func (lg *loadgen) closedLoop(ctx context.Context, dur time.Duration, maxTasks i
 	deadline := start.Add(dur)
 	for range lg.o.clients {
 		wg.Go(func() {
-			for range 10_000_000 { // bounded; the deadline ends it long before
-				if ctx.Err() != nil || time.Now().After(deadline) {
-					return
-				}
-				if maxTasks > 0 && started.Add(1) > int64(maxTasks) {
-					return
-				}
-				body, ok := next()
-				if !ok {
-					exhausted.Store(true)
-					return
-				}
-				submitted, state, lat, err := lg.solveOne(ctx, body)
-				t.add(submitted, state, lat, err)
-			}
+			pprof.Do(ctx, clientLabels, func(ctx context.Context) { lg.clientLoop(ctx, t, started, deadline, maxTasks, next, &exhausted) })
 		})
 	}
 	wg.Wait()
-	return &t, time.Since(start), exhausted.Load()
+	return time.Since(start), exhausted.Load()
 }
 
-func (lg *loadgen) throughput(ctx context.Context) (*Result, error) {
-	r := &Result{Scenario: "throughput"}
-	if err := lg.warmUp(ctx); err != nil {
-		return nil, err
+// clientLabels mark the load generator's own goroutines (and the HTTP
+// connections they open) in -cpuprofile, so the client's CPU can be told
+// apart from the service's: go tool pprof -tags.
+var clientLabels = pprof.Labels("side", "loadgen-client")
+
+func (lg *loadgen) clientLoop(ctx context.Context, t *tally, started *atomic.Int64, deadline time.Time, maxTasks int, next func() ([]byte, bool), exhausted *atomic.Bool) {
+	for range 10_000_000 { // bounded; the deadline ends it long before
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		if maxTasks > 0 && started.Add(1) > int64(maxTasks) {
+			return
+		}
+		body, ok := next()
+		if !ok {
+			exhausted.Store(true)
+			return
+		}
+		submitted, state, lat, err := lg.solveOne(ctx, body)
+		t.add(submitted, state, lat, err)
 	}
-	t, elapsed, exhausted := lg.closedLoop(ctx, lg.o.duration, lg.o.maxTasks, lg.pool.take)
-	t.into(r, elapsed)
-	if exhausted {
-		r.Notes = append(r.Notes, "stopped early: the distinct puzzles ran out")
+}
+
+// throughputAndRaw runs the throughput scenario and, when raw is set, the
+// raw-asynq one interleaved with it in -rounds alternating slices, so that
+// both see the same machine load and their ratio means something on a
+// shared machine. Either result may be nil when not asked for.
+func (lg *loadgen) throughputAndRaw(ctx context.Context, thr, raw bool) (*Result, *Result, error) {
+	var (
+		tr, rr   *Result
+		rig      *rawRig
+		t        tally
+		started  atomic.Int64
+		tElapsed time.Duration
+		tCost    costSum
+		rCost    costSum
+		ranDry   bool
+	)
+	if thr {
+		tr = &Result{Scenario: "throughput"}
+		if err := lg.warmUp(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d closed-loop clients, each POST /v1/tasks then GET ?wait=%s, distinct puzzles",
-		lg.o.clients, taskWait))
-	return r, nil
+	if raw {
+		rr = &Result{Scenario: "raw-asynq"}
+		if lg.st == nil {
+			rr.Skipped = "needs loadgen's own Redis; run without -server"
+			raw = false
+		} else {
+			var err error
+			if rig, err = lg.newRawRig(); err != nil {
+				return nil, nil, err
+			}
+			defer rig.close()
+		}
+	}
+	rounds := lg.o.rounds
+	if !thr || !raw {
+		rounds = 1
+	}
+	slice := lg.o.duration / time.Duration(rounds)
+	for i := 0; i < rounds && ctx.Err() == nil; i++ {
+		if thr && !ranDry {
+			before := lg.sampleCost(ctx)
+			el, dry := lg.closedLoop(ctx, &t, &started, slice, lg.o.maxTasks, lg.pool.take)
+			tCost.add(before, lg.sampleCost(ctx))
+			tElapsed += el
+			ranDry = ranDry || dry
+		}
+		if raw {
+			before := lg.sampleCost(ctx)
+			rig.slice(ctx, slice, lg.o.maxTasks)
+			rCost.add(before, lg.sampleCost(ctx))
+		}
+	}
+	if thr {
+		t.into(tr, tElapsed)
+		tr.PerTask = tCost.perTask(tr.Completed)
+		if ranDry {
+			tr.Notes = append(tr.Notes, "stopped early: the distinct puzzles ran out")
+		}
+		tr.Notes = append(tr.Notes, fmt.Sprintf("%d closed-loop clients, each POST /v1/tasks then GET ?wait=%s, distinct puzzles; %d slice(s) of %s",
+			lg.o.clients, taskWait, rounds, slice))
+	}
+	if raw {
+		rig.result(rr)
+		rr.PerTask = rCost.perTask(rr.Completed)
+		rr.Notes = append(rr.Notes, fmt.Sprintf("bare asynq, no-op handler, Redis DB 1: %d server(s) x concurrency %d, TaskCheckInterval %s, <= %d tasks in flight; %d slice(s) of %s alternating with throughput",
+			lg.o.workers, lg.rep.Concurrency, lg.o.checkInterval, lg.o.clients, rounds, slice))
+	}
+	return tr, rr, nil
 }
 
 // cache measures submissions answered from the result cache: every
@@ -224,124 +285,155 @@ func (lg *loadgen) cache(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("priming task: state %q: %v", state, err)
 	}
 	dur := max(lg.o.duration/2, time.Second)
-	t, elapsed, _ := lg.closedLoop(ctx, dur, lg.o.maxTasks, func() ([]byte, bool) { return body, true })
+	var (
+		t       tally
+		started atomic.Int64
+		c       costSum
+	)
+	before := lg.sampleCost(ctx)
+	elapsed, _ := lg.closedLoop(ctx, &t, &started, dur, lg.o.maxTasks, func() ([]byte, bool) { return body, true })
+	c.add(before, lg.sampleCost(ctx))
 	t.into(r, elapsed)
+	r.PerTask = c.perTask(r.Completed)
 	r.Notes = append(r.Notes, fmt.Sprintf("%d clients re-submitting one solved puzzle for %s (POST answers 200 from the cache)",
 		lg.o.clients, dur))
 	return r, nil
 }
 
-// rawAsynq runs the throughput load on bare asynq with no-op tasks in
-// Redis DB 1: the same number of servers, concurrency and check interval
-// as our workers, and at most -clients tasks in flight like the
-// closed-loop clients. The handler counts completions.
-func (lg *loadgen) rawAsynq(ctx context.Context) (*Result, error) {
-	r := &Result{Scenario: "raw-asynq"}
-	if lg.st == nil {
-		r.Skipped = "needs loadgen's own Redis; run without -server"
-		return r, nil
-	}
-	opt := asynq.RedisClientOpt{Addr: lg.st.redis.addr, DB: 1}
-	const queue = "loadgen-noop"
-	var (
-		done     atomic.Int64
-		lastDone atomic.Int64
-		latMu    sync.Mutex
-		lat      []time.Duration
-		tokens   = make(chan struct{}, lg.o.clients)
-	)
+// rawRig is bare asynq with no-op tasks in Redis DB 1: the same number of
+// servers, concurrency and check interval as our workers, and at most
+// -clients tasks in flight like the closed-loop clients. The handler
+// counts completions.
+type rawRig struct {
+	addr                    string
+	servers                 []*asynq.Server
+	client                  *asynq.Client
+	tokens                  chan struct{}
+	done, lastDone          atomic.Int64
+	started, enqueued, errs atomic.Int64
+	firstErr                atomic.Value
+	latMu                   sync.Mutex
+	lat                     []time.Duration
+	busy                    time.Duration
+}
+
+const rawQueue = "loadgen-noop"
+
+func (lg *loadgen) newRawRig() (_ *rawRig, err error) {
+	rg := &rawRig{addr: lg.st.redis.addr, tokens: make(chan struct{}, lg.o.clients)}
+	defer func() {
+		if err != nil {
+			rg.close()
+		}
+	}()
+	opt := asynq.RedisClientOpt{Addr: rg.addr, DB: 1}
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("noop", func(_ context.Context, t *asynq.Task) error {
 		now := time.Now()
 		if p := t.Payload(); len(p) == 8 {
 			d := time.Duration(now.UnixNano() - int64(binary.BigEndian.Uint64(p)))
-			latMu.Lock()
-			lat = append(lat, d)
-			latMu.Unlock()
+			rg.latMu.Lock()
+			rg.lat = append(rg.lat, d)
+			rg.latMu.Unlock()
 		}
-		done.Add(1)
-		lastDone.Store(now.UnixNano())
-		<-tokens
+		rg.lastDone.Store(now.UnixNano())
+		rg.done.Add(1)
+		<-rg.tokens
 		return nil
 	})
-	var servers []*asynq.Server
-	defer func() {
-		for _, s := range servers {
-			s.Shutdown()
-		}
-	}()
 	for range lg.o.workers {
 		s := asynq.NewServer(opt, asynq.Config{
-			Concurrency: lg.rep.Concurrency, Queues: map[string]int{queue: 1}, TaskCheckInterval: lg.o.checkInterval,
+			Concurrency: lg.rep.Concurrency, Queues: map[string]int{rawQueue: 1}, TaskCheckInterval: lg.o.checkInterval,
 			LogLevel: asynq.FatalLevel, ShutdownTimeout: 5 * time.Second,
 		})
 		if err := s.Start(mux); err != nil {
 			return nil, err
 		}
-		servers = append(servers, s)
+		rg.servers = append(rg.servers, s)
 	}
-	client := asynq.NewClient(opt)
-	defer client.Close()
+	rg.client = asynq.NewClient(opt)
+	return rg, nil
+}
 
-	var (
-		started, enqueued, errs atomic.Int64
-		firstErr                atomic.Value
-		wg                      sync.WaitGroup
-	)
+// slice enqueues for dur, then waits (up to 30s) until every enqueued
+// task has run; the slice's time ends at the last completion.
+func (rg *rawRig) slice(ctx context.Context, dur time.Duration, maxTasks int) {
+	var wg sync.WaitGroup
 	start := time.Now()
-	deadline := start.Add(lg.o.duration)
-	for range lg.o.clients {
+	deadline := start.Add(dur)
+	for range cap(rg.tokens) {
 		wg.Go(func() {
-			for range 10_000_000 {
-				if ctx.Err() != nil || time.Now().After(deadline) {
-					return
-				}
-				if lg.o.maxTasks > 0 && started.Add(1) > int64(lg.o.maxTasks) {
-					return
-				}
-				select { // at most -clients tasks in flight
-				case tokens <- struct{}{}:
-				case <-time.After(time.Until(deadline)):
-					return
-				}
-				var p [8]byte
-				binary.BigEndian.PutUint64(p[:], uint64(time.Now().UnixNano()))
-				if _, err := client.EnqueueContext(ctx, asynq.NewTask("noop", p[:]), asynq.Queue(queue)); err != nil {
-					<-tokens
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				enqueued.Add(1)
-			}
+			pprof.Do(ctx, clientLabels, func(ctx context.Context) { rg.enqueueLoop(ctx, deadline, maxTasks) })
 		})
 	}
 	wg.Wait()
-	for wait := time.Now().Add(30 * time.Second); done.Load() < enqueued.Load() && time.Now().Before(wait); {
-		sleepCtx(ctx, 5*time.Millisecond)
+	rg.settle(ctx, start)
+}
+
+func (rg *rawRig) enqueueLoop(ctx context.Context, deadline time.Time, maxTasks int) {
+	for range 10_000_000 {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		if maxTasks > 0 && rg.started.Add(1) > int64(maxTasks) {
+			return
+		}
+		select { // at most -clients tasks in flight
+		case rg.tokens <- struct{}{}:
+		case <-time.After(time.Until(deadline)):
+			return
+		}
+		var p [8]byte
+		binary.BigEndian.PutUint64(p[:], uint64(time.Now().UnixNano()))
+		if _, err := rg.client.EnqueueContext(ctx, asynq.NewTask("noop", p[:]), asynq.Queue(rawQueue)); err != nil {
+			<-rg.tokens
+			rg.errs.Add(1)
+			rg.firstErr.CompareAndSwap(nil, err.Error())
+			continue
+		}
+		rg.enqueued.Add(1)
 	}
-	elapsed := time.Duration(lastDone.Load() - start.UnixNano())
-	r.Submitted, r.Completed, r.Errors = int(enqueued.Load()), int(done.Load()), int(errs.Load())
+}
+
+// settle waits (up to 30s) until every enqueued task has run, and adds
+// the time from start to the last completion to the rig's busy time.
+func (rg *rawRig) settle(ctx context.Context, start time.Time) {
+	for wait := time.Now().Add(30 * time.Second); rg.done.Load() < rg.enqueued.Load() && time.Now().Before(wait); {
+		sleepCtx(ctx, time.Millisecond)
+	}
+	if last := time.Unix(0, rg.lastDone.Load()); last.After(start) {
+		rg.busy += last.Sub(start)
+	}
+}
+
+func (rg *rawRig) result(r *Result) {
+	r.Submitted, r.Completed, r.Errors = int(rg.enqueued.Load()), int(rg.done.Load()), int(rg.errs.Load())
 	r.Failed = r.Submitted - r.Completed
-	if e, ok := firstErr.Load().(string); ok {
+	if e, ok := rg.firstErr.Load().(string); ok {
 		r.FirstError = e
 	}
-	r.DurationSec = elapsed.Seconds()
-	if elapsed > 0 {
-		r.SubmitRate = float64(r.Submitted) / elapsed.Seconds()
-		r.CompleteRate = float64(r.Completed) / elapsed.Seconds()
+	r.DurationSec = rg.busy.Seconds()
+	if rg.busy > 0 {
+		r.SubmitRate = float64(r.Submitted) / rg.busy.Seconds()
+		r.CompleteRate = float64(r.Completed) / rg.busy.Seconds()
 	}
-	latMu.Lock()
-	r.Latency = percentiles(lat)
-	latMu.Unlock()
-	r.Notes = append(r.Notes, fmt.Sprintf("bare asynq, no-op handler, Redis DB 1: %d server(s) x concurrency %d, TaskCheckInterval %s, <= %d in flight",
-		lg.o.workers, lg.rep.Concurrency, lg.o.checkInterval, lg.o.clients))
-	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rg.latMu.Lock()
+	r.Latency = percentiles(rg.lat)
+	rg.latMu.Unlock()
+}
+
+func (rg *rawRig) close() {
+	for _, s := range rg.servers {
+		s.Shutdown()
+	}
+	if rg.client != nil {
+		rg.client.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: lg.st.redis.addr, DB: 1})
+	rdb := redis.NewClient(&redis.Options{Addr: rg.addr, DB: 1})
 	defer rdb.Close()
-	rdb.FlushDB(cctx)
-	return r, nil
+	rdb.FlushDB(ctx)
 }
 
 // batch submits one batch of distinct puzzles and long-polls it.
@@ -367,6 +459,7 @@ func (lg *loadgen) batch(ctx context.Context) (*Result, error) {
 		Total   int      `json:"total"`
 		TaskIDs []string `json:"task_ids"`
 	}
+	before := lg.sampleCost(ctx)
 	t0 := time.Now()
 	if _, err := lg.do(ctx, http.MethodPost, "/v1/batches", body, &created); err != nil {
 		return nil, err
@@ -382,6 +475,9 @@ func (lg *loadgen) batch(ctx context.Context) (*Result, error) {
 		}
 	}
 	toDone := time.Since(t0)
+	var c costSum
+	c.add(before, lg.sampleCost(ctx))
+	r.PerTask = c.perTask(st.Counts["completed"])
 	r.Submitted = created.Total
 	r.Completed = st.Counts["completed"]
 	r.Failed = st.Counts["failed"] + st.Counts["canceled"]
@@ -417,25 +513,25 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 			r.FirstError = "restart workers: " + err.Error()
 		}
 	}()
-	idleRate := func() (float64, error) {
-		sleepCtx(ctx, 500*time.Millisecond) // let start-up traffic pass
-		a, err := st.commandsProcessed(ctx)
-		if err != nil {
-			return 0, err
-		}
+	// idleRate counts Redis commands/s and redis-server CPU over the idle
+	// window, after start-up traffic has passed.
+	idleRate := func() (float64, float64, error) {
+		sleepCtx(ctx, 500*time.Millisecond)
+		a := lg.sampleCost(ctx)
 		t0 := time.Now()
 		sleepCtx(ctx, lg.o.pickupIdle)
-		b, err := st.commandsProcessed(ctx)
-		if err != nil {
-			return 0, err
+		b := lg.sampleCost(ctx)
+		if !a.ok || !b.ok {
+			return 0, 0, fmt.Errorf("read INFO from redis-server")
 		}
-		return float64(b-a-1) / time.Since(t0).Seconds(), nil // -1: the INFO itself
+		secs := time.Since(t0).Seconds()
+		return float64(b.redisCmds-a.redisCmds-1) / secs, 100 * (b.redisCPU - a.redisCPU).Seconds() / secs, nil // -1: the INFO itself
 	}
-	base, err := idleRate()
+	base, baseCPU, err := idleRate()
 	if err != nil {
 		return nil, err
 	}
-	r.Pickup = append(r.Pickup, PickupRow{Interval: "none", IdleCommandsPerS: base})
+	r.Pickup = append(r.Pickup, PickupRow{Interval: "none", IdleCommandsPerS: base, IdleRedisCPUPct: baseCPU})
 	var all tally
 	start := time.Now()
 	for _, iv := range lg.o.pickup {
@@ -443,7 +539,7 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 		if err := st.startWorkers(1, lg.o.concurrency, iv); err != nil {
 			return nil, err
 		}
-		rate, err := idleRate()
+		rate, cpu, err := idleRate()
 		if err != nil {
 			return nil, err
 		}
@@ -461,7 +557,7 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 		if all.firstErr == "" {
 			all.firstErr = t.firstErr
 		}
-		r.Pickup = append(r.Pickup, PickupRow{Interval: iv.String(), Latency: percentiles(t.lat), IdleCommandsPerS: rate})
+		r.Pickup = append(r.Pickup, PickupRow{Interval: iv.String(), Latency: percentiles(t.lat), IdleCommandsPerS: rate, IdleRedisCPUPct: cpu})
 	}
 	all.into(r, time.Since(start))
 	r.Latency = nil

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -188,20 +187,6 @@ func (s *stack) stopWorkers() {
 		rw.w.Close()
 	}
 	s.workers = nil
-}
-
-// commandsProcessed is Redis's total_commands_processed.
-func (s *stack) commandsProcessed(ctx context.Context) (int64, error) {
-	info, err := s.rdb.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("INFO stats has no total_commands_processed")
 }
 
 func (s *stack) close() {
