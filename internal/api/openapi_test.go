@@ -252,6 +252,7 @@ type call struct {
 	body         []byte
 	contentType  string // default application/json when body is set
 	chunked      bool   // send without Content-Length
+	accept       string // Accept header, optional
 	want         int
 	req          reqCheck
 }
@@ -301,6 +302,9 @@ func (c *client) newRequest(k call) *http.Request {
 			ct = "application/json"
 		}
 		req.Header.Set("Content-Type", ct)
+	}
+	if k.accept != "" {
+		req.Header.Set("Accept", k.accept)
 	}
 	return req
 }
@@ -431,6 +435,15 @@ const (
 	maxBodySize = 4096
 )
 
+// protobufMetrics is the Accept header of a Prometheus scrape that
+// prefers the protobuf format. kin-openapi has no decoder for it, so the
+// tests treat it as opaque bytes.
+const protobufMetrics = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
+
+func init() {
+	openapi3filter.RegisterBodyDecoder("application/vnd.google.protobuf", openapi3filter.FileBodyDecoder)
+}
+
 func TestOpenAPIConformance(t *testing.T) {
 	doc := loadDoc(t)
 	logs := dumpLogsOnFailure(t)
@@ -448,6 +461,11 @@ func TestOpenAPIConformance(t *testing.T) {
 		m := c.do(call{method: "GET", path: "/metrics", want: 200})
 		if !bytes.Contains(m.body, []byte("puzzleq_http_requests_total")) {
 			t.Errorf("/metrics lacks the API's metrics")
+		}
+		// Prometheus may ask for the protobuf format.
+		pb := c.do(call{method: "GET", path: "/metrics", want: 200, accept: protobufMetrics})
+		if ct := pb.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/vnd.google.protobuf") {
+			t.Errorf("/metrics in protobuf: Content-Type %q", ct)
 		}
 		y := c.do(call{method: "GET", path: "/openapi.yaml", want: 200})
 		if !bytes.Equal(y.body, api.OpenAPI) {
@@ -593,6 +611,11 @@ func TestOpenAPIConformance(t *testing.T) {
 			task := r.json(t)
 			if task["state"] == "pending" || task["state"] == "active" {
 				t.Fatalf("task %s did not end within the wait: %s", loc, r.body)
+			}
+			// The long poll is woken by the task's end, not by the
+			// periodic re-read (every 5s).
+			if r.took > 4*time.Second {
+				t.Errorf("the long poll answered %s after the task ended", r.took)
 			}
 			return task
 		}
@@ -777,4 +800,27 @@ func TestOpenAPIUnavailable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenAPIEmbedded holds the embedded mode (no REDIS_URL: in-memory
+// Redis and an in-process worker) to the document too.
+func TestOpenAPIEmbedded(t *testing.T) {
+	doc := loadDoc(t)
+	logs := dumpLogsOnFailure(t)
+	a := startAPI(t, "", logs, nil)
+	if !a.Embedded() {
+		t.Fatal("the API is not embedded without REDIS_URL")
+	}
+	c := newClient(t, doc, a.Addr())
+	c.do(call{method: "GET", path: "/readyz", want: 200})
+	r := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 202})
+	task := c.do(call{method: "GET", path: r.header.Get("Location") + "?wait=10s", want: 200}).json(t)
+	wantEqual(t, "state", task["state"], "completed")
+	wantJSON(t, "result", task["result"], sampleRes)
+	hit := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 200}).json(t)
+	wantEqual(t, "cached", hit["cached"], true)
+	r = c.do(call{method: "POST", path: "/v1/batches?format=boj9944", body: []byte(boj9944In), contentType: "text/plain", want: 202})
+	out := c.do(call{method: "GET", path: r.header.Get("Location") + "/output?wait=10s", want: 200})
+	wantEqual(t, "output", string(out.body), "Case 1: 10\nCase 2: 1\n")
+	c.do(call{method: "GET", path: "/metrics", want: 200})
 }
