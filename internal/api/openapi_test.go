@@ -450,6 +450,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	rs := redistest.Start(t)
 	a := startAPI(t, rs.URL(), logs, map[string]string{
 		"MAX_BODY_BYTES": fmt.Sprint(maxBodySize), "MAX_BATCH_BODY_BYTES": "65536", "CHUNK_SIZE": "2",
+		"MAX_BATCH_ITEMS": "5",
 	})
 	c := newClient(t, doc, a.Addr())
 
@@ -558,6 +559,8 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, post("/v1/batches", `{"tasks":[`+sample+`,{"kind":"sliding","puzzle":{}}]}`, 400, reqInvalid),
 			"invalid_puzzle", "tasks[1].puzzle.board")
 		wantError(t, post("/v1/batches", `{"tasks":[`+sample+`],"priority":1}`, 400, reqInvalid), "invalid_request", "priority")
+		// Over MAX_BATCH_ITEMS, which this server sets below the documented default.
+		wantError(t, post("/v1/batches", `{"tasks":[`+strings.Repeat(sample+",", 5)+sample+`]}`, 400, reqValid), "too_large", "tasks")
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1234", body: []byte("1 2 3\n"),
 			contentType: "text/plain", want: 400, req: reqInvalid}), "invalid_request", "format")
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1525", body: []byte("1 0 3\n4 2\n7 8 6\n"),
