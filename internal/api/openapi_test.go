@@ -50,9 +50,6 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	if doc.Components == nil || doc.Components.SecuritySchemes["bearerAuth"] == nil {
 		t.Errorf("the bearerAuth security scheme is not declared")
 	}
-	if len(doc.Security) != 0 {
-		t.Errorf("security is applied (%v) but the API does not enforce auth yet", doc.Security)
-	}
 	// Every error answer of every operation is an ErrorBody.
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
@@ -335,7 +332,7 @@ func (c *client) do(k call) reply {
 		c.t.Fatalf("%s %s: no operation in the document: %v", k.method, k.path, err)
 	}
 	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{MultiError: true}}
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
 	switch verr := openapi3filter.ValidateRequest(context.Background(), in); {
 	case k.req == reqValid && verr != nil:
 		c.t.Errorf("%s %s: the server took a request the document rejects: %v", k.method, k.path, verr)
