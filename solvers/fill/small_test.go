@@ -12,6 +12,7 @@ import (
 // canonSmall returns when t is the only candidate that can win.
 func TestCanonSmallForms(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 84021))
+	s := new(solver)
 	for range 20000 {
 		// A random shape inside a random box up to 8×8, with its top row
 		// and left column occupied so that it is normalised.
@@ -55,6 +56,12 @@ func TestCanonSmallForms(t *testing.T) {
 			got, gt := canonSmall(bm, h, w, nt)
 			if got != best || gt != bt {
 				t.Fatalf("%dx%d %#x nt=%d: canonSmall = %#x, t%d; want %#x, t%d (forms %#x)", h, w, bm, nt, got, gt, best, bt, want)
+			}
+			// The cache, on a miss and then on a hit, agrees.
+			for range 2 {
+				if got, gt := s.canonCached(bm, h, w, nt); got != best || gt != bt {
+					t.Fatalf("%dx%d %#x nt=%d: canonCached = %#x, t%d; want %#x, t%d", h, w, bm, nt, got, gt, best, bt)
+				}
 			}
 		}
 	}

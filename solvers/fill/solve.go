@@ -72,6 +72,20 @@ func splitmix(x *uint64) uint64 {
 	return z ^ z>>31
 }
 
+// offsets[t] is affine's translation as coefficients of h-1 and w-1:
+// ox = xh·(h-1) + xw·(w-1), oy = yh·(h-1) + yw·(w-1).
+var offsets [8]struct{ xh, xw, yh, yw int32 }
+
+func init() {
+	for t := range uint8(8) {
+		// With h = 1 and w = 2 (and h = 2, w = 1) each coefficient shows.
+		ox1, oy1, _, _ := affine(t, 1, 2)
+		ox2, oy2, _, _ := affine(t, 2, 1)
+		offsets[t].xw, offsets[t].yw = ox1, oy1
+		offsets[t].xh, offsets[t].yh = ox2, oy2
+	}
+}
+
 // affine returns the translation of transformation t applied to an h×w
 // bounding box and the dimensions of the result.
 func affine(t uint8, h, w int32) (ox, oy, oh, ow int32) {
@@ -133,6 +147,21 @@ type solver struct {
 	sshift         uint
 	labelled       []int32 // holes whose cells carry labels, cleared after the solve
 	dirty          bool    // board or table may hold 1s: clear them before reuse
+	forms          [2][formSize]formEntry
+}
+
+// formSize is the number of entries of the canonical-form cache.
+const (
+	formBits = 10
+	formSize = 1 << formBits
+)
+
+// formEntry caches canonSmall for one bitmap. The function is pure, so the
+// cache (one per solver, for 4 and 8 transformations) is never cleared;
+// 0 is no group's bitmap, so zeroed entries never match.
+type formEntry struct {
+	raw, canon uint64
+	t          uint8
 }
 
 // smallSlot is one slot of the table of small classes: the canonical
@@ -498,6 +527,20 @@ func canonSmall(bm uint64, h, w int32, nt int) (uint64, uint8) {
 	return best, bt
 }
 
+// canonCached is canonSmall through the solver's direct-mapped cache.
+// The same few shapes in the same few orientations make up most groups,
+// and a cache hit (a multiply and one compare) costs a fraction of the
+// transforms.
+func (s *solver) canonCached(bm uint64, h, w int32, nt int) (uint64, uint8) {
+	e := &s.forms[nt>>3&1][(bm*0x9e3779b97f4a7c15)>>(64-formBits)]
+	if e.raw == bm {
+		return e.canon, e.t
+	}
+	k, t := canonSmall(bm, h, w, nt)
+	*e = formEntry{raw: bm, canon: k, t: t}
+	return k, t
+}
+
 // findSmall returns the slot of key in the table of small classes: the
 // one holding it, or the empty one where it belongs.
 func (s *solver) findSmall(key uint64) int {
@@ -565,7 +608,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		}
 		h := &s.holes[i]
 		if s.isSmall(h) {
-			key, t := canonSmall(bitmap(h, s.hcells), h.h, h.w, nt)
+			key, t := s.canonCached(bitmap(h, s.hcells), h.h, h.w, nt)
 			h.t = t
 			slot := s.findSmall(key)
 			if ci := s.small[slot].ci; ci >= 0 {
@@ -607,7 +650,7 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 		p := &s.pieces[i]
 		var ci int32
 		if s.isSmall(p) {
-			key, t := canonSmall(bitmap(p, s.pcells), p.h, p.w, nt)
+			key, t := s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
 			ci = s.small[s.findSmall(key)].ci
 			if ci < 0 || s.classes[ci].free < 0 {
 				continue
@@ -637,8 +680,9 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 // result lists the placements in hole order. All cell pairs share one
 // backing array, so the result costs three allocations.
 func (s *solver) result(filled, placed int) Result {
-	res := Result{Filled: filled, Placements: make([]Placement, 0, placed)}
+	res := Result{Filled: filled, Placements: make([]Placement, placed)}
 	buf := make([][2]int, 2*filled)
+	k := 0
 	for hi := range s.holes {
 		h := &s.holes[hi]
 		if h.match < 0 {
@@ -646,21 +690,22 @@ func (s *solver) result(filled, placed int) Result {
 		}
 		p := &s.pieces[h.match]
 		g := composeT[inverseT[h.t]][p.t]
-		ox, oy, _, _ := affine(g, p.h, p.w)
-		l := lins[g]
+		// Hole cell = K + L·(r, c): the linear part of g and, folded into
+		// K, its translation and both boxes' corners. No branch on g,
+		// which varies from placement to placement.
+		l, o := lins[g], offsets[g]
+		kr := h.minr + o.xh*(p.h-1) + o.xw*(p.w-1) - l.xr*p.minr - l.xc*p.minc
+		kc := h.minc + o.yh*(p.h-1) + o.yw*(p.w-1) - l.yr*p.minr - l.yc*p.minc
 		n := int(p.n)
 		pc, hc := buf[:n:n], buf[n:2*n:2*n]
 		buf = buf[2*n:]
 		for j, v := range s.pcells[p.start : p.start+p.n] {
 			r, c := int32(v>>16), int32(v&0xffff)
-			lr, lc := r-p.minr, c-p.minc
 			pc[j] = [2]int{int(r), int(c)}
-			hc[j] = [2]int{
-				int(h.minr + ox + l.xr*lr + l.xc*lc),
-				int(h.minc + oy + l.yr*lr + l.yc*lc),
-			}
+			hc[j] = [2]int{int(kr + l.xr*r + l.xc*c), int(kc + l.yr*r + l.yc*c)}
 		}
-		res.Placements = append(res.Placements, Placement{Piece: pc, Hole: hc, Rotation: int(g&3) * 90, Flipped: g >= 4})
+		res.Placements[k] = Placement{Piece: pc, Hole: hc, Rotation: int(g&3) * 90, Flipped: g >= 4}
+		k++
 	}
 	return res
 }
