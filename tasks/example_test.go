@@ -13,7 +13,7 @@ func ExampleNewSolveTask() {
 	if err != nil {
 		panic(err)
 	}
-	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
+	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
 	if err != nil {
 		panic(err)
 	}

@@ -77,13 +77,13 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
 		}
-		return h.processItems(ctx, p.BatchID, []Item{p.Item})
+		return h.processItems(ctx, p.BatchID, p.Owner, []Item{p.Item})
 	case TypeChunk:
 		var p ChunkPayload
 		if err := json.Unmarshal(t.Payload(), &p); err != nil {
 			return fmt.Errorf("tasks: undecodable chunk payload: %v: %w", err, asynq.SkipRetry)
 		}
-		return h.processItems(ctx, p.BatchID, p.Items)
+		return h.processItems(ctx, p.BatchID, p.Owner, p.Items)
 	default:
 		return fmt.Errorf("tasks: unknown task type %q: %w", t.Type(), asynq.SkipRetry)
 	}
@@ -102,7 +102,7 @@ type outcome struct {
 // is idempotent, so a redelivered task is harmless: items that already
 // ended are skipped by the start script, and the finish script counts an
 // item only on its first move to a terminal state.
-func (h *Handler) processItems(ctx context.Context, batchID string, items []Item) error {
+func (h *Handler) processItems(ctx context.Context, batchID, owner string, items []Item) error {
 	// Register for cancellation before reading the state, so a cancel that
 	// lands between the two is not missed.
 	ictx := make([]context.Context, len(items))
@@ -160,7 +160,7 @@ func (h *Handler) processItems(ctx context.Context, batchID string, items []Item
 		if len(pendingIdx) == 0 {
 			return nil
 		}
-		if err := h.finish(ctx, batchID, items, parsed, outs, pendingIdx); err != nil {
+		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx); err != nil {
 			return err
 		}
 		pendingIdx = pendingIdx[:0]
@@ -234,12 +234,12 @@ func (h *Handler) solve(parent, ictx context.Context, p *puzzle.Parsed) (o *outc
 
 // finish writes the outcomes of items idx in one round trip and counts the
 // ones this call actually ended.
-func (h *Handler) finish(ctx context.Context, batchID string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
+func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
 	ts := make([]store.Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
 		o := outs[i]
-		t := store.Transition{ID: items[i].ID, BatchID: batchID}
+		t := store.Transition{ID: items[i].ID, BatchID: batchID, Owner: owner}
 		if o.code == "" {
 			t.State, t.Result, t.Cached = store.StateCompleted, o.result, o.cached
 			if parsed[i] != nil {
@@ -367,7 +367,7 @@ func (h *Handler) ErrorHandler(st interface {
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it
 		}
-		var batchID string
+		var batchID, owner string
 		var items []Item
 		switch t.Type() {
 		case TypeChunk:
@@ -375,17 +375,17 @@ func (h *Handler) ErrorHandler(st interface {
 			if json.Unmarshal(t.Payload(), &p) != nil {
 				return
 			}
-			batchID, items = p.BatchID, p.Items
+			batchID, owner, items = p.BatchID, p.Owner, p.Items
 		default:
 			var p SolvePayload
 			if json.Unmarshal(t.Payload(), &p) != nil {
 				return
 			}
-			batchID, items = p.BatchID, []Item{p.Item}
+			batchID, owner, items = p.BatchID, p.Owner, []Item{p.Item}
 		}
 		ts := make([]store.Transition, len(items))
 		for i, it := range items {
-			ts[i] = store.Transition{ID: it.ID, BatchID: batchID, State: store.StateFailed, Code: CodeInternal,
+			ts[i] = store.Transition{ID: it.ID, BatchID: batchID, Owner: owner, State: store.StateFailed, Code: CodeInternal,
 				Msg: "gave up after repeated infrastructure errors"}
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -47,7 +47,7 @@ func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
 	if err := f.store.CreateTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), CacheKey: p.Key()}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := NewSolveTask(id, "", p, QueueInteractive, DefaultLimits())
+	task, err := NewSolveTask(id, "", "", p, QueueInteractive, DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "b1"}, items); err != nil {
 		t.Fatal(err)
 	}
-	chunk, err := NewChunkTask("b1", ids, parsed, QueueBulk, DefaultLimits())
+	chunk, err := NewChunkTask("b1", "", ids, parsed, QueueBulk, DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.handler.ProcessTask(f.ctx, task) }()
 	<-started
-	if prev, err := f.store.Cancel(f.ctx, "run", ""); err != nil || prev != store.StateActive {
+	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != store.StateActive {
 		t.Fatalf("cancel: %v %v", prev, err)
 	}
 	at := time.Now()
@@ -216,7 +216,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		}
 		return p.Solve(sctx)
 	}
-	chunk, _ := NewChunkTask("sb", ids, parsed, QueueBulk, DefaultLimits())
+	chunk, _ := NewChunkTask("sb", "", ids, parsed, QueueBulk, DefaultLimits())
 	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
 		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
 	}

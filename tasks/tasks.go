@@ -60,6 +60,9 @@ type Item struct {
 // SolvePayload is the payload of the solve:<kind> tasks: one item.
 type SolvePayload struct {
 	BatchID string `json:"batch_id,omitempty"`
+	// Owner is the API key name that submitted the task, so the worker
+	// can give back its pending quota when the task ends.
+	Owner string `json:"owner,omitempty"`
 	Item
 }
 
@@ -67,6 +70,7 @@ type SolvePayload struct {
 // with its own record and result.
 type ChunkPayload struct {
 	BatchID string `json:"batch_id"`
+	Owner   string `json:"owner,omitempty"`
 	Items   []Item `json:"items"`
 }
 
@@ -108,8 +112,8 @@ const maxRetry = 10
 
 // NewSolveTask builds the task for one request. id is both the record ID
 // and asynq's task ID, so operators can find it in asynq's tools.
-func NewSolveTask(id, batchID string, p *puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
-	b, err := json.Marshal(SolvePayload{BatchID: batchID, Item: Item{ID: id, Request: p.Payload()}})
+func NewSolveTask(id, batchID, owner string, p *puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	b, err := json.Marshal(SolvePayload{BatchID: batchID, Owner: owner, Item: Item{ID: id, Request: p.Payload()}})
 	if err != nil {
 		return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
 	}
@@ -119,8 +123,8 @@ func NewSolveTask(id, batchID string, p *puzzle.Parsed, queue string, l Limits) 
 }
 
 // NewChunkTask builds one task for several cheap items of a batch.
-func NewChunkTask(batchID string, ids []string, reqs []*puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
-	cp := ChunkPayload{BatchID: batchID, Items: make([]Item, len(ids))}
+func NewChunkTask(batchID, owner string, ids []string, reqs []*puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	cp := ChunkPayload{BatchID: batchID, Owner: owner, Items: make([]Item, len(ids))}
 	var total time.Duration
 	for i, id := range ids {
 		cp.Items[i] = Item{ID: id, Request: reqs[i].Payload()}

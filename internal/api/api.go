@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
@@ -37,9 +38,14 @@ type Store interface {
 	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
-	Cancel(ctx context.Context, id, batchID string) (store.State, error)
-	CancelBatch(ctx context.Context, batchID string) (int, error)
+	Cancel(ctx context.Context, id, batchID, owner string) (store.State, error)
+	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
+	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
+	ReservePending(ctx context.Context, owner string, n, quota int) error
+	ReleasePending(ctx context.Context, owner string, n int) error
+	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
+	ReleaseIdempotency(ctx context.Context, owner, key string) error
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -70,6 +76,14 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Limits are the per-kind deadlines and budgets put on tasks.
 	Limits tasks.Limits
+	// Keys are the API keys; with none, auth is off and every caller is
+	// the anonymous owner.
+	Keys []APIKey
+	// RatePerSecond and RateBurst are each key's default token bucket.
+	// Defaults 20 and 40.
+	RatePerSecond, RateBurst int
+	// MaxPendingPerKey caps a key's unfinished tasks. Default 100,000.
+	MaxPendingPerKey int
 	// Extra routes mounted on the engine (asynqmon, pprof), optional.
 	Mount func(*gin.Engine)
 }
@@ -102,6 +116,15 @@ func (o *Options) setDefaults() {
 	if o.Limits.Deadline == nil {
 		o.Limits = tasks.DefaultLimits()
 	}
+	if o.RatePerSecond <= 0 {
+		o.RatePerSecond = 20
+	}
+	if o.RateBurst <= 0 {
+		o.RateBurst = 2 * o.RatePerSecond
+	}
+	if o.MaxPendingPerKey <= 0 {
+		o.MaxPendingPerKey = 100000
+	}
 }
 
 // Server holds the API's dependencies. Create it with New.
@@ -113,6 +136,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	batchSem chan struct{}
+	keys     []keyEntry
 	draining atomic.Bool
 	engine   *gin.Engine
 }
@@ -125,6 +149,9 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 	}
 	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
 		metrics: newMetrics(reg), batchSem: make(chan struct{}, opts.MaxConcurrentBatches)}
+	for _, k := range opts.Keys {
+		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
+	}
 	s.engine = s.routes()
 	return s
 }
@@ -161,7 +188,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
 
-	v1 := e.Group("/v1", s.timeout())
+	v1 := e.Group("/v1", s.timeout(), s.Authenticate(), s.rateLimit())
 	v1.POST("/tasks", s.createTask)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.DELETE("/tasks/:id", s.cancelTask)

@@ -3,12 +3,15 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,7 +114,16 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	nt := store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key(), Result: hits[0]}
+	reserved := 0
+	if hits[0] == nil {
+		if err := s.reserve(c, 1); err != nil {
+			fail(c, err)
+			return
+		}
+		reserved = 1
+	}
 	if err := s.store.CreateTask(ctx, nt); err != nil {
+		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, reserved)
 		fail(c, err)
 		return
 	}
@@ -121,7 +133,7 @@ func (s *Server) createTask(c *gin.Context) {
 		s.respondTask(c, http.StatusOK, id)
 		return
 	}
-	t, err := tasks.NewSolveTask(id, "", p, tasks.QueueInteractive, s.opts.Limits)
+	t, err := tasks.NewSolveTask(id, "", owner, p, tasks.QueueInteractive, s.opts.Limits)
 	if err == nil {
 		_, err = s.enq.EnqueueContext(ctx, t)
 	}
@@ -129,6 +141,7 @@ func (s *Server) createTask(c *gin.Context) {
 		// Not acknowledged, so not accepted: undo the record and let the
 		// client retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), "", []string{id})
+		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, reserved)
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
@@ -241,7 +254,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		fail(c, newError(http.StatusConflict, CodeConflict, "", "task has already ended (%s)", t.State))
 		return
 	}
-	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID)
+	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID, t.Owner)
 	if err != nil {
 		fail(c, err)
 		return
@@ -299,13 +312,74 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, newError(http.StatusBadRequest, "too_large", "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(reqs)))
 		return
 	}
-	id, ids, err := s.submitBatch(c.Request.Context(), ownerOf(c), format, reqs)
+	batchID := newID()
+	if key := c.GetHeader("Idempotency-Key"); key != "" {
+		if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
+			fail(c, newError(http.StatusBadRequest, "invalid_request", "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
+			return
+		}
+		sum := sha256.Sum256(append([]byte(format+"\n"), body...))
+		hash := hex.EncodeToString(sum[:])
+		claimed, prevID, prevHash, err := s.store.ClaimIdempotency(c.Request.Context(), ownerOf(c), key, batchID, hash)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		if !claimed {
+			if prevHash != hash {
+				fail(c, newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
+					"this Idempotency-Key was used for a different request body"))
+				return
+			}
+			s.replayBatch(c, prevID)
+			return
+		}
+		defer func() {
+			if c.Writer.Status() != http.StatusAccepted {
+				_ = s.store.ReleaseIdempotency(context.WithoutCancel(c.Request.Context()), ownerOf(c), key)
+			}
+		}()
+	}
+	ids, err := s.submitBatch(c, batchID, format, reqs)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	c.Header("Location", "/v1/batches/"+id)
-	c.JSON(http.StatusAccepted, gin.H{"id": id, "total": len(ids), "task_ids": ids})
+	c.Header("Location", "/v1/batches/"+batchID)
+	c.JSON(http.StatusAccepted, gin.H{"id": batchID, "total": len(ids), "task_ids": ids})
+}
+
+// replayBatch answers a retried submission with the batch the first one
+// created, so a client that lost the response does not double the work.
+// The first request may still be writing it; wait a little for it.
+func (s *Server) replayBatch(c *gin.Context, id string) {
+	ctx := c.Request.Context()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := s.store.GetBatch(ctx, id)
+		if err == nil && b.Owner == ownerOf(c) {
+			ids, err := s.store.BatchItems(ctx, id, 0, b.Total)
+			if err != nil {
+				fail(c, err)
+				return
+			}
+			c.Header("Location", "/v1/batches/"+id)
+			c.Header("Idempotent-Replayed", "true")
+			c.JSON(http.StatusAccepted, gin.H{"id": id, "total": b.Total, "task_ids": ids})
+			return
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			fail(c, err)
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.Header("Retry-After", "1")
+			fail(c, newError(http.StatusConflict, "in_progress", "Idempotency-Key",
+				"a request with this Idempotency-Key is still being processed; retry shortly"))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (s *Server) decodeJSONBatch(body []byte) ([]*puzzle.Parsed, error) {
@@ -376,16 +450,34 @@ func decodeJudgeBatch(format string, body []byte) ([]*puzzle.Parsed, error) {
 
 // submitBatch records a batch and enqueues it: cheap items grouped into
 // chunk tasks, expensive ones one task each, all on the bulk queue.
-func (s *Server) submitBatch(ctx context.Context, owner, format string, reqs []*puzzle.Parsed) (string, []string, error) {
+func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puzzle.Parsed) ([]string, error) {
+	ctx, owner := c.Request.Context(), ownerOf(c)
 	keys := make([]string, len(reqs))
 	for i, p := range reqs {
 		keys[i] = p.Key()
 	}
 	hits, err := s.store.CachedResults(ctx, keys)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	batchID := newID()
+	misses := 0
+	for _, h := range hits {
+		if h == nil {
+			misses++
+		}
+	}
+	if err := s.reserve(c, misses); err != nil {
+		return nil, err
+	}
+	ids, err := s.recordAndEnqueue(ctx, batchID, owner, format, reqs, keys, hits)
+	if err != nil {
+		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, misses)
+		return nil, err
+	}
+	return ids, nil
+}
+
+func (s *Server) recordAndEnqueue(ctx context.Context, batchID, owner, format string, reqs []*puzzle.Parsed, keys []string, hits []json.RawMessage) ([]string, error) {
 	ids := make([]string, len(reqs))
 	items := make([]store.NewTask, len(reqs))
 	for i, p := range reqs {
@@ -397,7 +489,7 @@ func (s *Server) submitBatch(ctx context.Context, owner, format string, reqs []*
 		s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	}
 	if err := s.store.CreateBatch(ctx, store.NewBatch{ID: batchID, Owner: owner, Format: format}, items); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 
 	var queued []*asynq.Task
@@ -407,7 +499,7 @@ func (s *Server) submitBatch(ctx context.Context, owner, format string, reqs []*
 		if len(chunkIDs) == 0 {
 			return nil
 		}
-		t, err := tasks.NewChunkTask(batchID, chunkIDs, chunkReqs, tasks.QueueBulk, s.opts.Limits)
+		t, err := tasks.NewChunkTask(batchID, owner, chunkIDs, chunkReqs, tasks.QueueBulk, s.opts.Limits)
 		if err != nil {
 			return err
 		}
@@ -420,9 +512,9 @@ func (s *Server) submitBatch(ctx context.Context, owner, format string, reqs []*
 			continue
 		}
 		if !tasks.Cheap(p.Kind()) {
-			t, err := tasks.NewSolveTask(ids[i], batchID, p, tasks.QueueBulk, s.opts.Limits)
+			t, err := tasks.NewSolveTask(ids[i], batchID, owner, p, tasks.QueueBulk, s.opts.Limits)
 			if err != nil {
-				return "", nil, err
+				return nil, err
 			}
 			queued = append(queued, t)
 			continue
@@ -431,21 +523,21 @@ func (s *Server) submitBatch(ctx context.Context, owner, format string, reqs []*
 		chunkReqs = append(chunkReqs, p)
 		if len(chunkIDs) == s.opts.ChunkSize {
 			if err := flushChunk(); err != nil {
-				return "", nil, err
+				return nil, err
 			}
 		}
 	}
 	if err := flushChunk(); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if err := s.enqueueAll(ctx, queued); err != nil {
 		// Some tasks may be queued already; with their records gone they
 		// are skipped when they run. The client was not told the batch
 		// exists, so it will retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), batchID, ids)
-		return "", nil, fmt.Errorf("enqueue batch: %w", err)
+		return nil, fmt.Errorf("enqueue batch: %w", err)
 	}
-	return batchID, ids, nil
+	return ids, nil
 }
 
 // enqueueAll enqueues with bounded parallelism; asynq v0.26 has no bulk
@@ -611,7 +703,7 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		fail(c, newError(http.StatusConflict, CodeConflict, "", "batch has already ended"))
 		return
 	}
-	n, err := s.store.CancelBatch(c.Request.Context(), b.ID)
+	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
 	if err != nil {
 		fail(c, err)
 		return

@@ -440,11 +440,13 @@ func TestBatchCancelStopsPendingItems(t *testing.T) {
 func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	t.Parallel()
 	// One worker slot makes the order of service observable.
-	s := startStack(t, 1, map[string]string{"WORKER_CONCURRENCY": "1", "CHUNK_SIZE": "8"})
+	s := startStack(t, 1, map[string]string{"WORKER_CONCURRENCY": "1", "REQUEST_TIMEOUT": "60s"})
 	rng := rand.New(rand.NewSource(4))
-	raw := make([]json.RawMessage, 4000)
+	// Sweep items are queued one task each, so the batch is 1,000 queue
+	// round trips long: long enough to be overtaken, cheap to submit.
+	raw := make([]json.RawMessage, 1000)
 	for i := range raw {
-		raw[i] = json.RawMessage(randomFill(rng, 12))
+		raw[i] = json.RawMessage(randomSweep(rng, 6, 6, 0.15))
 	}
 	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": raw})
 	if code != 202 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/config"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -250,6 +251,21 @@ type APIConfig struct {
 	// ShutdownTimeout is how long in-flight requests get to finish after
 	// SIGTERM. Default 15s.
 	ShutdownTimeout time.Duration
+	// APIKeys is "name:key,name:key". With any key configured every /v1
+	// and /monitoring route needs "Authorization: Bearer <key>". Default
+	// "": auth off.
+	APIKeys string
+	// APIKeysFile is a JSON file of keys with optional per-key limits:
+	// [{"name","key","rate_per_second","burst","max_pending"}]. Default "".
+	APIKeysFile string
+	// RatePerSecond is each key's default request rate. Default 20.
+	RatePerSecond int
+	// RateBurst is each key's default burst. Default 40.
+	RateBurst int
+	// MaxPendingPerKey caps a key's unfinished tasks. Default 100000.
+	MaxPendingPerKey int
+
+	keys []api.APIKey
 }
 
 func (c *APIConfig) set() *config.Set {
@@ -265,6 +281,11 @@ func (c *APIConfig) set() *config.Set {
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown")
+	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
+	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits")
+	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
+	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
+	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
 	return s
 }
 
@@ -305,8 +326,24 @@ func (c *APIConfig) validate() error {
 	if c.HTTPAddr == "" {
 		return fmt.Errorf("HTTP_ADDR: required")
 	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey}} {
+		if v.n <= 0 {
+			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
+		}
+	}
+	keys, err := c.loadKeys()
+	if err != nil {
+		return err
+	}
+	c.keys = keys
 	return nil
 }
+
+// AuthEnabled reports whether API keys are configured.
+func (c *APIConfig) AuthEnabled() bool { return len(c.keys) > 0 }
 
 // Getenv is os.Getenv, named for the callers that pass it.
 var Getenv = os.Getenv

@@ -27,6 +27,14 @@ func (k keys) idempotency(owner, key string) string {
 	return k.prefix + "idem:" + owner + ":" + key
 }
 
+// ownerPending counts an API key's tasks that have not ended, for the
+// per-key quota.
+func (k keys) ownerPending(owner string) string { return k.prefix + "owner:" + owner + ":pending" }
+
+// rateLimit is the token bucket of an API key. redis_rate puts its own
+// "rate:" in front of it.
+func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owner }
+
 // events is the pub/sub channel on which every terminal task transition
 // and every finished batch is announced, for long polls.
 func (k keys) events() string { return k.prefix + "events" }

@@ -37,6 +37,8 @@ return cur
 //
 // KEYS[1] task hash
 // KEYS[2] batch hash (the task hash again when the task has no batch)
+// KEYS[3] the owner's pending counter (the task hash again when none)
+//
 // ARGV[1] new state: completed, failed or canceled
 // ARGV[2] now, Unix milliseconds
 // ARGV[3] "1" when the task belongs to a batch
@@ -47,6 +49,7 @@ return cur
 // ARGV[8] error code ("" when none)
 // ARGV[9] error message
 // ARGV[10] "1" when the result came from the cache
+// ARGV[11] "1" when the task has an owner whose pending count to lower
 //
 // Returns the state before the call; "" when the record does not exist.
 // The move happened only when that state is "pending" or "active"; any
@@ -60,6 +63,9 @@ if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[7]) end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'err_code', ARGV[8], 'err_msg', ARGV[9]) end
 if ARGV[10] == '1' then redis.call('HSET', KEYS[1], 'cached', '1') end
 redis.call('PUBLISH', ARGV[4], 't:' .. ARGV[5])
+if ARGV[11] == '1' then
+  if redis.call('DECR', KEYS[3]) < 0 then redis.call('SET', KEYS[3], 0) end
+end
 if ARGV[3] == '1' then
   redis.call('HINCRBY', KEYS[2], cur, -1)
   redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
@@ -70,4 +76,19 @@ if ARGV[3] == '1' then
   end
 end
 return cur
+`)
+
+// reserveScript admits n more pending tasks for an owner unless that would
+// pass the quota.
+//
+// KEYS[1] the owner's pending counter
+// ARGV[1] n
+// ARGV[2] the quota
+//
+// Returns the new count, or -1 when the quota would be exceeded (and
+// nothing changed).
+var reserveScript = redis.NewScript(`
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return -1 end
+return redis.call('INCRBY', KEYS[1], ARGV[1])
 `)

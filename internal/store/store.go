@@ -308,6 +308,7 @@ func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]
 type Transition struct {
 	ID      string
 	BatchID string
+	Owner   string          // the API key that made the task; "" when auth is off
 	State   State           // for Finish: completed, failed or canceled
 	Result  json.RawMessage // completed
 	Code    string          // failed, canceled
@@ -351,9 +352,13 @@ func (s *Store) Finish(ctx context.Context, ts []Transition, cacheKeys []string)
 			if t.Cached {
 				cached = "1"
 			}
-			cmds[i] = finishScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk},
+			ok, owned := s.k.task(t.ID), "0"
+			if t.Owner != "" {
+				ok, owned = s.k.ownerPending(t.Owner), "1"
+			}
+			cmds[i] = finishScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk, ok},
 				string(t.State), now, batched, s.k.events(), t.ID, t.BatchID,
-				string(t.Result), t.Code, t.Msg, cached)
+				string(t.Result), t.Code, t.Msg, cached, owned)
 		}
 	})
 	if err != nil {
@@ -382,7 +387,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startScript, finishScript} {
+		for _, sc := range []*redis.Script{startScript, finishScript, reserveScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
@@ -411,8 +416,8 @@ func scriptStates(cmds []*redis.Cmd) ([]State, error) {
 
 // Cancel cancels a task that has not ended and announces it to workers,
 // which stop a running solve. It returns the state before the call.
-func (s *Store) Cancel(ctx context.Context, id, batchID string) (State, error) {
-	prev, err := s.Finish(ctx, []Transition{{ID: id, BatchID: batchID, State: StateCanceled,
+func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (State, error) {
+	prev, err := s.Finish(ctx, []Transition{{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled,
 		Code: "canceled", Msg: "canceled by request"}}, nil)
 	if err != nil {
 		return "", err
@@ -427,14 +432,14 @@ func (s *Store) Cancel(ctx context.Context, id, batchID string) (State, error) {
 
 // CancelBatch cancels every item of a batch that has not ended. It returns
 // how many were canceled.
-func (s *Store) CancelBatch(ctx context.Context, batchID string) (int, error) {
+func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
 	ids, err := s.rdb.LRange(ctx, s.k.batchItems(batchID), 0, -1).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
 	ts := make([]Transition, len(ids))
 	for i, id := range ids {
-		ts[i] = Transition{ID: id, BatchID: batchID, State: StateCanceled, Code: "canceled", Msg: "batch canceled by request"}
+		ts[i] = Transition{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled, Code: "canceled", Msg: "batch canceled by request"}
 	}
 	n := 0
 	for start := 0; start < len(ts); start += 1000 {

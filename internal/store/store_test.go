@@ -130,7 +130,7 @@ func TestBatchCountsExactUnderDuplicates(t *testing.T) {
 	if len(ids) != 2 || ids[0] != "i2" || ids[1] != "i3" {
 		t.Errorf("items from 1: %v", ids)
 	}
-	if n, _ := s.CancelBatch(ctx, "b"); n != 0 {
+	if n, _ := s.CancelBatch(ctx, "b", ""); n != 0 {
 		t.Errorf("cancel of a finished batch canceled %d", n)
 	}
 }
@@ -155,10 +155,10 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	fired, release := hub.Wait(store.TaskEventKey("running"))
 	defer release()
 
-	if prev, err := s.Cancel(ctx, "pending", ""); err != nil || prev != store.StatePending {
+	if prev, err := s.Cancel(ctx, "pending", "", ""); err != nil || prev != store.StatePending {
 		t.Fatalf("cancel pending: %v %v", prev, err)
 	}
-	if prev, err := s.Cancel(ctx, "running", ""); err != nil || prev != store.StateActive {
+	if prev, err := s.Cancel(ctx, "running", "", ""); err != nil || prev != store.StateActive {
 		t.Fatalf("cancel running: %v %v", prev, err)
 	}
 	select {
@@ -174,7 +174,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("long poll was not woken by the cancel")
 	}
-	if prev, _ := s.Cancel(ctx, "running", ""); prev != store.StateCanceled {
+	if prev, _ := s.Cancel(ctx, "running", "", ""); prev != store.StateCanceled {
 		t.Fatalf("second cancel: %v", prev)
 	}
 	// A pending task's cancel must not be announced to workers.
