@@ -186,6 +186,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return ctx.Err()
 		}
 		var res *Result
+		load0 := loadAvg1()
 		if name == "throughput" || name == "raw-asynq" {
 			if paired == nil {
 				thr, raw, err := lg.throughputAndRaw(ctx, slices.Contains(o.scenarios, "throughput"), slices.Contains(o.scenarios, "raw-asynq"))
@@ -197,6 +198,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			res = paired[name]
 		} else if res, err = lg.runScenario(ctx, name); err != nil {
 			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+		if res.LoadAvg == [2]float64{} {
+			res.LoadAvg = [2]float64{load0, loadAvg1()}
 		}
 		rep.Results = append(rep.Results, res)
 	}

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,7 +58,10 @@ type Result struct {
 	PercentOfRaw *float64 `json:"percent_of_raw_asynq,omitempty"`
 	Targets      []Target `json:"targets,omitempty"`
 	Skipped      string   `json:"skipped,omitempty"`
-	Notes        []string `json:"notes,omitempty"`
+	// LoadAvg is the machine's 1-minute load average when the scenario
+	// started and ended: how much other work competed for the CPUs.
+	LoadAvg [2]float64 `json:"loadavg,omitempty"`
+	Notes   []string   `json:"notes,omitempty"`
 }
 
 // Percentiles of a latency sample, in milliseconds.
@@ -75,6 +80,11 @@ type BatchFigures struct {
 	ToDoneMs    float64        `json:"to_done_ms"`
 	ItemsPerSec float64        `json:"items_per_sec"`
 	Counts      map[string]int `json:"counts"`
+	// SubmitCPUMs is this process's CPU from POST to 202 (the load
+	// generator building nothing meanwhile: the body is ready before).
+	SubmitCPUMs float64 `json:"submit_cpu_ms"`
+	// SubmitRedisCPUMs is redis-server's CPU over the same span.
+	SubmitRedisCPUMs float64 `json:"submit_redis_cpu_ms,omitempty"`
 }
 
 // PickupRow is one TASK_CHECK_INTERVAL of the pickup scenario.
@@ -135,6 +145,20 @@ func (rep *Report) finish() {
 	thr.target("throughput vs raw asynq", ">= 60%", fmt.Sprintf("%.0f%%", pct), pct >= 60)
 }
 
+// loadAvg1 is the 1-minute load average, 0 where /proc is missing.
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 func (rep *Report) writeTable(w io.Writer) error {
 	fmt.Fprintf(w, "loadgen %s  %s GOMAXPROCS=%d NumCPU=%d\n", rep.Started.Format(time.RFC3339), rep.GoVersion, rep.GOMAXPROCS, rep.NumCPU)
 	fmt.Fprintf(w, "stack: %s; TASK_CHECK_INTERVAL=%s; clients=%d\n\n", rep.Stack, rep.TaskCheckInterval, rep.Clients)
@@ -171,7 +195,8 @@ func (rep *Report) writeTable(w io.Writer) error {
 		}
 		if b := r.Batch; b != nil {
 			lines = append(lines, fmt.Sprintf("%d items: 202 after %.0f ms, done after %.0f ms (%.0f items/s); counts %v",
-				b.Items, b.To202Ms, b.ToDoneMs, b.ItemsPerSec, b.Counts))
+				b.Items, b.To202Ms, b.ToDoneMs, b.ItemsPerSec, b.Counts),
+				fmt.Sprintf("CPU until 202: %.0f ms in this process, %.0f ms in redis-server", b.SubmitCPUMs, b.SubmitRedisCPUMs))
 		}
 		if len(r.Pickup) > 0 {
 			var sb strings.Builder
@@ -196,6 +221,9 @@ func (rep *Report) writeTable(w io.Writer) error {
 		}
 		if r.FirstError != "" {
 			lines = append(lines, "first error: "+r.FirstError)
+		}
+		if r.LoadAvg != [2]float64{} {
+			lines = append(lines, fmt.Sprintf("machine load average %.1f at start, %.1f at end (%d CPUs)", r.LoadAvg[0], r.LoadAvg[1], rep.NumCPU))
 		}
 		lines = append(lines, r.Notes...)
 		if len(lines) == 0 {
