@@ -704,7 +704,11 @@ func (s *solver) result(filled, placed int) Result {
 			pc[j] = [2]int{int(r), int(c)}
 			hc[j] = [2]int{int(kr + l.xr*r + l.xc*c), int(kc + l.yr*r + l.yc*c)}
 		}
-		res.Placements[k] = Placement{Piece: pc, Hole: hc, Rotation: int(g&3) * 90, Flipped: g >= 4}
+		// Field by field: assigning a whole Placement is a typed copy
+		// with a bulk write barrier, which cost as much as the cells.
+		pl := &res.Placements[k]
+		pl.Piece, pl.Hole = pc, hc
+		pl.Rotation, pl.Flipped = int(g&3)*90, g >= 4
 		k++
 	}
 	return res
