@@ -165,7 +165,7 @@ type formEntry struct {
 }
 
 // smallSlot is one slot of the table of small classes: the canonical
-// bitmap and the class (-1: empty).
+// bitmap (0: empty) and the class.
 type smallSlot struct {
 	key uint64
 	ci  int32
@@ -397,6 +397,9 @@ func dims(t uint8, h, w int32) (int32, int32) {
 // key's hash and the class's dimensions is a candidate, so a collision
 // never hides a match.
 func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, bt uint8, skipFull bool) (int32, uint8, int) {
+	if len(s.slots) == 0 {
+		return -1, 0, 0 // no large class
+	}
 	mask := len(s.slots) - 1
 	slot := int((k.hash*0x9e3779b97f4a7c15)>>s.shift) & mask
 	for ; s.slots[slot] >= 0; slot = (slot + 1) & mask {
@@ -546,7 +549,7 @@ func (s *solver) canonCached(bm uint64, h, w int32, nt int) (uint64, uint8) {
 func (s *solver) findSmall(key uint64) int {
 	mask := len(s.small) - 1
 	slot := int((key*0x9e3779b97f4a7c15)>>s.sshift) & mask
-	for s.small[slot].ci >= 0 && s.small[slot].key != key {
+	for s.small[slot].key != 0 && s.small[slot].key != key {
 		slot = (slot + 1) & mask
 	}
 	return slot
@@ -592,16 +595,12 @@ func (s *solver) clearLabels() {
 // classify sorts the holes into classes of congruent shapes.
 func (s *solver) classify(done <-chan struct{}, nt int) error {
 	var size int
-	size, s.shift = tableSize(len(s.holes))
-	s.slots = grow(s.slots, size)
+	size, s.sshift = tableSize(len(s.holes))
+	// Key 0 (no group's bitmap) marks an empty slot, so clearing is a
+	// memclr. The table of large classes is set up only if one occurs.
 	s.small = grow(s.small, size)
-	s.sshift = s.shift
-	for i := range s.slots {
-		s.slots[i] = -1
-	}
-	for i := range s.small {
-		s.small[i].ci = -1
-	}
+	clear(s.small)
+	s.slots = s.slots[:0]
 	for i := range s.holes {
 		if i&1023 == 1023 && isDone(done) {
 			return doneError{}
@@ -611,7 +610,8 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			key, t := s.canonCached(bitmap(h, s.hcells), h.h, h.w, nt)
 			h.t = t
 			slot := s.findSmall(key)
-			if ci := s.small[slot].ci; ci >= 0 {
+			if s.small[slot].key != 0 {
+				ci := s.small[slot].ci
 				cl := &s.classes[ci]
 				s.holes[cl.tail].next = int32(i)
 				cl.tail = int32(i)
@@ -620,6 +620,14 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			s.small[slot] = smallSlot{key: key, ci: int32(len(s.classes))}
 			s.classes = append(s.classes, class{rep: int32(i), tail: int32(i), free: int32(i)})
 			continue
+		}
+		if len(s.slots) == 0 {
+			var size int
+			size, s.shift = tableSize(len(s.holes))
+			s.slots = grow(s.slots, size)
+			for i := range s.slots {
+				s.slots[i] = -1
+			}
 		}
 		var hs [8]uint64
 		s.shape(h, s.hcells, nt, &hs)
@@ -651,10 +659,11 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 		var ci int32
 		if s.isSmall(p) {
 			key, t := s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
-			ci = s.small[s.findSmall(key)].ci
-			if ci < 0 || s.classes[ci].free < 0 {
+			e := s.small[s.findSmall(key)]
+			if e.key == 0 || s.classes[e.ci].free < 0 {
 				continue
 			}
+			ci = e.ci
 			p.t = t
 		} else {
 			var hs [8]uint64
