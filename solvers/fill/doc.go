@@ -38,7 +38,11 @@
 // back to the origin). The canonical key is the smallest of these
 // bitmaps. The key is the shape, so congruent groups, and only they, get
 // the same key: no hash, no collision, no cell-by-cell verification. The
-// keys index their own open-addressing table of classes.
+// keys index their own open-addressing table of classes. Because the same
+// few shapes in the same few orientations make up most groups, canonical
+// forms go through a small direct-mapped cache keyed by the raw bitmap;
+// the mapping is a pure function, so the cache lives with the pooled
+// scratch and is never cleared.
 //
 // Larger groups get a canonical key without sorting their cells: for every
 // allowed transformation t the normalised transformed cell set gets the
