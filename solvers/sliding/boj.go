@@ -48,7 +48,7 @@ func ParseBOJ1525(r io.Reader) (Puzzle, error) {
 		i := len(board)
 		if i == maxParseRows {
 			return Puzzle{}, atLine(solvers.TooLarge("board",
-				"more than %d rows, the limit is %dx%d", maxParseRows, maxRows, maxCols), line)
+				"more than %d rows, the limit is %d cells", maxParseRows, maxCells), line)
 		}
 		if i > 0 && len(fields) != len(board[0]) {
 			return Puzzle{}, atLine(solvers.Invalid(fmt.Sprintf("board[%d]", i),

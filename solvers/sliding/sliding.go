@@ -7,23 +7,19 @@ import (
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
-// Size limits accepted by Validate. Every board within them is solved by
-// table lookup; 4×4 (IDA* with pattern databases) comes later.
-const (
-	// minSide is the fewest rows or columns: a 1-wide board cannot reorder
-	// its tiles, so it is not a puzzle.
-	minSide = 2
-	// maxRows and maxCols are the largest board currently supported.
-	maxRows = 3
-	maxCols = 3
-)
+// minSide is the fewest rows or columns Validate accepts: a 1-wide board
+// cannot reorder its tiles, so it is not a puzzle. The other limit is
+// maxCells cells (4×4, 3×5, 5×3, 2×8, 8×2 and everything smaller). Boards
+// of up to maxTableCells cells are answered from a distance table, larger
+// ones by IDA* with pattern databases.
+const minSide = 2
 
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0. It
-// applies only to boards solved by search, which the coming 4×4 IDA* path
-// will use. Boards of up to 9 cells, all that Validate accepts today, are
-// answered from a precomputed distance table in constant time, so the
-// table method ignores the budget entirely.
-const DefaultMaxNodes int64 = 200_000_000
+// applies only to boards solved by search (more than 9 cells); boards of
+// up to 9 cells are answered from a precomputed distance table and ignore
+// the budget. The default is far above the nodes any of Korf's 100 random
+// 4×4 instances needs (under 3 M), and takes roughly a minute of CPU.
+const DefaultMaxNodes int64 = 2_000_000_000
 
 // Validate checks that p is a well-formed board of a supported size. It
 // returns nil or a *solvers.InputError whose Field locates the fault
@@ -48,8 +44,9 @@ func Validate(p Puzzle) error {
 	if rows < minSide || cols < minSide {
 		return solvers.Invalid("board", "board is %dx%d, each side must be at least %d", rows, cols, minSide)
 	}
-	if rows > maxRows || cols > maxCols {
-		return solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, maxRows, maxCols)
+	if rows*cols > maxCells {
+		return solvers.TooLarge("board", "board is %dx%d (%d cells), the limit is %d cells (4x4, 3x5, 2x8)",
+			rows, cols, rows*cols, maxCells)
 	}
 
 	// Ranges first, so that the duplicate check below can index a bit set.
@@ -90,9 +87,15 @@ func Validate(p Puzzle) error {
 // one shortest path, or Moves -1 when the goal is unreachable. It validates
 // p first (errors are *solvers.InputError) and returns ctx.Err() if ctx is
 // already done. Unreachable boards are decided by the parity rule alone.
-// The path is the lexicographically smallest shortest path (see the
-// package comment). The first query of a shape builds its distance table,
-// a few milliseconds for 3×3; later ones take about a microsecond.
+//
+// Boards of at most 9 cells are answered from a distance table and their
+// path is the lexicographically smallest shortest path (see the package
+// comment); the first query of a shape builds its table, a few
+// milliseconds for 3×3, later ones take about a microsecond. Larger boards
+// are solved by IDA* with pattern databases (built on first use unless
+// Preload ran), which polls ctx, reports to opts.Progress and stops after
+// opts.MaxNodes nodes with an error wrapping solvers.ErrBudgetExceeded;
+// their path is a shortest path, not necessarily the smallest.
 func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if err := Validate(p); err != nil {
 		return Result{}, err
@@ -105,11 +108,92 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if !solvable(b, blank, rows, cols) {
 		return Result{Moves: -1}, nil
 	}
-	// Dispatch on the size of the state space. Validate admits nothing
-	// beyond maxTableCells today; the 4×4 search will go in the else branch
-	// and use opts.MaxNodes (the table method ignores it).
+	// Dispatch on the size of the state space: (n)!/2 states, at most
+	// 9!/2 for the table.
 	if rows*cols <= maxTableCells {
 		return solveTable(b, blank, rows, cols)
 	}
-	return Result{}, solvers.TooLarge("board", "board is %dx%d, the limit is %dx%d", rows, cols, maxRows, maxCols)
+	path, _, err := solveSearch(ctx, b, blank, rows, cols, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Moves: len(path), Solvable: true, Path: path}, nil
+}
+
+// solveSearch solves a solvable board of more than maxTableCells cells by
+// IDA*. A board with more rows than columns is transposed first (see
+// transpose), and the path transposed back. It returns the path and the
+// number of nodes searched.
+func solveSearch(ctx context.Context, b packed, blank, rows, cols int, opts Options) (string, int64, error) {
+	if b == goalBoard(rows*cols) {
+		return "", 0, nil // no need to build the databases
+	}
+	tr := rows > cols
+	if tr {
+		b, blank = transpose(b, rows, cols)
+		rows, cols = cols, rows
+	}
+	h, err := heuristicFor(ctx, rows, cols)
+	if err != nil {
+		return "", 0, err
+	}
+	path, nodes, err := idaStar(ctx, h, b, blank, opts)
+	if err != nil {
+		return "", nodes, err
+	}
+	if tr {
+		path = transposePath(path)
+	}
+	return path, nodes, nil
+}
+
+// goalBoard returns the packed goal of an n-cell board.
+func goalBoard(n int) packed {
+	var g packed
+	for v := 1; v < n; v++ {
+		g |= packed(v) << (4 * uint(v-1))
+	}
+	return g
+}
+
+// transpose reflects an R×C board along its main diagonal into a C×R
+// board: the tile in cell (r, c) goes to cell (c, r), and tile v, whose
+// goal cell is (gr, gc), is renamed to the tile whose goal is (gc, gr).
+// That maps the goal to the goal (the blank's goal cell is the last on
+// both) and moves to moves, with U↔L and D↔R, so distances are unchanged.
+func transpose(b packed, rows, cols int) (packed, int) {
+	var out packed
+	blank := 0
+	for c := 0; c < rows*cols; c++ {
+		r, k := c/cols, c%cols
+		nc := k*rows + r
+		v := b.at(c)
+		nv := 0
+		if v == 0 {
+			blank = nc
+		} else {
+			gr, gk := (v-1)/cols, (v-1)%cols
+			nv = gk*rows + gr + 1
+		}
+		out |= packed(nv) << (4 * uint(nc))
+	}
+	return out, blank
+}
+
+// transposePath maps a path of the transposed board back (U↔L, D↔R).
+func transposePath(p string) string {
+	out := []byte(p)
+	for i, m := range out {
+		switch m {
+		case 'U':
+			out[i] = 'L'
+		case 'L':
+			out[i] = 'U'
+		case 'D':
+			out[i] = 'R'
+		case 'R':
+			out[i] = 'D'
+		}
+	}
+	return string(out)
 }

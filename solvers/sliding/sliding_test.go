@@ -296,9 +296,10 @@ func TestValidate(t *testing.T) {
 		{"long row", [][]int{{1, 2}, {3, 0, 4}}, solvers.CodeInvalidPuzzle, "board[1]", "row 2: expected 2 numbers, got 3"},
 		{"one row", [][]int{{1, 2, 0}}, solvers.CodeInvalidPuzzle, "board", "board is 1x3, each side must be at least 2"},
 		{"one column", [][]int{{1}, {0}}, solvers.CodeInvalidPuzzle, "board", "board is 2x1, each side must be at least 2"},
-		{"4x3", [][]int{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 0}}, solvers.CodeTooLarge, "board", "board is 4x3, the limit is 3x3"},
-		{"3x4", [][]int{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 0}}, solvers.CodeTooLarge, "board", "board is 3x4, the limit is 3x3"},
-		{"4x4", [][]int{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 0}}, solvers.CodeTooLarge, "board", "board is 4x4, the limit is 3x3"},
+		{"4x5", [][]int{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {11, 12, 13, 14, 15}, {16, 17, 18, 19, 0}}, solvers.CodeTooLarge, "board", "board is 4x5 (20 cells), the limit is 16 cells (4x4, 3x5, 2x8)"},
+		{"3x6", [][]int{{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12}, {13, 14, 15, 16, 17, 0}}, solvers.CodeTooLarge, "board", "board is 3x6 (18 cells), the limit is 16 cells (4x4, 3x5, 2x8)"},
+		{"2x9", [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9}, {10, 11, 12, 13, 14, 15, 16, 17, 0}}, solvers.CodeTooLarge, "board", "board is 2x9 (18 cells), the limit is 16 cells (4x4, 3x5, 2x8)"},
+		{"5x5", [][]int{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {11, 12, 13, 14, 15}, {16, 17, 18, 19, 20}, {21, 22, 23, 24, 0}}, solvers.CodeTooLarge, "board", "board is 5x5 (25 cells), the limit is 16 cells (4x4, 3x5, 2x8)"},
 		{"out of range", [][]int{{1, 2, 3}, {4, 5, 6}, {7, 9, 0}}, solvers.CodeInvalidPuzzle, "board[2][1]", "row 3, column 2: tile 9 is out of range 0..8"},
 		{"negative", [][]int{{1, 2}, {-3, 0}}, solvers.CodeInvalidPuzzle, "board[1][0]", "row 2, column 1: tile -3 is out of range 0..3"},
 		{"huge", [][]int{{1, 2}, {1 << 62, 0}}, solvers.CodeInvalidPuzzle, "board[1][0]", "row 2, column 1: tile 4611686018427387904 is out of range 0..3"},
@@ -326,6 +327,9 @@ func TestValidate(t *testing.T) {
 		{{0, 1}, {2, 3}},
 		{{0, 1, 2}, {3, 4, 5}},
 		{{0, 1}, {2, 3}, {4, 5}},
+		{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}, {13, 14, 15, 0}},
+		{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}, {13, 14, 0}},
+		{{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 0}},
 	} {
 		if err := Validate(Puzzle{Board: ok}); err != nil {
 			t.Errorf("%v: %v", ok, err)

@@ -12,6 +12,11 @@ type Options struct {
 	// MaxNodes caps the number of search nodes for boards solved by search
 	// rather than by table lookup. 0 means DefaultMaxNodes.
 	MaxNodes int64 `json:"max_nodes,omitempty"`
+	// Progress, when not nil, is called by the search (boards of more than
+	// 9 cells) from the solving goroutine: once at each new IDA* bound and
+	// about every 1 M nodes, with the current bound and the nodes searched
+	// so far. It must be quick; it is never called for table lookups.
+	Progress func(bound int, nodes int64) `json:"-"`
 }
 
 // Result is the answer to a sliding puzzle.

@@ -1,0 +1,249 @@
+package sliding
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+
+	"github.com/puzzleq/puzzleq/solvers"
+)
+
+// maxGroups bounds the number of pattern groups of a heuristic (15 for the
+// Manhattan distance, one group per tile).
+const maxGroups = maxCells
+
+// heuristic is a set of additive pattern databases partitioning the tiles
+// of one shape, optionally with the reflected lookup of square boards.
+type heuristic struct {
+	rows, cols, n int
+	groups        []*pdb
+	groupOf       [maxCells]uint8 // group of each tile (tile 0 unused)
+	// reflect enables the second lookup in the board reflected along the
+	// main diagonal: tile t at cell c stands for tile reflTile[t] at cell
+	// reflCell[c] of the reflected board.
+	reflect  bool
+	reflTile [maxCells]uint8
+	reflCell [maxCells]uint8
+}
+
+// newHeuristic assembles a heuristic from databases covering every tile of
+// an R×C board exactly once.
+func newHeuristic(rows, cols int, groups []*pdb, reflect bool) *heuristic {
+	h := &heuristic{rows: rows, cols: cols, n: rows * cols, groups: groups, reflect: reflect && rows == cols}
+	for g, p := range groups {
+		for _, t := range p.tiles {
+			h.groupOf[t] = uint8(g)
+		}
+	}
+	for c := 0; c < h.n; c++ {
+		h.reflCell[c] = uint8(c)
+		if h.reflect {
+			r, k := c/cols, c%cols
+			h.reflCell[c] = uint8(k*cols + r)
+		}
+	}
+	for t := 1; t < h.n; t++ {
+		h.reflTile[t] = h.reflCell[t-1] + 1
+	}
+	return h
+}
+
+// memory returns the bytes held by the databases.
+func (h *heuristic) memory() int64 {
+	var m int64
+	for _, p := range h.groups {
+		m += int64(len(p.data))
+	}
+	return m
+}
+
+// lookup returns the entry of group g for the tile cells in pos.
+func (h *heuristic) lookup(g int, pos *[maxCells]uint8) int {
+	p := h.groups[g]
+	var used uint32
+	var idx uint32
+	m := uint32(h.n)
+	for _, t := range p.tiles {
+		c := pos[t]
+		idx = idx*m + uint32(c) - uint32(bits.OnesCount32(used&(1<<c-1)))
+		m--
+		used |= 1 << c
+	}
+	return int(p.data[idx])
+}
+
+// searcher is one IDA* run. All of its state is fixed-size arrays, so the
+// search allocates nothing per node.
+type searcher struct {
+	h      *heuristic
+	nb     [maxCells][4]int8 // neighbour cells in walkOrder, -1 off the board
+	tileAt [maxCells]uint8
+	pos    [maxCells]uint8 // cell of each tile
+	rpos   [maxCells]uint8 // cell of each tile in the reflected board
+	hg     [maxGroups]int  // entry of each group
+	rg     [maxGroups]int  // entry of each group, reflected board
+	hsum   int
+	rsum   int
+	blank  int
+
+	ctx       context.Context
+	maxNodes  int64
+	nodes     int64
+	nextPoll  int64
+	nextProg  int64
+	progress  func(bound int, nodes int64)
+	bound     int
+	nextBound int
+	path      []byte
+	err       error
+}
+
+// Poll and progress intervals, in nodes.
+const (
+	pollEvery     = 4096
+	progressEvery = 1 << 20
+)
+
+func (s *searcher) value() int {
+	if s.rsum > s.hsum {
+		return s.rsum
+	}
+	return s.hsum
+}
+
+// idaStar solves a packed, solvable board of a shape h covers, returning
+// the blank's moves in walkOrder letters and the number of nodes.
+func idaStar(ctx context.Context, h *heuristic, b packed, blank int, opts Options) (string, int64, error) {
+	s := &searcher{h: h, ctx: ctx, blank: blank, progress: opts.Progress}
+	s.maxNodes = opts.MaxNodes
+	if s.maxNodes <= 0 {
+		s.maxNodes = DefaultMaxNodes
+	}
+	nb := neighbours(h.rows, h.cols)
+	copy(s.nb[:], nb)
+	for c := 0; c < h.n; c++ {
+		t := uint8(b.at(c))
+		s.tileAt[c] = t
+		s.pos[t] = uint8(c)
+		s.rpos[h.reflTile[t]] = h.reflCell[c]
+	}
+	for g := range h.groups {
+		s.hg[g] = h.lookup(g, &s.pos)
+		s.hsum += s.hg[g]
+		if h.reflect {
+			s.rg[g] = h.lookup(g, &s.rpos)
+			s.rsum += s.rg[g]
+		}
+	}
+	s.nextPoll = min(pollEvery, s.maxNodes+1)
+	s.nextProg = progressEvery
+	s.bound = s.value()
+	for {
+		if s.progress != nil {
+			s.progress(s.bound, s.nodes)
+		}
+		if cap(s.path) < s.bound {
+			s.path = make([]byte, s.bound)
+		}
+		s.path = s.path[:s.bound]
+		s.nextBound = 1 << 30
+		if s.dfs(0, -1) {
+			if s.err != nil {
+				return "", s.nodes, s.err
+			}
+			return string(s.path), s.nodes, nil
+		}
+		if s.nextBound == 1<<30 {
+			return "", s.nodes, fmt.Errorf("sliding: internal error: search space exhausted")
+		}
+		s.bound = s.nextBound
+	}
+}
+
+// dfs searches below the current board at depth g (moves made so far),
+// never moving the blank back to prev. It returns true when the goal is
+// found (the path is in s.path) or the search must stop (s.err set).
+func (s *searcher) dfs(g int, prev int) bool {
+	s.nodes++
+	f := g + s.value()
+	if f > s.bound {
+		if f < s.nextBound {
+			s.nextBound = f
+		}
+		return false
+	}
+	if s.hsum == 0 {
+		// Every pattern, hence every tile, is home: the goal. (h is 0 at
+		// the goal only, as the groups cover all tiles.)
+		s.path = s.path[:g]
+		return true
+	}
+	if s.nodes >= s.nextPoll {
+		if s.poll() {
+			return true
+		}
+	}
+	h := s.h
+	blank := s.blank
+	for k, to8 := range s.nb[blank] {
+		to := int(to8)
+		if to < 0 || to == prev {
+			continue
+		}
+		t := s.tileAt[to]
+		// Slide tile t from to into the blank's cell.
+		s.tileAt[blank], s.tileAt[to] = t, 0
+		s.pos[t] = uint8(blank)
+		s.blank = to
+		grp := int(h.groupOf[t])
+		oh := s.hg[grp]
+		nh := h.lookup(grp, &s.pos)
+		s.hg[grp] = nh
+		s.hsum += nh - oh
+		var rgrp, orh int
+		if h.reflect {
+			rt := h.reflTile[t]
+			s.rpos[rt] = h.reflCell[blank]
+			rgrp = int(h.groupOf[rt])
+			orh = s.rg[rgrp]
+			nrh := h.lookup(rgrp, &s.rpos)
+			s.rg[rgrp] = nrh
+			s.rsum += nrh - orh
+		}
+		s.path[g] = walkOrder[k].name
+		if s.dfs(g+1, blank) {
+			return true
+		}
+		// Undo.
+		if h.reflect {
+			s.rpos[h.reflTile[t]] = h.reflCell[to]
+			s.rsum += orh - s.rg[rgrp]
+			s.rg[rgrp] = orh
+		}
+		s.hsum += oh - s.hg[grp]
+		s.hg[grp] = oh
+		s.blank = blank
+		s.pos[t] = uint8(to)
+		s.tileAt[blank], s.tileAt[to] = 0, t
+	}
+	return false
+}
+
+// poll checks the context and the node budget and reports progress. It
+// returns true (with s.err set) when the search must stop.
+func (s *searcher) poll() bool {
+	s.nextPoll = min(s.nodes+pollEvery, s.maxNodes+1)
+	if s.nodes > s.maxNodes {
+		s.err = fmt.Errorf("sliding: %w: more than %d nodes (bound %d)", solvers.ErrBudgetExceeded, s.maxNodes, s.bound)
+		return true
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.err = err
+		return true
+	}
+	if s.progress != nil && s.nodes >= s.nextProg {
+		s.nextProg = s.nodes + progressEvery
+		s.progress(s.bound, s.nodes)
+	}
+	return false
+}

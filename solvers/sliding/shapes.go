@@ -1,0 +1,212 @@
+package sliding
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// shapePDBs holds the pattern databases of one searched shape, in the
+// orientation with rows <= cols (a board with more rows than columns is
+// solved transposed). They are built or loaded once, in the background:
+// the first caller starts the work and every caller, the first included,
+// waits for it or for its own ctx, so a cancelled Solve returns at once
+// and the finished databases are still kept for the next query.
+type shapePDBs struct {
+	rows, cols int
+	groups     [][]uint8 // partition of the tiles 1..n-1
+	reflect    bool      // square: also look up the reflected board
+
+	once  sync.Once
+	done  chan struct{}
+	h     *heuristic
+	err   error      // from loading or saving files; h is valid anyway
+	mu    sync.Mutex // guards saved
+	saved string     // directory the files are known to be in
+}
+
+// searchShapes lists the partitions of every shape solved by IDA*, with
+// rows <= cols. Groups are compact blocks of goal cells. Only 4×4, the
+// shape that matters most, gets six-tile groups (16!/10! = 5.8 M entries
+// each, several seconds to build); 3×4 and 2×6 have few enough cells for
+// a 6-5 split, the 14- to 16-cell rectangles use five-tile groups, which
+// build in well under a second and hold 0.5 M entries at most:
+//
+//	4×4: {1,5,6,9,10,13} {7,8,11,12,14,15} {2,3,4}  (Korf & Felner's 6-6-3)
+//	3×5: {1,2,6,7,11} {3,4,8,12,13} {5,9,10,14}
+//	3×4: {1,2,5,6,9,10} {3,4,7,8,11}
+//	2×8: {1,2,3,9,10} {4,5,11,12,13} {6,7,8,14,15}
+//	2×7: {1,2,3,8,9} {4,5,10,11,12} {6,7,13}
+//	2×6: {1,2,3,7,8,9} {4,5,6,10,11}
+//	2×5: {1,2,3,6,7} {4,5,8,9}
+var searchShapes = []*shapePDBs{
+	{rows: 4, cols: 4, reflect: true, groups: [][]uint8{{1, 5, 6, 9, 10, 13}, {7, 8, 11, 12, 14, 15}, {2, 3, 4}}},
+	{rows: 3, cols: 5, groups: [][]uint8{{1, 2, 6, 7, 11}, {3, 4, 8, 12, 13}, {5, 9, 10, 14}}},
+	{rows: 3, cols: 4, groups: [][]uint8{{1, 2, 5, 6, 9, 10}, {3, 4, 7, 8, 11}}},
+	{rows: 2, cols: 8, groups: [][]uint8{{1, 2, 3, 9, 10}, {4, 5, 11, 12, 13}, {6, 7, 8, 14, 15}}},
+	{rows: 2, cols: 7, groups: [][]uint8{{1, 2, 3, 8, 9}, {4, 5, 10, 11, 12}, {6, 7, 13}}},
+	{rows: 2, cols: 6, groups: [][]uint8{{1, 2, 3, 7, 8, 9}, {4, 5, 6, 10, 11}}},
+	{rows: 2, cols: 5, groups: [][]uint8{{1, 2, 3, 6, 7}, {4, 5, 8, 9}}},
+}
+
+// shapeFor returns the entry of a searched shape with rows <= cols, or nil.
+func shapeFor(rows, cols int) *shapePDBs {
+	for _, s := range searchShapes {
+		if s.rows == rows && s.cols == cols {
+			return s
+		}
+	}
+	return nil
+}
+
+// buildMu serialises database builds, so that concurrent first queries of
+// several shapes do not hold the scratch memory of several builds at once.
+var buildMu sync.Mutex
+
+// start begins loading (from dir, when not empty) or building the
+// databases, once per process.
+func (s *shapePDBs) start(dir string) {
+	s.once.Do(func() {
+		s.done = make(chan struct{})
+		go func() {
+			defer close(s.done)
+			groups := make([]*pdb, len(s.groups))
+			var errs []error
+			for i, tiles := range s.groups {
+				p, err := loadOrBuild(dir, s.rows, s.cols, tiles)
+				groups[i] = p
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			s.h = newHeuristic(s.rows, s.cols, groups, s.reflect)
+			s.err = errors.Join(errs...)
+			if s.err == nil && dir != "" {
+				s.saved = dir
+			}
+		}()
+	})
+}
+
+// wait returns the heuristic once it is ready, or ctx.Err().
+func (s *shapePDBs) wait(ctx context.Context) (*heuristic, error) {
+	select {
+	case <-s.done:
+		return s.h, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// heuristicFor returns the heuristic of a searched shape (rows <= cols),
+// building it in memory on first use.
+func heuristicFor(ctx context.Context, rows, cols int) (*heuristic, error) {
+	s := shapeFor(rows, cols)
+	s.start("")
+	return s.wait(ctx)
+}
+
+// Preload makes the pattern databases of every shape solved by search
+// (4×4, 3×5, 3×4, 2×5 to 2×8 and their transposes) ready, so that the
+// first query of a shape does not pay for the build. With dir == "" they
+// are built in memory. Otherwise each database is read from its file in
+// dir when the file is intact (its SHA-256 matches), and built and written
+// (atomically: temporary file, then rename) when it is missing or damaged;
+// dir must exist. Databases that Solve already built in memory are written
+// to dir as well. Preload is safe for concurrent use with itself and with
+// Solve; it returns ctx.Err() if ctx ends first (the work goes on in the
+// background) and the I/O errors met, in which case the databases are
+// still usable in memory.
+//
+// Building everything takes about PreloadBuildSeconds of CPU on one core
+// and PDBMemory reports the memory held.
+func Preload(ctx context.Context, dir string) error {
+	var errs []error
+	for _, s := range searchShapes {
+		s.start(dir)
+		h, err := s.wait(ctx)
+		if err != nil {
+			return err
+		}
+		if s.err != nil {
+			errs = append(errs, s.err)
+			continue
+		}
+		if dir == "" {
+			continue
+		}
+		s.mu.Lock()
+		if s.saved != dir {
+			var werr error
+			for _, p := range h.groups {
+				if _, ok := readPDB(dir, p.rows, p.cols, p.tiles); !ok {
+					werr = errors.Join(werr, writePDB(dir, p))
+				}
+			}
+			if werr == nil {
+				s.saved = dir
+			}
+			errs = append(errs, werr)
+		}
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// pdbMemoryTotal is what PDBMemory returns once every shape is ready.
+const pdbMemoryTotal = 15899424
+
+// PDBMemory returns the bytes held by the pattern databases built or loaded
+// so far: 15,899,424 bytes (15.2 MiB) once every shape is ready, of which
+// 4×4 holds 11,534,880. A build needs 2 bits of scratch per state besides
+// (14.4 MB for a six-tile database on 16 cells), one build at a time.
+func PDBMemory() int64 {
+	var m int64
+	for _, s := range searchShapes {
+		if s.done == nil {
+			continue
+		}
+		select {
+		case <-s.done:
+			m += s.h.memory()
+		default:
+		}
+	}
+	return m
+}
+
+// loadOrBuild returns the database of the pattern tiles on an R×C board:
+// read from dir when its file there is intact, else built, and then
+// written to dir when dir is not empty. The error reports a failed write;
+// the database is valid regardless.
+func loadOrBuild(dir string, rows, cols int, tiles []uint8) (*pdb, error) {
+	if dir != "" {
+		if p, ok := readPDB(dir, rows, cols, tiles); ok {
+			return p, nil
+		}
+	}
+	buildMu.Lock()
+	p, err := buildPDB(context.Background(), rows, cols, tiles)
+	buildMu.Unlock()
+	if err != nil {
+		panic(err) // cannot happen: the context is never cancelled
+	}
+	if dir != "" {
+		return p, writePDB(dir, p)
+	}
+	return p, nil
+}
+
+// manhattanHeuristic returns the Manhattan distance as a heuristic of the
+// same kind: one single-tile database per tile (a lone tile needs exactly
+// its Manhattan distance in moves). It is not used by Solve; the tests and
+// benchmarks compare it with the pattern databases.
+func manhattanHeuristic(rows, cols int) *heuristic {
+	n := rows * cols
+	groups := make([]*pdb, 0, n-1)
+	for t := 1; t < n; t++ {
+		p, _ := buildPDB(context.Background(), rows, cols, []uint8{uint8(t)})
+		groups = append(groups, p)
+	}
+	return newHeuristic(rows, cols, groups, false)
+}
