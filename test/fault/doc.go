@@ -1,0 +1,16 @@
+//go:build fault
+
+// Package fault is puzzleq's fault-injection suite. It builds cmd/api and
+// cmd/worker, runs them as real processes against a real redis-server, and
+// injects the faults production will see: a worker killed with SIGKILL, a
+// worker stopped with SIGTERM under load, Redis killed and restarted from
+// its AOF, duplicate task delivery, a 100,000-task load and a storm of
+// long polls. Every scenario checks the final state of every task against
+// the local solver.
+//
+// The suite is behind the "fault" build tag so `go test ./...` skips it:
+//
+//	go test -tags fault ./test/fault/ -v -timeout 15m
+//
+// RELIABILITY.md at the repository root records what it measured.
+package fault

@@ -1,0 +1,607 @@
+//go:build fault
+
+package fault
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/internal/redistest"
+)
+
+// Paths of the binaries TestMain builds.
+var apiBin, workerBin string
+
+// TestMain builds cmd/api and cmd/worker once, into a temporary directory,
+// and raises the open-file limit for the storm scenario (the processes the
+// suite starts inherit it).
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "puzzleq-fault-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fault: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
+	start := time.Now()
+	for bin, pkg := range map[string]string{apiBin: "../../cmd/api", workerBin: "../../cmd/worker"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "fault: go build %s: %v\n", pkg, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(os.Stderr, "fault: built api and worker in %v\n", time.Since(start).Round(time.Millisecond))
+	raiseFileLimit()
+	return m.Run()
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit: the storm
+// holds about 1,000 connections on each side of 127.0.0.1.
+func raiseFileLimit() {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+}
+
+// freeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a running api or worker process. Its output goes to a file in
+// the test's temporary directory, printed when the test fails.
+type proc struct {
+	name string
+	addr string // HTTP_ADDR
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error // exit error, once done is closed
+}
+
+// startProc starts bin with env (and nothing else from the test's own
+// environment but PATH and HOME), and waits for its /readyz.
+func startProc(t *testing.T, name, bin string, env map[string]string) *proc {
+	t.Helper()
+	p := &proc{name: name, addr: env["HTTP_ADDR"], done: make(chan struct{})}
+	p.log = filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			p.dump(t)
+		}
+	})
+	p.waitReady(t, 30*time.Second)
+	return p
+}
+
+// pid is the process ID.
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// base is the process's HTTP base URL.
+func (p *proc) base() string { return "http://" + p.addr }
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process.
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s to %s: %v", sig, p.name, err)
+	}
+}
+
+// kill ends the process with SIGKILL, if it runs, and reaps it.
+func (p *proc) kill() {
+	if !p.exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitExit waits up to d for the process to end.
+func (p *proc) waitExit(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// waitReady polls /readyz until it answers 200.
+func (p *proc) waitReady(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	c := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := c.Get(p.base() + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.exited() {
+			t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, tail(p.log, 30))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %v (last: %v)\n%s", p.name, d, err, tail(p.log, 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// peakRSS is the process's peak resident set (VmHWM) in KiB; 0 once it
+// has exited.
+func (p *proc) peakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// dump prints the end of the process's output.
+func (p *proc) dump(t *testing.T) {
+	t.Logf("---- %s (pid %d) output, last lines ----\n%s", p.name, p.pid(), tail(p.log, 80))
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cluster is one deployment: a redis-server, an API and workers, all
+// separate processes, plus clients for checking what they did.
+type cluster struct {
+	t       *testing.T
+	redis   *redistest.Server
+	rdb     *redis.Client
+	insp    *asynq.Inspector
+	api     *proc
+	workers []*proc
+	wenv    map[string]string
+	http    *http.Client
+	n       int // workers started so far, for names
+}
+
+// clusterOpts configures newCluster.
+type clusterOpts struct {
+	redisArgs []string          // extra redis-server directives
+	api       map[string]string // API settings over the defaults
+	worker    map[string]string // worker settings over the defaults
+	workers   int               // workers to start
+}
+
+// newCluster starts Redis, the API and opts.workers workers.
+func newCluster(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
+	r := redistest.Start(t, o.redisArgs...)
+	c := &cluster{t: t, redis: r, rdb: r.Client(t)}
+	c.insp = asynq.NewInspectorFromRedisClient(c.rdb)
+	c.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(c.http.CloseIdleConnections)
+	aenv := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+	for k, v := range o.api {
+		aenv[k] = v
+	}
+	c.api = startProc(t, "api", apiBin, aenv)
+	c.wenv = map[string]string{"REDIS_URL": r.URL(), "LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms",
+		"WORKER_CONCURRENCY": "2"}
+	for k, v := range o.worker {
+		c.wenv[k] = v
+	}
+	for range o.workers {
+		c.startWorker(nil)
+	}
+	return c
+}
+
+// startWorker starts one more worker; extra overrides its settings.
+func (c *cluster) startWorker(extra map[string]string) *proc {
+	c.t.Helper()
+	env := map[string]string{"HTTP_ADDR": freeAddr(c.t)}
+	for k, v := range c.wenv {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	c.n++
+	w := startProc(c.t, fmt.Sprintf("worker%d", c.n), workerBin, env)
+	c.workers = append(c.workers, w)
+	return w
+}
+
+// do sends one request to the API and returns the status and body.
+func (c *cluster) do(method, path string, body []byte) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.api.base()+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// must sends a request that has to answer want.
+func (c *cluster) must(method, path string, body []byte, want int) []byte {
+	c.t.Helper()
+	code, b, err := c.do(method, path, body)
+	if err != nil || code != want {
+		c.t.Fatalf("%s %s: %d %v, want %d: %.300s", method, path, code, err, want, b)
+	}
+	return b
+}
+
+// taskResource is the part of the API's task resource the suite checks.
+type taskResource struct {
+	ID       string          `json:"id"`
+	Kind     string          `json:"kind"`
+	State    string          `json:"state"`
+	Result   json.RawMessage `json:"result"`
+	Cached   bool            `json:"cached"`
+	BatchID  *string         `json:"batch_id"`
+	Attempts int             `json:"attempts"`
+	Error    *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	CompletedAt *time.Time `json:"completed_at"`
+}
+
+// batchResource is the API's batch resource.
+type batchResource struct {
+	ID         string         `json:"id"`
+	Total      int            `json:"total"`
+	Counts     map[string]int `json:"counts"`
+	Done       bool           `json:"done"`
+	Tasks      []taskResource `json:"tasks"`
+	NextCursor *string        `json:"next_cursor"`
+}
+
+// submitTask submits one request; it must be accepted (202) and is then
+// expected to complete with want.
+func (c *cluster) submitTask(req string) string {
+	c.t.Helper()
+	var tr taskResource
+	if err := json.Unmarshal(c.must("POST", "/v1/tasks", []byte(req), http.StatusAccepted), &tr); err != nil {
+		c.t.Fatal(err)
+	}
+	return tr.ID
+}
+
+// submitBatch submits requests as one JSON batch and returns its ID and
+// the task IDs in order.
+func (c *cluster) submitBatch(reqs []string) (string, []string) {
+	c.t.Helper()
+	code, b, err := c.do("POST", "/v1/batches", batchBody(reqs))
+	if err != nil || code != http.StatusAccepted {
+		c.t.Fatalf("POST /v1/batches: %d %v: %.300s", code, err, b)
+	}
+	return decodeBatchAck(c.t, b)
+}
+
+func batchBody(reqs []string) []byte {
+	var buf bytes.Buffer
+	buf.WriteString(`{"tasks":[`)
+	for i, r := range reqs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(r)
+	}
+	buf.WriteString(`]}`)
+	return buf.Bytes()
+}
+
+func decodeBatchAck(t *testing.T, b []byte) (string, []string) {
+	t.Helper()
+	var ack struct {
+		ID      string   `json:"id"`
+		Total   int      `json:"total"`
+		TaskIDs []string `json:"task_ids"`
+	}
+	if err := json.Unmarshal(b, &ack); err != nil || len(ack.TaskIDs) != ack.Total {
+		t.Fatalf("batch answer %.200s: %v", b, err)
+	}
+	return ack.ID, ack.TaskIDs
+}
+
+// getTask reads a task; ok is false when it does not exist (404).
+func (c *cluster) getTask(id string, wait time.Duration) (tr taskResource, ok bool) {
+	c.t.Helper()
+	path := "/v1/tasks/" + id
+	if wait > 0 {
+		path += "?wait=" + wait.String()
+	}
+	code, b, err := c.do("GET", path, nil)
+	if err == nil && code == http.StatusNotFound {
+		return tr, false
+	}
+	if err != nil || code != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %v: %.300s", path, code, err, b)
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		c.t.Fatal(err)
+	}
+	return tr, true
+}
+
+// batch reads a batch's counts and every item, page by page.
+func (c *cluster) batch(id string) batchResource {
+	c.t.Helper()
+	var all batchResource
+	cursor := "0"
+	for i := 0; ; i++ {
+		var page batchResource
+		b := c.must("GET", "/v1/batches/"+id+"?limit=1000&cursor="+cursor, nil, http.StatusOK)
+		if err := json.Unmarshal(b, &page); err != nil {
+			c.t.Fatal(err)
+		}
+		if i == 0 {
+			all = page
+			all.Tasks = nil
+		}
+		all.Tasks = append(all.Tasks, page.Tasks...)
+		if page.NextCursor == nil {
+			return all
+		}
+		cursor = *page.NextCursor
+	}
+}
+
+// waitBatch long-polls a batch until it is done or d passes, and returns
+// its final counts (without items).
+func (c *cluster) waitBatch(id string, d time.Duration) batchResource {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		var b batchResource
+		wait := min(time.Until(deadline), 30*time.Second).Round(time.Second)
+		if wait < time.Second {
+			wait = time.Second
+		}
+		if err := json.Unmarshal(c.must("GET", "/v1/batches/"+id+"?limit=1&wait="+wait.String(), nil, http.StatusOK), &b); err != nil {
+			c.t.Fatal(err)
+		}
+		if b.Done || time.Now().After(deadline) {
+			return b
+		}
+	}
+}
+
+// waitTasks polls until every task in ids has ended, or d passes; it
+// returns the records (a missing record is absent from the map).
+func (c *cluster) waitTasks(ids []string, d time.Duration) map[string]taskResource {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	out := map[string]taskResource{}
+	for _, id := range ids {
+		for {
+			left := time.Until(deadline)
+			w := min(left, 20*time.Second).Round(time.Second)
+			if w < time.Second {
+				w = time.Second
+			}
+			tr, ok := c.getTask(id, w)
+			if !ok {
+				break
+			}
+			out[id] = tr
+			if terminal(tr.State) || time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func terminal(s string) bool { return s == "completed" || s == "failed" || s == "canceled" }
+
+// workerTasksTotal sums puzzleq_tasks_total on a worker's /metrics.
+func workerTasksTotal(t *testing.T, w *proc) int {
+	t.Helper()
+	resp, err := http.Get(w.base() + "/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", w.name, err)
+	}
+	defer resp.Body.Close()
+	n := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "puzzleq_tasks_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += v
+	}
+	return int(n)
+}
+
+// oracle solves requests locally, once each, for comparing results.
+type oracle struct {
+	mu   sync.Mutex
+	want map[string][]byte // request -> compact result JSON
+}
+
+func newOracle() *oracle { return &oracle{want: map[string][]byte{}} }
+
+// expect is the exact result the API must serve for req.
+func (o *oracle) expect(t *testing.T, req string) []byte {
+	o.mu.Lock()
+	w, ok := o.want[req]
+	o.mu.Unlock()
+	if ok {
+		return w
+	}
+	w = solveLocal(t, req)
+	o.mu.Lock()
+	o.want[req] = w
+	o.mu.Unlock()
+	return w
+}
+
+// check compares every task's final record with the local solver's answer.
+// reqs maps task ID to request. It returns how many records were missing.
+func (o *oracle) check(t *testing.T, recs map[string]taskResource, reqs map[string]string) {
+	t.Helper()
+	bad := 0
+	for id, req := range reqs {
+		tr, ok := recs[id]
+		var msg string
+		switch {
+		case !ok:
+			msg = "no record"
+		case tr.State != "completed":
+			msg = fmt.Sprintf("state %s, error %+v", tr.State, tr.Error)
+		case !bytes.Equal(compact(tr.Result), o.expect(t, req)):
+			msg = fmt.Sprintf("result %.200s, want %.200s", tr.Result, o.expect(t, req))
+		default:
+			continue
+		}
+		if bad++; bad <= 10 {
+			t.Errorf("task %s: %s (request %.120s)", id, msg, req)
+		}
+	}
+	if bad > 10 {
+		t.Errorf("... %d tasks wrong in all", bad)
+	}
+}
+
+func compact(b []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// checkBatch asserts a done batch counted every item exactly once, and
+// returns its records by ID.
+func (c *cluster) checkBatch(id string, total int) map[string]taskResource {
+	c.t.Helper()
+	b := c.batch(id)
+	want := map[string]int{"pending": 0, "active": 0, "completed": total, "failed": 0, "canceled": 0}
+	if !b.Done || b.Total != total || fmt.Sprint(b.Counts) != fmt.Sprint(want) || len(b.Tasks) != total {
+		c.t.Errorf("batch %s: done=%v total=%d counts=%v items=%d, want done, %d, %v", id, b.Done, b.Total, b.Counts, len(b.Tasks), total, want)
+	}
+	out := make(map[string]taskResource, len(b.Tasks))
+	for _, tr := range b.Tasks {
+		out[tr.ID] = tr
+	}
+	return out
+}
+
+// pollUntil calls f every step until it returns true or d passes.
+func pollUntil(d, step time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if f() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(step)
+	}
+}
+
+// ctxT is a context that ends with the test.
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,177 @@
+//go:build fault
+
+package fault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/solvers/sweep"
+)
+
+// solveLocal is the exact result JSON the API must serve for req.
+func solveLocal(t *testing.T, req string) []byte {
+	p, err := puzzle.Decode([]byte(req))
+	if err != nil {
+		t.Fatalf("decode %.100s: %v", req, err)
+	}
+	res, err := p.Solve(context.Background())
+	if err != nil {
+		t.Fatalf("solve %.100s locally: %v", req, err)
+	}
+	return compact(res)
+}
+
+// eightPuzzles returns n distinct solvable 3x3 sliding requests (there are
+// 181,440), drawn with seed.
+func eightPuzzles(n int, seed int64) []string {
+	rng := rand.New(rand.NewSource(seed))
+	seen := make(map[[9]int8]bool, n)
+	out := make([]string, 0, n)
+	for len(out) < n {
+		var b [9]int8
+		for i, v := range rng.Perm(9) {
+			b[i] = int8(v)
+		}
+		if !solvable(b) || seen[b] {
+			continue
+		}
+		seen[b] = true
+		out = append(out, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
+			b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
+	}
+	return out
+}
+
+// solvable reports whether a 3x3 board (0 the blank) can reach the goal:
+// its tiles have an even number of inversions.
+func solvable(b [9]int8) bool {
+	inv := 0
+	for i := 0; i < 9; i++ {
+		for j := i + 1; j < 9; j++ {
+			if b[i] != 0 && b[j] != 0 && b[i] > b[j] {
+				inv++
+			}
+		}
+	}
+	return inv%2 == 0
+}
+
+// randomFills returns n fill requests on random n x n 0/1 grids; they may
+// repeat only by a vanishing chance.
+func randomFills(n, size int, seed int64) []string {
+	rng := rand.New(rand.NewSource(seed))
+	grid := func() string {
+		rows := make([]string, size)
+		for i := range rows {
+			cells := make([]string, size)
+			for j := range cells {
+				cells[j] = fmt.Sprint(rng.Intn(2))
+			}
+			rows[i] = "[" + strings.Join(cells, ",") + "]"
+		}
+		return "[" + strings.Join(rows, ",") + "]"
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"kind":"fill","puzzle":{"game_board":%s,"table":%s}}`, grid(), grid())
+	}
+	return out
+}
+
+// slowSweeps returns the 8 rotations and reflections of
+// internal/app/testdata/slow_sweep.txt, the slowest of 3,000 random open
+// 30x30 boards for our solver (about 0.5 s each on an idle core). The
+// cache key is the board as given, so the 8 are 8 distinct tasks of the
+// same difficulty.
+func slowSweeps(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../internal/app/testdata/slow_sweep.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Fields(string(b))
+	var out []string
+	seen := map[string]bool{}
+	g := rows
+	for range 2 {
+		for range 4 {
+			g = rotate(g)
+			r := sweepRequest(g)
+			if !seen[r] {
+				seen[r] = true
+				out = append(out, r)
+			}
+		}
+		g = mirror(g)
+	}
+	return out
+}
+
+// corpusSweeps returns the sweep judge corpus boards (1-50 ms each) as
+// requests, sorted for a stable order.
+func corpusSweeps(t *testing.T) []string {
+	t.Helper()
+	files, _ := filepath.Glob("../../solvers/sweep/testdata/corpus/*.txt")
+	sort.Strings(files)
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pzs, err := sweep.ParseBOJ9944(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, pz := range pzs {
+			if r := sweepRequest(pz.Board); !seen[r] {
+				seen[r] = true
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func sweepRequest(rows []string) string {
+	b, _ := json.Marshal(rows)
+	return `{"kind":"sweep","puzzle":{"board":` + string(b) + `}}`
+}
+
+// rotate turns a grid a quarter clockwise.
+func rotate(g []string) []string {
+	h, w := len(g), len(g[0])
+	out := make([]string, w)
+	for c := 0; c < w; c++ {
+		var sb strings.Builder
+		for r := h - 1; r >= 0; r-- {
+			sb.WriteByte(g[r][c])
+		}
+		out[c] = sb.String()
+	}
+	return out
+}
+
+// mirror flips a grid left to right.
+func mirror(g []string) []string {
+	out := make([]string, len(g))
+	for i, row := range g {
+		b := []byte(row)
+		for l, r := 0, len(b)-1; l < r; l, r = l+1, r-1 {
+			b[l], b[r] = b[r], b[l]
+		}
+		out[i] = string(b)
+	}
+	return out
+}
