@@ -64,6 +64,8 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestPool checks the pool holds every solvable 8-puzzle and hands each
+// out once.
 func TestPool(t *testing.T) {
 	p := newPool(1)
 	if len(p.boards) != 181440 {
@@ -78,6 +80,7 @@ func TestPool(t *testing.T) {
 	}
 }
 
+// TestServerMustBeLoopback checks -server only accepts this machine.
 func TestServerMustBeLoopback(t *testing.T) {
 	for _, u := range []string{"http://example.com", "http://10.0.0.1:8080", "ftp://127.0.0.1"} {
 		if _, err := parseOptions([]string{"-server", u}, &bytes.Buffer{}); err == nil {

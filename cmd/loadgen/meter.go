@@ -95,6 +95,7 @@ func (s *costSum) perTask(n int) *PerTask {
 	return p
 }
 
+// String is the one-line form used in the table.
 func (p *PerTask) String() string {
 	if p == nil {
 		return ""
