@@ -2,9 +2,17 @@
 // an R×C board holding the tiles 0..R*C-1 once each, 0 being the blank, to
 // be brought to 1, 2, ..., R*C-1 with the blank last by sliding tiles into
 // the blank. Solve returns the minimum number of moves and one shortest
-// path, or -1 when the goal cannot be reached.
+// path, or -1 when the goal cannot be reached. Every shape with both sides
+// at least 2 and at most 16 cells is accepted (2×2 up to 4×4, 3×5, 5×3,
+// 2×8, 8×2); larger boards are refused as too large.
 //
-// # Method
+// Two methods share the work, chosen by the size of the state space (n!/2
+// reachable boards for n cells): a distance table for boards of at most 9
+// cells (at most 9!/2 = 181,440 states: 2×2, 2×3, 3×2, 2×4, 4×2, 3×3), and
+// IDA* with additive pattern databases above that (10!/2 = 1.8 M states
+// for 2×5 already, 16!/2 ≈ 10^13 for 4×4).
+//
+// # Distance table (at most 9 cells)
 //
 // The textbook solution runs a breadth-first search from the given board
 // for every query, keeping visited boards as strings in a map. For a 3×3
@@ -23,8 +31,64 @@
 // shape), and are read-only afterwards, so Solve is safe for concurrent use.
 // The table method is chosen by the size of the reachable state space: it
 // is used for boards of at most maxTableCells (9) cells, that is at most
-// 9!/2 states. Larger boards (4×4, later) need a heuristic search (IDA*
-// with pattern databases); they are rejected as too large for now.
+// 9!/2 states.
+//
+// # IDA* with pattern databases (10 to 16 cells)
+//
+// Larger boards are solved by iterative-deepening A*: depth-first searches
+// bounded by f = g + h, the bound raised each time to the smallest f that
+// exceeded it, so the first solution found is optimal when h never
+// overestimates. The search never moves the blank straight back, keeps
+// the board in fixed arrays (no allocation per node), updates h
+// incrementally (a move changes one tile, so only that tile's group is
+// looked up again), polls ctx and reports Options.Progress every few
+// thousand nodes, and stops with an error wrapping
+// solvers.ErrBudgetExceeded after Options.MaxNodes nodes (DefaultMaxNodes
+// when 0). Boards with more rows than columns are transposed first (tile
+// cells and names reflected along the main diagonal, which maps goal to
+// goal and moves to moves), so only the shapes with rows <= cols need
+// databases; the path is transposed back. The IDA* path is a shortest
+// path, not necessarily the lexicographically smallest.
+//
+// h is the sum of additive (disjoint) pattern databases (Korf & Felner,
+// 2002): the tiles are split into groups, and for each placement of a
+// group's tiles the database holds the fewest moves of that group's tiles
+// needed to bring them home, the other tiles being indistinguishable and
+// their moves free. A move moves one tile, counted in one group only, so
+// the sum over groups never overestimates. A database is built once by a
+// backward 0-1 breadth-first search from the goal over (placement, blank
+// cell), in which a blank move costs 1 if it slides a pattern tile and 0
+// otherwise; the entry of a placement is its smallest distance over blank
+// cells. It is indexed by the rank of the group's cells as a
+// k-permutation of the n cells, n!/(n-k)! entries of one byte: 5,765,760
+// for six tiles on 16 cells. The partitions (see searchShapes) are
+//
+//	4×4: {1,5,6,9,10,13} {7,8,11,12,14,15} {2,3,4}   6-6-3
+//	3×5: {1,2,6,7,11} {3,4,8,12,13} {5,9,10,14}       5-5-4
+//	3×4: {1,2,5,6,9,10} {3,4,7,8,11}                  6-5
+//	2×8: {1,2,3,9,10} {4,5,11,12,13} {6,7,8,14,15}    5-5-5
+//	2×7: {1,2,3,8,9} {4,5,10,11,12} {6,7,13}          5-5-3
+//	2×6: {1,2,3,7,8,9} {4,5,6,10,11}                  6-5
+//	2×5: {1,2,3,6,7} {4,5,8,9}                        5-4
+//
+// All of them hold 15,899,424 bytes (15.2 MiB, PDBMemory), 11,534,880 of
+// them for 4×4. Building the two six-tile 4×4 databases takes about 4.5 s
+// of CPU each (in parallel, one per core); the others take under 0.6 s
+// per shape. They are built on first use of a shape, or by Preload, which
+// can also keep them in files (SHA-256 checked, written atomically).
+//
+// On 4×4 the search also uses the board reflected along the main
+// diagonal: cell (r, c) becomes (c, r) and tile v, whose goal cell is
+// (gr, gc), becomes the tile whose goal cell is (gc, gr). That map sends
+// the goal to the goal (the blank's home, the last cell, is on the
+// diagonal) and each move to a move, so a board and its reflection are
+// exactly as far from the goal, and the databases' value for the reflected
+// board is a lower bound for the board itself. h is the larger of the two
+// sums, which is still admissible. The lookup is useful because the 6-6-3
+// partition is not mapped onto itself by the reflection (the reflected
+// groups are {1,2,3,4,6,7}, {8,10,11,12,14,15}, {5,9,13}), so the second
+// sum measures different tile interactions; with a partition that the
+// reflection maps onto itself the two sums would always be equal.
 //
 // # Encoding
 //
@@ -62,7 +126,8 @@
 //
 // # Path tie-break
 //
-// When several neighbours lie one step closer to the goal, the walk takes
+// This tie-break holds for the table method. When several neighbours lie
+// one step closer to the goal, the walk takes
 // the first in the order D, L, R, U (alphabetical). Because every neighbour
 // at distance d-1 starts some shortest path, this greedy choice yields the
 // lexicographically smallest shortest path as a string, a definition that
