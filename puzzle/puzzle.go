@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/puzzleq/puzzleq/solvers"
@@ -291,7 +292,15 @@ func strictUnmarshal(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "unexpected data after the JSON value"}
 	}
-	return nil
+	return checkDuplicateKeys(data)
+}
+
+// CheckDuplicateKeys rejects JSON with a key repeated in one object, for
+// callers that decode their own envelopes (a batch's {"tasks": [...]}).
+func CheckDuplicateKeys(data []byte) error { return checkDuplicateKeys(data) }
+
+func inputErr(code, field, msg string) *solvers.InputError {
+	return &solvers.InputError{Code: code, Field: field, Msg: msg}
 }
 
 // DecodeError turns an encoding/json error into an InputError with a
@@ -309,7 +318,7 @@ func jsonError(err error) error {
 		return &solvers.InputError{Code: CodeInvalidRequest, Msg: fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn)}
 	case errors.As(err, &typ):
 		return &solvers.InputError{Code: CodeInvalidRequest, Field: typ.Field,
-			Msg: fmt.Sprintf("%s: expected %s, got JSON %s", orRoot(typ.Field), typ.Type, typ.Value)}
+			Msg: fmt.Sprintf("%s: expected %s, got %s", orRoot(typ.Field), jsonKind(typ.Type), jsonValue(typ.Value))}
 	case errors.Is(err, io.EOF):
 		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "empty body: expected a JSON object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -321,6 +330,34 @@ func jsonError(err error) error {
 		return &solvers.InputError{Code: CodeInvalidRequest, Field: f, Msg: fmt.Sprintf("unknown field %q", truncate(f, 40))}
 	}
 	return &solvers.InputError{Code: CodeInvalidRequest, Msg: "invalid JSON: " + truncate(strings.TrimPrefix(msg, "json: "), 200)}
+}
+
+// jsonKind names a Go type in JSON's terms: clients never see Go names.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer within range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another type"
+}
+
+// jsonValue describes what encoding/json found ("number 1e400").
+func jsonValue(v string) string {
+	if strings.HasPrefix(v, "number") {
+		return truncate(v, 40)
+	}
+	return "a JSON " + truncate(v, 40)
 }
 
 func orRoot(f string) string {

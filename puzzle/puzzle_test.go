@@ -117,3 +117,34 @@ func TestPayloadRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+func TestDuplicateKeysAreRejected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in  string
+		dup string
+	}{
+		{`{"kind":"sliding","kind":"sweep","puzzle":{"board":["."]}}`, "kind"},
+		{`{"kind":"sweep","puzzle":{"board":["."],"board":[".."]}}`, "puzzle.board"},
+		{`{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":1,"max_nodes":2}}`, "options.max_nodes"},
+		{`{"kind":"sweep","k\u0069nd":"sweep","puzzle":{"board":["."]}}`, "kind"},
+		{`{"kind":"sweep","puzzle":{"board":["\",\"board"]}}`, ""}, // a key-like string inside a value
+		{`{"kind":"fill","puzzle":{"game_board":[[0]],"table":[[1]]},"options":{}}`, ""},
+	} {
+		_, err := puzzle.Decode([]byte(tc.in))
+		var ie *solvers.InputError
+		gotDup := errors.As(err, &ie) && strings.Contains(ie.Msg, "appears twice")
+		if tc.dup == "" && gotDup {
+			t.Errorf("%s: false duplicate: %v", tc.in, err)
+		}
+		if tc.dup != "" && (!gotDup || ie.Field != tc.dup) {
+			t.Errorf("%s: error %v, want duplicate %q", tc.in, err, tc.dup)
+		}
+	}
+	// A batch envelope names the item.
+	err := puzzle.CheckDuplicateKeys([]byte(`{"tasks":[{"kind":"x"},{"kind":"x","kind":"y"}]}`))
+	var ie *solvers.InputError
+	if !errors.As(err, &ie) || ie.Field != "tasks[1].kind" {
+		t.Errorf("batch duplicate: %v", err)
+	}
+}

@@ -392,6 +392,9 @@ func (s *Server) decodeJSONBatch(body []byte) ([]*puzzle.Parsed, error) {
 	if dec.More() {
 		return nil, newError(http.StatusBadRequest, "invalid_request", "", "unexpected data after the JSON value")
 	}
+	if err := puzzle.CheckDuplicateKeys(body); err != nil {
+		return nil, err
+	}
 	if br.Tasks == nil {
 		return nil, newError(http.StatusBadRequest, "invalid_request", "tasks", "tasks is required")
 	}
@@ -662,8 +665,8 @@ func (s *Server) getBatch(c *gin.Context) {
 		res.Format = &f
 	}
 	for i, r := range recs {
-		if r == nil { // expired
-			r = &store.Task{ID: ids[i], State: store.StateFailed, ErrCode: "expired", ErrMsg: "the task record has expired"}
+		if r == nil { // expired a moment before its batch (they share a TTL)
+			r = &store.Task{ID: ids[i], BatchID: b.ID, State: store.StateFailed, ErrCode: "expired", ErrMsg: "the task record has expired"}
 		}
 		res.Tasks = append(res.Tasks, resource(r))
 	}

@@ -1,0 +1,67 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/store"
+)
+
+// FuzzHTTPDecoding sends arbitrary bodies through the real Gin handlers of
+// POST /v1/tasks and POST /v1/batches (JSON and judge text). Whatever the
+// bytes, the answer is a 2xx, or a 4xx with an error object carrying a code
+// and a message: never a 5xx, never a panic. The fuzz loop runs on
+// miniredis for speed; the bad-input corpus test covers the same path on a
+// real redis-server.
+func FuzzHTTPDecoding(f *testing.F) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		f.Fatal(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+	srv := api.New(client, store.New(rdb, store.Options{}), store.NewHub(), nil, nil,
+		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50})
+	h := srv.Handler()
+
+	for _, s := range []string{
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`,
+		`{"kind":"sweep","puzzle":{"board":["..*","..."]},"options":{"max_nodes":10}}`,
+		`{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]},"options":{"allow_flip":true}}`,
+		`{"tasks":[{"kind":"sweep","puzzle":{"board":["."]}}]}`,
+		"1 0 3\n4 2 5\n7 8 6\n", "2 2\n..\n.*\n", `{"game_board":[[0]],"table":[[1]]}`,
+		`{"kind":"sliding","kind":"sweep"}`, `{"tasks":[]}`, "\xff\xfe", `[[[[[[`,
+	} {
+		for _, target := range []uint8{0, 1, 2, 3, 4} {
+			f.Add(target, []byte(s))
+		}
+	}
+	paths := []string{"/v1/tasks", "/v1/batches", "/v1/batches?format=boj1525", "/v1/batches?format=boj9944", "/v1/batches?format=p84021"}
+	f.Fuzz(func(t *testing.T, target uint8, body []byte) {
+		path := paths[int(target)%len(paths)]
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+		if rec.Code >= 500 {
+			t.Fatalf("POST %s %q: %d %s", path, body, rec.Code, rec.Body.Bytes())
+		}
+		if rec.Code >= 400 {
+			var e struct {
+				Error struct{ Code, Message string } `json:"error"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+				t.Fatalf("POST %s %q: %d with a bad error body %q", path, body, rec.Code, rec.Body.Bytes())
+			}
+		}
+	})
+}
