@@ -140,9 +140,19 @@ func TestMixedSizes(t *testing.T) {
 }
 
 // TestReuseAfterCancel: a solve stopped early leaves marked cells in the
-// pooled grids; the next solve on the same solver must not see them.
+// pooled grids; later solves on the same solver, smaller and then larger
+// again, must not see them.
 func TestReuseAfterCancel(t *testing.T) {
 	s := new(solver)
+	marked := func() int {
+		n := 0
+		for _, g := range [][]uint8{s.board, s.table} {
+			for _, v := range g {
+				n += int(v)
+			}
+		}
+		return n
+	}
 	big := Puzzle{GameBoard: grid(60, 60, 0), Table: grid(60, 60, 1)}
 	if err := validate(big, s); err != nil {
 		t.Fatal(err)
@@ -152,13 +162,34 @@ func TestReuseAfterCancel(t *testing.T) {
 	if err := validate(small, s); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range [][]uint8{s.board, s.table} {
-		n := 0
-		for _, v := range g {
-			n += int(v)
+	if n := marked(); n != 2 {
+		t.Fatalf("grids hold %d marked cells, want 2", n)
+	}
+	// A complete solve of the small puzzle, then a larger one that
+	// reslices into the capacity the cancelled solve dirtied.
+	s.holes, _ = s.flood(nil, s.board, s.hcells, s.holes)
+	s.pieces, _ = s.flood(nil, s.table, s.pcells, s.pieces)
+	s.dirty = false
+	mid := Puzzle{GameBoard: grid(40, 40, 1), Table: grid(40, 40, 0)}
+	if err := validate(mid, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := marked(); n != 0 {
+		t.Fatalf("grids hold %d marked cells, want 0", n)
+	}
+	// And through Solve, with the pool: results match the reference.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Solve(ctx, big, Options{}); err == nil {
+		t.Fatal("cancelled solve succeeded")
+	}
+	for _, p := range []Puzzle{small, example1, mid, benchPuzzle(50)} {
+		res, err := Solve(context.Background(), p, Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if n != 1 {
-			t.Fatalf("grid holds %d marked cells, want 1", n)
+		if want := referenceSolve(p.GameBoard, p.Table, false); res.Filled != want {
+			t.Fatalf("Filled %d, reference %d", res.Filled, want)
 		}
 	}
 }

@@ -183,9 +183,11 @@ func (s *solver) reset(rows, cols int) {
 	// grids all 0 (it clears every cell it groups), so only a solve that
 	// stopped early leaves work here. Labels are kept all 0 between solves
 	// (see clearLabels), because verify trusts them.
+	// The whole capacity, not just this solve's part: a later, larger
+	// solve reslices into it without clearing.
 	if s.dirty {
-		clear(s.board)
-		clear(s.table)
+		clear(s.board[:cap(s.board)])
+		clear(s.table[:cap(s.table)])
 	}
 	s.dirty = true
 	// Four spare slots for flood's speculative writes.
