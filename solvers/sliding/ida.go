@@ -147,11 +147,15 @@ func idaStar(ctx context.Context, h *heuristic, b packed, blank int, opts Option
 		}
 		s.path = s.path[:s.bound]
 		s.nextBound = 1 << 30
+		s.nodes++ // the root
 		if s.dfs(0, -1) {
 			if s.err != nil {
 				return "", s.nodes, s.err
 			}
 			return string(s.path), s.nodes, nil
+		}
+		if s.nodes > s.maxNodes {
+			return "", s.nodes, fmt.Errorf("sliding: %w: more than %d nodes (bound %d)", solvers.ErrBudgetExceeded, s.maxNodes, s.bound)
 		}
 		if s.nextBound == 1<<30 {
 			return "", s.nodes, fmt.Errorf("sliding: internal error: search space exhausted")
@@ -160,18 +164,18 @@ func idaStar(ctx context.Context, h *heuristic, b packed, blank int, opts Option
 	}
 }
 
-// dfs searches below the current board at depth g (moves made so far),
-// never moving the blank back to prev. It returns true when the goal is
-// found (the path is in s.path) or the search must stop (s.err set).
+// dfs searches below the current board, whose f = g + h is within the
+// bound, at depth g (moves made so far), never moving the blank back to
+// prev. It returns true when the goal is found (the path is in s.path) or
+// the search must stop (s.err set). Children are counted as nodes and
+// tested against the bound here, before any recursion, and the reflected
+// lookup is made only for children the normal sum does not already prune:
+// most generated nodes are pruned, so this saves a call and often a
+// memory access per node. A child pruned by the normal sum alone offers
+// g+1+hsum as a candidate for the next bound, possibly lower than its true
+// f; a lower candidate is still a valid bound (h has the parity of the
+// Manhattan distance either way, so it is the usual bound+2 in practice).
 func (s *searcher) dfs(g int, prev int) bool {
-	s.nodes++
-	f := g + s.value()
-	if f > s.bound {
-		if f < s.nextBound {
-			s.nextBound = f
-		}
-		return false
-	}
 	if s.hsum == 0 {
 		// Every pattern, hence every tile, is home: the goal. (h is 0 at
 		// the goal only, as the groups cover all tiles.)
@@ -185,46 +189,65 @@ func (s *searcher) dfs(g int, prev int) bool {
 	}
 	h := s.h
 	blank := s.blank
+	limit := s.bound - g - 1 // largest h a child may have
 	for k, to8 := range s.nb[blank] {
 		to := int(to8)
 		if to < 0 || to == prev {
 			continue
 		}
+		s.nodes++
 		t := s.tileAt[to]
-		// Slide tile t from to into the blank's cell.
-		s.tileAt[blank], s.tileAt[to] = t, 0
+		// Slide tile t from to into the blank's cell: first only the
+		// tile's cell, which is all the lookup needs.
 		s.pos[t] = uint8(blank)
-		s.blank = to
 		grp := int(h.groupOf[t])
 		oh := s.hg[grp]
 		nh := h.lookup(grp, &s.pos)
-		s.hg[grp] = nh
-		s.hsum += nh - oh
+		if sum := s.hsum + nh - oh; sum > limit {
+			s.pos[t] = uint8(to)
+			if f := g + 1 + sum; f < s.nextBound {
+				s.nextBound = f
+			}
+			continue
+		}
+		var rt uint8
 		var rgrp, orh int
 		if h.reflect {
-			rt := h.reflTile[t]
+			rt = h.reflTile[t]
 			s.rpos[rt] = h.reflCell[blank]
 			rgrp = int(h.groupOf[rt])
 			orh = s.rg[rgrp]
 			nrh := h.lookup(rgrp, &s.rpos)
+			if sum := s.rsum + nrh - orh; sum > limit {
+				s.rpos[rt] = h.reflCell[to]
+				s.pos[t] = uint8(to)
+				if f := g + 1 + sum; f < s.nextBound {
+					s.nextBound = f
+				}
+				continue
+			}
 			s.rg[rgrp] = nrh
 			s.rsum += nrh - orh
 		}
+		s.hg[grp] = nh
+		s.hsum += nh - oh
+		s.tileAt[blank], s.tileAt[to] = t, 0
+		s.blank = to
 		s.path[g] = walkOrder[k].name
 		if s.dfs(g+1, blank) {
 			return true
 		}
 		// Undo.
+		s.blank = blank
+		s.tileAt[blank], s.tileAt[to] = 0, t
+		s.hsum += oh - nh
+		s.hg[grp] = oh
 		if h.reflect {
-			s.rpos[h.reflTile[t]] = h.reflCell[to]
 			s.rsum += orh - s.rg[rgrp]
 			s.rg[rgrp] = orh
+			s.rpos[rt] = h.reflCell[to]
 		}
-		s.hsum += oh - s.hg[grp]
-		s.hg[grp] = oh
-		s.blank = blank
 		s.pos[t] = uint8(to)
-		s.tileAt[blank], s.tileAt[to] = 0, t
 	}
 	return false
 }
