@@ -662,3 +662,53 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// TestProgressEveryMillion solves a Korf instance that needs about 4.7 M
+// nodes and checks that Progress sees each bound and a report about every
+// 1 M nodes.
+func TestProgressEveryMillion(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("4×4 databases are slow to build under -race; skipped in -short")
+	}
+	in := loadKorf(t)[14] // #15: 62 moves
+	var calls []int64
+	var bounds []int
+	res, err := Solve(t.Context(), Puzzle{Board: in.board}, Options{Progress: func(bound int, nodes int64) {
+		calls = append(calls, nodes)
+		if len(bounds) == 0 || bounds[len(bounds)-1] != bound {
+			bounds = append(bounds, bound)
+		}
+	}})
+	if err != nil || res.Moves != in.optimal {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	last := calls[len(calls)-1]
+	if last < 3_000_000 || len(calls) < int(last/(1<<20)) {
+		t.Fatalf("%d calls, last at %d nodes", len(calls), last)
+	}
+	if bounds[len(bounds)-1] != in.optimal {
+		t.Fatalf("bounds %v", bounds)
+	}
+	t.Logf("%d calls, bounds %v, last at %d nodes", len(calls), bounds, last)
+}
+
+// TestSearchAllocations checks that the search does not allocate per
+// node: a solve of many nodes (the Manhattan distance on a random 3×4
+// board) allocates a handful of objects (searcher, path buffers, result).
+func TestSearchAllocations(t *testing.T) {
+	b := randomWalk(newRand(5), 3, 4, 300)
+	p, z := pack(b)
+	h := manhattanHeuristic(3, 4)
+	var nodes int64
+	var err error
+	allocs := testing.AllocsPerRun(3, func() {
+		_, nodes, err = idaStar(context.Background(), h, p, z, Options{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs > 20 || nodes < 10_000 {
+		t.Fatalf("%v allocations for %d nodes", allocs, nodes)
+	}
+	t.Logf("%v allocations for %d nodes", allocs, nodes)
+}
