@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,6 +38,8 @@ type API struct {
 	metricsLn net.Listener
 	httpSrv   *http.Server
 	metricSrv *http.Server
+	redisOpt  asynq.RedisConnOpt    // the connection asynq uses, for the dashboard
+	monitor   *asynqmon.HTTPHandler // the /monitoring/ dashboard; nil until mounted
 
 	embedded *embedded // nil when REDIS_URL is set
 }
@@ -74,6 +77,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 			return nil, err
 		}
 	}
+	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -114,11 +118,18 @@ func (a *API) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 }
 
-// mount adds the routes that are not part of the v1 API.
+// MonitoringPath is where the asynqmon dashboard is served.
+const MonitoringPath = "/monitoring/"
+
+// mount adds the routes that are not part of the v1 API: /metrics, and
+// asynqmon's read-only queue dashboard at /monitoring/ on the same Redis
+// as the API (the in-memory one when embedded).
 func (a *API) mount(e *gin.Engine) {
 	if a.cfg.MetricsAddr == "" {
 		e.GET("/metrics", gin.WrapH(a.metricsHandler()))
 	}
+	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
+	e.GET(MonitoringPath+"*path", gin.WrapH(a.monitor))
 }
 
 // Addr is the API's listen address.
@@ -203,6 +214,9 @@ func (a *API) Close() error {
 	}
 	if a.client != nil {
 		a.client.Close()
+	}
+	if a.monitor != nil {
+		a.monitor.Close()
 	}
 	if a.rdb != nil {
 		a.rdb.Close()
