@@ -30,14 +30,20 @@ import (
 // Paths of the binaries TestMain builds.
 var apiBin, workerBin string
 
-// TestMain builds cmd/api and cmd/worker once, into a temporary directory,
-// and raises the open-file limit for the storm scenario (the processes the
+// TestMain builds cmd/api and cmd/worker once, into a temporary directory
+// (or uses the ones in $PUZZLEQ_FAULT_BIN, if set), and raises the open-file limit for the storm scenario (the processes the
 // suite starts inherit it).
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
+	raiseFileLimit()
+	if dir := os.Getenv("PUZZLEQ_FAULT_BIN"); dir != "" {
+		// Prebuilt binaries, e.g. from CI's own build step.
+		apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "puzzleq-fault-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fault: temp dir:", err)
@@ -55,7 +61,6 @@ func run(m *testing.M) int {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "fault: built api and worker in %v\n", time.Since(start).Round(time.Millisecond))
-	raiseFileLimit()
 	return m.Run()
 }
 
@@ -290,6 +295,11 @@ func (c *cluster) startWorker(extra map[string]string) *proc {
 
 // do sends one request to the API and returns the status and body.
 func (c *cluster) do(method, path string, body []byte) (int, []byte, error) {
+	return c.doOn(c.http, method, path, body)
+}
+
+// doOn is do on another HTTP client.
+func (c *cluster) doOn(hc *http.Client, method, path string, body []byte) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
@@ -301,7 +311,7 @@ func (c *cluster) do(method, path string, body []byte) (int, []byte, error) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -333,6 +343,7 @@ type taskResource struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	StartedAt   *time.Time `json:"started_at"`
 	CompletedAt *time.Time `json:"completed_at"`
 }
 
