@@ -586,13 +586,12 @@ func TestPreload(t *testing.T) {
 	}
 }
 
-// TestPreloadCancelled returns ctx.Err() when ctx is already done.
+// TestPreloadCancelled returns ctx.Err() at once when ctx is already
+// done, without starting any build.
 func TestPreloadCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	// 2×5 may be ready already; a cancelled ctx then still returns early
-	// at the first shape that is not.
-	if err := Preload(ctx, ""); err != nil && !errors.Is(err, context.Canceled) {
+	if err := Preload(ctx, ""); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -711,4 +710,25 @@ func TestSearchAllocations(t *testing.T) {
 		t.Fatalf("%v allocations for %d nodes", allocs, nodes)
 	}
 	t.Logf("%v allocations for %d nodes", allocs, nodes)
+}
+
+// TestPDBMemoryConcurrent polls PDBMemory while shapes are being built
+// (for -race).
+func TestPDBMemoryConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		b := randomWalk(newRand(8), 2, 6, 30)
+		if _, err := Solve(context.Background(), Puzzle{Board: b}, Options{}); err != nil {
+			t.Error(err)
+		}
+	})
+	for range 100 {
+		if m := PDBMemory(); m < 0 || m > pdbMemoryTotal {
+			t.Fatalf("PDBMemory = %d", m)
+		}
+	}
+	wg.Wait()
+	if PDBMemory() < 760320 {
+		t.Fatalf("PDBMemory = %d after the 2×6 build", PDBMemory())
+	}
 }

@@ -49,6 +49,14 @@ var searchShapes = []*shapePDBs{
 	{rows: 2, cols: 5, groups: [][]uint8{{1, 2, 3, 6, 7}, {4, 5, 8, 9}}},
 }
 
+func init() {
+	// The channels exist before any goroutine can look at them, so that
+	// PDBMemory may poll them while a build is being started.
+	for _, s := range searchShapes {
+		s.done = make(chan struct{})
+	}
+}
+
 // shapeFor returns the entry of a searched shape with rows <= cols, or nil.
 func shapeFor(rows, cols int) *shapePDBs {
 	for _, s := range searchShapes {
@@ -71,7 +79,6 @@ var buildSlots = make(chan struct{}, 2)
 // databases, once per process.
 func (s *shapePDBs) start(dir string) {
 	s.once.Do(func() {
-		s.done = make(chan struct{})
 		go func() {
 			defer close(s.done)
 			groups := make([]*pdb, len(s.groups))
@@ -126,6 +133,9 @@ func heuristicFor(ctx context.Context, rows, cols int) (*heuristic, error) {
 func Preload(ctx context.Context, dir string) error {
 	var errs []error
 	for _, s := range searchShapes {
+		if err := ctx.Err(); err != nil {
+			return err // start nothing more
+		}
 		s.start(dir)
 		h, err := s.wait(ctx)
 		if err != nil {
@@ -166,9 +176,6 @@ const pdbMemoryTotal = 15899424
 func PDBMemory() int64 {
 	var m int64
 	for _, s := range searchShapes {
-		if s.done == nil {
-			continue
-		}
 		select {
 		case <-s.done:
 			m += s.h.memory()
