@@ -29,9 +29,8 @@ const (
 
 // Store is what the handler needs of the record store.
 type Store interface {
-	Start(ctx context.Context, ts []store.Transition) ([]store.State, error)
+	Start(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, []json.RawMessage, error)
 	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
-	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 }
 
 // Handler runs solve and chunk tasks.
@@ -113,42 +112,29 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		defer func() { release(); cancel() }()
 	}
 
+	// Decode first, so the start script can also look each answer up in
+	// the cache: the API checked already, but an identical puzzle may have
+	// been solved since.
+	parsed := make([]*puzzle.Parsed, len(items))
+	outs := make([]*outcome, len(items))
+	keys := make([]string, len(items))
 	ts := make([]store.Transition, len(items))
 	for i, it := range items {
 		ts[i] = store.Transition{ID: it.ID, BatchID: batchID}
-	}
-	prev, err := h.store.Start(ctx, ts)
-	if err != nil {
-		return fmt.Errorf("tasks: start %d items: %w", len(items), err)
-	}
-
-	// Decode the runnable items and look their answers up in the cache:
-	// the API checked already, but an identical puzzle may have been
-	// solved since.
-	parsed := make([]*puzzle.Parsed, len(items))
-	outs := make([]*outcome, len(items))
-	var keys []string
-	var keyIdx []int
-	for i, it := range items {
-		if prev[i] != store.StatePending && prev[i] != store.StateActive {
-			continue // ended already, or expired
-		}
 		p, err := puzzle.Decode(it.Request)
 		if err != nil {
 			outs[i] = &outcome{code: CodeInvalidPuzzle, msg: err.Error()}
 			continue
 		}
-		parsed[i] = p
-		keys = append(keys, p.Key())
-		keyIdx = append(keyIdx, i)
+		parsed[i], keys[i] = p, p.Key()
 	}
-	hits, err := h.store.CachedResults(ctx, keys)
+	prev, hits, err := h.store.Start(ctx, ts, keys)
 	if err != nil {
-		return fmt.Errorf("tasks: cache lookup: %w", err)
+		return fmt.Errorf("tasks: start %d items: %w", len(items), err)
 	}
-	for j, hit := range hits {
-		if hit != nil {
-			outs[keyIdx[j]] = &outcome{result: hit, cached: true}
+	for i, hit := range hits {
+		if hit != nil && outs[i] == nil {
+			outs[i] = &outcome{result: hit, cached: true}
 		}
 	}
 

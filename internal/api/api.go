@@ -31,7 +31,7 @@ type Enqueuer interface {
 // Store is what the API needs of the record store.
 type Store interface {
 	Ping(ctx context.Context) error
-	CreateTask(ctx context.Context, t store.NewTask) error
+	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)

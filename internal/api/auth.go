@@ -123,9 +123,22 @@ func (s *Server) quotaOf(c *gin.Context) int {
 func (s *Server) reserve(c *gin.Context, n int) error {
 	err := s.store.ReservePending(c.Request.Context(), ownerOf(c), n, s.quotaOf(c))
 	if errors.Is(err, store.ErrQuota) {
-		c.Header("Retry-After", "5")
-		return newError(http.StatusTooManyRequests, CodeQuotaExceeded, "",
-			"this key may have at most %d unfinished tasks; wait for some to end", s.quotaOf(c))
+		return s.quotaError(c)
 	}
 	return err
+}
+
+// quotaFor is the caller's quota for SubmitTask; 0 (unlimited) when auth
+// is off, since anonymous tasks have no owner to count against.
+func (s *Server) quotaFor(c *gin.Context) int {
+	if ownerOf(c) == "" {
+		return 0
+	}
+	return s.quotaOf(c)
+}
+
+func (s *Server) quotaError(c *gin.Context) error {
+	c.Header("Retry-After", "5")
+	return newError(http.StatusTooManyRequests, CodeQuotaExceeded, "",
+		"this key may have at most %d unfinished tasks; wait for some to end", s.quotaOf(c))
 }

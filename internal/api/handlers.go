@@ -95,6 +95,11 @@ func readBody(c *gin.Context, limit int64) ([]byte, error) {
 }
 
 func (s *Server) createTask(c *gin.Context) {
+	wait, err := s.parseWait(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	body, err := readBody(c, s.opts.MaxBodyBytes)
 	if err != nil {
 		fail(c, err)
@@ -108,29 +113,22 @@ func (s *Server) createTask(c *gin.Context) {
 	ctx := c.Request.Context()
 	owner := ownerOf(c)
 	id := newID()
-	hits, err := s.store.CachedResults(ctx, []string{p.Key()})
+	// One round trip answers from the cache, or admits the task against
+	// the owner's quota and records it.
+	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
+	if errors.Is(err, store.ErrQuota) {
+		err = s.quotaError(c)
+	}
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	nt := store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key(), Result: hits[0]}
-	reserved := 0
-	if hits[0] == nil {
-		if err := s.reserve(c, 1); err != nil {
-			fail(c, err)
-			return
-		}
-		reserved = 1
-	}
-	if err := s.store.CreateTask(ctx, nt); err != nil {
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, reserved)
-		fail(c, err)
-		return
-	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
-	if hits[0] != nil {
+	tr := TaskResource{ID: id, Kind: string(p.Kind()), State: string(store.StatePending), CreatedAt: &created}
+	if hit != nil {
 		s.metrics.cacheHits.Inc()
-		s.respondTask(c, http.StatusOK, id)
+		tr.State, tr.Result, tr.Cached, tr.CompletedAt = string(store.StateCompleted), hit, true, &created
+		c.JSON(http.StatusOK, tr)
 		return
 	}
 	t, err := tasks.NewSolveTask(id, "", owner, p, tasks.QueueInteractive, s.opts.Limits)
@@ -138,15 +136,30 @@ func (s *Server) createTask(c *gin.Context) {
 		_, err = s.enq.EnqueueContext(ctx, t)
 	}
 	if err != nil {
-		// Not acknowledged, so not accepted: undo the record and let the
-		// client retry.
+		// Not acknowledged, so not accepted: undo the record and the quota
+		// and let the client retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), "", []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, reserved)
+		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, 1)
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
 	c.Header("Location", "/v1/tasks/"+id)
-	s.respondTask(c, http.StatusAccepted, id)
+	if wait > 0 {
+		// Submit and wait in one request: 200 with the ended task, or 202
+		// with its state when the wait runs out first.
+		rec, err := s.waitTask(ctx, id, wait)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		status := http.StatusAccepted
+		if rec.State.Terminal() {
+			status = http.StatusOK
+		}
+		c.JSON(status, resource(rec))
+		return
+	}
+	c.JSON(http.StatusAccepted, tr)
 }
 
 func (s *Server) respondTask(c *gin.Context, status int, id string) {

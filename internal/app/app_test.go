@@ -605,3 +605,25 @@ func TestCancelRunningSweep(t *testing.T) {
 		t.Fatalf("the canceled task was scheduled for retry")
 	}
 }
+
+func TestSubmitAndWaitInOneRequest(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+	code, b, hdr := s.doH("POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`)
+	tk := decode[task](t, b)
+	if code != http.StatusOK || tk.State != "completed" || tk.Result == nil || hdr.Get("Location") != "/v1/tasks/"+tk.ID {
+		t.Fatalf("submit and wait: %d %s", code, b)
+	}
+	if want := localResult(t, `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`); string(tk.Result) != want {
+		t.Fatalf("result %s, want %s", tk.Result, want)
+	}
+	if code, _ := s.do("POST", "/v1/tasks?wait=forever", sample8); code != http.StatusBadRequest {
+		t.Fatalf("bad wait: %d", code)
+	}
+	// No worker to finish it in time: 202 with the pending task.
+	s2 := startStack(t, 0, nil)
+	code, b, _ = s2.doH("POST", "/v1/tasks?wait=200ms", sample8)
+	if tk := decode[task](t, b); code != http.StatusAccepted || tk.State != "pending" {
+		t.Fatalf("wait ran out: %d %s", code, b)
+	}
+}

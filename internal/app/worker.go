@@ -174,8 +174,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the Redis connection.
+// Close stops the asynq server if Run did not, then releases the Redis
+// connection. The order matters: closing the client under a running asynq
+// server closes its pub/sub channel, and asynq v0.26's subscriber then
+// dereferences a nil message and panics.
 func (w *Worker) Close() error {
+	w.srv.Shutdown() // a no-op when never started or already stopped
 	if w.ln != nil {
 		w.ln.Close()
 	}

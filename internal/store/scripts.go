@@ -7,19 +7,23 @@ import "github.com/redis/go-redis/v9"
 // message change together or not at all, and a task delivered twice moves
 // (and counts) once.
 
-// startScript marks a task active and counts the attempt.
+// startScript marks a task active, counts the attempt and looks its
+// answer up in the cache, all in one round trip.
 //
 // KEYS[1] task hash
 // KEYS[2] batch hash (the task hash again when the task has no batch)
+// KEYS[3] the cache entry of the puzzle (the task hash again when unknown)
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] "1" when the task belongs to a batch
+// ARGV[3] "1" when KEYS[3] is a cache entry
 //
-// Returns the state before the call; "" when the record does not exist.
-// Only "pending" and "active" mean the caller may run the task.
+// Returns {state before the call, cached result or ""}; the state is ""
+// when the record does not exist. Only "pending" and "active" mean the
+// caller may run the task.
 var startScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], 'state')
-if not cur then return '' end
-if cur ~= 'pending' and cur ~= 'active' then return cur end
+if not cur then return {'', ''} end
+if cur ~= 'pending' and cur ~= 'active' then return {cur, ''} end
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSETNX', KEYS[1], 'started_at', ARGV[1])
 if cur == 'pending' then
@@ -29,7 +33,9 @@ if cur == 'pending' then
     redis.call('HINCRBY', KEYS[2], 'active', 1)
   end
 end
-return cur
+local hit = ''
+if ARGV[3] == '1' then hit = redis.call('GET', KEYS[3]) or '' end
+return {cur, hit}
 `)
 
 // finishScript moves a task to a terminal state, updates its batch's
@@ -91,4 +97,38 @@ var reserveScript = redis.NewScript(`
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return -1 end
 return redis.call('INCRBY', KEYS[1], ARGV[1])
+`)
+
+// submitScript records a single submission in one round trip: it answers
+// from the cache when it can (the record is created completed), and
+// otherwise admits the task against its owner's quota and creates the
+// pending record.
+//
+// KEYS[1] task hash
+// KEYS[2] cache entry
+// KEYS[3] the owner's pending counter (the task hash again when none)
+// ARGV[1] now, Unix milliseconds
+// ARGV[2] record TTL, seconds
+// ARGV[3] kind
+// ARGV[4] owner ("" when auth is off)
+// ARGV[5] cache key (kept in the record)
+// ARGV[6] the owner's quota of pending tasks (0: unlimited)
+//
+// Returns {1, result} for a cache hit, {0, ""} for a new pending task and
+// {-1, ""} when the quota is exhausted (nothing written).
+var submitScript = redis.NewScript(`
+local hit = redis.call('GET', KEYS[2])
+local state = 'pending'
+if hit then
+  state = 'completed'
+elseif ARGV[4] ~= '' and tonumber(ARGV[6]) > 0 then
+  if tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > tonumber(ARGV[6]) then return {-1, ''} end
+  redis.call('INCR', KEYS[3])
+end
+redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
+if hit then redis.call('HSET', KEYS[1], 'result', hit, 'cached', '1', 'completed_at', ARGV[1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if hit then return {1, hit} end
+return {0, ''}
 `)

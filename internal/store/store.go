@@ -316,22 +316,73 @@ type Transition struct {
 	Cached  bool
 }
 
-// Start marks tasks active, in one round trip. It returns each task's
-// state before the call; "" for a record that no longer exists. Only the
-// tasks whose previous state was pending or active should run.
-func (s *Store) Start(ctx context.Context, ts []Transition) ([]State, error) {
+// Start marks tasks active and looks their answers up in the cache, in one
+// round trip. cacheKeys[i] is task i's cache key ("" when unknown). It
+// returns each task's state before the call ("" for a record that no
+// longer exists) and its cached result (nil on a miss). Only the tasks
+// whose previous state was pending or active should run.
+func (s *Store) Start(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, []json.RawMessage, error) {
 	now := ms(s.now())
 	cmds := make([]*redis.Cmd, len(ts))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for i, t := range ts {
 			bk, batched := s.batchKey(t)
-			cmds[i] = startScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk}, now, batched)
+			ck, hasKey := s.k.task(t.ID), "0"
+			if i < len(cacheKeys) && cacheKeys[i] != "" {
+				ck, hasKey = s.k.cache(cacheKeys[i]), "1"
+			}
+			cmds[i] = startScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk, ck}, now, batched, hasKey)
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: start: %w", err)
+		return nil, nil, fmt.Errorf("store: start: %w", err)
 	}
-	return scriptStates(cmds)
+	states := make([]State, len(cmds))
+	hits := make([]json.RawMessage, len(cmds))
+	for i, c := range cmds {
+		v, err := c.StringSlice()
+		if err != nil || len(v) != 2 {
+			return nil, nil, fmt.Errorf("store: start script: %v", err)
+		}
+		states[i] = State(v[0])
+		if v[1] != "" {
+			hits[i] = json.RawMessage(v[1])
+		}
+	}
+	return states, hits, nil
+}
+
+// SubmitTask records a single task in one round trip: a cache hit creates
+// it completed and returns the result; a miss admits it against owner's
+// quota (ErrQuota when full) and creates it pending. It returns the
+// creation time written to the record.
+func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
+	now := s.now()
+	ok := s.k.task(t.ID)
+	if t.Owner != "" {
+		ok = s.k.ownerPending(t.Owner)
+	}
+	var cmd *redis.Cmd
+	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+		cmd = submitScript.EvalSha(ctx, p, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), ok},
+			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota)
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
+	}
+	res, err := cmd.Slice()
+	if err != nil || len(res) != 2 {
+		return nil, time.Time{}, fmt.Errorf("store: submit task %s: unexpected reply %v", t.ID, res)
+	}
+	created := time.UnixMilli(ms(now)).UTC()
+	switch code, _ := res[0].(int64); code {
+	case -1:
+		return nil, time.Time{}, ErrQuota
+	case 1:
+		str, _ := res[1].(string)
+		return json.RawMessage(str), created, nil
+	}
+	return nil, created, nil
 }
 
 // Finish moves tasks to terminal states in one round trip, caching the
@@ -387,7 +438,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startScript, finishScript, reserveScript} {
+		for _, sc := range []*redis.Script{startScript, finishScript, reserveScript, submitScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}

@@ -47,12 +47,12 @@ func TestTaskLifecycle(t *testing.T) {
 	if err != nil || got.State != store.StatePending || got.Kind != "sliding" || got.CreatedAt.IsZero() {
 		t.Fatalf("after create: %+v, %v", got, err)
 	}
-	prev, err := s.Start(ctx, []store.Transition{{ID: "a"}})
+	prev, _, err := s.Start(ctx, []store.Transition{{ID: "a"}}, nil)
 	if err != nil || prev[0] != store.StatePending {
 		t.Fatalf("start: %v %v", prev, err)
 	}
 	// A redelivery starts again: still runnable, attempts counted.
-	prev, _ = s.Start(ctx, []store.Transition{{ID: "a"}})
+	prev, _, _ = s.Start(ctx, []store.Transition{{ID: "a"}}, nil)
 	if prev[0] != store.StateActive {
 		t.Fatalf("second start: %v", prev)
 	}
@@ -78,7 +78,7 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Fatalf("missing task: %v", err)
 	}
 	// Starting a task that has ended must not make it runnable again.
-	prev, _ = s.Start(ctx, []store.Transition{{ID: "a"}, {ID: "nope"}})
+	prev, _, _ = s.Start(ctx, []store.Transition{{ID: "a"}, {ID: "nope"}}, nil)
 	if prev[0] != store.StateCompleted || prev[1] != "" {
 		t.Fatalf("start after end: %v", prev)
 	}
@@ -103,7 +103,7 @@ func TestBatchCountsExactUnderDuplicates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Start(ctx, ts); err != nil {
+			if _, _, err := s.Start(ctx, ts, nil); err != nil {
 				t.Error(err)
 			}
 			done := []store.Transition{
@@ -151,7 +151,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.Start(ctx, []store.Transition{{ID: "running"}})
+	s.Start(ctx, []store.Transition{{ID: "running"}}, nil)
 	fired, release := hub.Wait(store.TaskEventKey("running"))
 	defer release()
 
@@ -193,7 +193,7 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	if err := s.CreateTask(ctx, store.NewTask{ID: "x", Kind: "fill"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Start(ctx, []store.Transition{{ID: "x"}}); err != nil {
+	if _, _, err := s.Start(ctx, []store.Transition{{ID: "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// SCRIPT FLUSH is what a restarted Redis looks like to EVALSHA.
@@ -227,5 +227,54 @@ func TestHubWakesOnlyItsKey(t *testing.T) {
 	relB()
 	if h.Waiting() != 0 {
 		t.Fatalf("waiters left: %d", h.Waiting())
+	}
+}
+
+func TestSubmitTaskOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	res, created, err := s.SubmitTask(ctx, store.NewTask{ID: "s1", Kind: "sliding", CacheKey: "ck", Owner: "alice"}, 2)
+	if err != nil || res != nil || created.IsZero() {
+		t.Fatalf("miss: %s %v %v", res, created, err)
+	}
+	got, _ := s.Get(ctx, "s1")
+	if got.State != store.StatePending || got.Owner != "alice" || !got.CreatedAt.Equal(created) {
+		t.Fatalf("record: %+v (created %v)", got, created)
+	}
+	if n, _ := s.Pending(ctx, "alice"); n != 1 {
+		t.Fatalf("pending count %d", n)
+	}
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "s2", Kind: "sliding", CacheKey: "ck2", Owner: "alice"}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "s3", Kind: "sliding", CacheKey: "ck3", Owner: "alice"}, 2); err != store.ErrQuota {
+		t.Fatalf("third task over a quota of 2: %v", err)
+	}
+	if _, err := s.Get(ctx, "s3"); err != store.ErrNotFound {
+		t.Fatalf("a refused task was recorded: %v", err)
+	}
+	// Finish s1: its result is cached and alice's slot comes back.
+	states, hits, err := s.Start(ctx, []store.Transition{{ID: "s1", Owner: "alice"}}, []string{"ck"})
+	if err != nil || states[0] != store.StatePending || hits[0] != nil {
+		t.Fatalf("start: %v %s %v", states, hits, err)
+	}
+	s.Finish(ctx, []store.Transition{{ID: "s1", Owner: "alice", State: store.StateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"})
+	if n, _ := s.Pending(ctx, "alice"); n != 1 {
+		t.Fatalf("pending after a completion: %d", n)
+	}
+	// The same puzzle again: a hit, completed at once, not counted.
+	res, _, err = s.SubmitTask(ctx, store.NewTask{ID: "s4", Kind: "sliding", CacheKey: "ck", Owner: "alice"}, 1)
+	if err != nil || string(res) != `{"moves":1}` {
+		t.Fatalf("hit: %s %v", res, err)
+	}
+	got, _ = s.Get(ctx, "s4")
+	if got.State != store.StateCompleted || !got.Cached || string(got.Result) != `{"moves":1}` {
+		t.Fatalf("cached record: %+v", got)
+	}
+	// A worker starting a task whose answer is cached learns it at once.
+	s.SubmitTask(ctx, store.NewTask{ID: "s5", Kind: "sliding", CacheKey: "other"}, 0)
+	_, hits, _ = s.Start(ctx, []store.Transition{{ID: "s5"}}, []string{"ck"})
+	if string(hits[0]) != `{"moves":1}` {
+		t.Fatalf("start did not return the cached result: %s", hits[0])
 	}
 }
