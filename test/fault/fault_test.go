@@ -249,8 +249,8 @@ func testWorkerCrash(t *testing.T) {
 		}
 	}
 	t.Logf("worker crash: FIGURES tasks=%d lost=%d held_by_killed=%d recovery=%v", len(w.reqs), lost, retried, recovery.Round(100*time.Millisecond))
-	if recovery > 130*time.Second {
-		t.Errorf("recovery took %v, over asynq's worst case of ~125s", recovery)
+	if recovery > 150*time.Second {
+		t.Errorf("recovery took %v, over asynq's worst case (~125 s) with margin", recovery)
 	}
 }
 
