@@ -171,3 +171,28 @@ func BenchmarkPDBBuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPDBLoad reads the 4×4 databases back from files (written once
+// before the timer starts), SHA-256 check included: what Preload costs a
+// worker that finds its cache directory filled.
+func BenchmarkPDBLoad(b *testing.B) {
+	h, err := heuristicFor(context.Background(), 4, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	for _, p := range h.groups {
+		if err := writePDB(dir, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0 := processCPU()
+	for b.Loop() {
+		for _, p := range h.groups {
+			if _, ok := readPDB(dir, 4, 4, p.tiles); !ok {
+				b.Fatal("file does not verify")
+			}
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+}
