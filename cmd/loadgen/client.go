@@ -85,7 +85,11 @@ func (lg *loadgen) do(ctx context.Context, method, path string, body []byte, out
 func (lg *loadgen) solveOne(ctx context.Context, body []byte) (submitted bool, state string, latency time.Duration, err error) {
 	t0 := time.Now()
 	var t taskResource
-	if _, err := lg.do(ctx, http.MethodPost, "/v1/tasks", body, &t); err != nil {
+	path := "/v1/tasks"
+	if lg.o.submitWait {
+		path += "?wait=" + taskWait
+	}
+	if _, err := lg.do(ctx, http.MethodPost, path, body, &t); err != nil {
 		return false, "", 0, err
 	}
 	for i := 0; !t.terminal() && i < maxTaskPolls; i++ {

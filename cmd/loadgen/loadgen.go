@@ -41,6 +41,7 @@ type options struct {
 	cpuProfile    string
 	seed          uint64
 	logLevel      string
+	submitWait    bool
 }
 
 func parseOptions(args []string, out io.Writer) (*options, error) {
@@ -65,6 +66,7 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole process (client, API and workers) here")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the puzzle order")
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the in-process API and workers")
+	fs.BoolVar(&o.submitWait, "submit-wait", false, "clients submit with POST /v1/tasks?wait= (one request per task) instead of POST then GET ?wait=")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
