@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -431,7 +432,6 @@ func hardest80() [][]int {
 	return [][]int{{0, 12, 9, 13}, {15, 11, 10, 14}, {3, 7, 2, 5}, {4, 8, 6, 1}}
 }
 
-
 func TestBudgetExceeded(t *testing.T) {
 	b := randomWalk(newRand(5), 3, 4, 300)
 	_, err := Solve(t.Context(), Puzzle{Board: b}, Options{MaxNodes: 1000})
@@ -474,7 +474,7 @@ func TestCancelPrompt(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the 4×4 databases are slow to build under -race")
 	}
-	b := hardest80() // about 100 s of search
+	b := hardest80()                                           // about 100 s of search
 	if _, err := heuristicFor(t.Context(), 4, 4); err != nil { // build outside the timing
 		t.Fatal(err)
 	}
@@ -572,8 +572,12 @@ func TestPreload(t *testing.T) {
 	if err := Preload(t.Context(), dir); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Preload: %v wall, %v CPU (includes builds not yet done by other tests)",
-		time.Since(t0), time.Duration(processCPU()-c0))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("Preload: %v wall, %v CPU (builds not yet done by other tests); "+
+		"peak RSS %.1f MiB, heap in use %.1f MiB, PDBMemory %.1f MiB",
+		time.Since(t0), time.Duration(processCPU()-c0), float64(processMaxRSS())/(1<<20),
+		float64(ms.HeapInuse)/(1<<20), float64(PDBMemory())/(1<<20))
 	for _, s := range searchShapes {
 		for _, g := range s.groups {
 			if _, ok := readPDB(dir, s.rows, s.cols, g); !ok {
