@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/puzzleq/puzzleq/solvers/sliding"
@@ -64,4 +65,40 @@ func ExampleFormatBOJ1525() {
 	_ = sliding.FormatBOJ1525(os.Stdout, res)
 	// Output:
 	// 3
+}
+
+// A 3×4 board is solved by IDA* with pattern databases; the Progress
+// callback sees each new bound of the search.
+func ExampleSolve_search() {
+	p := sliding.Puzzle{Board: [][]int{
+		{1, 2, 3, 4},
+		{5, 6, 0, 8},
+		{9, 10, 7, 11},
+	}}
+	bounds := 0
+	res, err := sliding.Solve(context.Background(), p, sliding.Options{
+		MaxNodes: 1_000_000,
+		Progress: func(bound int, nodes int64) { bounds++ },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Moves, res.Path, bounds > 0)
+	// Output:
+	// 2 DR true
+}
+
+// A worker loads (or builds and saves) every pattern database once at
+// start, so that no request pays for a build.
+func ExamplePreload() {
+	dir := filepath.Join(os.TempDir(), "puzzleq-sliding-pdb")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := sliding.Preload(context.Background(), dir); err != nil {
+		fmt.Println("pattern databases:", err) // still usable in memory
+	}
+	fmt.Printf("%.1f MiB of pattern databases\n", float64(sliding.PDBMemory())/(1<<20))
 }

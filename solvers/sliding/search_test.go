@@ -474,8 +474,9 @@ func TestCancelPrompt(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the 4×4 databases are slow to build under -race")
 	}
-	b := hardest80()                                           // about 100 s of search
-	if _, err := heuristicFor(t.Context(), 4, 4); err != nil { // build outside the timing
+	b := hardest80() // about 100 s of search
+	// Build the databases outside the timing.
+	if _, err := heuristicFor(t.Context(), 4, 4); err != nil {
 		t.Fatal(err)
 	}
 	// On a loaded machine one attempt can lose the CPU for a while after
