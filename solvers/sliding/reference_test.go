@@ -172,6 +172,8 @@ func TestReferenceProperty(t *testing.T) {
 		{2, 3, 700},
 		{3, 2, 700},
 		{3, 3, n33},
+		{2, 4, 20},
+		{4, 2, 20},
 	}
 	rng := rand.New(rand.NewPCG(1525, 2026))
 	total, solvableCount := 0, 0

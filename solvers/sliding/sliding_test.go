@@ -209,9 +209,9 @@ func loadBoards(tb testing.TB) ([][][]int, []int) {
 	return boards, moves
 }
 
-// TestTableOtherShapes builds tables for shapes Validate does not admit yet
-// (2×4, 4×2) to show that the table code is not tied to 3×3, and checks a
-// few boards against the reference.
+// TestTableOtherShapes builds the tables of the 8-cell shapes (2×4, 4×2),
+// which Solve also answers by table, checks that every entry is reached,
+// and checks a few boards against the reference.
 func TestTableOtherShapes(t *testing.T) {
 	for _, s := range [][2]int{{2, 4}, {4, 2}} {
 		rows, cols := s[0], s[1]

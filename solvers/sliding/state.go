@@ -5,7 +5,7 @@ import "math/bits"
 // packed is a board packed four bits per cell, cell i (row-major) in bits
 // 4i..4i+3. It is how a query enters the solver: one uint64 instead of a
 // [][]int, copied for free. Four bits hold tiles up to 15, so the same
-// encoding will serve the 16 cells of the later 4×4 search.
+// encoding serves the 16 cells of a 4×4 board.
 type packed uint64
 
 // at returns the tile in cell i.
