@@ -17,10 +17,13 @@ const minSide = 2
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0. It
 // applies only to boards solved by search (more than 9 cells); boards of
 // up to 9 cells are answered from a precomputed distance table and ignore
-// the budget. The default is far above the nodes any of Korf's 100 random
-// 4×4 instances needs (6 M at most) and above the 1.1 G of an 80-move
-// 4×4 board (the hardest there are); it is a few minutes of CPU.
-const DefaultMaxNodes int64 = 2_000_000_000
+// the budget. At 10 to 14 M nodes per CPU-second it is 15 to 20 s of CPU:
+// 30 times what the hardest of Korf's 100 random 4×4 instances needs (6 M
+// nodes) and far above random boards of the other shapes (5 M on average
+// for 2×8), but not enough for the very hardest 4×4 boards: an 80-move
+// board needs 1.1 G nodes, about 100 s, and a caller that wants those
+// must raise MaxNodes.
+const DefaultMaxNodes int64 = 200_000_000
 
 // Validate checks that p is a well-formed board of a supported size. It
 // returns nil or a *solvers.InputError whose Field locates the fault
