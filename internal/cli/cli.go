@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
@@ -33,7 +34,8 @@ func usagef(format string, args ...any) error {
 
 // Run executes puzzlectl with args and returns the process exit status.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRoot(stdin, stdout, stderr)
+	root, g := newRoot(stdin, stdout, stderr)
+	defer g.close()
 	// Cobra reports unknown commands and bad arguments as plain errors
 	// before any command runs; those are usage errors (exit 2), unlike an
 	// error from a command that ran.
@@ -55,21 +57,38 @@ func exitCode(err error) int {
 	var (
 		ue usageError
 		ie *solvers.InputError
+		ae *client.Error
 	)
 	switch {
 	case errors.As(err, &ue), errors.As(err, &ie):
+		return ExitUsage
+	case errors.Is(err, client.ErrUnreachable):
+		return ExitUnreachable
+	case errors.As(err, &ae) && (ae.StatusCode == 400 || ae.StatusCode == 413 || ae.StatusCode == 422):
+		// The server rejected the input: the caller's fault, as locally.
 		return ExitUsage
 	default:
 		return ExitFailed
 	}
 }
 
-func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	root := &cobra.Command{
 		Use:   "puzzlectl",
 		Short: "Solve grid puzzles locally or through a puzzleq server",
 		Long: `puzzlectl solves sliding-tile, sweep (board completion) and fill (puzzle
-pieces) puzzles, either in this process (--local) or through a puzzleq API.`,
+pieces) puzzles, either in this process (--local) or through a puzzleq API,
+and submits and inspects tasks and batches of the API.
+
+The server is --server, else $PUZZLEQ_URL, else http://localhost:8080; the
+API key is --api-key, else $PUZZLEQ_API_KEY.
+
+Exit status: 0 success, 1 a task failed, 2 bad flags or input, 3 the server
+cannot be reached (after retries).`,
+		Example: `  printf '1 0 3\n4 2 5\n7 8 6\n' | puzzlectl solve --format boj1525
+  puzzlectl submit -f jobs.jsonl --wait --out results.jsonl
+  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch
+  puzzlectl health --server http://puzzleq:8080`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -78,6 +97,8 @@ pieces) puzzles, either in this process (--local) or through a puzzleq API.`,
 	root.SetErr(stderr)
 	// Flag errors are usage errors: exit 2, not 1.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSolveCmd())
-	return root
+	g := &globals{}
+	g.bind(root)
+	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newBatchCmd(g), newHealthCmd(g))
+	return root, g
 }

@@ -29,7 +29,7 @@ const (
 // no newlines cannot make puzzlectl buffer it whole.
 const maxJSONLine = 16 << 20
 
-func newSolveCmd() *cobra.Command {
+func newSolveCmd(g *globals) *cobra.Command {
 	var (
 		format string
 		local  bool
@@ -38,7 +38,8 @@ func newSolveCmd() *cobra.Command {
 		Use:   "solve --format FORMAT",
 		Short: "Solve puzzles read from stdin in a judge format",
 		Long: `Read puzzles from stdin in a judge format and write exactly the judge's
-answer to stdout.
+answer to stdout: in this process with --local, else through the API (as one
+batch, waiting for its results), with byte-for-byte the same output.
 
 Formats:
   boj1525  Baekjoon 1525: a sliding board, one row per line; prints the moves
@@ -46,13 +47,14 @@ Formats:
   p84021   Programmers 84021: {"game_board": [[...]], "table": [[...]]}; prints the cells filled
   json     one request per line, {"kind": "...", "puzzle": {...}}; prints one result object per line`,
 		Example: `  printf '1 0 3\n4 2 5\n7 8 6\n' | puzzlectl solve --local --format boj1525
+  puzzlectl solve --format boj9944 < cases.txt
   puzzlectl solve --local --format json < requests.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var s solver = localSolver{}
 			if !local {
-				return usagef("remote solving is not available yet: pass --local")
+				s = remoteSolver{g: g, stderr: cmd.ErrOrStderr()}
 			}
-			s := localSolver{}
 			return solveFormat(cmd, format, s)
 		},
 	}

@@ -1,0 +1,660 @@
+// Package client is a Go client for the puzzleq HTTP API (v1).
+//
+// Create a Client with New and the API's base URL, then submit puzzles one
+// at a time (Submit, Get, Cancel) or in batches of up to the server's
+// MAX_BATCH_ITEMS (SubmitBatch, GetBatch, BatchOutput):
+//
+//	c := client.New("http://localhost:8080", client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
+//	t, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
+//	if err == nil {
+//		t, err = c.Get(ctx, t.ID, 30*time.Second) // long poll until the task ends
+//	}
+//
+// Requests are the wire form of POST /v1/tasks, passed as raw JSON, so the
+// client never drops a field the server understands.
+//
+// # Errors
+//
+// An answer of the API with a status of 400 or more is an *Error carrying
+// the HTTP status and the API's error code, message and field. Failing to
+// reach the server at all (connection refused, DNS, timeouts), after the
+// retries, gives an error for which errors.Is(err, ErrUnreachable) holds.
+// A task that ran and failed is not a Go error: its State is "failed" and
+// its Error says why.
+//
+// # Retries
+//
+// Transient failures (network errors, 5xx, 429) are retried with
+// exponential backoff and full jitter, waiting at least as long as the
+// server's Retry-After, and never beyond the context's deadline. Requests
+// that could create work twice are retried only when that cannot happen:
+// Submit is retried on 429 and 503 and on failures to connect, and
+// SubmitBatch with an idempotency key is retried on every transient failure,
+// since the server answers a repeated key with the batch the first request
+// created.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Task states.
+const (
+	StatePending   = "pending"
+	StateActive    = "active"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
+	StateCanceled  = "canceled"
+)
+
+// Client talks to one puzzleq API. It is safe for concurrent use.
+type Client struct {
+	base        string
+	hc          *http.Client
+	apiKey      string
+	userAgent   string
+	maxRetries  int
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	timeout     time.Duration
+	sleep       func(ctx context.Context, d time.Duration) error
+	onRetryHook func(attempt int, err error, wait time.Duration)
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithAPIKey sends key as "Authorization: Bearer <key>". An empty key
+// sends nothing.
+func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// WithHTTPClient uses hc for every request instead of a client of its own.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithRetries sets how many times a transient failure is retried (default
+// 6). Zero disables retries. Retries of 429 answers are not counted: the
+// server is up and says when to come back, so they go on until the
+// context ends.
+func WithRetries(n int) Option { return func(c *Client) { c.maxRetries = max(n, 0) } }
+
+// WithBackoff sets the first and the longest wait between retries
+// (defaults 100ms and 5s). Each wait is drawn uniformly from [0, d] with d
+// doubling from min up to max, and is at least the server's Retry-After.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *Client) { c.minBackoff, c.maxBackoff = min, max }
+}
+
+// WithTimeout bounds each attempt of a request (default 30s); a long
+// poll's wait is added to it.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithRetryHook calls f before each retry with the attempt number (1 for
+// the first retry), the error that caused it and the wait, e.g. to log it.
+func WithRetryHook(f func(attempt int, err error, wait time.Duration)) Option {
+	return func(c *Client) { c.onRetryHook = f }
+}
+
+// New returns a client of the API at baseURL, e.g. "http://localhost:8080".
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{
+		base:       strings.TrimRight(baseURL, "/"),
+		userAgent:  "puzzleq-go-client",
+		maxRetries: 6,
+		minBackoff: 100 * time.Millisecond,
+		maxBackoff: 5 * time.Second,
+		timeout:    30 * time.Second,
+		sleep:      sleepCtx,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		c.hc = &http.Client{Transport: tr}
+	}
+	if c.minBackoff <= 0 {
+		c.minBackoff = time.Millisecond
+	}
+	if c.maxBackoff < c.minBackoff {
+		c.maxBackoff = c.minBackoff
+	}
+	return c
+}
+
+// CloseIdleConnections closes the idle keep-alive connections of the
+// client's HTTP transport.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// BaseURL returns the API's base URL.
+func (c *Client) BaseURL() string { return c.base }
+
+// Task is the task resource.
+type Task struct {
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	State       string          `json:"state"`
+	Result      json.RawMessage `json:"result"`
+	Error       *TaskError      `json:"error"`
+	Cached      bool            `json:"cached"`
+	BatchID     *string         `json:"batch_id"`
+	CreatedAt   *time.Time      `json:"created_at"`
+	StartedAt   *time.Time      `json:"started_at"`
+	CompletedAt *time.Time      `json:"completed_at"`
+	Attempts    int             `json:"attempts"`
+}
+
+// Terminal reports whether the task has ended.
+func (t *Task) Terminal() bool {
+	return t.State == StateCompleted || t.State == StateFailed || t.State == StateCanceled
+}
+
+// TaskError says why a task failed.
+type TaskError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// Counts are a batch's tasks per state.
+type Counts struct {
+	Pending   int `json:"pending"`
+	Active    int `json:"active"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Canceled  int `json:"canceled"`
+}
+
+// Ended is the number of tasks that have ended.
+func (c Counts) Ended() int { return c.Completed + c.Failed + c.Canceled }
+
+// Batch is the batch resource: counts, whether every task has ended, and
+// one page of its tasks in submission order.
+type Batch struct {
+	ID         string     `json:"id"`
+	Total      int        `json:"total"`
+	Counts     Counts     `json:"counts"`
+	Done       bool       `json:"done"`
+	Format     *string    `json:"format"`
+	CreatedAt  *time.Time `json:"created_at"`
+	DoneAt     *time.Time `json:"done_at"`
+	Tasks      []Task     `json:"tasks"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+// BatchSubmission is the answer to SubmitBatch.
+type BatchSubmission struct {
+	ID      string   `json:"id"`
+	Total   int      `json:"total"`
+	TaskIDs []string `json:"task_ids"`
+	// Replayed is true when the server answered a repeated idempotency
+	// key with the batch an earlier request created.
+	Replayed bool `json:"-"`
+}
+
+// Health is the answer of /healthz and /readyz.
+type Health struct {
+	// Live is true when /healthz answered 200.
+	Live bool `json:"live"`
+	// Ready is true when /readyz answered 200 (Redis answers).
+	Ready bool `json:"ready"`
+	// Reason is the server's message when it is not ready.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Code, Message and Field are the API's error body.
+	Code, Message, Field string
+	// RetryAfter is the server's Retry-After, if any.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (HTTP %d", e.Message, e.StatusCode)
+	if e.Code != "" {
+		b.WriteString(", " + e.Code)
+	}
+	if e.Field != "" {
+		b.WriteString(", field " + e.Field)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Temporary reports whether the same request may succeed later: 429 and
+// 5xx answers.
+func (e *Error) Temporary() bool {
+	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
+}
+
+// IsNotFound reports whether err is a 404 of the API.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.StatusCode == http.StatusNotFound
+}
+
+// ErrUnreachable is matched (errors.Is) by the errors of requests that never
+// got an answer from the server, retries included.
+var ErrUnreachable = errors.New("server unreachable")
+
+type unreachableError struct {
+	base string
+	err  error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach %s: %v", e.base, e.err)
+}
+func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.err} }
+
+// Submit submits one request (the JSON body of POST /v1/tasks). A cache hit
+// returns the completed task with Cached set.
+func (c *Client) Submit(ctx context.Context, req []byte) (*Task, error) {
+	var t Task
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", body: req, retry: retryIfNotAccepted}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Get reads a task. With wait > 0 the server holds the request until the
+// task ends or wait (at most the server's MAX_WAIT, 60s by default) passes.
+func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (*Task, error) {
+	var t Task
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	_, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks/" + url.PathEscape(id), query: q, wait: wait, retry: retryAlways}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Cancel cancels a task that has not ended and returns it. Cancelling a
+// task that has ended is an *Error with status 409.
+func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
+	var t Task
+	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/tasks/" + url.PathEscape(id), retry: retryAlways}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// SubmitBatch submits reqs (each the JSON of one POST /v1/tasks body) as
+// one batch. With a non-empty idempotencyKey a retry, by this client or a
+// later run, answers the batch the first request created instead of
+// creating another; the same key with a different body is a 422 *Error.
+func (c *Client) SubmitBatch(ctx context.Context, reqs []json.RawMessage, idempotencyKey string) (*BatchSubmission, error) {
+	return c.SubmitBatchBody(ctx, BatchBody(reqs), idempotencyKey)
+}
+
+// BatchBody returns the body of POST /v1/batches for reqs:
+// {"tasks":[...]}. Its bytes are what an idempotency key is checked
+// against.
+func BatchBody(reqs []json.RawMessage) []byte {
+	n := 12
+	for _, r := range reqs {
+		n += len(r) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"tasks":[`...)
+	for i, r := range reqs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r...)
+	}
+	return append(b, "]}"...)
+}
+
+// SubmitBatchBody is SubmitBatch with the body already encoded (see
+// BatchBody).
+func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string) (*BatchSubmission, error) {
+	cl := call{method: http.MethodPost, path: "/v1/batches", body: body, retry: retryIfNotAccepted}
+	if idempotencyKey != "" {
+		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+		cl.retry = retryAlways
+	}
+	var s BatchSubmission
+	h, err := c.do(ctx, cl, &s)
+	if err != nil {
+		return nil, err
+	}
+	s.Replayed = h.Get("Idempotent-Replayed") == "true"
+	return &s, nil
+}
+
+// SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
+// as one batch: one item per case. BatchOutput then prints the judge's
+// answer.
+func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string) (*BatchSubmission, error) {
+	cl := call{method: http.MethodPost, path: "/v1/batches", query: url.Values{"format": {format}}, body: text, retry: retryIfNotAccepted}
+	if idempotencyKey != "" {
+		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+		cl.retry = retryAlways
+	}
+	var s BatchSubmission
+	h, err := c.do(ctx, cl, &s)
+	if err != nil {
+		return nil, err
+	}
+	s.Replayed = h.Get("Idempotent-Replayed") == "true"
+	return &s, nil
+}
+
+// GetBatch reads a batch's counts and the page of its tasks starting at
+// cursor ("" for the first page; then the NextCursor of the previous page),
+// of at most limit tasks (0: the server's default, 100; at most 1000).
+// With wait > 0 the server holds the request until every task has ended or
+// wait passes.
+func (c *Client) GetBatch(ctx context.Context, id, cursor string, limit int, wait time.Duration) (*Batch, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var b Batch
+	_, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/batches/" + url.PathEscape(id), query: q, wait: wait, retry: retryAlways}, &b)
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// CancelBatch cancels every task of a batch that has not ended and returns
+// how many it canceled.
+func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
+	var r struct {
+		Canceled int `json:"canceled"`
+	}
+	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + url.PathEscape(id), retry: retryAlways}, &r)
+	return r.Canceled, err
+}
+
+// BatchOutput returns a finished batch's output: the judge's answer for a
+// judge-format batch, JSON lines of results for a JSON one. With wait > 0
+// the server first waits up to wait for the batch to end. A batch that has
+// not ended, or has a task that did not complete, is a 409 *Error with code
+// "incomplete".
+func (c *Client) BatchOutput(ctx context.Context, id string, wait time.Duration) ([]byte, error) {
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var out []byte
+	_, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/batches/" + url.PathEscape(id) + "/output", query: q, wait: wait, retry: retryAlways, raw: &out}, nil)
+	return out, err
+}
+
+// Health checks /healthz and /readyz. A server that answers but is not
+// ready is not an error: Ready is false and Reason says why.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	h := &Health{}
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/healthz", retry: retryAlways}, nil); err != nil {
+		return nil, err
+	}
+	h.Live = true
+	// One attempt: a 503 from /readyz is the answer, not a transient error.
+	_, err := c.do(ctx, call{method: http.MethodGet, path: "/readyz", retry: retryNever}, nil)
+	var e *Error
+	switch {
+	case err == nil:
+		h.Ready = true
+	case errors.As(err, &e):
+		h.Reason = e.Message
+	default:
+		return nil, err
+	}
+	return h, nil
+}
+
+type retryPolicy int
+
+const (
+	retryNever retryPolicy = iota
+	// retryIfNotAccepted retries only when the request surely created
+	// nothing: 429, 503, or no connection.
+	retryIfNotAccepted
+	// retryAlways retries every transient failure: idempotent requests.
+	retryAlways
+)
+
+type call struct {
+	method, path string
+	query        url.Values
+	header       http.Header
+	body         []byte
+	wait         time.Duration
+	retry        retryPolicy
+	raw          *[]byte
+}
+
+// do runs a call with retries and decodes a 2xx JSON answer into out.
+func (c *Client) do(ctx context.Context, cl call, out any) (http.Header, error) {
+	backoff := c.minBackoff
+	retries := 0
+	for attempt := 1; ; attempt++ {
+		h, err := c.once(ctx, cl, out)
+		if err == nil {
+			return h, nil
+		}
+		if ctx.Err() != nil {
+			return nil, wrapCtx(ctx, err)
+		}
+		retryable, after, counted := c.classify(cl.retry, err)
+		if !retryable || (counted && retries >= c.maxRetries) {
+			return nil, c.final(err)
+		}
+		if counted {
+			retries++
+		}
+		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
+		wait = max(wait, after)
+		backoff = min(2*backoff, c.maxBackoff)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return nil, c.final(err)
+		}
+		if c.onRetryHook != nil {
+			c.onRetryHook(attempt, err, wait)
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return nil, wrapCtx(ctx, c.final(err))
+		}
+	}
+}
+
+func wrapCtx(ctx context.Context, err error) error {
+	if errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ctx.Err(), err)
+}
+
+// final turns a network error into an unreachable error.
+func (c *Client) final(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	var de *decodeError
+	if errors.As(err, &de) {
+		return err
+	}
+	return &unreachableError{base: c.base, err: err}
+}
+
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return "decode response: " + e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// classify says whether err may be retried under policy, the least wait
+// the server asked for, and whether the retry counts against maxRetries.
+func (c *Client) classify(policy retryPolicy, err error) (retry bool, after time.Duration, counted bool) {
+	if policy == retryNever {
+		return false, 0, true
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case e.StatusCode == http.StatusTooManyRequests:
+			return true, e.RetryAfter, false
+		case e.StatusCode == http.StatusServiceUnavailable:
+			return true, e.RetryAfter, true
+		case e.StatusCode == http.StatusConflict && e.Code == "in_progress":
+			// An idempotent batch submission still being processed.
+			return true, e.RetryAfter, true
+		case e.StatusCode >= 500:
+			return policy == retryAlways, e.RetryAfter, true
+		}
+		return false, 0, true
+	}
+	var de *decodeError
+	if errors.As(err, &de) {
+		return policy == retryAlways, 0, true
+	}
+	// A network error. Without an answer a non-idempotent request may have
+	// been accepted, unless the connection was never made.
+	if policy == retryAlways || notConnected(err) {
+		return true, 0, true
+	}
+	return false, 0, true
+}
+
+// notConnected reports whether err happened before any byte of the
+// request could reach the server.
+func notConnected(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+cl.wait)
+	defer cancel()
+	u := c.base + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range cl.header {
+		req.Header[k] = v
+	}
+	if cl.body != nil {
+		if cl.query.Get("format") != "" {
+			req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+		} else {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		return nil, apiError(resp, data)
+	}
+	if cl.raw != nil {
+		*cl.raw = data
+		return resp.Header, nil
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, &decodeError{err}
+		}
+	}
+	return resp.Header, nil
+}
+
+func apiError(resp *http.Response, data []byte) *Error {
+	e := &Error{StatusCode: resp.StatusCode}
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			Field   string `json:"field"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
+		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+	} else {
+		e.Message = strings.TrimSpace(string(data))
+		if len(e.Message) > 200 {
+			e.Message = e.Message[:200] + "..."
+		}
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if n, err := strconv.Atoi(ra); err == nil && n >= 0 {
+			e.RetryAfter = time.Duration(n) * time.Second
+		} else if t, err := http.ParseTime(ra); err == nil {
+			e.RetryAfter = max(time.Until(t), 0)
+		}
+	}
+	return e
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,114 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"time"
+
+	"github.com/puzzleq/puzzleq/client"
+)
+
+// fakeAPI stands in for a puzzleq server so the examples run; point New
+// at your own server instead.
+func fakeAPI() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/tasks":
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"id":"5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b","kind":"sliding","state":"pending"}`)
+		case r.Method == "GET" && r.URL.Path == "/v1/tasks/5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b":
+			io.WriteString(w, `{"id":"5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b","kind":"sliding","state":"completed","result":{"moves":3,"solvable":true,"path":"DRD"}}`)
+		case r.Method == "POST" && r.URL.Path == "/v1/batches":
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"task_ids":["a1","a2"]}`)
+		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f":
+			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"counts":{"pending":0,"active":0,"completed":2,"failed":0,"canceled":0},"done":true,"tasks":[],"next_cursor":null}`)
+		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/output":
+			io.WriteString(w, "{\"moves\":3,\"solvable\":true,\"path\":\"DRD\"}\n{\"moves\":-1,\"solvable\":false,\"path\":\"\"}\n")
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":{"code":"not_found","message":"no such task or batch"}}`)
+		}
+	}))
+}
+
+// Submit one puzzle and long-poll until it is solved.
+func ExampleClient_Submit() {
+	srv := fakeAPI() // e.g. "http://localhost:8080"
+	defer srv.Close()
+	c := client.New(srv.URL, client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
+	ctx := context.Background()
+
+	t, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for !t.Terminal() {
+		if t, err = c.Get(ctx, t.ID, 30*time.Second); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(t.State, string(t.Result))
+	// Output: completed {"moves":3,"solvable":true,"path":"DRD"}
+}
+
+// Submit a batch with an idempotency key, wait for it, read its results.
+func ExampleClient_SubmitBatch() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+	ctx := context.Background()
+
+	reqs := []json.RawMessage{
+		json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`),
+		json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[3,6,0],[8,1,2],[7,4,5]]}}`),
+	}
+	// The same key and body, sent again (by a retry or a later run),
+	// answers this batch instead of creating another.
+	sub, err := c.SubmitBatch(ctx, reqs, "nightly-2026-11-30-part-0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := c.GetBatch(ctx, sub.ID, "", 1, 30*time.Second)
+	for err == nil && !b.Done {
+		b, err = c.GetBatch(ctx, sub.ID, "", 1, 30*time.Second)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := c.BatchOutput(ctx, sub.ID, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(b.Counts.Completed, "of", b.Total, "completed")
+	fmt.Print(string(out))
+	// Output:
+	// 2 of 2 completed
+	// {"moves":3,"solvable":true,"path":"DRD"}
+	// {"moves":-1,"solvable":false,"path":""}
+}
+
+// API errors carry the HTTP status, code and field; network failures
+// match ErrUnreachable.
+func ExampleError() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+
+	_, err := c.Get(context.Background(), "00000000000000000000000000000000", 0)
+	var apiErr *client.Error
+	switch {
+	case errors.As(err, &apiErr):
+		fmt.Println(apiErr.StatusCode, apiErr.Code)
+	case errors.Is(err, client.ErrUnreachable):
+		fmt.Println("server down")
+	}
+	// Output: 404 not_found
+}

@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/puzzleq/puzzleq/client"
+)
+
+// longPoll is the wait of each long poll; the server caps it (MAX_WAIT,
+// 60s by default).
+const longPoll = 30 * time.Second
+
+func newGetCmd(g *globals) *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a task",
+		Long: `Show a task: its state and, once it has ended, its result or error.
+Exits with status 1 if the task failed or was canceled.`,
+		Example: `  puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b
+  puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b --wait -o json`,
+		Args: exactArgs(1, "a task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := g.outputFormat("table")
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.Get(cmd.Context(), args[0], 0)
+			for err == nil && wait && !t.Terminal() {
+				t, err = c.Get(cmd.Context(), args[0], longPoll)
+			}
+			if err != nil {
+				return err
+			}
+			if err := printTask(cmd.OutOrStdout(), format, t); err != nil {
+				return err
+			}
+			return taskExit(t)
+		},
+	}
+	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait until the task has ended")
+	return cmd
+}
+
+func newCancelCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a task that has not ended",
+		Long: `Cancel a task: a pending task never runs, a running one stops within
+milliseconds. Cancelling a task that has already ended is an error (status 1).`,
+		Example: `  puzzlectl cancel 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
+		Args:    exactArgs(1, "a task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := g.outputFormat("table")
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.Cancel(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printTask(cmd.OutOrStdout(), format, t)
+		},
+	}
+}
+
+func newBatchCmd(g *globals) *cobra.Command {
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "batch ID",
+		Short: "Show a batch's counts per state",
+		Long: `Show a batch's counts per state and whether every task has ended. With
+--watch, keep showing the counts as they change until the batch is done.
+Exits with status 1 if a task of a finished batch failed or was canceled.`,
+		Example: `  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
+  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch`,
+		Args: exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := g.outputFormat("table")
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			tty := isTerminal(out)
+			var last *client.Batch
+			for first := true; ; first = false {
+				wait := time.Duration(0)
+				if watch && !first {
+					wait = time.Second
+				}
+				b, err := c.GetBatch(cmd.Context(), args[0], "", 1, wait)
+				if err != nil {
+					return err
+				}
+				b.Tasks, b.NextCursor = nil, nil
+				if !watch {
+					if err := printBatch(out, format, b, true); err != nil {
+						return err
+					}
+					return batchExit(b)
+				}
+				if last == nil || b.Counts != last.Counts || b.Done != last.Done {
+					if tty && format == "table" {
+						fmt.Fprint(out, "\r\x1b[K")
+						if err := printBatchLine(out, b); err != nil {
+							return err
+						}
+					} else if err := printBatch(out, format, b, first); err != nil {
+						return err
+					}
+				}
+				last = b
+				if b.Done {
+					if tty && format == "table" {
+						fmt.Fprintln(out)
+					}
+					return batchExit(b)
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "W", false, "keep showing the counts until the batch is done")
+	return cmd
+}
+
+func newHealthCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Check that the server is live and ready",
+		Long: `Check the server's /healthz (the process answers) and /readyz (it can
+reach Redis). Exits with status 1 when it is live but not ready, and 3 when
+it cannot be reached.`,
+		Example: `  puzzlectl health
+  puzzlectl health --server https://puzzleq.example.com -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := g.outputFormat("table")
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			h, err := c.Health(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if format == "json" {
+				if err := writeJSON(out, struct {
+					Server string `json:"server"`
+					*client.Health
+				}{c.BaseURL(), h}); err != nil {
+					return err
+				}
+			} else {
+				ready := "ready"
+				if !h.Ready {
+					ready = "not ready: " + h.Reason
+				}
+				fmt.Fprintf(out, "%s: live, %s\n", c.BaseURL(), ready)
+			}
+			if !h.Ready {
+				return fmt.Errorf("server is not ready: %s", h.Reason)
+			}
+			return nil
+		},
+	}
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %s, got %d arguments; see %s --help", cmd.CommandPath(), what, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+func printTask(w io.Writer, format string, t *client.Task) error {
+	if format == "json" {
+		return writeJSON(w, t)
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tRESULT")
+	what := ""
+	switch {
+	case t.State == client.StateCompleted:
+		what = string(t.Result)
+	case t.Error != nil:
+		what = t.Error.Code + ": " + t.Error.Message
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.State, what)
+	return tw.Flush()
+}
+
+func printBatch(w io.Writer, format string, b *client.Batch, header bool) error {
+	if format == "json" {
+		return writeJSON(w, struct {
+			ID     string        `json:"id"`
+			Total  int           `json:"total"`
+			Counts client.Counts `json:"counts"`
+			Done   bool          `json:"done"`
+		}{b.ID, b.Total, b.Counts, b.Done})
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, "ID\tTOTAL\tPENDING\tACTIVE\tCOMPLETED\tFAILED\tCANCELED\tDONE")
+	}
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%t\n", b.ID, b.Total, b.Counts.Pending, b.Counts.Active,
+		b.Counts.Completed, b.Counts.Failed, b.Counts.Canceled, b.Done)
+	return tw.Flush()
+}
+
+// printBatchLine is the one-line live form of --watch on a terminal.
+func printBatchLine(w io.Writer, b *client.Batch) error {
+	_, err := fmt.Fprintf(w, "%s  %d/%d ended  pending %d  active %d  completed %d  failed %d  canceled %d",
+		b.ID, b.Counts.Ended(), b.Total, b.Counts.Pending, b.Counts.Active, b.Counts.Completed, b.Counts.Failed, b.Counts.Canceled)
+	return err
+}
+
+func taskExit(t *client.Task) error {
+	if t.Terminal() && t.State != client.StateCompleted {
+		return &taskFailedError{failed: 1, total: 1}
+	}
+	return nil
+}
+
+func batchExit(b *client.Batch) error {
+	if b.Done && b.Counts.Failed+b.Counts.Canceled > 0 {
+		return &taskFailedError{failed: b.Counts.Failed + b.Counts.Canceled, total: b.Total}
+	}
+	return nil
+}

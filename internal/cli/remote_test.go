@@ -1,0 +1,407 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/puzzleq/puzzleq/client"
+	"github.com/puzzleq/puzzleq/internal/cli"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+func runCtx(ctx context.Context, stdin string, args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := cli.Run(ctx, args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// slidingLines returns n distinct 3x3 sliding requests (random
+// permutations: about half are unsolvable, answered -1), one per line.
+func slidingLines(n int, seed uint64) []string {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	seen := map[[9]int]bool{}
+	var out []string
+	for len(out) < n {
+		var p [9]int
+		for i := range p {
+			p[i] = i
+		}
+		rng.Shuffle(9, func(i, j int) { p[i], p[j] = p[j], p[i] })
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
+			p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]))
+	}
+	return out
+}
+
+func writeLines(t *testing.T, lines []string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// closedURL is an address nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+func TestRemoteSolveMatchesLocal(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	var jsonIn strings.Builder
+	for _, l := range slidingLines(50, 7) {
+		jsonIn.WriteString(l + "\n")
+	}
+	jsonIn.WriteString(`{"kind":"sweep","puzzle":{"board":["**...",".....","....*","..*..","....."]}}` + "\n\n")
+	jsonIn.WriteString(`{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[0,1]]}}` + "\n")
+	for _, tc := range []struct{ format, in string }{
+		{"boj1525", "1 0 3\n4 2 5\n7 8 6\n"},
+		{"boj1525", "3 6 0\n8 1 2\n7 4 5\n"}, // unsolvable: -1
+		{"boj1525", "1 2 3\r\n4 5 6\r\n7 8 0\r\n"},
+		{"boj1525", "8 6 7\n2 5 4\n3 0 1\n"}, // 31 moves, the hardest
+		{"boj9944", "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n*...\n*..*\n"},
+		{"boj9944", "1 1\n.\n2 2\n.*\n*.\n"},
+		{"p84021", p84021Sample},
+		{"p84021", `{"game_board":[[0,0,0],[1,1,0],[1,1,1]],"table":[[1,1,1],[1,0,0],[0,0,0]]}`},
+		{"json", jsonIn.String()},
+	} {
+		lcode, lout, lerr := run(t, tc.in, "solve", "--local", "--format", tc.format)
+		rcode, rout, rerr := run(t, tc.in, "solve", "--server", s.base, "--format", tc.format)
+		if lcode != 0 || rcode != 0 || lout != rout || lout == "" {
+			t.Errorf("%s %.40q: local exit %d %q (%s), remote exit %d %q (%s)", tc.format, tc.in, lcode, lout, lerr, rcode, rout, rerr)
+		}
+	}
+	// Bad input fails remotely as locally, before anything is sent.
+	code, out, errOut := run(t, "1 0 3\n4 2\n7 8 6\n", "solve", "--server", s.base, "--format", "boj1525")
+	if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "line 2") {
+		t.Errorf("bad boj1525 remotely: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+}
+
+type resultLine struct {
+	Line   int               `json:"line"`
+	ID     string            `json:"id"`
+	State  string            `json:"state"`
+	Result json.RawMessage   `json:"result"`
+	Error  *client.TaskError `json:"error"`
+}
+
+// TestSubmitWaitSurvivesDroppedResponses submits 20,000 distinct puzzles
+// in two batches through a proxy that drops the connection carrying the
+// answer to each batch POST: the client retries with the same idempotency
+// key, the server replays the batch, and no work is done twice. Under the
+// race detector, which slows the in-process API 5-20x, it runs 4,000 in
+// two batches of 2,000 instead.
+func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	proxy := startFlakyProxy(t, strings.TrimPrefix(s.base, "http://"), 2)
+	total, batch := 20000, 10000
+	if raceEnabled {
+		total, batch = 4000, 2000
+	}
+	lines := slidingLines(total, 42)
+	// A blank line: line numbers count it, requests do not.
+	lines = append(lines[:100:100], append([]string{""}, lines[100:]...)...)
+	in := writeLines(t, lines)
+	outPath := filepath.Join(t.TempDir(), "results.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	code, stdout, stderr := runCtx(ctx, "", "submit", "--server", proxy.URL(), "-f", in, "--wait", "--out", outPath, "--parallel", "2", "--batch-size", fmt.Sprint(batch))
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if stdout != "" || stderr != "" {
+		t.Errorf("stdout %q, stderr %q: want both empty (results go to --out, no bar without a terminal)", stdout, stderr)
+	}
+	if proxy.Dropped() != 2 {
+		t.Errorf("proxy dropped %d responses, want 2", proxy.Dropped())
+	}
+	f, err := os.Open(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	ids := map[string]bool{}
+	n := 0
+	for sc.Scan() {
+		var r resultLine
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("result %d: %v: %s", n+1, err, sc.Bytes())
+		}
+		wantLine := n + 1
+		if n >= 100 {
+			wantLine++ // the blank line
+		}
+		if r.Line != wantLine || r.State != "completed" || r.Error != nil || ids[r.ID] || len(r.ID) != 32 {
+			t.Fatalf("result %d: %s", n+1, sc.Bytes())
+		}
+		ids[r.ID] = true
+		if n%100 == 0 { // spot-check against the local solver
+			p, err := puzzle.Decode([]byte(lines[wantLine-1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := p.Solve(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(want, r.Result) {
+				t.Errorf("line %d: result %s, local %s", wantLine, r.Result, want)
+			}
+		}
+		n++
+	}
+	if n != total {
+		t.Fatalf("%d results, want %d", n, total)
+	}
+	if got := s.submitted(); got != total {
+		t.Errorf("puzzleq_submitted_total = %d, want exactly %d", got, total)
+	}
+	if got := s.keys("pq:batch:*:items"); got != 2 {
+		t.Errorf("%d batches in Redis, want 2", got)
+	}
+	if got := s.keys("pq:task:*"); got != total {
+		t.Errorf("%d task records in Redis, want %d", got, total)
+	}
+}
+
+// TestSubmitInterruptedThenResumed cancels a run (Ctrl-C) while it waits
+// for results no worker will produce: it reports the batches submitted,
+// exits non-zero, and running it again submits nothing new.
+func TestSubmitInterruptedThenResumed(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0)
+	in := writeLines(t, slidingLines(300, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for s.keys("pq:batch:*:items") < 3 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
+	code, out, errOut := runCtx(ctx, "", "submit", "--server", s.base, "-f", in, "--wait", "--batch-size", "100", "--parallel", "2")
+	if code == 0 || out != "" {
+		t.Fatalf("interrupted run: exit %d, stdout %q", code, out)
+	}
+	ids := regexp.MustCompile(`(?m)^  ([0-9a-f]{32})$`).FindAllStringSubmatch(errOut, -1)
+	if !strings.Contains(errOut, "interrupted") || !strings.Contains(errOut, "submitted 3 of 3 batches (300 of 300 tasks)") || len(ids) != 3 {
+		t.Fatalf("interrupted run: stderr %q", errOut)
+	}
+	// Resume: the same batches come back (idempotency keys), no new work.
+	code, out, errOut = run(t, "", "submit", "--server", s.base, "-f", in, "--batch-size", "100")
+	if code != 0 {
+		t.Fatalf("resumed run: exit %d, stderr %q", code, errOut)
+	}
+	for _, id := range ids {
+		if !strings.Contains(out, id[1]) {
+			t.Errorf("resumed run did not print batch %s: %q", id[1], out)
+		}
+	}
+	if got := s.submitted(); got != 300 {
+		t.Errorf("puzzleq_submitted_total = %d after resuming, want 300", got)
+	}
+}
+
+func TestSubmitBadInputSubmitsNothing(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(500)
+	}))
+	defer srv.Close()
+	good := slidingLines(3, 1)
+	for _, tc := range []struct {
+		in, errHas string
+	}{
+		{good[0] + "\n" + good[1] + "\n\n" + `{"kind":"sliding","puzzle":{"board":[[1,2],[3,3]]}}` + "\n" + good[2], "line 4"},
+		{good[0] + "\n{not json\n", "line 2"},
+		{`{"kind":"nope","puzzle":{}}`, "line 1"},
+		{good[0] + "\n" + `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"extra":1}`, "line 2"},
+		{"\n\n", "no requests"},
+	} {
+		code, out, errOut := run(t, tc.in, "submit", "--server", srv.URL, "-f", "-", "--wait")
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("%.60q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.in, code, out, errOut, tc.errHas)
+		}
+	}
+	for _, args := range [][]string{
+		{"submit"},
+		{"submit", "-f", "/nonexistent/jobs.jsonl"},
+		{"submit", "-f", "-", "--batch-size", "0"},
+		{"get"},
+		{"get", "a", "b"},
+		{"batch"},
+		{"health", "-o", "yaml"},
+	} {
+		code, _, errOut := run(t, good[0], append([]string{"--server", srv.URL}, args...)...)
+		if code != cli.ExitUsage || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2", args, code, errOut)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("the server got %d requests; bad input must send none", hits.Load())
+	}
+	if code, _, errOut := run(t, "", "health", "--server", "localhost:8080"); code != cli.ExitUsage || !strings.Contains(errOut, "http://") {
+		t.Errorf("--server without a scheme: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestUnreachableServerExits3(t *testing.T) {
+	t.Parallel()
+	url := closedURL(t)
+	good := slidingLines(2, 1)
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+	}{
+		{strings.Join(good, "\n"), []string{"submit", "-f", "-", "--wait"}},
+		{"1 0 3\n4 2 5\n7 8 6\n", []string{"solve", "--format", "boj1525"}},
+		{"", []string{"get", "5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b"}},
+		{"", []string{"cancel", "5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b"}},
+		{"", []string{"batch", "5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b", "--watch"}},
+		{"", []string{"health"}},
+		{"", []string{"health", "--server", "http://no-such-host.invalid:8080"}},
+	} {
+		start := time.Now()
+		code, out, errOut := run(t, tc.stdin, append([]string{"--server", url, "--retries", "2"}, tc.args...)...)
+		if code != cli.ExitUnreachable || out != "" || !strings.Contains(errOut, "cannot reach") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 3", tc.args, code, out, errOut)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%v: took %s", tc.args, d)
+		}
+	}
+}
+
+func TestTaskAndBatchCommands(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 0) // no worker: tasks stay pending until canceled
+	c := client.New(s.base)
+	ctx := context.Background()
+	task, err := c.Submit(ctx, []byte(slidingLines(1, 9)[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "", "--server", s.base, "get", task.ID)
+	if code != 0 || !strings.Contains(out, "STATE") || !strings.Contains(out, "pending") {
+		t.Errorf("get: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, "", "--server", s.base, "cancel", task.ID, "-o", "json")
+	var got client.Task
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.State != "canceled" {
+		t.Errorf("cancel: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = run(t, "", "--server", s.base, "cancel", task.ID)
+	if code != cli.ExitFailed || !strings.Contains(errOut, "409") {
+		t.Errorf("cancel twice: exit %d, stderr %q; want 1 and the 409", code, errOut)
+	}
+	code, out, _ = run(t, "", "--server", s.base, "get", task.ID, "--wait", "-o", "json")
+	if code != cli.ExitFailed || !strings.Contains(out, `"canceled"`) {
+		t.Errorf("get canceled task: exit %d, out %q; want 1", code, out)
+	}
+	code, _, errOut = run(t, "", "--server", s.base, "get", "00000000000000000000000000000000")
+	if code != cli.ExitFailed || !strings.Contains(errOut, "not_found") {
+		t.Errorf("get missing: exit %d, stderr %q", code, errOut)
+	}
+
+	// batch --watch shows counts until the batch is done.
+	raws := []json.RawMessage{}
+	for _, l := range slidingLines(5, 10) {
+		raws = append(raws, json.RawMessage(l))
+	}
+	sub, err := c.SubmitBatch(ctx, raws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, "", "--server", s.base, "batch", sub.ID)
+	if code != 0 || !strings.Contains(out, "PENDING") || !strings.Contains(out, sub.ID) {
+		t.Errorf("batch: exit %d, out %q", code, out)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		c.CancelBatch(ctx, sub.ID)
+	}()
+	code, out, _ = run(t, "", "--server", s.base, "batch", sub.ID, "--watch", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != cli.ExitFailed || len(lines) < 2 || !strings.Contains(lines[len(lines)-1], `"canceled":5`) || !strings.Contains(lines[len(lines)-1], `"done":true`) {
+		t.Errorf("batch --watch: exit %d, out %q", code, out)
+	}
+
+	code, out, _ = run(t, "", "--server", s.base, "health")
+	if code != 0 || !strings.Contains(out, "live, ready") {
+		t.Errorf("health: exit %d, out %q", code, out)
+	}
+}
+
+// TestProgressBarOnlyOnTerminal runs the real command path with stderr on
+// a pty: the bar is drawn. With stderr a pipe or buffer, it is not.
+func TestProgressBarOnlyOnTerminal(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	in := writeLines(t, slidingLines(3000, 5))
+
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty: %v", err)
+	}
+	defer ptmx.Close()
+	var drawn bytes.Buffer
+	readDone := make(chan struct{})
+	go func() { defer close(readDone); io.Copy(&drawn, ptmx) }()
+	var out bytes.Buffer
+	code := cli.Run(context.Background(), []string{"submit", "--server", s.base, "-f", in, "--wait", "--batch-size", "500"},
+		strings.NewReader(""), &out, tty)
+	tty.Close()
+	<-readDone
+	if code != 0 {
+		t.Fatalf("exit %d; terminal: %q", code, drawn.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 3000 {
+		t.Errorf("%d result lines on stdout, want 3000", n)
+	}
+	term := drawn.String()
+	for _, want := range []string{"submitted 3000/3000", "completed", "100%", "3000/3000", "tasks/s"} {
+		if !strings.Contains(term, want) {
+			t.Errorf("terminal output lacks %q: %q", want, term)
+		}
+	}
+
+	code, out2, errOut := run(t, "", "submit", "--server", s.base, "-f", in, "--wait", "--batch-size", "500")
+	if code != 0 || errOut != "" || out2 != out.String() {
+		t.Errorf("without a terminal: exit %d, stderr %q (want none), same results %v", code, errOut, out2 == out.String())
+	}
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/puzzleq/puzzleq/client"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	var (
+		file      string
+		outPath   string
+		wait      bool
+		batchSize int
+		parallel  int
+	)
+	cmd := &cobra.Command{
+		Use:   "submit -f FILE [--wait] [--out FILE]",
+		Short: "Submit a file of requests, one JSON request per line",
+		Long: `Submit requests in the JSON format of POST /v1/tasks, one per line, as
+batches of at most --batch-size items, --parallel batches at a time.
+
+Every line is validated before anything is sent: a bad line is reported with
+its number and nothing is submitted (exit status 2). Each batch carries an
+idempotency key derived from its index and bytes, so a retry after a lost
+response, or running the same command again after an interruption, does not
+submit the same work twice.
+
+Without --wait, prints each batch's ID. With --wait, waits for every task and
+prints one JSON line per request, in input order:
+  {"line": N, "id": "...", "state": "completed", "result": {...}}
+  {"line": N, "id": "...", "state": "failed", "error": {"code": "...", "message": "..."}}
+and exits with status 1 if any task did not complete.
+
+A progress bar is drawn on stderr when it is a terminal.`,
+		Example: `  # Submit and wait for the results, in order
+  puzzlectl submit -f jobs.jsonl --wait --out results.jsonl
+
+  # Read requests from stdin, only print the batch IDs
+  generate-puzzles | puzzlectl submit -f -
+
+  # Smaller batches, more at once
+  puzzlectl submit -f jobs.jsonl --batch-size 2000 --parallel 8 --wait`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usagef("-f is required: a file of JSON requests, one per line, or - for stdin")
+			}
+			if batchSize < 1 {
+				return usagef("--batch-size must be at least 1, got %d", batchSize)
+			}
+			if parallel < 1 {
+				return usagef("--parallel must be at least 1, got %d", parallel)
+			}
+			format, err := g.outputFormat("json")
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			in := cmd.InOrStdin()
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				defer f.Close()
+				in = f
+			}
+			jobs, err := readJobs(in)
+			if err != nil {
+				return err
+			}
+			if len(jobs) == 0 {
+				return usagef("%s: no requests", displayName(file))
+			}
+			out := cmd.OutOrStdout()
+			var outFile *os.File
+			if outPath != "" {
+				if outFile, err = os.Create(outPath); err != nil {
+					return usagef("%v", err)
+				}
+				defer outFile.Close()
+				out = outFile
+			}
+			stderr := cmd.ErrOrStderr()
+			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr, pollWait: 30 * time.Second}
+			if r.progress = newProgress(stderr, len(jobs), wait); r.progress != nil {
+				r.pollWait = time.Second
+			}
+			w := bufio.NewWriterSize(out, 256<<10)
+			var tw *tabwriter.Writer
+			if format == "table" {
+				tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+				if wait {
+					fmt.Fprintln(tw, "LINE\tID\tSTATE\tRESULT")
+				} else {
+					fmt.Fprintln(tw, "BATCH\tTOTAL\tLINES")
+				}
+			}
+			failed := 0
+			err = r.run(cmd.Context(), jobs, func(b *batchRun) error {
+				if !wait {
+					first, last := b.jobs[0].line, b.jobs[len(b.jobs)-1].line
+					if tw != nil {
+						fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
+					} else {
+						fmt.Fprintf(w, `{"batch":%q,"total":%d,"first_line":%d,"last_line":%d}`+"\n", b.sub.ID, b.sub.Total, first, last)
+					}
+					return nil
+				}
+				for i := range b.results {
+					t := &b.results[i]
+					if t.State != client.StateCompleted {
+						failed++
+					}
+					if tw != nil {
+						writeResultRow(tw, b.jobs[i].line, t)
+					} else {
+						writeResultLine(w, b.jobs[i].line, t)
+					}
+				}
+				return nil
+			})
+			if tw != nil {
+				tw.Flush()
+			}
+			if ferr := w.Flush(); err == nil && ferr != nil {
+				err = ferr
+			}
+			if outFile != nil {
+				if cerr := outFile.Close(); err == nil && cerr != nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if failed > 0 {
+				return &taskFailedError{failed: failed, total: len(jobs)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "file of JSON requests, one per line; - for stdin")
+	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for every task and print the results in input order")
+	cmd.Flags().StringVar(&outPath, "out", "", "write the results to this file instead of stdout")
+	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "requests per batch (at most the server's MAX_BATCH_ITEMS)")
+	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "batches submitted at once")
+	return cmd
+}
+
+func displayName(file string) string {
+	if file == "-" {
+		return "stdin"
+	}
+	return file
+}
+
+// writeResultLine writes {"line":N,"id":...,"state":...,"result"|"error":...}.
+// Built by hand: a run writes a line per request, and the result is
+// already JSON.
+func writeResultLine(w *bufio.Writer, line int, t *client.Task) {
+	w.WriteString(`{"line":`)
+	w.WriteString(strconv.Itoa(line))
+	w.WriteString(`,"id":"`)
+	w.WriteString(t.ID) // hex
+	w.WriteString(`","state":`)
+	st, _ := json.Marshal(t.State)
+	w.Write(st)
+	if t.State == client.StateCompleted {
+		w.WriteString(`,"result":`)
+		w.Write(t.Result)
+	} else {
+		e := t.Error
+		if e == nil {
+			e = &client.TaskError{Code: t.State, Message: "the task " + t.State}
+		}
+		eb, _ := json.Marshal(e)
+		w.WriteString(`,"error":`)
+		w.Write(eb)
+	}
+	w.WriteString("}\n")
+}
+
+func writeResultRow(w io.Writer, line int, t *client.Task) {
+	var what string
+	switch {
+	case t.State == client.StateCompleted:
+		what = string(t.Result)
+	case t.Error != nil:
+		what = t.Error.Code + ": " + t.Error.Message
+	}
+	fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", line, t.ID, t.State, what)
+}
+
+// readJobs reads every non-blank line and validates it as the API would,
+// in parallel, before anything is submitted. The first bad line (by
+// number) is the error.
+func readJobs(in io.Reader) ([]job, error) {
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return nil, fmt.Errorf("read input: %w", err)
+	}
+	var jobs []job
+	line := 0
+	for len(data) > 0 {
+		line++
+		l, rest, _ := bytes.Cut(data, []byte{'\n'})
+		data = rest
+		if len(l) > maxJSONLine {
+			return nil, usagef("line %d: longer than %d bytes", line, maxJSONLine)
+		}
+		l = bytes.TrimSpace(l)
+		if len(l) == 0 {
+			continue
+		}
+		jobs = append(jobs, job{line: line, raw: l})
+	}
+	workers := min(runtime.GOMAXPROCS(0), max(len(jobs)/512, 1))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	per := (len(jobs) + workers - 1) / workers
+	for w := range workers {
+		lo, hi := w*per, min((w+1)*per, len(jobs))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, j := range jobs[lo:hi] {
+				if _, err := puzzle.Decode(j.raw); err != nil {
+					errs[w] = lineError(err, j.line)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := firstNonNil(errs); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+func firstNonNil(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
