@@ -48,6 +48,20 @@ type loaded struct {
 
 type loadFunc func(env map[string]string) (loaded, error)
 
+// newLoaders returns each server binary's own config loader.
+func newLoaders() map[string]loadFunc {
+	return map[string]loadFunc{
+		"api": func(env map[string]string) (loaded, error) {
+			c, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
+			return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
+		},
+		"worker": func(env map[string]string) (loaded, error) {
+			c, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
+			return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
+		},
+	}
+}
+
 func getenv(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
 }
@@ -59,16 +73,7 @@ func newFacts(t *testing.T) *facts {
 	f := &facts{
 		apiRoutes: map[string]bool{}, apiEnv: set(app.APIEnv()), workerEnv: set(app.WorkerEnv()),
 		workerSeen: map[string]int{}, pendingKey: map[string]string{},
-		load: map[string]loadFunc{
-			"api": func(env map[string]string) (loaded, error) {
-				c, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
-				return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
-			},
-			"worker": func(env map[string]string) (loaded, error) {
-				c, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-				return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
-			},
-		},
+		load: newLoaders(),
 	}
 	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error"}
 	log := slog.New(slog.DiscardHandler)

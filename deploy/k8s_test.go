@@ -87,17 +87,17 @@ type bundle struct {
 // workload is a Deployment's or StatefulSet's pod template.
 type workload struct {
 	kind, name string
-	replicas   int32
+	replicas   *int32
 	pod        corev1.PodTemplateSpec
 }
 
 func (b *bundle) workloads() []workload {
 	var out []workload
 	for _, d := range b.deployments {
-		out = append(out, workload{"Deployment", d.Name, ptrOr(d.Spec.Replicas, 1), d.Spec.Template})
+		out = append(out, workload{"Deployment", d.Name, d.Spec.Replicas, d.Spec.Template})
 	}
 	for _, s := range b.statefulSets {
-		out = append(out, workload{"StatefulSet", s.Name, ptrOr(s.Spec.Replicas, 1), s.Spec.Template})
+		out = append(out, workload{"StatefulSet", s.Name, s.Spec.Replicas, s.Spec.Template})
 	}
 	return out
 }
@@ -180,15 +180,15 @@ func decodeStrict(objs []map[string]any) (*bundle, []string) {
 // expect is what an overlay must produce.
 type expect struct {
 	dir         string
-	api, worker int32
+	api, worker int32  // replicas; worker 0: unset, the autoscaler owns it
 	autoscaler  string // "", "keda" or "hpa"
 }
 
 var overlays = []expect{
 	{"deploy/k8s/base", 2, 3, ""},
 	{"deploy/k8s/overlays/dev", 1, 1, ""},
-	{"deploy/k8s/overlays/prod", 3, 3, "keda"},
-	{"deploy/k8s/overlays/prod-hpa", 3, 3, "hpa"},
+	{"deploy/k8s/overlays/prod", 3, 0, "keda"},
+	{"deploy/k8s/overlays/prod-hpa", 3, 0, "hpa"},
 }
 
 // graceMargin is the least time a pod's grace period must leave after
@@ -238,11 +238,14 @@ func checkK8s(f *facts, e expect, objs []map[string]any) []string {
 			bad("no workload with app.kubernetes.io/component=%s", comp)
 		}
 	}
-	if w := byComponent["api"]; w.replicas != e.api {
-		bad("Deployment/api: %d replicas, want %d", w.replicas, e.api)
+	if w := byComponent["api"]; ptrOr(w.replicas, 1) != e.api {
+		bad("Deployment/api: %d replicas, want %d", ptrOr(w.replicas, 1), e.api)
 	}
-	if w := byComponent["worker"]; w.replicas != e.worker {
-		bad("Deployment/worker: %d replicas, want %d", w.replicas, e.worker)
+	switch w := byComponent["worker"]; {
+	case e.worker == 0 && w.replicas != nil:
+		bad("Deployment/worker: sets replicas %d, which the autoscaler owns (kubectl apply would reset it)", *w.replicas)
+	case e.worker != 0 && ptrOr(w.replicas, 1) != e.worker:
+		bad("Deployment/worker: %d replicas, want %d", ptrOr(w.replicas, 1), e.worker)
 	}
 
 	// One image, with a real tag, for every puzzleq container.

@@ -1,0 +1,312 @@
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// stack is a running API and worker on one real Redis, with tasks done in
+// both queues.
+type stack struct {
+	apiURL, workerURL string
+}
+
+func startStack(t *testing.T, extraAPIEnv map[string]string) *stack {
+	t.Helper()
+	srv := redistest.Start(t)
+	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error"}
+	log := slog.New(slog.DiscardHandler)
+
+	apiEnv := map[string]string{}
+	for k, v := range env {
+		apiEnv[k] = v
+	}
+	for k, v := range extraAPIEnv {
+		apiEnv[k] = v
+	}
+	acfg, err := app.LoadAPIConfig(nil, getenv(apiEnv), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.NewAPI(acfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	wcfg, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := app.NewWorker(wcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	// Cleanups run last-in first-out: stop both, then close them.
+	ctx, cancel := context.WithCancel(context.Background())
+	var done []chan struct{}
+	for _, run := range []func(context.Context) error{a.Run, w.Run} {
+		d := make(chan struct{})
+		done = append(done, d)
+		go func() { defer close(d); run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, d := range done {
+			<-d
+		}
+	})
+	s := &stack{apiURL: "http://" + a.Addr(), workerURL: "http://" + w.Addr()}
+	waitOK(t, s.workerURL+"/readyz")
+	return s
+}
+
+// solveSome submits one task (queue interactive) and a batch (queue bulk)
+// and waits until both are done.
+func (s *stack) solveSome(t *testing.T) {
+	t.Helper()
+	post := func(path, body string) map[string]any {
+		resp, err := http.Post(s.apiURL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST %s: %s %v %v", path, resp.Status, m, err)
+		}
+		return m
+	}
+	get := func(path string) map[string]any {
+		resp, err := http.Get(s.apiURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	task := post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
+	batch := post("/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}},`+
+		`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,6],[7,5,8]]}}]}`)
+	if m := get(fmt.Sprintf("/v1/tasks/%v?wait=20s", task["id"])); m["state"] != "completed" {
+		t.Fatalf("task: %v", m)
+	}
+	if m := get(fmt.Sprintf("/v1/batches/%v?wait=20s", batch["id"])); m["done"] != true {
+		t.Fatalf("batch: %v", m)
+	}
+}
+
+// TestMonitoringInChromium loads the asynqmon dashboard at /monitoring/
+// in headless Chromium and checks that it lists our queues, read-only.
+func TestMonitoringInChromium(t *testing.T) {
+	var browser string
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		t.Skip("no Chromium on PATH (apt-get install chromium): the dashboard was not checked in a browser")
+	}
+	s := startStack(t, nil)
+	s.solveSome(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=15000",
+		"--dump-dom", s.apiURL+app.MonitoringPath)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	dom, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	text := visibleText(string(dom))
+	if !strings.Contains(text, "Queue Size") {
+		t.Fatalf("the queues page did not render; page text: %.2000s", text)
+	}
+	for _, q := range tasks.Queues {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(q) + `\b`).MatchString(text) {
+			t.Errorf("the queues page does not list queue %q; page text: %.2000s", q, text)
+		}
+	}
+	if !strings.Contains(string(dom), `FLAG_READ_ONLY="true"`) {
+		t.Errorf("the dashboard is not in read-only mode")
+	}
+	t.Logf("Chromium rendered %s%s listing %v", s.apiURL, app.MonitoringPath, tasks.Queues)
+
+	// Read-only: asynqmon refuses anything but GET.
+	req, _ := http.NewRequest(http.MethodDelete, s.apiURL+app.MonitoringPath+"api/queues/"+tasks.QueueBulk, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 400 {
+		t.Errorf("DELETE of a queue through the dashboard: %s, want refused", resp.Status)
+	}
+}
+
+// TestMonitoringNeedsAKey: with API keys configured the dashboard, like
+// /v1, needs one.
+func TestMonitoringNeedsAKey(t *testing.T) {
+	s := startStack(t, map[string]string{"API_KEYS": "ops:s3cret-key-for-tests"})
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", http.StatusUnauthorized}, {"Bearer wrong", http.StatusUnauthorized}, {"Bearer s3cret-key-for-tests", http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, s.apiURL+app.MonitoringPath+"api/queues", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %sapi/queues with %q: %s, want %d", app.MonitoringPath, tc.auth, resp.Status, tc.want)
+		}
+	}
+}
+
+var (
+	tagsRe    = regexp.MustCompile(`(?s)<(script|style)[^>]*>.*?</(script|style)>|<[^>]*>`)
+	spaceRe   = regexp.MustCompile(`\s+`)
+	metricRe  = regexp.MustCompile(`\b(?:puzzleq|asynq)_[a-z_]+\b`)
+	byRe      = regexp.MustCompile(`\bby \(([^)]*)\)`)
+	sampleRe  = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? `)
+	labelRe   = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+	wantShown = []string{"puzzleq_http_requests_total", "puzzleq_http_request_duration_seconds_bucket",
+		"puzzleq_submitted_total", "puzzleq_api_cache_hits_total", "puzzleq_tasks_total",
+		"puzzleq_worker_cache_hits_total", "puzzleq_solve_duration_seconds_bucket",
+		"asynq_queue_size", "asynq_queue_latency_seconds", "asynq_tasks_processed_total", "asynq_tasks_failed_total"}
+)
+
+func visibleText(html string) string {
+	return strings.TrimSpace(spaceRe.ReplaceAllString(tagsRe.ReplaceAllString(html, " "), " "))
+}
+
+// scrape returns the metric names a /metrics endpoint exposes, with the
+// label names each carries.
+func scrape(t *testing.T, url string) map[string]map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := sampleRe.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		if out[m[1]] == nil {
+			out[m[1]] = map[string]bool{}
+		}
+		for _, l := range labelRe.FindAllStringSubmatch(m[2], -1) {
+			out[m[1]][l[1]] = true
+		}
+	}
+	return out
+}
+
+// TestGrafanaDashboard checks every query of deploy/grafana against the
+// metrics a running API and worker really expose, label names included.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("grafana", "puzzleq.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Type    string `json:"type"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	if dash.UID == "" || dash.Title == "" {
+		t.Fatal("the dashboard needs a uid and a title")
+	}
+
+	s := startStack(t, nil)
+	s.solveSome(t)
+	exposed := scrape(t, s.apiURL+"/metrics")
+	for name, labels := range scrape(t, s.workerURL+"/metrics") {
+		if exposed[name] == nil {
+			exposed[name] = map[string]bool{}
+		}
+		for l := range labels {
+			exposed[name][l] = true
+		}
+	}
+
+	shown := map[string]bool{}
+	for _, p := range dash.Panels {
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			names := metricRe.FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: query %q uses none of our metrics", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				shown[n] = true
+				if exposed[n] == nil {
+					t.Errorf("panel %q: %s is not exposed by the API or the worker", p.Title, n)
+				}
+			}
+			for _, by := range byRe.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, l := range strings.Split(by[1], ",") {
+					l = strings.TrimSpace(l)
+					ok := false
+					for _, n := range names {
+						ok = ok || exposed[n][l]
+					}
+					if !ok {
+						t.Errorf("panel %q: groups by %q, a label none of %v carries", p.Title, l, names)
+					}
+				}
+			}
+		}
+	}
+	for _, n := range wantShown {
+		if !shown[n] {
+			t.Errorf("the dashboard does not chart %s", n)
+		}
+	}
+}
