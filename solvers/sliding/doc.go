@@ -73,7 +73,7 @@
 //
 // All of them hold 15,899,424 bytes (15.2 MiB, PDBMemory), 11,534,880 of
 // them for 4×4. Building the two six-tile 4×4 databases takes about 3.3 s
-// of CPU each (in parallel, one per core, with 14.4 MB of scratch each);
+// of CPU each (one after the other, with 14.4 MB of scratch each);
 // the other shapes take under 0.9 s each. They are built on first use of a
 // shape, or by Preload, which can also keep them in files (SHA-256
 // checked, written atomically; reading the 4×4 files back takes about

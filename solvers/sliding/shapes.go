@@ -67,13 +67,14 @@ func shapeFor(rows, cols int) *shapePDBs {
 	return nil
 }
 
-// buildSlots limits database builds to two at a time, so that concurrent
+// buildSlots limits database builds to one at a time, so that concurrent
 // first queries of several shapes do not hold the scratch memory of many
-// builds at once: two six-tile builds on 16 cells peak at about 40 MB
-// (2 × (14.4 MB of marks + 5.8 MB of result)). The groups of one shape
-// are built in parallel, so the 4×4 databases take the time of one
-// six-tile build on two cores.
-var buildSlots = make(chan struct{}, 2)
+// builds at once. A six-tile build on 16 cells needs 14.4 MB of marks
+// besides its 5.8 MB result. With one slot a process that builds every
+// database peaks at 44 MiB RSS (test binary included), with two at
+// 58 MiB; two slots would build the 4×4 pair in half the wall time on two
+// idle cores, but leave little room under the 64 MiB budget.
+var buildSlots = make(chan struct{}, 1)
 
 // start begins loading (from dir, when not empty) or building the
 // databases, once per process.
@@ -128,7 +129,7 @@ func heuristicFor(ctx context.Context, rows, cols int) (*heuristic, error) {
 // still usable in memory.
 //
 // Building everything takes about 9 s of CPU (6.5 s of it for the two
-// six-tile 4×4 databases, built in parallel), loading it from files a
+// six-tile 4×4 databases), loading it from files a
 // few tens of milliseconds; PDBMemory reports the memory held (15.2 MiB).
 func Preload(ctx context.Context, dir string) error {
 	var errs []error
