@@ -16,14 +16,15 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TestFault runs every scenario. The two that mostly wait on asynq's
-// lease recovery (worker crash, Redis restart) run alongside a sequence of
-// the others; the load and the storm run alone in that sequence so their
+// TestFault runs every scenario. The three that mostly wait on asynq's
+// lease recovery (worker crash, Redis restart, Redis host crash) run
+// alongside a sequence of the others; the load and the storm run alone in that sequence so their
 // figures are not skewed by each other.
 func TestFault(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("WorkerCrash", func(t *testing.T) { t.Parallel(); testWorkerCrash(t) })
 		t.Run("RedisRestart", func(t *testing.T) { t.Parallel(); testRedisRestart(t) })
+		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); testHostCrash(t) })
 		t.Run("Sequence", func(t *testing.T) {
 			t.Parallel()
 			t.Run("DuplicateDelivery", testDuplicateDelivery)

@@ -30,66 +30,9 @@ func testRedisRestart(t *testing.T) {
 	corpus := corpusSweeps(t)
 	slidings := eightPuzzles(20000, 30)
 
-	// The submitter sends a batch of 100 sliding boards and one sweep
-	// single, over and over, and remembers what was acknowledged.
-	var (
-		mu       sync.Mutex
-		acked    = newWorkload()
-		statuses = map[int]int{}
-		worst    time.Duration // slowest non-202 answer
-		stop     = make(chan struct{})
-		done     = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for i := 0; i < 200; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			reqs := slidings[i*100 : (i+1)*100]
-			start := time.Now()
-			code, b, err := c.do("POST", "/v1/batches", batchBody(reqs))
-			took := time.Since(start)
-			mu.Lock()
-			statuses[code]++
-			var ack struct {
-				ID      string   `json:"id"`
-				TaskIDs []string `json:"task_ids"`
-			}
-			if err == nil && code == http.StatusAccepted && json.Unmarshal(b, &ack) == nil && len(ack.TaskIDs) == len(reqs) {
-				acked.batches[ack.ID] = len(ack.TaskIDs)
-				for j, tid := range ack.TaskIDs {
-					acked.reqs[tid] = reqs[j]
-				}
-			} else if took > worst {
-				worst = took
-			}
-			mu.Unlock()
-			req := corpus[i%len(corpus)]
-			code, b, err = c.do("POST", "/v1/tasks", []byte(req))
-			mu.Lock()
-			statuses[code]++
-			if err == nil && (code == http.StatusAccepted || code == http.StatusOK) {
-				var tr taskResource
-				if json.Unmarshal(b, &tr) == nil {
-					acked.reqs[tr.ID] = req
-				}
-			}
-			mu.Unlock()
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	stopSubmitter := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-done
-	}
-	defer stopSubmitter()
+	sub := startSubmitter(c, slidings, corpus)
+	defer sub.stop()
+	mu, acked := &sub.mu, sub.acked
 
 	// Crash Redis once batches are acknowledged and workers are busy.
 	if !pollUntil(30*time.Second, 10*time.Millisecond, func() bool {
@@ -176,7 +119,8 @@ func testRedisRestart(t *testing.T) {
 	}) {
 		t.Error("no batch was acknowledged after Redis came back")
 	}
-	stopSubmitter()
+	sub.stop()
+	statuses, worst := sub.statuses, sub.worst
 
 	// Account for every acknowledged task.
 	var lostBatches, lostTasks []string
@@ -234,4 +178,74 @@ func testRedisRestart(t *testing.T) {
 			t.Errorf("the submitter got status %d %d times; only 200, 202 and 503 are acceptable (0: no answer)", code, statuses[code])
 		}
 	}
+}
+
+// submitter sends a batch of 100 sliding boards and one sweep single,
+// over and over (at most 200 rounds), and remembers what the API
+// acknowledged.
+type submitter struct {
+	mu       sync.Mutex
+	acked    *workload
+	statuses map[int]int   // answers by status; 0 is no answer
+	worst    time.Duration // slowest answer that was not a 202
+	quit     chan struct{}
+	done     chan struct{}
+	once     sync.Once
+}
+
+func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
+	s := &submitter{acked: newWorkload(), statuses: map[int]int{}, quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for i := 0; i < 200 && (i+1)*100 <= len(slidings); i++ {
+			select {
+			case <-s.quit:
+				return
+			default:
+			}
+			reqs := slidings[i*100 : (i+1)*100]
+			start := time.Now()
+			code, b, err := c.do("POST", "/v1/batches", batchBody(reqs))
+			took := time.Since(start)
+			var ack struct {
+				ID      string   `json:"id"`
+				TaskIDs []string `json:"task_ids"`
+			}
+			s.mu.Lock()
+			s.statuses[code]++
+			if err == nil && code == http.StatusAccepted && json.Unmarshal(b, &ack) == nil && len(ack.TaskIDs) == len(reqs) {
+				s.acked.batches[ack.ID] = len(ack.TaskIDs)
+				for j, tid := range ack.TaskIDs {
+					s.acked.reqs[tid] = reqs[j]
+				}
+			} else if took > s.worst {
+				s.worst = took
+			}
+			s.mu.Unlock()
+			req := sweeps[i%len(sweeps)]
+			code, b, err = c.do("POST", "/v1/tasks", []byte(req))
+			var tr taskResource
+			s.mu.Lock()
+			s.statuses[code]++
+			if err == nil && (code == http.StatusAccepted || code == http.StatusOK) && json.Unmarshal(b, &tr) == nil {
+				s.acked.reqs[tr.ID] = req
+			}
+			s.mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+// stop ends the submitter and waits for it.
+func (s *submitter) stop() {
+	s.once.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+// batchesAcked is how many batches were acknowledged so far.
+func (s *submitter) batchesAcked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.acked.batches)
 }
