@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,30 +13,31 @@ import (
 	"time"
 )
 
-// TestDockerfile checks the image's shape: a multi-stage build whose
-// final stage is distroless static or scratch, run as a non-root user,
-// with exec-form commands (there is no shell), and a .dockerignore that
-// keeps what the build needs.
-func TestDockerfile(t *testing.T) {
-	d, err := parseDockerfile(readFile(t, filepath.Join(root, "Dockerfile")))
+// checkDockerfile checks the image's shape: a multi-stage build whose
+// only build step is scripts/build.sh, a final stage on distroless static
+// or scratch, run as a non-root user, with an exec-form command (there is
+// no shell), and a .dockerignore that keeps what the build needs.
+func checkDockerfile(dockerfileText, dockerignore string) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	d, err := parseDockerfile(dockerfileText)
 	if err != nil {
-		t.Fatal(err)
+		return []string{err.Error()}
 	}
 	if !strings.HasPrefix(d.finalFrom, "gcr.io/distroless/static") && d.finalFrom != "scratch" {
-		t.Errorf("final stage FROM %s, want distroless static or scratch", d.finalFrom)
+		bad("final stage FROM %s, want distroless static or scratch", d.finalFrom)
 	}
 	if u := strings.SplitN(d.finalUser, ":", 2)[0]; u == "" || u == "0" || u == "root" {
-		t.Errorf("final stage USER %q, want a non-root user", d.finalUser)
+		bad("final stage USER %q, want a non-root user", d.finalUser)
 	}
 	if !strings.HasPrefix(d.cmd, "[") {
-		t.Errorf("CMD %s is not in exec form: the image has no shell", d.cmd)
+		bad("CMD %s is not in exec form: the image has no shell", d.cmd)
 	}
 	if d.copyTarget == "" {
-		t.Errorf("the final stage does not copy the binaries")
+		bad("the final stage does not copy the binaries")
 	}
-
 	var ignore []string
-	for _, line := range strings.Split(readFile(t, filepath.Join(root, ".dockerignore")), "\n") {
+	for _, line := range strings.Split(dockerignore, "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 			ignore = append(ignore, line)
 		}
@@ -43,9 +45,39 @@ func TestDockerfile(t *testing.T) {
 	for _, need := range []string{"go.mod", "go.sum", "scripts/build.sh", "cmd/api/main.go", "internal/app/api.go", "tasks/tasks.go"} {
 		for _, pat := range ignore {
 			if m, _ := filepath.Match(pat, need); m || strings.HasPrefix(need, strings.TrimSuffix(pat, "/")+"/") {
-				t.Errorf(".dockerignore pattern %q drops %s, which the build needs", pat, need)
+				bad(".dockerignore pattern %q drops %s, which the build needs", pat, need)
 			}
 		}
+	}
+	return problems
+}
+
+func TestDockerfile(t *testing.T) {
+	df := readFile(t, filepath.Join(root, "Dockerfile"))
+	di := readFile(t, filepath.Join(root, ".dockerignore"))
+	if p := checkDockerfile(df, di); len(p) > 0 {
+		t.Fatalf("%d problems:\n%s", len(p), strings.Join(p, "\n"))
+	}
+	for _, tc := range []struct{ name, old, new, ignore, want string }{
+		{"inline go build", "RUN sh scripts/build.sh /out", "RUN CGO_ENABLED=0 go build -o /out/ ./cmd/...", "",
+			"the Dockerfile runs go build itself"},
+		{"final stage with a shell", "FROM gcr.io/distroless/static-debian12:nonroot", "FROM debian:bookworm-slim", "",
+			"final stage FROM debian:bookworm-slim, want distroless static or scratch"},
+		{"root user", "USER 65532:65532", "USER root", "", `final stage USER "root", want a non-root user`},
+		{"shell-form command", `CMD ["/usr/local/bin/api"]`, "CMD /usr/local/bin/api", "",
+			"CMD /usr/local/bin/api is not in exec form"},
+		{"ignored sources", "", "", "internal\n", `.dockerignore pattern "internal" drops internal/app/api.go`},
+	} {
+		broken := df
+		if tc.old != "" {
+			if !strings.Contains(df, tc.old) {
+				t.Fatalf("%s: the Dockerfile no longer contains %q", tc.name, tc.old)
+			}
+			broken = strings.Replace(df, tc.old, tc.new, 1)
+		}
+		t.Run("broken/"+tc.name, func(t *testing.T) {
+			assertReported(t, checkDockerfile(broken, di+tc.ignore), tc.want)
+		})
 	}
 }
 

@@ -213,7 +213,7 @@ var (
 func parseDockerfile(text string) (dockerfile, error) {
 	var d dockerfile
 	stages := 0
-	var buildStage string
+	var buildStage, runStage string // the stage being read, the one that runs scripts/build.sh
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -229,7 +229,7 @@ func parseDockerfile(text string) (dockerfile, error) {
 			if d.buildRun != "" {
 				return d, fmt.Errorf("more than one RUN of scripts/build.sh")
 			}
-			d.buildRun, d.buildOut = line, m[2]
+			d.buildRun, d.buildOut, runStage = line, m[2], buildStage
 			continue
 		}
 		if strings.Contains(line, "go build") {
@@ -237,6 +237,9 @@ func parseDockerfile(text string) (dockerfile, error) {
 		}
 		if m := copyRe.FindStringSubmatch(line); m != nil {
 			d.copyTarget = m[3]
+			if runStage == "" || m[1] != runStage {
+				return d, fmt.Errorf("COPY --from=%s: the binaries come from the stage that runs scripts/build.sh (%q)", m[1], runStage)
+			}
 			if strings.TrimSuffix(m[2], "/") != strings.TrimSuffix(d.buildOut, "/") {
 				return d, fmt.Errorf("COPY --from=%s %s does not copy the build output %s", m[1], m[2], d.buildOut)
 			}
@@ -250,7 +253,6 @@ func parseDockerfile(text string) (dockerfile, error) {
 			d.cmd = strings.TrimSpace(line[strings.IndexByte(line, ' '):])
 		}
 	}
-	_ = buildStage
 	if stages < 2 {
 		return d, fmt.Errorf("not a multi-stage build (%d FROM lines)", stages)
 	}
