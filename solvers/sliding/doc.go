@@ -60,8 +60,11 @@
 // cell), in which a blank move costs 1 if it slides a pattern tile and 0
 // otherwise; the entry of a placement is its smallest distance over blank
 // cells. It is indexed by the rank of the group's cells as a
-// k-permutation of the n cells, n!/(n-k)! entries of one byte: 5,765,760
-// for six tiles on 16 cells. The partitions (see searchShapes) are
+// k-permutation of the n cells, n!/(n-k)! entries (5,765,760 for six tiles
+// on 16 cells) of four bits each: an entry stores (moves - md)/2, md being
+// the group's Manhattan distance, which the lookup adds back (moves and md
+// have the same parity, and the difference is at most 13 over all groups
+// below, 6 for 4×4). The partitions (see searchShapes) are
 //
 //	4×4: {1,5,6,9,10,13} {7,8,11,12,14,15} {2,3,4}   6-6-3
 //	3×5: {1,2,6,7,11} {3,4,8,12,13} {5,9,10,14}       5-5-4
@@ -71,7 +74,7 @@
 //	2×6: {1,2,3,7,8,9} {4,5,6,10,11}                  6-5
 //	2×5: {1,2,3,6,7} {4,5,8,9}                        5-4
 //
-// All of them hold 15,899,424 bytes (15.2 MiB, PDBMemory), 11,534,880 of
+// All of them hold 7,949,712 bytes (7.6 MiB, PDBMemory), 5,767,440 of
 // them for 4×4. Building the two six-tile 4×4 databases takes about 3.3 s
 // of CPU each (one after the other, with 14.4 MB of scratch each);
 // the other shapes take under 0.9 s each. They are built on first use of a

@@ -17,7 +17,8 @@ const maxGroups = maxCells
 type heuristic struct {
 	rows, cols, n int
 	groups        []*pdb
-	groupOf       [maxCells]uint8 // group of each tile (tile 0 unused)
+	groupOf       [maxCells]uint8            // group of each tile (tile 0 unused)
+	md            *[maxCells][maxCells]uint8 // Manhattan distance by tile and cell
 	// reflect enables the second lookup in the board reflected along the
 	// main diagonal: tile t at cell c stands for tile reflTile[t] at cell
 	// reflCell[c] of the reflected board.
@@ -29,7 +30,8 @@ type heuristic struct {
 // newHeuristic assembles a heuristic from databases covering every tile of
 // an R×C board exactly once.
 func newHeuristic(rows, cols int, groups []*pdb, reflect bool) *heuristic {
-	h := &heuristic{rows: rows, cols: cols, n: rows * cols, groups: groups, reflect: reflect && rows == cols}
+	h := &heuristic{rows: rows, cols: cols, n: rows * cols, groups: groups, reflect: reflect && rows == cols,
+		md: manhattanTable(rows, cols)}
 	for g, p := range groups {
 		for _, t := range p.tiles {
 			h.groupOf[t] = uint8(g)
@@ -57,19 +59,22 @@ func (h *heuristic) memory() int64 {
 	return m
 }
 
-// lookup returns the entry of group g for the tile cells in pos.
+// lookup returns the moves of group g's tiles for the tile cells in pos:
+// their Manhattan distance plus twice the stored excess.
 func (h *heuristic) lookup(g int, pos *[maxCells]uint8) int {
 	p := h.groups[g]
 	var used uint32
 	var idx uint32
+	md := 0
 	m := uint32(h.n)
 	for _, t := range p.tiles {
 		c := pos[t]
+		md += int(h.md[t][c])
 		idx = idx*m + uint32(c) - uint32(bits.OnesCount32(used&(1<<c-1)))
 		m--
 		used |= 1 << c
 	}
-	return int(p.data[idx])
+	return md + 2*p.entry(idx)
 }
 
 // searcher is one IDA* run. All of its state is fixed-size arrays, so the

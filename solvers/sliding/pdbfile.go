@@ -13,12 +13,13 @@ import (
 
 // pdbMagic starts every database file. The format is
 //
-//	magic "PZQPDB1\n" | rows, cols, k (1 byte each) | the k pattern tiles |
-//	entry count (uint32, little endian) | SHA-256 of the entries | entries
+//	magic "PZQPDB2\n" | rows, cols, k (1 byte each) | the k pattern tiles |
+//	entry count (uint32, little endian) | SHA-256 of the entries |
+//	entries, four bits each (pdb.data)
 //
 // A file whose header does not match the wanted database, whose length is
 // wrong or whose checksum fails is treated as missing.
-const pdbMagic = "PZQPDB1\n"
+const pdbMagic = "PZQPDB2\n"
 
 // pdbFileName names the file of a database: "sliding-4x4-1.5.6.9.10.13.pdb".
 func pdbFileName(rows, cols int, tiles []uint8) string {
@@ -51,7 +52,7 @@ func readPDB(dir string, rows, cols int, tiles []uint8) (*pdb, bool) {
 	}
 	count := permCount(rows*cols, len(tiles))
 	head := pdbHeader(rows, cols, tiles, count)
-	if len(raw) != len(head)+sha256.Size+count || !bytes.Equal(raw[:len(head)], head) {
+	if len(raw) != len(head)+sha256.Size+nibbleBytes(count) || !bytes.Equal(raw[:len(head)], head) {
 		return nil, false
 	}
 	sum := raw[len(head) : len(head)+sha256.Size]
@@ -72,7 +73,7 @@ func writePDB(dir string, p *pdb) error {
 		return fmt.Errorf("sliding: writing pattern database: %w", err)
 	}
 	sum := sha256.Sum256(p.data)
-	buf := pdbHeader(p.rows, p.cols, p.tiles, len(p.data))
+	buf := pdbHeader(p.rows, p.cols, p.tiles, permCount(p.n, len(p.tiles)))
 	buf = append(buf, sum[:]...)
 	_, err = f.Write(buf)
 	if err == nil {

@@ -70,10 +70,9 @@ func shapeFor(rows, cols int) *shapePDBs {
 // buildSlots limits database builds to one at a time, so that concurrent
 // first queries of several shapes do not hold the scratch memory of many
 // builds at once. A six-tile build on 16 cells needs 14.4 MB of marks
-// besides its 5.8 MB result. With one slot a process that builds every
-// database peaks at 44 MiB RSS (test binary included), with two at
-// 58 MiB; two slots would build the 4×4 pair in half the wall time on two
-// idle cores, but leave little room under the 64 MiB budget.
+// besides its 2.9 MB result. One slot keeps the peak of a process that
+// builds every database low (see TestPreload's log); two would build the
+// 4×4 pair in half the wall time on two idle cores, at about 18 MB more.
 var buildSlots = make(chan struct{}, 1)
 
 // start begins loading (from dir, when not empty) or building the
@@ -130,7 +129,7 @@ func heuristicFor(ctx context.Context, rows, cols int) (*heuristic, error) {
 //
 // Building everything takes about 9 s of CPU (6.5 s of it for the two
 // six-tile 4×4 databases), loading it from files a
-// few tens of milliseconds; PDBMemory reports the memory held (15.2 MiB).
+// few tens of milliseconds; PDBMemory reports the memory held (7.6 MiB).
 func Preload(ctx context.Context, dir string) error {
 	var errs []error
 	for _, s := range searchShapes {
@@ -168,12 +167,13 @@ func Preload(ctx context.Context, dir string) error {
 }
 
 // pdbMemoryTotal is what PDBMemory returns once every shape is ready.
-const pdbMemoryTotal = 15899424
+const pdbMemoryTotal = 7949712
 
 // PDBMemory returns the bytes held by the pattern databases built or loaded
-// so far: 15,899,424 bytes (15.2 MiB) once every shape is ready, of which
-// 4×4 holds 11,534,880. A build needs 2 bits of scratch per state besides
-// (14.4 MB for a six-tile database on 16 cells), one build at a time.
+// so far: 7,949,712 bytes (7.6 MiB) once every shape is ready, of which
+// 4×4 holds 5,767,440 (four bits per entry). A build needs 2 bits of
+// scratch per state besides (14.4 MB for a six-tile database on 16
+// cells), one build at a time.
 func PDBMemory() int64 {
 	var m int64
 	for _, s := range searchShapes {
