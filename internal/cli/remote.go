@@ -197,8 +197,8 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 			for b := range next {
 				sub, err := r.c.SubmitBatchBody(inner, b.body, b.key)
 				if err != nil {
-					b.err = err
-					cancel(err)
+					b.err = batchError(b, err)
+					cancel(b.err)
 					close(b.done)
 					continue
 				}
@@ -293,6 +293,19 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 		return ie
 	}
 	return runErr
+}
+
+// batchError names the batch and its lines in a submission error, and
+// suggests smaller batches when the server timed out or ran out of room.
+func batchError(b *batchRun, err error) error {
+	if inputErr := (*client.Error)(nil); errors.As(err, &inputErr) && inputErr.StatusCode < 500 && inputErr.StatusCode != 429 {
+		return fmt.Errorf("batch %d (lines %d-%d): %w", b.index+1, b.jobs[0].line, b.jobs[len(b.jobs)-1].line, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("batch %d (lines %d-%d): %w (a smaller --batch-size lightens each request)",
+		b.index+1, b.jobs[0].line, b.jobs[len(b.jobs)-1].line, err)
 }
 
 // await long-polls a batch until every task has ended, then reads the
