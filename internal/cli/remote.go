@@ -49,7 +49,9 @@ func (g *globals) bind(root *cobra.Command) {
 		server = defaultServer
 	}
 	f.StringVar(&g.server, "server", server, "API base URL (env PUZZLEQ_URL)")
-	f.StringVar(&g.apiKey, "api-key", os.Getenv("PUZZLEQ_API_KEY"), "API key, sent as a bearer token (env PUZZLEQ_API_KEY)")
+	// The key's default is read in client(), not here: a default shows in
+	// --help, and the key must not.
+	f.StringVar(&g.apiKey, "api-key", "", "API key, sent as a bearer token (default $PUZZLEQ_API_KEY)")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each HTTP request, not counting a long poll's wait")
 	f.IntVar(&g.retries, "retries", 6, "retries of a transient error (network, 5xx) before giving up; 429s are retried until the run ends")
 	f.StringVarP(&g.output, "output", "o", "", "output format: json or table (default: table; submit results are JSON lines)")
@@ -62,7 +64,11 @@ func (g *globals) client() (*client.Client, error) {
 	if g.timeout <= 0 {
 		return nil, usagef("--timeout must be positive, got %s", g.timeout)
 	}
-	c := client.New(g.server, client.WithAPIKey(g.apiKey), client.WithTimeout(g.timeout),
+	key := g.apiKey
+	if key == "" {
+		key = os.Getenv("PUZZLEQ_API_KEY")
+	}
+	c := client.New(g.server, client.WithAPIKey(key), client.WithTimeout(g.timeout),
 		client.WithRetries(g.retries), client.WithUserAgent("puzzlectl"))
 	g.clients = append(g.clients, c)
 	return c, nil

@@ -405,3 +405,30 @@ func TestProgressBarOnlyOnTerminal(t *testing.T) {
 		t.Errorf("without a terminal: exit %d, stderr %q (want none), same results %v", code, errOut, out2 == out.String())
 	}
 }
+
+func TestAPIKeyIsSentAndNeverShown(t *testing.T) {
+	// Not parallel: it sets an environment variable.
+	const key = "s3cret-key"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"code":"unauthorized","message":"unknown API key"}}`)
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`)
+	}))
+	defer srv.Close()
+	if code, _, errOut := run(t, "", "health", "--server", srv.URL); code != cli.ExitFailed || !strings.Contains(errOut, "unauthorized") {
+		t.Errorf("without a key: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, errOut := run(t, "", "health", "--server", srv.URL, "--api-key", key); code != 0 {
+		t.Errorf("--api-key: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	t.Setenv("PUZZLEQ_API_KEY", key)
+	if code, out, errOut := run(t, "", "health", "--server", srv.URL); code != 0 {
+		t.Errorf("$PUZZLEQ_API_KEY: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+	if _, out, _ := run(t, "", "--help"); strings.Contains(out, key) {
+		t.Errorf("--help shows the API key: %q", out)
+	}
+}
