@@ -80,6 +80,9 @@ func writePDB(dir string, p *pdb) error {
 		_, err = f.Write(p.data)
 	}
 	if err == nil {
+		err = f.Chmod(0o644) // CreateTemp makes 0600; the cache is not secret
+	}
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
