@@ -184,8 +184,10 @@ func testWorkerCrash(t *testing.T) {
 	victim.signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
 	victim.waitExit(5 * time.Second)
+	// Listed after the kill: it holds everything the dead worker held,
+	// even a task it fetched between the check above and the signal.
 	activeAtKill := map[string]*asynq.TaskInfo{}
-	for _, ti := range before {
+	for _, ti := range c.activeTasks() {
 		activeAtKill[ti.ID] = ti
 	}
 
