@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -122,6 +123,12 @@ type runner struct {
 	wait      bool
 	stderr    io.Writer
 	progress  *progress
+	// runID salts the batches' idempotency keys: the same run ID, input
+	// and batch size give the same keys, so a re-run resumes.
+	runID string
+	// resumable runs report the batches submitted when they fail too,
+	// not only when interrupted.
+	resumable bool
 	// pollWait is the long poll of a batch's counts. Short while a bar is
 	// drawn so its counts move; long otherwise.
 	pollWait time.Duration
@@ -132,7 +139,7 @@ type runner struct {
 // index and bytes: re-running the same input resubmits nothing that the
 // server already accepted (the key replays the batch), and a retry after a
 // lost response cannot double the work.
-func splitBatches(jobs []job, size int) []*batchRun {
+func splitBatches(jobs []job, size int, runID string) []*batchRun {
 	var out []*batchRun
 	for start := 0; start < len(jobs); {
 		end, bytes := start, 0
@@ -147,7 +154,7 @@ func splitBatches(jobs []job, size int) []*batchRun {
 		}
 		b.body = client.BatchBody(raws)
 		h := sha256.New()
-		fmt.Fprintf(h, "puzzlectl batch %d\n", b.index)
+		fmt.Fprintf(h, "puzzlectl run %q batch %d\n", runID, b.index)
 		h.Write(b.body)
 		b.key = "puzzlectl-" + hex.EncodeToString(h.Sum(nil))[:40]
 		out = append(out, b)
@@ -156,9 +163,10 @@ func splitBatches(jobs []job, size int) []*batchRun {
 	return out
 }
 
-// interruptedError reports a run stopped by its context, with what the
-// user needs to resume it.
-type interruptedError struct {
+// stoppedError reports a run that stopped early (interrupted by its
+// context, or failed), with what the user needs to resume it.
+type stoppedError struct {
+	interrupted        bool
 	cause              error
 	submitted, batches int
 	tasks, total       int
@@ -166,9 +174,14 @@ type interruptedError struct {
 	ids                []string
 }
 
-func (e *interruptedError) Error() string {
+func (e *stoppedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "interrupted (%v): submitted %d of %d batches (%d of %d tasks)", e.cause, e.submitted, e.batches, e.tasks, e.total)
+	if e.interrupted {
+		fmt.Fprintf(&b, "interrupted (%v): ", e.cause)
+	} else {
+		fmt.Fprintf(&b, "%v\n", e.cause)
+	}
+	fmt.Fprintf(&b, "submitted %d of %d batches (%d of %d tasks)", e.submitted, e.batches, e.tasks, e.total)
 	if e.completed > 0 {
 		fmt.Fprintf(&b, ", %d results written", e.completed)
 	}
@@ -178,16 +191,17 @@ func (e *interruptedError) Error() string {
 			b.WriteString("\n  " + id)
 		}
 	}
-	b.WriteString("\nrun the same command again to resume: batches the server already has are not submitted twice")
+	b.WriteString("\nto resume, run the same command again (same input, --batch-size and --run-id):" +
+		" batches the server already has are not submitted twice")
 	return b.String()
 }
 
-func (e *interruptedError) Unwrap() error { return e.cause }
+func (e *stoppedError) Unwrap() error { return e.cause }
 
 // run submits every job and calls emit for each batch in input order once
 // it is submitted (and, with wait, finished). It stops at the first error.
 func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error) error {
-	batches := splitBatches(jobs, r.batchSize)
+	batches := splitBatches(jobs, r.batchSize, r.runID)
 	inner, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -284,21 +298,28 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 	if runErr == nil {
 		return nil
 	}
-	if ctx.Err() != nil {
-		ie := &interruptedError{cause: context.Cause(ctx), batches: len(batches), total: len(jobs), completed: emitted}
-		if !r.wait {
-			ie.completed = 0
-		}
-		for _, b := range batches {
-			if b.sub != nil {
-				ie.submitted++
-				ie.tasks += len(b.jobs)
-				ie.ids = append(ie.ids, b.sub.ID)
-			}
-		}
-		return ie
+	if !r.resumable {
+		return runErr
 	}
-	return runErr
+	interrupted := ctx.Err() != nil
+	se := &stoppedError{interrupted: interrupted, cause: runErr, batches: len(batches), total: len(jobs)}
+	if interrupted {
+		se.cause = context.Cause(ctx)
+	}
+	if r.wait {
+		se.completed = emitted
+	}
+	for _, b := range batches {
+		if b.sub != nil {
+			se.submitted++
+			se.tasks += len(b.jobs)
+			se.ids = append(se.ids, b.sub.ID)
+		}
+	}
+	if !interrupted && se.submitted == 0 {
+		return runErr
+	}
+	return se
 }
 
 // batchError names the batch and its lines in a submission error, and
@@ -394,7 +415,13 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 	for i, p := range reqs {
 		jobs[i] = job{line: i + 1, raw: p.Payload()}
 	}
-	r := &runner{c: c, batchSize: defaultBatchSize, parallel: defaultParallel, wait: true, stderr: s.stderr, pollWait: 30 * time.Second}
+	// A fresh run ID: retries within this run are deduplicated, but
+	// solving the same input again solves it again (a task that failed,
+	// say on a deadline, is not replayed).
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	r := &runner{c: c, batchSize: defaultBatchSize, parallel: defaultParallel, wait: true, stderr: s.stderr,
+		pollWait: 30 * time.Second, runID: hex.EncodeToString(nonce[:])}
 	if r.progress = newProgress(s.stderr, len(jobs), true); r.progress != nil {
 		r.pollWait = time.Second
 	}

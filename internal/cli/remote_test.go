@@ -233,6 +233,14 @@ func TestSubmitInterruptedThenResumed(t *testing.T) {
 	if got := s.submitted(); got != 300 {
 		t.Errorf("puzzleq_submitted_total = %d after resuming, want 300", got)
 	}
+	// A new --run-id submits the same input as new work.
+	code, out, errOut = run(t, "", "submit", "--server", s.base, "-f", in, "--batch-size", "100", "--run-id", "again")
+	if code != 0 || strings.Contains(out, ids[0][1]) {
+		t.Fatalf("--run-id again: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if got := s.submitted(); got != 600 {
+		t.Errorf("puzzleq_submitted_total = %d after a new --run-id, want 600", got)
+	}
 }
 
 func TestSubmitBadInputSubmitsNothing(t *testing.T) {

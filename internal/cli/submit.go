@@ -26,6 +26,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		wait      bool
 		batchSize int
 		parallel  int
+		runID     string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit -f FILE [--wait] [--out FILE]",
@@ -35,9 +36,10 @@ batches of at most --batch-size items, --parallel batches at a time.
 
 Every line is validated before anything is sent: a bad line is reported with
 its number and nothing is submitted (exit status 2). Each batch carries an
-idempotency key derived from its index and bytes, so a retry after a lost
-response, or running the same command again after an interruption, does not
-submit the same work twice.
+idempotency key derived from --run-id, its index and its bytes, so a retry
+after a lost response, or running the same command again after an
+interruption or a failure, does not submit the same work twice. Pass a new
+--run-id to submit the same input afresh (say, to re-run tasks that failed).
 
 Without --wait, prints each batch's ID. With --wait, waits for every task and
 prints one JSON line per request, in input order:
@@ -99,7 +101,8 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				out = outFile
 			}
 			stderr := cmd.ErrOrStderr()
-			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr, pollWait: 30 * time.Second}
+			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
+				pollWait: 30 * time.Second, runID: runID, resumable: true}
 			if r.progress = newProgress(stderr, len(jobs), wait); r.progress != nil {
 				r.pollWait = time.Second
 			}
@@ -162,6 +165,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&outPath, "out", "", "write the results to this file instead of stdout")
 	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "requests per batch (at most the server's MAX_BATCH_ITEMS)")
 	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "batches submitted at once")
+	cmd.Flags().StringVar(&runID, "run-id", "", "salt of the batches' idempotency keys; change it to submit the same input again as new work")
 	return cmd
 }
 
