@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -75,10 +78,13 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		Concurrency:       cfg.concurrency(),
 		Queues:            cfg.weights(),
 		TaskCheckInterval: cfg.TaskCheckInterval,
-		ShutdownTimeout:   cfg.ShutdownTimeout,
-		ErrorHandler:      h.ErrorHandler(w.store),
-		RetryDelayFunc:    retryDelay,
-		Logger:            asynqLogger{log.With("component", "asynq")},
+		// Move retried tasks back to pending every second, not every 5 s:
+		// crash and outage recovery goes through the retry set.
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		ErrorHandler:             h.ErrorHandler(w.store),
+		RetryDelayFunc:           retryDelay,
+		Logger:                   asynqLogger{log.With("component", "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
@@ -89,10 +95,18 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 }
 
 // retryDelay retries a task whose worker died (lease expired) at once:
-// nothing was wrong with the task. Other errors back off as asynq does.
+// nothing was wrong with the task. A Redis connection error (an outage or
+// a failover) retries after about a second, since Redis is usually back by
+// then; asynq's default backoff would wait 15-45 s. Other errors back off
+// as asynq does.
 func retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	if errors.Is(err, asynq.ErrLeaseExpired) {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, asynq.ErrLeaseExpired):
 		return 0
+	case errors.As(err, &netErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed):
+		return time.Second + rand.N(time.Second)
 	}
 	return asynq.DefaultRetryDelayFunc(n, err, t)
 }
