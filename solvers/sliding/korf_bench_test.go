@@ -16,7 +16,7 @@ var (
 	korfTable = flag.Bool("sliding.table", false,
 		"BenchmarkKorf100: print a per-instance table (id, optimal, nodes, CPU time)")
 	hard80 = flag.Bool("sliding.hard80", false,
-		"BenchmarkHardest80: run it (about 1.1 G nodes, two minutes of CPU)")
+		"BenchmarkHardest80: run it (about 1.1 G nodes, about 85 s of CPU)")
 )
 
 // solveInstance runs IDA* on a 4×4 board with heuristic h and checks the
@@ -132,7 +132,7 @@ func BenchmarkManhattanVsPDB(b *testing.B) {
 // runs only with -sliding.hard80: about 1.1 G nodes.
 func BenchmarkHardest80(b *testing.B) {
 	if !*hard80 {
-		b.Skip("run with -args -sliding.hard80 (about two minutes of CPU)")
+		b.Skip("run with -args -sliding.hard80 (about about 85 s of CPU)")
 	}
 	h, err := heuristicFor(context.Background(), 4, 4)
 	if err != nil {

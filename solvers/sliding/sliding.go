@@ -17,11 +17,11 @@ const minSide = 2
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0. It
 // applies only to boards solved by search (more than 9 cells); boards of
 // up to 9 cells are answered from a precomputed distance table and ignore
-// the budget. At 10 to 14 M nodes per CPU-second it is 15 to 20 s of CPU:
+// the budget. At 12 to 15 M nodes per CPU-second it is 13 to 17 s of CPU:
 // 30 times what the hardest of Korf's 100 random 4×4 instances needs (6 M
 // nodes) and far above random boards of the other shapes (5 M on average
 // for 2×8), but not enough for the very hardest 4×4 boards: an 80-move
-// board needs 1.1 G nodes, about 100 s, and a caller that wants those
+// board needs 1.1 G nodes, about 85 s, and a caller that wants those
 // must raise MaxNodes.
 const DefaultMaxNodes int64 = 200_000_000
 
