@@ -132,7 +132,7 @@ func BenchmarkManhattanVsPDB(b *testing.B) {
 // runs only with -sliding.hard80: about 1.1 G nodes.
 func BenchmarkHardest80(b *testing.B) {
 	if !*hard80 {
-		b.Skip("run with -args -sliding.hard80 (about about 85 s of CPU)")
+		b.Skip("run with -args -sliding.hard80 (about 85 s of CPU)")
 	}
 	h, err := heuristicFor(context.Background(), 4, 4)
 	if err != nil {
