@@ -30,7 +30,7 @@ type stack struct {
 func startStack(t *testing.T, extraAPIEnv map[string]string) *stack {
 	t.Helper()
 	srv := redistest.Start(t)
-	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error"}
+	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PDB_PRELOAD": "false"}
 	log := slog.New(slog.DiscardHandler)
 
 	apiEnv := map[string]string{}
@@ -331,7 +331,7 @@ func TestGrafanaDashboard(t *testing.T) {
 // TestMonitoringEmbedded: without REDIS_URL the dashboard reads the
 // API's in-memory Redis, so it shows the tasks the embedded worker ran.
 func TestMonitoringEmbedded(t *testing.T) {
-	cfg, err := app.LoadAPIConfig(nil, getenv(map[string]string{"HTTP_ADDR": "127.0.0.1:0"}), io.Discard)
+	cfg, err := app.LoadAPIConfig(nil, getenv(map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PDB_PRELOAD": "false"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func newFacts(t *testing.T) *facts {
 		workerSeen: map[string]int{}, pendingKey: map[string]string{},
 		load: newLoaders(),
 	}
-	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error"}
+	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PDB_PRELOAD": "false"}
 	log := slog.New(slog.DiscardHandler)
 
 	acfg, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)

@@ -113,6 +113,31 @@ func (p *Parsed) WithMaxNodes(limit int64) *Parsed {
 	return &c
 }
 
+// WithProgress returns a copy whose search reports to fn: the current
+// bound and the nodes searched. Only sliding boards solved by search (more
+// than 9 cells) report; for other requests it changes nothing.
+func (p *Parsed) WithProgress(fn func(bound int, nodes int64)) *Parsed {
+	if p.kind != KindSliding {
+		return p
+	}
+	c := *p
+	c.slidingO.Progress = fn
+	return &c
+}
+
+// Cells is the number of cells of the puzzle's board (the game board for
+// fill).
+func (p *Parsed) Cells() int {
+	switch p.kind {
+	case KindSliding:
+		return len(p.sliding.Board) * len(p.sliding.Board[0])
+	case KindSweep:
+		return len(p.sweep.Board) * len(p.sweep.Board[0])
+	default:
+		return len(p.fill.GameBoard) * len(p.fill.GameBoard[0])
+	}
+}
+
 // Solve runs the solver for the request. The result is the solver's
 // Result encoded as compact JSON, identical to what the API serves.
 func (p *Parsed) Solve(ctx context.Context) (json.RawMessage, error) {

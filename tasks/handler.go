@@ -31,6 +31,7 @@ const (
 type Store interface {
 	Start(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, []json.RawMessage, error)
 	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
+	SetProgress(ctx context.Context, id string, p store.Progress) error
 }
 
 // Handler runs solve and chunk tasks.
@@ -158,7 +159,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 			continue
 		}
 		if outs[i] == nil {
-			outs[i] = h.solve(ctx, ictx[i], parsed[i])
+			outs[i] = h.solve(ctx, ictx[i], items[i].ID, parsed[i])
 		}
 		if ctx.Err() != nil {
 			// Shutdown or a lost lease: write what is done, and let asynq
@@ -183,7 +184,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 // solve runs one item under its kind's deadline and budget, turning every
 // way it can end into an outcome. A panic in a solver fails the item, not
 // the worker.
-func (h *Handler) solve(parent, ictx context.Context, p *puzzle.Parsed) (o *outcome) {
+func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parsed) (o *outcome) {
 	k := p.Kind()
 	ctx, cancel := context.WithTimeout(ictx, h.limits.deadline(k))
 	defer cancel()
@@ -197,7 +198,7 @@ func (h *Handler) solve(parent, ictx context.Context, p *puzzle.Parsed) (o *outc
 			h.metrics.SolveSeconds.WithLabelValues(string(k)).Observe(time.Since(start).Seconds())
 		}
 	}()
-	res, err := h.solveFn(ctx, p.WithMaxNodes(h.limits.MaxNodes[k]))
+	res, err := h.solveFn(ctx, p.WithMaxNodes(h.limits.MaxNodes[k]).WithProgress(h.reportProgress(ctx, id)))
 	var ie *solvers.InputError
 	switch {
 	case err == nil:

@@ -47,9 +47,19 @@ func TypeFor(k puzzle.Kind) string {
 	}
 }
 
-// Cheap reports whether items of kind k are cheap enough to group into
-// chunk tasks: table lookups and linear matches, not searches.
-func Cheap(k puzzle.Kind) bool { return k == puzzle.KindSliding || k == puzzle.KindFill }
+// Cheap reports whether a request is cheap enough to share a chunk task
+// with others: table lookups (sliding boards of up to 9 cells) and linear
+// matches (fill), not searches (sweep, and the 15-puzzle and other large
+// sliding boards, which can take minutes).
+func Cheap(p *puzzle.Parsed) bool {
+	switch p.Kind() {
+	case puzzle.KindFill:
+		return true
+	case puzzle.KindSliding:
+		return p.Cells() <= 9
+	}
+	return false
+}
 
 // Item is one task record's ID with its request.
 type Item struct {
@@ -87,7 +97,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		Deadline: map[puzzle.Kind]time.Duration{
-			puzzle.KindSliding: 10 * time.Second,
+			puzzle.KindSliding: 5 * time.Minute,
 			puzzle.KindSweep:   60 * time.Second,
 			puzzle.KindFill:    10 * time.Second,
 		},
@@ -128,7 +138,9 @@ func NewChunkTask(batchID, owner string, ids []string, reqs []*puzzle.Parsed, qu
 	var total time.Duration
 	for i, id := range ids {
 		cp.Items[i] = Item{ID: id, Request: reqs[i].Payload()}
-		total += l.deadline(reqs[i].Kind())
+		// Chunks hold only cheap items (see Cheap); a kind's deadline is
+		// sized for its hardest boards, which never ride in a chunk.
+		total += min(l.deadline(reqs[i].Kind()), time.Minute)
 	}
 	b, err := json.Marshal(cp)
 	if err != nil {

@@ -159,7 +159,7 @@ func (s *stack) startWorkers(n, concurrency int, interval time.Duration) error {
 	for range n {
 		cfg, err := app.LoadWorkerConfig(nil, env(map[string]string{
 			"REDIS_URL": s.redis.url(0), "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": s.logLevel, "LOG_FORMAT": "text",
-			"WORKER_CONCURRENCY": strconv.Itoa(concurrency), "TASK_CHECK_INTERVAL": interval.String(),
+			"WORKER_CONCURRENCY": strconv.Itoa(concurrency), "TASK_CHECK_INTERVAL": interval.String(), "PDB_PRELOAD": "false",
 			"SHUTDOWN_TIMEOUT": "5s",
 		}), io.Discard)
 		if err != nil {

@@ -39,6 +39,9 @@ type TaskResource struct {
 	StartedAt   *time.Time      `json:"started_at"`
 	CompletedAt *time.Time      `json:"completed_at"`
 	Attempts    int             `json:"attempts"`
+	// Progress is what a long search last reported ({"bound", "nodes"});
+	// null for everything but sliding boards solved by search.
+	Progress json.RawMessage `json:"progress"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -52,7 +55,7 @@ func resource(t *store.Task) TaskResource {
 	r := TaskResource{
 		ID: t.ID, Kind: t.Kind, State: string(t.State), Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
-		Attempts: t.Attempts,
+		Attempts: t.Attempts, Progress: t.Progress,
 	}
 	if t.BatchID != "" {
 		b := t.BatchID
@@ -527,7 +530,7 @@ func (s *Server) recordAndEnqueue(ctx context.Context, batchID, owner, format st
 		if hits[i] != nil {
 			continue
 		}
-		if !tasks.Cheap(p.Kind()) {
+		if !tasks.Cheap(p) {
 			t, err := tasks.NewSolveTask(ids[i], batchID, owner, p, tasks.QueueBulk, s.opts.Limits)
 			if err != nil {
 				return nil, err

@@ -120,7 +120,7 @@ func startAPI(t *testing.T, redisURL string, logs io.Writer, extra map[string]st
 	t.Helper()
 	env := map[string]string{
 		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
-		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:",
+		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "PDB_PRELOAD": "false",
 	}
 	for k, v := range extra {
 		env[k] = v
@@ -143,7 +143,7 @@ func startWorker(t *testing.T, redisURL string, logs io.Writer) *app.Worker {
 	t.Helper()
 	env := map[string]string{
 		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
-		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2",
+		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2", "PDB_PRELOAD": "false",
 	}
 	cfg, err := app.LoadWorkerConfig(nil, envOf(env), io.Discard)
 	if err != nil {

@@ -663,3 +663,52 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 		t.Fatalf("wait ran out: %d %s", code, b)
 	}
 }
+
+func TestLargeSlidingBoardReportsProgress(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+	// A 2x8 board 79 moves from the goal: IDA* with pattern databases
+	// searches it for about 2 s, reporting each new bound and every
+	// million nodes; the record must show it while the task runs.
+	req := `{"kind":"sliding","puzzle":{"board":[[9,6,14,7,11,2,10,8],[13,3,0,12,1,4,15,5]]}}`
+	tk := s.submit(req, http.StatusAccepted)
+	var running []byte
+	for deadline := time.Now().Add(60 * time.Second); running == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, b := s.do("GET", "/v1/tasks/"+tk.ID, nil)
+		if m := decode[map[string]json.RawMessage](t, b); string(m["state"]) == `"active"` && string(m["progress"]) != "null" {
+			running = m["progress"]
+		} else if string(m["state"]) == `"completed"` {
+			break
+		}
+	}
+	if running == nil {
+		t.Fatal("no progress was visible while the search ran")
+	}
+	t.Logf("progress while running: %s", running)
+	var got task
+	code, b := s.do("GET", "/v1/tasks/"+tk.ID+"?wait=60s", nil)
+	if code != 200 || json.Unmarshal(b, &got) != nil || got.State != "completed" {
+		t.Fatalf("2x8 board: %d %s", code, b)
+	}
+	if want := localResult(t, req); string(got.Result) != want {
+		t.Fatalf("result %s, want %s", got.Result, want)
+	}
+	var p struct {
+		Bound int   `json:"bound"`
+		Nodes int64 `json:"nodes"`
+	}
+	raw := decode[map[string]json.RawMessage](t, b)["progress"]
+	if err := json.Unmarshal(raw, &p); err != nil || p.Bound <= 0 {
+		t.Fatalf("progress %s: %v", raw, err)
+	}
+	t.Logf("2x8 board: %s, last progress %s", got.Result, raw)
+	// Large boards are searched one task each, never in a chunk.
+	code, b = s.do("POST", "/v1/batches", `{"tasks":[`+req+`,`+sample8+`]}`)
+	if code != 202 {
+		t.Fatalf("batch: %d %s", code, b)
+	}
+	code, b = s.do("GET", "/v1/batches/"+decode[batch](t, b).ID+"?wait=60s", nil)
+	if bt := decode[batch](t, b); !bt.Done || bt.Counts["completed"] != 2 {
+		t.Fatalf("batch with a large board: %s", b)
+	}
+}

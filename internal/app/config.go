@@ -33,8 +33,14 @@ type Common struct {
 	TaskTTL time.Duration
 	// ResultTTL is how long cached results are kept. Default 24h.
 	ResultTTL time.Duration
-	// SlidingDeadline bounds one sliding solve. Default 10s.
+	// SlidingDeadline bounds one sliding solve. 3×3 boards take
+	// microseconds; the 15-puzzle's hardest (80-move) boards take about
+	// 100 s of CPU, so the bound is generous. Default 5m.
 	SlidingDeadline time.Duration
+	// SlidingMaxNodes caps a sliding search's nodes (boards over 9 cells);
+	// an 80-move 4×4 board needs 1.1 G. Requests may lower it, never raise
+	// it. Default 3000000000.
+	SlidingMaxNodes int64
 	// SweepDeadline bounds one sweep solve. Default 60s.
 	SweepDeadline time.Duration
 	// FillDeadline bounds one fill solve. Default 10s.
@@ -53,7 +59,8 @@ func (c *Common) bind(s *config.Set) {
 	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
 	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
 	s.Duration(&c.ResultTTL, "RESULT_TTL", "24h", "how long cached results are kept")
-	s.Duration(&c.SlidingDeadline, "SLIDING_DEADLINE", "10s", "deadline of one sliding solve")
+	s.Duration(&c.SlidingDeadline, "SLIDING_DEADLINE", "5m", "deadline of one sliding solve")
+	s.Int64(&c.SlidingMaxNodes, "SLIDING_MAX_NODES", "3000000000", "node budget of one sliding search")
 	s.Duration(&c.SweepDeadline, "SWEEP_DEADLINE", "60s", "deadline of one sweep solve")
 	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
@@ -82,6 +89,9 @@ func (c *Common) validate() error {
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
 	}
+	if c.SlidingMaxNodes < 0 {
+		return fmt.Errorf("SLIDING_MAX_NODES: must not be negative")
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %v", err)
 	}
@@ -97,7 +107,7 @@ func (c *Common) Limits() tasks.Limits {
 		Deadline: map[puzzle.Kind]time.Duration{
 			puzzle.KindSliding: c.SlidingDeadline, puzzle.KindSweep: c.SweepDeadline, puzzle.KindFill: c.FillDeadline,
 		},
-		MaxNodes: map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes},
+		MaxNodes: map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes, puzzle.KindSliding: c.SlidingMaxNodes},
 	}
 }
 
@@ -132,12 +142,22 @@ type WorkerSettings struct {
 	// QueueWeights are asynq's queue priorities. Default
 	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
 	QueueWeights string
+	// PDBDir caches the 15-puzzle's pattern databases (7.6 MiB) between
+	// restarts; they are verified by SHA-256 when loaded. Default "": build
+	// them in memory at start (about 9 s of CPU).
+	PDBDir string
+	// PDBPreload builds or loads the pattern databases when the worker
+	// starts, and readiness waits for them. Off, the first large sliding
+	// board builds them on demand. Default true.
+	PDBPreload bool
 }
 
 func (w *WorkerSettings) bind(s *config.Set) {
 	s.Int(&w.Concurrency, "WORKER_CONCURRENCY", "0", "tasks run at once (0: GOMAXPROCS)")
 	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
+	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
+	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 }
 
 func (w *WorkerSettings) validate() error {
@@ -159,6 +179,11 @@ func (w *WorkerSettings) validate() error {
 	for q := range qw {
 		if strings.ContainsAny(q, "{}") {
 			return fmt.Errorf("QUEUE_WEIGHTS: queue name %q must not contain braces", q)
+		}
+	}
+	if w.PDBDir != "" {
+		if fi, err := os.Stat(w.PDBDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("PDB_DIR: %q is not a directory", w.PDBDir)
 		}
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 // The README's quick start: no REDIS_URL, one process, and a sample solve.
 func TestEmbeddedQuickStart(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "TASK_TTL": "2s", "RESULT_TTL": "2s"}
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "TASK_TTL": "2s", "RESULT_TTL": "2s", "PDB_PRELOAD": "false"}
 	cfg, err := app.LoadAPIConfig(nil, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

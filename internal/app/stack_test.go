@@ -54,7 +54,7 @@ func startStack(t *testing.T, workers int, env map[string]string) *stack {
 	t.Helper()
 	r := redistest.Start(t)
 	s := &stack{t: t, redis: r, rdb: r.Client(t), env: map[string]string{
-		"REDIS_URL": r.URL(), "HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms",
+		"REDIS_URL": r.URL(), "HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false",
 	}}
 	for k, v := range env {
 		s.env[k] = v

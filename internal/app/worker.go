@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -38,6 +39,7 @@ type Worker struct {
 	ln       net.Listener // nil when embedded in the API
 	httpSrv  *http.Server
 	ready    atomic.Bool
+	pdbReady atomic.Bool
 	ownsConn bool
 }
 
@@ -141,6 +143,11 @@ func (w *Worker) opsHandler() http.Handler {
 			rw.Write([]byte(`{"error":{"code":"unavailable","message":"not processing"}}`))
 			return
 		}
+		if w.cfg.PDBPreload && !w.pdbReady.Load() {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			rw.Write([]byte(`{"error":{"code":"unavailable","message":"loading the pattern databases"}}`))
+			return
+		}
 		if err := w.rdb.Ping(ctx).Err(); err != nil {
 			rw.WriteHeader(http.StatusServiceUnavailable)
 			rw.Write([]byte(`{"error":{"code":"unavailable","message":"redis is not answering"}}`))
@@ -160,6 +167,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopListen()
 	go w.store.ListenCancels(lctx, w.cancels.Cancel)
 
+	if w.cfg.PDBPreload {
+		// In the background: the other kinds are served meanwhile, and a
+		// large sliding board that arrives first builds what it needs.
+		go w.preload(lctx)
+	}
 	if err := w.srv.Start(w.mux); err != nil {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
@@ -186,6 +198,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// preload builds or loads the 15-puzzle's pattern databases; readiness
+// waits for it, so a rolling deploy does not retire the old pods before
+// the new ones can solve every board at full speed.
+func (w *Worker) preload(ctx context.Context) {
+	start := time.Now()
+	if err := sliding.Preload(ctx, w.cfg.PDBDir); err != nil {
+		// The databases are still usable in memory; only the file cache
+		// failed (or ctx ended).
+		w.log.Warn("pattern databases: preload incomplete", "pdb_dir", w.cfg.PDBDir, "err", err)
+	}
+	w.pdbReady.Store(true)
+	w.log.Info("pattern databases ready", "pdb_dir", w.cfg.PDBDir,
+		"duration_ms", time.Since(start).Milliseconds(), "memory_bytes", sliding.PDBMemory())
 }
 
 // Close stops the asynq server if Run did not, then releases the Redis

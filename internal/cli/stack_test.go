@@ -39,7 +39,7 @@ func testLogger() *slog.Logger {
 func startStack(t *testing.T, workers int) *stack {
 	t.Helper()
 	r := redistest.Start(t)
-	env := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms"}
+	env := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false"}
 	getenv := func(k string) string { return env[k] }
 	cfg, err := app.LoadAPIConfig(nil, getenv, io.Discard)
 	if err != nil {

@@ -52,6 +52,9 @@ type Task struct {
 	StartedAt   time.Time
 	CompletedAt time.Time
 	Attempts    int
+	// Progress is the latest progress a long search reported, as JSON
+	// ({"bound": 52, "nodes": 12000000}); nil when none.
+	Progress json.RawMessage
 }
 
 // NewTask describes a task record to create.
@@ -260,6 +263,9 @@ func decodeTask(id string, m map[string]string) *Task {
 	}
 	if r, ok := m["result"]; ok {
 		t.Result = json.RawMessage(r)
+	}
+	if p, ok := m["progress"]; ok {
+		t.Progress = json.RawMessage(p)
 	}
 	t.Attempts, _ = strconv.Atoi(m["attempts"])
 	t.CreatedAt = msTime(m["created_at"])

@@ -266,7 +266,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		aenv[k] = v
 	}
 	c.api = startProc(t, "api", apiBin, aenv)
-	c.wenv = map[string]string{"REDIS_URL": r.URL(), "LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms",
+	c.wenv = map[string]string{"REDIS_URL": r.URL(), "LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms", "PDB_PRELOAD": "false",
 		"WORKER_CONCURRENCY": "2"}
 	for k, v := range o.worker {
 		c.wenv[k] = v
