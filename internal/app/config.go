@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -181,10 +182,8 @@ func (w *WorkerSettings) validate() error {
 			return fmt.Errorf("QUEUE_WEIGHTS: queue name %q must not contain braces", q)
 		}
 	}
-	if w.PDBDir != "" {
-		if fi, err := os.Stat(w.PDBDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("PDB_DIR: %q is not a directory", w.PDBDir)
-		}
+	if w.PDBDir != "" && !filepath.IsAbs(w.PDBDir) {
+		return fmt.Errorf("PDB_DIR: must be an absolute path, got %q", w.PDBDir)
 	}
 	return nil
 }

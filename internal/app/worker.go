@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -205,7 +206,14 @@ func (w *Worker) Run(ctx context.Context) error {
 // the new ones can solve every board at full speed.
 func (w *Worker) preload(ctx context.Context) {
 	start := time.Now()
-	if err := sliding.Preload(ctx, w.cfg.PDBDir); err != nil {
+	dir := w.cfg.PDBDir
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			w.log.Warn("pattern databases: cannot create PDB_DIR, keeping them in memory only", "pdb_dir", dir, "err", err)
+			dir = ""
+		}
+	}
+	if err := sliding.Preload(ctx, dir); err != nil {
 		// The databases are still usable in memory; only the file cache
 		// failed (or ctx ended).
 		w.log.Warn("pattern databases: preload incomplete", "pdb_dir", w.cfg.PDBDir, "err", err)
