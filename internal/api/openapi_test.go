@@ -598,7 +598,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		// Rules beyond a schema: the document accepts these, the solver does not.
 		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,1,3],[4,2,5],[7,8,6]]}}`, 400, reqValid),
 			"invalid_puzzle", "puzzle.board*")
-		// 5x5 is beyond the sliding solver's limit (3x3 now, 4x4 planned).
+		// 5x5 is beyond the sliding solver's limit of 16 cells.
 		wantError(t, post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,2,3,4,5],[6,7,8,9,10],[11,12,13,14,15],[16,17,18,19,20],[21,22,23,24,0]]}}`, 400, reqValid),
 			"too_large", "puzzle.board*")
 
