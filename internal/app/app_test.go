@@ -667,10 +667,11 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1, nil)
-	// A 2x8 board 79 moves from the goal: IDA* with pattern databases
-	// searches it for about 2 s, reporting each new bound and every
-	// million nodes; the record must show it while the task runs.
-	req := `{"kind":"sliding","puzzle":{"board":[[9,6,14,7,11,2,10,8],[13,3,0,12,1,4,15,5]]}}`
+	// A 2x8 board 82 moves from the goal: IDA* with pattern databases
+	// searches it for about 0.3 s (several seconds under -race), reporting
+	// each new bound; the record must show it while the task runs.
+	board := [][]int{{14, 9, 10, 1, 5, 11, 8, 2}, {7, 15, 12, 3, 13, 0, 4, 6}}
+	req := `{"kind":"sliding","puzzle":{"board":[[14,9,10,1,5,11,8,2],[7,15,12,3,13,0,4,6]]}}`
 	tk := s.submit(req, http.StatusAccepted)
 	var running []byte
 	for deadline := time.Now().Add(60 * time.Second); running == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -690,8 +691,16 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	if code != 200 || json.Unmarshal(b, &got) != nil || got.State != "completed" {
 		t.Fatalf("2x8 board: %d %s", code, b)
 	}
-	if want := localResult(t, req); string(got.Result) != want {
-		t.Fatalf("result %s, want %s", got.Result, want)
+	// Optimality is the solver's tests' business; here the answer must be
+	// a real solution: replaying the path reaches the goal in that many
+	// moves. (A second solve for comparison would double the test's cost.)
+	var res struct {
+		Moves int    `json:"moves"`
+		Path  string `json:"path"`
+	}
+	json.Unmarshal(got.Result, &res)
+	if !replaySliding(board, res.Path) || len(res.Path) != res.Moves || res.Moves <= 0 {
+		t.Fatalf("result %s does not replay to the goal in %d moves", got.Result, res.Moves)
 	}
 	var p struct {
 		Bound int   `json:"bound"`
@@ -711,4 +720,46 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	if bt := decode[batch](t, b); !bt.Done || bt.Counts["completed"] != 2 {
 		t.Fatalf("batch with a large board: %s", b)
 	}
+}
+
+// replaySliding moves the blank along path and reports whether it ends on
+// the goal (1..n-1, blank last).
+func replaySliding(b [][]int, path string) bool {
+	r, c := 0, 0
+	for i := range b {
+		for j := range b[i] {
+			if b[i][j] == 0 {
+				r, c = i, j
+			}
+		}
+	}
+	for _, m := range path {
+		nr, nc := r, c
+		switch m {
+		case 'U':
+			nr--
+		case 'D':
+			nr++
+		case 'L':
+			nc--
+		case 'R':
+			nc++
+		default:
+			return false
+		}
+		if nr < 0 || nr >= len(b) || nc < 0 || nc >= len(b[0]) {
+			return false
+		}
+		b[r][c], b[nr][nc] = b[nr][nc], 0
+		r, c = nr, nc
+	}
+	n := len(b) * len(b[0])
+	for i := range b {
+		for j := range b[i] {
+			if want := (i*len(b[0]) + j + 1) % n; b[i][j] != want {
+				return false
+			}
+		}
+	}
+	return true
 }
