@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -299,6 +301,7 @@ type call struct {
 	contentType  string // default application/json when body is set
 	chunked      bool   // send without Content-Length
 	accept       string // Accept header, optional
+	header       map[string]string
 	want         int
 	req          reqCheck
 }
@@ -351,6 +354,9 @@ func (c *client) newRequest(k call) *http.Request {
 	}
 	if k.accept != "" {
 		req.Header.Set("Accept", k.accept)
+	}
+	for h, v := range k.header {
+		req.Header.Set(h, v)
 	}
 	return req
 }
@@ -876,4 +882,46 @@ func TestOpenAPIEmbedded(t *testing.T) {
 	out := c.do(call{method: "GET", path: r.header.Get("Location") + "/output?wait=10s", want: 200})
 	wantEqual(t, "output", string(out.body), "Case 1: 10\nCase 2: 1\n")
 	c.do(call{method: "GET", path: "/metrics", want: 200})
+}
+
+// TestOpenAPIAuth holds the answers of API keys, quotas, rate limits and
+// idempotent batches to the document.
+func TestOpenAPIAuth(t *testing.T) {
+	doc := loadDoc(t)
+	logs := dumpLogsOnFailure(t)
+	r := redistest.Start(t)
+	keysFile := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(keysFile, []byte(`[{"name":"bob","key":"bob-key","rate_per_second":1,"burst":1}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startAPI(t, r.URL(), logs, map[string]string{
+		"API_KEYS": "alice:alice-key", "API_KEYS_FILE": keysFile,
+		"MAX_PENDING_PER_KEY": "2", "RATE_LIMIT_BURST": "100",
+	})
+	c := newClient(t, doc, a.Addr())
+	alice := map[string]string{"Authorization": "Bearer alice-key"}
+
+	wantError(t, c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 401}), "unauthorized", "")
+	wantError(t, c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: map[string]string{"Authorization": "Bearer nope"}, want: 401}), "unauthorized", "")
+	c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), header: alice, want: 202})
+
+	idem := map[string]string{"Authorization": "Bearer alice-key", "Idempotency-Key": "run-1/0"}
+	batch := []byte(`{"tasks":[{"kind":"sweep","puzzle":{"board":["..."]}}]}`)
+	first := c.do(call{method: "POST", path: "/v1/batches", body: batch, header: idem, want: 202})
+	again := c.do(call{method: "POST", path: "/v1/batches", body: batch, header: idem, want: 202})
+	if again.header.Get("Idempotent-Replayed") != "true" || again.json(t)["id"] != first.json(t)["id"] {
+		t.Errorf("replay: %v %s", again.header, again.body)
+	}
+	wantError(t, c.do(call{method: "POST", path: "/v1/batches", body: []byte(`{"tasks":[` + sample + `]}`), header: idem, want: 422}), "idempotency_key_reused", "Idempotency-Key")
+	// Alice has 2 unfinished tasks: her quota.
+	q := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(`{"kind":"sweep","puzzle":{"board":[".."]}}`), header: alice, want: 429})
+	wantError(t, q, "quota_exceeded", "")
+	// Bob's bucket holds one request.
+	bob := map[string]string{"Authorization": "Bearer bob-key"}
+	c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: bob, want: 404})
+	rl := c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: bob, want: 429})
+	wantError(t, rl, "rate_limited", "")
+	if rl.header.Get("Retry-After") == "" || q.header.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After: %v %v", rl.header, q.header)
+	}
 }
