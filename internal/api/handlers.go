@@ -601,6 +601,17 @@ func (s *Server) enqueueAll(ctx context.Context, ts []*asynq.Task) error {
 	return firstErr
 }
 
+// waitBatch holds until batch b is done or wait runs out (no wait: at
+// once) and returns its latest record.
+func (s *Server) waitBatch(ctx context.Context, b *store.Batch, wait time.Duration) (*store.Batch, error) {
+	if wait <= 0 || b.Done() {
+		return b, nil
+	}
+	return waitFor(ctx, s.waiter, store.BatchEventKey(b.ID), wait,
+		func() (*store.Batch, error) { return s.store.GetBatch(ctx, b.ID) },
+		func(b *store.Batch) bool { return b.Done() })
+}
+
 // loadBatch reads a batch the caller may see.
 func (s *Server) loadBatch(c *gin.Context) (*store.Batch, error) {
 	id := c.Param("id")
@@ -652,14 +663,9 @@ func (s *Server) getBatch(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if wait > 0 && !b.Done() {
-		b, err = waitFor(ctx, s.waiter, store.BatchEventKey(b.ID), wait,
-			func() (*store.Batch, error) { return s.store.GetBatch(ctx, b.ID) },
-			func(b *store.Batch) bool { return b.Done() })
-		if err != nil {
-			fail(c, err)
-			return
-		}
+	if b, err = s.waitBatch(ctx, b, wait); err != nil {
+		fail(c, err)
+		return
 	}
 	ids, err := s.store.BatchItems(ctx, b.ID, cursor, limit)
 	if err != nil {
@@ -744,13 +750,9 @@ func (s *Server) batchOutput(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if wait > 0 && !b.Done() {
-		if b, err = waitFor(ctx, s.waiter, store.BatchEventKey(b.ID), wait,
-			func() (*store.Batch, error) { return s.store.GetBatch(ctx, b.ID) },
-			func(b *store.Batch) bool { return b.Done() }); err != nil {
-			fail(c, err)
-			return
-		}
+	if b, err = s.waitBatch(ctx, b, wait); err != nil {
+		fail(c, err)
+		return
 	}
 	if !b.Done() {
 		fail(c, newError(http.StatusConflict, CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
