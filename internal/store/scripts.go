@@ -132,3 +132,138 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if hit then return {1, hit} end
 return {0, ''}
 `)
+
+// startManyScript is startScript for up to maxPerScript tasks of one batch
+// (or of no batch) in one call: per task it does exactly what startScript
+// does (with one HMGET and one HSET per task), but looks the cached
+// answers up with one MGET and moves the batch's counts with one HINCRBY
+// per state for the whole call instead of per task.
+//
+// KEYS[1] batch hash (the first task hash when the tasks have no batch)
+// KEYS[2i], KEYS[2i+1] for task i = 1..n: its task hash, and the cache
+//
+//	entry of its puzzle (its task hash again when unknown)
+//
+// ARGV[1] now, Unix milliseconds
+// ARGV[2] "1" when the tasks belong to the batch KEYS[1]
+// ARGV[2+i] "1" when task i's second key is a cache entry
+//
+// Returns {state_1, hit_1, state_2, hit_2, ...}: per task its state before
+// the call ("" when the record does not exist) and its cached result (""
+// on a miss or when the task may not run). Only "pending" and "active"
+// mean the caller may run the task.
+var startManyScript = redis.NewScript(`
+local out = {}
+local started = 0
+local lookups, at = {}, {}
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local tk = KEYS[2 * i]
+  local rec = redis.call('HMGET', tk, 'state', 'attempts', 'started_at')
+  local cur = rec[1]
+  if not cur then
+    cur = ''
+  elseif cur == 'pending' or cur == 'active' then
+    local f = {'attempts', (tonumber(rec[2]) or 0) + 1}
+    if not rec[3] then f[3] = 'started_at'; f[4] = ARGV[1] end
+    if cur == 'pending' then
+      f[#f + 1] = 'state'; f[#f + 1] = 'active'
+      started = started + 1
+    end
+    redis.call('HSET', tk, unpack(f))
+    if ARGV[2 + i] == '1' then
+      lookups[#lookups + 1] = KEYS[2 * i + 1]
+      at[#at + 1] = 2 * i
+    end
+  end
+  out[2 * i - 1] = cur
+  out[2 * i] = ''
+end
+if #lookups > 0 then
+  local hits = redis.call('MGET', unpack(lookups))
+  for j = 1, #lookups do
+    if hits[j] then out[at[j]] = hits[j] end
+  end
+end
+if ARGV[2] == '1' and started > 0 then
+  redis.call('HINCRBY', KEYS[1], 'pending', -started)
+  redis.call('HINCRBY', KEYS[1], 'active', started)
+end
+return out
+`)
+
+// finishManyScript is finishScript for up to maxPerScript tasks of one
+// batch (or of no batch) and one owner (or none) in one call: per task it
+// does exactly what finishScript does (the state check, the record's
+// fields, the "t:<id>" event), and then, once for the whole call, lowers
+// the owner's pending counter by the number of tasks it ended (never below
+// zero), moves the batch's counts with one HINCRBY per state, and when
+// this call ended the batch's last task sets done_at and publishes
+// "b:<batch>".
+//
+// KEYS[1] batch hash (the first task hash when the tasks have no batch)
+// KEYS[2] the owner's pending counter (the first task hash when none)
+// KEYS[2+i] task i's hash, i = 1..n
+//
+// ARGV[1] now, Unix milliseconds
+// ARGV[2] "1" when the tasks belong to the batch KEYS[1]
+// ARGV[3] "1" when the tasks have an owner whose pending count to lower
+// ARGV[4] events channel
+// ARGV[5] batch ID ("" when none)
+// then 6 values per task i, from ARGV[6*i]:
+// ARGV[6i]   new state: completed, failed or canceled
+// ARGV[6i+1] task ID
+// ARGV[6i+2] result JSON ("" when none)
+// ARGV[6i+3] error code ("" when none)
+// ARGV[6i+4] error message
+// ARGV[6i+5] "1" when the result came from the cache
+//
+// Returns each task's state before the call, "" when the record does not
+// exist. A task moved only when that state is "pending" or "active"; any
+// other value means it had already ended and nothing changed for it.
+var finishManyScript = redis.NewScript(`
+local out = {}
+local delta = {}
+local ended = 0
+local n = #KEYS - 2
+for i = 1, n do
+  local tk = KEYS[2 + i]
+  local a = 6 * i
+  local cur = redis.call('HGET', tk, 'state')
+  if not cur then
+    cur = ''
+  elseif cur == 'pending' or cur == 'active' then
+    local st = ARGV[a]
+    local f = {'state', st, 'completed_at', ARGV[1]}
+    if ARGV[a + 2] ~= '' then f[#f + 1] = 'result'; f[#f + 1] = ARGV[a + 2] end
+    if ARGV[a + 3] ~= '' then
+      f[#f + 1] = 'err_code'; f[#f + 1] = ARGV[a + 3]
+      f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[a + 4]
+    end
+    if ARGV[a + 5] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
+    redis.call('HSET', tk, unpack(f))
+    redis.call('PUBLISH', ARGV[4], 't:' .. ARGV[a + 1])
+    delta[cur] = (delta[cur] or 0) - 1
+    delta[st] = (delta[st] or 0) + 1
+    ended = ended + 1
+  end
+  out[i] = cur
+end
+if ended > 0 then
+  if ARGV[3] == '1' then
+    if redis.call('DECRBY', KEYS[2], ended) < 0 then redis.call('SET', KEYS[2], 0) end
+  end
+  if ARGV[2] == '1' then
+    for st, d in pairs(delta) do
+      if d ~= 0 then redis.call('HINCRBY', KEYS[1], st, d) end
+    end
+    local after = redis.call('HINCRBY', KEYS[1], 'ended', ended)
+    local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
+    if total and after - ended < total and after >= total then
+      redis.call('HSET', KEYS[1], 'done_at', ARGV[1])
+      redis.call('PUBLISH', ARGV[4], 'b:' .. ARGV[5])
+    end
+  end
+end
+return out
+`)

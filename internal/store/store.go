@@ -322,37 +322,83 @@ type Transition struct {
 	Cached  bool
 }
 
+// maxPerScript bounds how many tasks one startManyScript or
+// finishManyScript call moves, so one call never blocks Redis for long.
+const maxPerScript = 500
+
+// scriptGroups splits ts into runs for the many-scripts: tasks of one
+// batch and one owner, at most maxPerScript of them. Each group lists
+// indexes into ts in their original order.
+func scriptGroups(ts []Transition) [][]int {
+	type gk struct{ batch, owner string }
+	var (
+		order []gk
+		byKey = map[gk][]int{}
+	)
+	for i, t := range ts {
+		k := gk{t.BatchID, t.Owner}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	var out [][]int
+	for _, k := range order {
+		idx := byKey[k]
+		for len(idx) > maxPerScript {
+			out = append(out, idx[:maxPerScript])
+			idx = idx[maxPerScript:]
+		}
+		out = append(out, idx)
+	}
+	return out
+}
+
 // Start marks tasks active and looks their answers up in the cache, in one
-// round trip. cacheKeys[i] is task i's cache key ("" when unknown). It
-// returns each task's state before the call ("" for a record that no
-// longer exists) and its cached result (nil on a miss). Only the tasks
-// whose previous state was pending or active should run.
+// round trip: one startManyScript call per batch and at most maxPerScript
+// tasks. cacheKeys[i] is task i's cache key ("" when unknown). It returns
+// each task's state before the call ("" for a record that no longer
+// exists) and its cached result (nil on a miss). Only the tasks whose
+// previous state was pending or active should run.
 func (s *Store) Start(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, []json.RawMessage, error) {
 	now := ms(s.now())
-	cmds := make([]*redis.Cmd, len(ts))
+	groups := scriptGroups(ts)
+	cmds := make([]*redis.Cmd, len(groups))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		for i, t := range ts {
-			bk, batched := s.batchKey(t)
-			ck, hasKey := s.k.task(t.ID), "0"
-			if i < len(cacheKeys) && cacheKeys[i] != "" {
-				ck, hasKey = s.k.cache(cacheKeys[i]), "1"
+		for g, idx := range groups {
+			first := ts[idx[0]]
+			bk, batched := s.batchKey(first)
+			keys := make([]string, 0, 1+2*len(idx))
+			args := make([]any, 0, 2+len(idx))
+			keys = append(keys, bk)
+			args = append(args, now, batched)
+			for _, i := range idx {
+				tk := s.k.task(ts[i].ID)
+				ck, hasKey := tk, "0"
+				if i < len(cacheKeys) && cacheKeys[i] != "" {
+					ck, hasKey = s.k.cache(cacheKeys[i]), "1"
+				}
+				keys = append(keys, tk, ck)
+				args = append(args, hasKey)
 			}
-			cmds[i] = startScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk, ck}, now, batched, hasKey)
+			cmds[g] = startManyScript.EvalSha(ctx, p, keys, args...)
 		}
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: start: %w", err)
 	}
-	states := make([]State, len(cmds))
-	hits := make([]json.RawMessage, len(cmds))
-	for i, c := range cmds {
+	states := make([]State, len(ts))
+	hits := make([]json.RawMessage, len(ts))
+	for g, c := range cmds {
 		v, err := c.StringSlice()
-		if err != nil || len(v) != 2 {
-			return nil, nil, fmt.Errorf("store: start script: %v", err)
+		if err != nil || len(v) != 2*len(groups[g]) {
+			return nil, nil, fmt.Errorf("store: start script: %v (%d values for %d tasks)", err, len(v), len(groups[g]))
 		}
-		states[i] = State(v[0])
-		if v[1] != "" {
-			hits[i] = json.RawMessage(v[1])
+		for j, i := range groups[g] {
+			states[i] = State(v[2*j])
+			if v[2*j+1] != "" {
+				hits[i] = json.RawMessage(v[2*j+1])
+			}
 		}
 	}
 	return states, hits, nil
@@ -391,37 +437,60 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	return nil, created, nil
 }
 
-// Finish moves tasks to terminal states in one round trip, caching the
-// results of completed tasks under cacheKeys[i] when it is non-empty. It
-// returns each task's state before the call: pending or active means this
-// call ended it; anything else means it had already ended (a duplicate
-// delivery or a cancel that won) and nothing was counted.
+// Finish moves tasks to terminal states in one round trip (one
+// finishManyScript call per batch and owner and at most maxPerScript
+// tasks), caching the results of completed tasks under cacheKeys[i] when
+// it is non-empty. It returns each task's state before the call: pending
+// or active means this call ended it; anything else means it had already
+// ended (a duplicate delivery or a cancel that won) and nothing was
+// counted.
 func (s *Store) Finish(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, error) {
 	now := ms(s.now())
-	cmds := make([]*redis.Cmd, len(ts))
+	groups := scriptGroups(ts)
+	cmds := make([]*redis.Cmd, len(groups))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for i, t := range ts {
 			if t.State == StateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
 				p.Set(ctx, s.k.cache(cacheKeys[i]), []byte(t.Result), s.resultTTL)
 			}
-			bk, batched := s.batchKey(t)
-			cached := "0"
-			if t.Cached {
-				cached = "1"
+		}
+		for g, idx := range groups {
+			first := ts[idx[0]]
+			bk, batched := s.batchKey(first)
+			ok, owned := s.k.task(first.ID), "0"
+			if first.Owner != "" {
+				ok, owned = s.k.ownerPending(first.Owner), "1"
 			}
-			ok, owned := s.k.task(t.ID), "0"
-			if t.Owner != "" {
-				ok, owned = s.k.ownerPending(t.Owner), "1"
+			keys := make([]string, 0, 2+len(idx))
+			args := make([]any, 0, 5+6*len(idx))
+			keys = append(keys, bk, ok)
+			args = append(args, now, batched, owned, s.k.events(), first.BatchID)
+			for _, i := range idx {
+				t := ts[i]
+				cached := "0"
+				if t.Cached {
+					cached = "1"
+				}
+				keys = append(keys, s.k.task(t.ID))
+				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, cached)
 			}
-			cmds[i] = finishScript.EvalSha(ctx, p, []string{s.k.task(t.ID), bk, ok},
-				string(t.State), now, batched, s.k.events(), t.ID, t.BatchID,
-				string(t.Result), t.Code, t.Msg, cached, owned)
+			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: finish: %w", err)
 	}
-	return scriptStates(cmds)
+	states := make([]State, len(ts))
+	for g, c := range cmds {
+		v, err := c.StringSlice()
+		if err != nil || len(v) != len(groups[g]) {
+			return nil, fmt.Errorf("store: finish script: %v (%d values for %d tasks)", err, len(v), len(groups[g]))
+		}
+		for j, i := range groups[g] {
+			states[i] = State(v[j])
+		}
+	}
+	return states, nil
 }
 
 // pipelineScripts runs a pipeline of EVALSHA calls. Script.Run cannot
@@ -444,7 +513,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startScript, finishScript, reserveScript, submitScript} {
+		for _, sc := range []*redis.Script{startScript, finishScript, startManyScript, finishManyScript, reserveScript, submitScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
@@ -457,18 +526,6 @@ func (s *Store) batchKey(t Transition) (string, string) {
 		return s.k.task(t.ID), "0"
 	}
 	return s.k.batch(t.BatchID), "1"
-}
-
-func scriptStates(cmds []*redis.Cmd) ([]State, error) {
-	out := make([]State, len(cmds))
-	for i, c := range cmds {
-		v, err := c.Text()
-		if err != nil {
-			return nil, fmt.Errorf("store: script: %w", err)
-		}
-		out[i] = State(v)
-	}
-	return out, nil
 }
 
 // Cancel cancels a task that has not ended and announces it to workers,

@@ -278,3 +278,216 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 		t.Fatalf("start did not return the cached result: %s", hits[0])
 	}
 }
+
+// TestChunkDeliveredTwice delivers one chunk of 300 items of a batch twice,
+// concurrently, as a redelivered chunk task would be: some items were
+// answered from the cache when the batch was created, some were canceled
+// before any worker started them, and the rest are completed or failed.
+// Every item must end and be counted, announced and given back to its
+// owner's quota exactly once.
+func TestChunkDeliveredTwice(t *testing.T) {
+	t.Parallel()
+	srvOnce.Do(func() { srv = redistest.Start(&testing.T{}) })
+	rdb := srv.Client(t)
+	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
+	s, ctx := store.New(rdb, store.Options{Prefix: prefix}), context.Background()
+
+	const (
+		n        = 300
+		cachedN  = 20 // items 0..19: completed from the cache at creation
+		canceled = 30 // items 20..49: canceled before start
+		extra    = 5  // alice's other pending tasks, which must stay counted
+	)
+	// Seed the cache with one answer that item 62 will find at start.
+	s.CreateTask(ctx, store.NewTask{ID: "seed", Kind: "sliding"})
+	s.Start(ctx, []store.Transition{{ID: "seed"}}, nil)
+	s.Finish(ctx, []store.Transition{{ID: "seed", State: store.StateCompleted, Result: json.RawMessage(`{"moves":7}`)}}, []string{"ck-hit"})
+
+	items := make([]store.NewTask, n)
+	for i := range items {
+		items[i] = store.NewTask{ID: fmt.Sprintf("i%03d", i), Kind: "sliding", Owner: "alice"}
+		if i < cachedN {
+			items[i].Result = json.RawMessage(`{"moves":0}`)
+		}
+	}
+	if err := s.ReservePending(ctx, "alice", n-cachedN+extra, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateBatch(ctx, store.NewBatch{ID: "b", Owner: "alice"}, items); err != nil {
+		t.Fatal(err)
+	}
+
+	// Count every event on the channel, from a subscription confirmed
+	// before anything ends, and wake long-poll waiters through a Hub.
+	ps := rdb.Subscribe(ctx, prefix+"events")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events := map[string]int{}
+	var evMu sync.Mutex
+	evCh := ps.Channel()
+	go func() {
+		for m := range evCh {
+			evMu.Lock()
+			events[m.Payload]++
+			evMu.Unlock()
+		}
+	}()
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hub := store.NewHub()
+	go s.ListenEvents(lctx, hub)
+	time.Sleep(100 * time.Millisecond) // let the Hub's subscription register
+	fired := make([]<-chan struct{}, n)
+	for i := cachedN; i < n; i++ {
+		ch, release := hub.Wait(store.TaskEventKey(items[i].ID))
+		defer release()
+		fired[i] = ch
+	}
+	batchDone, releaseB := hub.Wait(store.BatchEventKey("b"))
+	defer releaseB()
+
+	for i := cachedN; i < cachedN+canceled; i++ {
+		if prev, err := s.Cancel(ctx, items[i].ID, "b", "alice"); err != nil || prev != store.StatePending {
+			t.Fatalf("cancel %s: %v %v", items[i].ID, prev, err)
+		}
+	}
+
+	ts := make([]store.Transition, n)
+	keys := make([]string, n)
+	for i := range ts {
+		ts[i] = store.Transition{ID: items[i].ID, BatchID: "b", Owner: "alice"}
+		keys[i] = fmt.Sprintf("ck%03d", i)
+	}
+	keys[62] = "ck-hit"
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ended = map[string]int{}
+	)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prev, hits, err := s.Start(ctx, ts, keys)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var done []store.Transition
+			var dkeys []string
+			for i, p := range prev {
+				switch {
+				case i < cachedN && p != store.StateCompleted, i >= cachedN && i < cachedN+canceled && p != store.StateCanceled:
+					t.Errorf("start of %s: previous state %q", items[i].ID, p)
+				}
+				if p != store.StatePending && p != store.StateActive {
+					continue
+				}
+				if i == 62 && string(hits[i]) != `{"moves":7}` {
+					t.Errorf("item 62: no cache hit: %q", hits[i])
+				}
+				tr := ts[i]
+				if hits[i] != nil { // answered from the cache, as the handler does
+					tr.State, tr.Result, tr.Cached = store.StateCompleted, hits[i], true
+				} else if i%3 == 0 {
+					tr.State, tr.Code, tr.Msg = store.StateFailed, "timeout", "slow"
+				} else {
+					tr.State, tr.Result = store.StateCompleted, json.RawMessage(fmt.Sprintf(`{"moves":%d}`, i))
+				}
+				done = append(done, tr)
+				dkeys = append(dkeys, keys[i])
+			}
+			fprev, err := s.Finish(ctx, done, dkeys)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for j, p := range fprev {
+				if p == store.StatePending || p == store.StateActive {
+					ended[done[j].ID]++
+				}
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+
+	wantCompleted, wantFailed := cachedN, 0
+	for i := cachedN + canceled; i < n; i++ {
+		if ended[items[i].ID] != 1 {
+			t.Errorf("%s ended by %d deliveries, want 1", items[i].ID, ended[items[i].ID])
+		}
+		if i%3 == 0 {
+			wantFailed++
+		} else {
+			wantCompleted++
+		}
+	}
+	b, err := s.GetBatch(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.State]int{store.StatePending: 0, store.StateActive: 0, store.StateCompleted: wantCompleted,
+		store.StateFailed: wantFailed, store.StateCanceled: canceled}
+	for st, c := range want {
+		if b.Counts[st] != c {
+			t.Errorf("count %s = %d, want %d (all: %v)", st, b.Counts[st], c, b.Counts)
+		}
+	}
+	if !b.Done() || b.DoneAt.IsZero() {
+		t.Errorf("batch not done: %+v", b)
+	}
+	if e, _ := rdb.HGet(ctx, prefix+"batch:b", "ended").Int(); e != n {
+		t.Errorf("ended = %d, want %d", e, n)
+	}
+	if p, _ := s.Pending(ctx, "alice"); p != extra {
+		t.Errorf("alice's pending count = %d, want %d", p, extra)
+	}
+	recs, _ := s.GetMany(ctx, []string{items[25].ID, items[62].ID, items[61].ID, items[63].ID})
+	if r := recs[0]; r.State != store.StateCanceled || r.Attempts != 0 || !r.StartedAt.IsZero() {
+		t.Errorf("canceled item was started: %+v", r)
+	}
+	if r := recs[1]; r.State != store.StateCompleted || string(r.Result) != `{"moves":7}` || !r.Cached {
+		t.Errorf("item 62: %+v", r)
+	}
+	if r := recs[2]; r.State != store.StateCompleted || string(r.Result) != `{"moves":61}` || r.CompletedAt.IsZero() || r.Attempts < 1 {
+		t.Errorf("item 61: %+v", r)
+	}
+	if r := recs[3]; r.State != store.StateFailed || r.ErrCode != "timeout" || r.ErrMsg != "slow" || r.Result != nil {
+		t.Errorf("item 63: %+v", r)
+	}
+	if hit, _ := s.CachedResults(ctx, []string{keys[61]}); string(hit[0]) != `{"moves":61}` {
+		t.Errorf("result of item 61 not cached: %s", hit[0])
+	}
+
+	for i := cachedN; i < n; i++ {
+		select {
+		case <-fired[i]:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no event woke the waiter of %s", items[i].ID)
+		}
+	}
+	select {
+	case <-batchDone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no batch event")
+	}
+	time.Sleep(100 * time.Millisecond) // let stray duplicates arrive
+	evMu.Lock()
+	defer evMu.Unlock()
+	for i := range items {
+		want := 1
+		if i < cachedN {
+			want = 0 // ended at creation: never announced
+		}
+		if got := events["t:"+items[i].ID]; got != want {
+			t.Errorf("%d events for %s, want %d", got, items[i].ID, want)
+		}
+	}
+	if events["b:b"] != 1 {
+		t.Errorf("%d batch events, want 1", events["b:b"])
+	}
+}
