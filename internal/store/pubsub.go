@@ -64,7 +64,7 @@ func (h *Hub) Waiting() int {
 }
 
 // TaskEventKey and BatchEventKey are the Hub keys for the events that
-// finishScript publishes.
+// finishManyScript publishes.
 func TaskEventKey(id string) string  { return "t:" + id }
 func BatchEventKey(id string) string { return "b:" + id }
 

@@ -7,83 +7,6 @@ import "github.com/redis/go-redis/v9"
 // message change together or not at all, and a task delivered twice moves
 // (and counts) once.
 
-// startScript marks a task active, counts the attempt and looks its
-// answer up in the cache, all in one round trip.
-//
-// KEYS[1] task hash
-// KEYS[2] batch hash (the task hash again when the task has no batch)
-// KEYS[3] the cache entry of the puzzle (the task hash again when unknown)
-// ARGV[1] now, Unix milliseconds
-// ARGV[2] "1" when the task belongs to a batch
-// ARGV[3] "1" when KEYS[3] is a cache entry
-//
-// Returns {state before the call, cached result or ""}; the state is ""
-// when the record does not exist. Only "pending" and "active" mean the
-// caller may run the task.
-var startScript = redis.NewScript(`
-local cur = redis.call('HGET', KEYS[1], 'state')
-if not cur then return {'', ''} end
-if cur ~= 'pending' and cur ~= 'active' then return {cur, ''} end
-redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSETNX', KEYS[1], 'started_at', ARGV[1])
-if cur == 'pending' then
-  redis.call('HSET', KEYS[1], 'state', 'active')
-  if ARGV[2] == '1' then
-    redis.call('HINCRBY', KEYS[2], 'pending', -1)
-    redis.call('HINCRBY', KEYS[2], 'active', 1)
-  end
-end
-local hit = ''
-if ARGV[3] == '1' then hit = redis.call('GET', KEYS[3]) or '' end
-return {cur, hit}
-`)
-
-// finishScript moves a task to a terminal state, updates its batch's
-// counts and announces the change.
-//
-// KEYS[1] task hash
-// KEYS[2] batch hash (the task hash again when the task has no batch)
-// KEYS[3] the owner's pending counter (the task hash again when none)
-//
-// ARGV[1] new state: completed, failed or canceled
-// ARGV[2] now, Unix milliseconds
-// ARGV[3] "1" when the task belongs to a batch
-// ARGV[4] events channel
-// ARGV[5] task ID
-// ARGV[6] batch ID ("" when none)
-// ARGV[7] result JSON ("" when none)
-// ARGV[8] error code ("" when none)
-// ARGV[9] error message
-// ARGV[10] "1" when the result came from the cache
-// ARGV[11] "1" when the task has an owner whose pending count to lower
-//
-// Returns the state before the call; "" when the record does not exist.
-// The move happened only when that state is "pending" or "active"; any
-// other value means the task had already ended and nothing changed.
-var finishScript = redis.NewScript(`
-local cur = redis.call('HGET', KEYS[1], 'state')
-if not cur then return '' end
-if cur ~= 'pending' and cur ~= 'active' then return cur end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'completed_at', ARGV[2])
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[7]) end
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'err_code', ARGV[8], 'err_msg', ARGV[9]) end
-if ARGV[10] == '1' then redis.call('HSET', KEYS[1], 'cached', '1') end
-redis.call('PUBLISH', ARGV[4], 't:' .. ARGV[5])
-if ARGV[11] == '1' then
-  if redis.call('DECR', KEYS[3]) < 0 then redis.call('SET', KEYS[3], 0) end
-end
-if ARGV[3] == '1' then
-  redis.call('HINCRBY', KEYS[2], cur, -1)
-  redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-  local ended = redis.call('HINCRBY', KEYS[2], 'ended', 1)
-  if ended == tonumber(redis.call('HGET', KEYS[2], 'total')) then
-    redis.call('HSET', KEYS[2], 'done_at', ARGV[2])
-    redis.call('PUBLISH', ARGV[4], 'b:' .. ARGV[6])
-  end
-end
-return cur
-`)
-
 // reserveScript admits n more pending tasks for an owner unless that would
 // pass the quota.
 //
@@ -133,11 +56,12 @@ if hit then return {1, hit} end
 return {0, ''}
 `)
 
-// startManyScript is startScript for up to maxPerScript tasks of one batch
-// (or of no batch) in one call: per task it does exactly what startScript
-// does (with one HMGET and one HSET per task), but looks the cached
-// answers up with one MGET and moves the batch's counts with one HINCRBY
-// per state for the whole call instead of per task.
+// startManyScript marks up to maxPerScript tasks of one batch (or of no
+// batch) active in one call. Per task: a task that is pending or active
+// counts an attempt, gets started_at once and becomes active; a task in
+// any other state (or gone) is left alone, so only pending and active
+// tasks may run. The cached answers are looked up with one MGET, and the
+// batch's counts move with one HINCRBY per state for the whole call.
 //
 // KEYS[1] batch hash (the first task hash when the tasks have no batch)
 // KEYS[2i], KEYS[2i+1] for task i = 1..n: its task hash, and the cache
@@ -192,10 +116,12 @@ end
 return out
 `)
 
-// finishManyScript is finishScript for up to maxPerScript tasks of one
-// batch (or of no batch) and one owner (or none) in one call: per task it
-// does exactly what finishScript does (the state check, the record's
-// fields, the "t:<id>" event), and then, once for the whole call, lowers
+// finishManyScript ends up to maxPerScript tasks of one batch (or of no
+// batch) and one owner (or none) in one call. Per task: only a pending or
+// active task moves to its terminal state (so a duplicate delivery or a
+// cancel that won changes and counts nothing), with its result or error
+// and completed_at, and "t:<id>" is published for long polls. Then, once
+// for the whole call, it lowers
 // the owner's pending counter by the number of tasks it ended (never below
 // zero), moves the batch's counts with one HINCRBY per state, and when
 // this call ended the batch's last task sets done_at and publishes

@@ -513,7 +513,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startScript, finishScript, startManyScript, finishManyScript, reserveScript, submitScript} {
+		for _, sc := range []*redis.Script{startManyScript, finishManyScript, reserveScript, submitScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}

@@ -24,7 +24,9 @@ func newStore(t *testing.T) (*store.Store, context.Context) {
 	// redistest ties cleanup to a test; the package-wide server lives for
 	// the whole run and is stopped when the test binary exits.
 	rdb := srv.Client(t)
-	return store.New(rdb, store.Options{Prefix: "t:" + t.Name() + ":"}), context.Background()
+	// A fresh prefix per run, so -count=N does not see an earlier run's keys.
+	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
+	return store.New(rdb, store.Options{Prefix: prefix}), context.Background()
 }
 
 func TestMain(m *testing.M) {
