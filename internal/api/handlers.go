@@ -179,21 +179,28 @@ func ownerOf(c *gin.Context) string { return c.GetString(ctxOwner) }
 
 const ctxOwner = "puzzleq.owner"
 
-// loadTask reads a task the caller may see. Another owner's task is "not
-// found", so IDs reveal nothing.
+// loadTask reads a task the caller may see.
 func (s *Server) loadTask(c *gin.Context) (*store.Task, error) {
+	return loadOwned(c, s.store.Get, func(t *store.Task) string { return t.Owner })
+}
+
+// loadOwned reads the record named by the path's id for the caller. A
+// malformed ID never reaches Redis, and another owner's record is "not
+// found", never "forbidden", so IDs reveal nothing.
+func loadOwned[T any](c *gin.Context, get func(context.Context, string) (T, error), owner func(T) string) (T, error) {
+	var zero T
 	id := c.Param("id")
 	if !validID(id) {
-		return nil, store.ErrNotFound
+		return zero, store.ErrNotFound
 	}
-	t, err := s.store.Get(c.Request.Context(), id)
+	v, err := get(c.Request.Context(), id)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	if t.Owner != ownerOf(c) {
-		return nil, store.ErrNotFound
+	if owner(v) != ownerOf(c) {
+		return zero, store.ErrNotFound
 	}
-	return t, nil
+	return v, nil
 }
 
 func (s *Server) getTask(c *gin.Context) {
@@ -614,18 +621,7 @@ func (s *Server) waitBatch(ctx context.Context, b *store.Batch, wait time.Durati
 
 // loadBatch reads a batch the caller may see.
 func (s *Server) loadBatch(c *gin.Context) (*store.Batch, error) {
-	id := c.Param("id")
-	if !validID(id) {
-		return nil, store.ErrNotFound
-	}
-	b, err := s.store.GetBatch(c.Request.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if b.Owner != ownerOf(c) {
-		return nil, store.ErrNotFound
-	}
-	return b, nil
+	return loadOwned(c, s.store.GetBatch, func(b *store.Batch) string { return b.Owner })
 }
 
 // BatchResource is the JSON form of a batch.
