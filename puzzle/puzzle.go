@@ -165,10 +165,25 @@ func (p *Parsed) Solve(ctx context.Context) (json.RawMessage, error) {
 	return b, nil
 }
 
-// Decode parses one JSON request strictly (unknown fields and trailing
-// data are rejected) and validates it. Errors are *solvers.InputError with
-// Field as a JSON path from the request root ("puzzle.board[2]").
+// Decode parses one JSON request strictly (unknown fields, duplicate keys
+// and trailing data are rejected) and validates it. Errors are
+// *solvers.InputError with Field as a JSON path from the request root
+// ("puzzle.board[2]").
 func Decode(data []byte) (*Parsed, error) {
+	var req Request
+	if err := strictUnmarshal(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkDuplicateKeys(data); err != nil {
+		return nil, err
+	}
+	return Parse(req)
+}
+
+// DecodePayload is Decode for bytes already known to hold no duplicate
+// keys, so they are not scanned again: an item of a batch whose whole body
+// CheckDuplicateKeys has scanned, or a task payload built by Payload.
+func DecodePayload(data []byte) (*Parsed, error) {
 	var req Request
 	if err := strictUnmarshal(data, &req); err != nil {
 		return nil, err
@@ -308,6 +323,8 @@ func decodePart(data []byte, v any, field string) error {
 
 // strictUnmarshal decodes exactly one JSON value, rejecting unknown fields
 // (a misspelt "optoins" must not be silently ignored) and trailing data.
+// Duplicate keys are checked once per request, by Decode, over the whole
+// request; the parts it decodes are not scanned again.
 func strictUnmarshal(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -317,7 +334,7 @@ func strictUnmarshal(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "unexpected data after the JSON value"}
 	}
-	return checkDuplicateKeys(data)
+	return nil
 }
 
 // CheckDuplicateKeys rejects JSON with a key repeated in one object, for

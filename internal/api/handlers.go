@@ -426,7 +426,8 @@ func (s *Server) decodeJSONBatch(body []byte) ([]*puzzle.Parsed, error) {
 	}
 	reqs := make([]*puzzle.Parsed, len(br.Tasks))
 	for i, raw := range br.Tasks {
-		p, err := puzzle.Decode(raw)
+		// The whole body was scanned for duplicate keys above.
+		p, err := puzzle.DecodePayload(raw)
 		if err != nil {
 			return nil, puzzle.PrefixField(err, "tasks["+strconv.Itoa(i)+"]")
 		}
