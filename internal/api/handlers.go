@@ -609,12 +609,15 @@ func (s *Server) enqueueAll(ctx context.Context, ts []*asynq.Task) error {
 	return firstErr
 }
 
-// waitBatch holds until batch b is done or wait runs out (no wait: at
-// once) and returns its latest record.
-func (s *Server) waitBatch(ctx context.Context, b *store.Batch, wait time.Duration) (*store.Batch, error) {
-	if wait <= 0 || b.Done() {
-		return b, nil
+// loadBatchWaiting reads a batch the caller may see and, with a wait,
+// holds until it is done or the wait runs out, returning its latest
+// record.
+func (s *Server) loadBatchWaiting(c *gin.Context, wait time.Duration) (*store.Batch, error) {
+	b, err := s.loadBatch(c)
+	if err != nil || wait <= 0 || b.Done() {
+		return b, err
 	}
+	ctx := c.Request.Context()
 	return waitFor(ctx, s.waiter, store.BatchEventKey(b.ID), wait,
 		func() (*store.Batch, error) { return s.store.GetBatch(ctx, b.ID) },
 		func(b *store.Batch) bool { return b.Done() })
@@ -654,16 +657,12 @@ func (s *Server) getBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	b, err := s.loadBatch(c)
+	b, err := s.loadBatchWaiting(c, wait)
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	ctx := c.Request.Context()
-	if b, err = s.waitBatch(ctx, b, wait); err != nil {
-		fail(c, err)
-		return
-	}
 	ids, err := s.store.BatchItems(ctx, b.ID, cursor, limit)
 	if err != nil {
 		fail(c, err)
@@ -741,16 +740,12 @@ func (s *Server) batchOutput(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	b, err := s.loadBatch(c)
+	b, err := s.loadBatchWaiting(c, wait)
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	ctx := c.Request.Context()
-	if b, err = s.waitBatch(ctx, b, wait); err != nil {
-		fail(c, err)
-		return
-	}
 	if !b.Done() {
 		fail(c, newError(http.StatusConflict, CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
 			b.Counts[store.StateCompleted]+b.Counts[store.StateFailed]+b.Counts[store.StateCanceled], b.Total))
