@@ -346,9 +346,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // ErrorHandler marks the record failed when asynq gives up on a task
 // after its last retry, so no record stays "active" forever. It is
 // asynq's ErrorHandler hook.
-func (h *Handler) ErrorHandler(st interface {
-	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
-}) asynq.ErrorHandlerFunc {
+func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 	return func(ctx context.Context, t *asynq.Task, err error) {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxR, _ := asynq.GetMaxRetry(ctx)
@@ -379,7 +377,7 @@ func (h *Handler) ErrorHandler(st interface {
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, ferr := st.Finish(wctx, ts, nil); ferr != nil {
+		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {
 			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
 		}
 	}

@@ -236,3 +236,19 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		t.Fatalf("after redelivery: %v", b.Counts)
 	}
 }
+
+// When asynq gives up on a task (retries exhausted; a plain context
+// reports 0 of 0 retries), the record must not stay active forever.
+func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultLimits())
+	task := f.single(t, "gave-up", sample8)
+	if _, _, err := f.store.Start(f.ctx, []store.Transition{{ID: "gave-up"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.handler.ErrorHandler()(f.ctx, task, errors.New("redis: connection refused"))
+	tk, _ := f.store.Get(f.ctx, "gave-up")
+	if tk.State != store.StateFailed || tk.ErrCode != CodeInternal {
+		t.Fatalf("after the last retry: %+v", tk)
+	}
+}

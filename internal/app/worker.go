@@ -85,7 +85,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		// crash and outage recovery goes through the retry set.
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
-		ErrorHandler:             h.ErrorHandler(w.store),
+		ErrorHandler:             h.ErrorHandler(),
 		RetryDelayFunc:           retryDelay,
 		Logger:                   asynqLogger{log.With("component", "asynq")},
 		HealthCheckFunc: func(err error) {
