@@ -148,20 +148,6 @@ func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
 	return f
 }
 
-// CreateTask writes a single task's record.
-func (s *Store) CreateTask(ctx context.Context, t NewTask) error {
-	now := ms(s.now())
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.k.task(t.ID), s.newTaskFields(t, "", now)...)
-		p.Expire(ctx, s.k.task(t.ID), s.taskTTL)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store: create task %s: %w", t.ID, err)
-	}
-	return nil
-}
-
 // CreateBatch writes a batch and all its items' records in one MULTI/EXEC,
 // so a batch is either wholly recorded or not at all.
 func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) error {

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 func TestTaskLifecycle(t *testing.T) {
 	t.Parallel()
 	s, ctx := newStore(t)
-	if err := s.CreateTask(ctx, store.NewTask{ID: "a", Kind: "sliding", CacheKey: "k1"}); err != nil {
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "a", Kind: "sliding", CacheKey: "k1"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Get(ctx, "a")
@@ -149,7 +149,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let both subscriptions register
 
 	for _, id := range []string{"pending", "running"} {
-		if err := s.CreateTask(ctx, store.NewTask{ID: id, Kind: "sweep"}); err != nil {
+		if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: id, Kind: "sweep"}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -192,7 +192,7 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	r := redistest.Start(t)
 	s := store.New(r.Client(t), store.Options{})
 	ctx := context.Background()
-	if err := s.CreateTask(ctx, store.NewTask{ID: "x", Kind: "fill"}); err != nil {
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "x", Kind: "fill"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Start(ctx, []store.Transition{{ID: "x"}}, nil); err != nil {
@@ -301,7 +301,7 @@ func TestChunkDeliveredTwice(t *testing.T) {
 		extra    = 5  // alice's other pending tasks, which must stay counted
 	)
 	// Seed the cache with one answer that item 62 will find at start.
-	s.CreateTask(ctx, store.NewTask{ID: "seed", Kind: "sliding"})
+	s.SubmitTask(ctx, store.NewTask{ID: "seed", Kind: "sliding"}, 0)
 	s.Start(ctx, []store.Transition{{ID: "seed"}}, nil)
 	s.Finish(ctx, []store.Transition{{ID: "seed", State: store.StateCompleted, Result: json.RawMessage(`{"moves":7}`)}}, []string{"ck-hit"})
 
