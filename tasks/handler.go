@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers"
@@ -31,7 +32,7 @@ const (
 type Store interface {
 	Start(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, []json.RawMessage, error)
 	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
-	SetProgress(ctx context.Context, id string, p store.Progress) error
+	SetProgress(ctx context.Context, id string, p apitype.Progress) error
 }
 
 // Handler runs solve and chunk tasks.
