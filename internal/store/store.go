@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // State is a task's lifecycle state. It is the wire type, under the
@@ -308,16 +309,12 @@ func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]
 }
 
 // Transition is one move of a task to a new state, for Start and Finish.
-type Transition struct {
-	ID      string
-	BatchID string
-	Owner   string          // the API key that made the task; "" when auth is off
-	State   State           // for Finish: completed, failed or canceled
-	Result  json.RawMessage // completed
-	Code    string          // failed, canceled
-	Msg     string
-	Cached  bool
-}
+// The worker's handler declares it (with the Store interface the handler
+// needs), so the dependency runs from the store to tasks, not back up.
+type Transition = tasks.Transition
+
+// The store is what the worker's handler needs.
+var _ tasks.Store = (*Store)(nil)
 
 // maxPerScript bounds how many tasks one startManyScript or
 // finishManyScript call moves, so one call never blocks Redis for long.
