@@ -272,7 +272,7 @@ func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Ite
 			if parsed[i] != nil {
 				kind = string(parsed[i].Kind())
 			}
-			outcomeLabel := "completed"
+			outcomeLabel := string(apitype.TaskStateCompleted)
 			if outs[i].code != "" {
 				outcomeLabel = outs[i].code
 			}
