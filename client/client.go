@@ -304,25 +304,20 @@ func BatchBody(reqs []json.RawMessage) []byte {
 // SubmitBatchBody is SubmitBatch with the body already encoded (see
 // BatchBody).
 func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string) (*BatchSubmission, error) {
-	cl := call{method: http.MethodPost, path: "/v1/batches", body: body, retry: retryIfNotAccepted}
-	if idempotencyKey != "" {
-		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
-		cl.retry = retryAlways
-	}
-	var s BatchSubmission
-	h, err := c.do(ctx, cl, &s)
-	if err != nil {
-		return nil, err
-	}
-	s.Replayed = h.Get("Idempotent-Replayed") == "true"
-	return &s, nil
+	return c.submitBatch(ctx, nil, body, idempotencyKey)
 }
 
 // SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
 // as one batch: one item per case. BatchOutput then prints the judge's
 // answer.
 func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string) (*BatchSubmission, error) {
-	cl := call{method: http.MethodPost, path: "/v1/batches", query: url.Values{"format": {format}}, body: text, retry: retryIfNotAccepted}
+	return c.submitBatch(ctx, url.Values{"format": {format}}, text, idempotencyKey)
+}
+
+// submitBatch posts a batch body. Without an idempotency key it is retried
+// only when the server surely created nothing.
+func (c *Client) submitBatch(ctx context.Context, query url.Values, body []byte, idempotencyKey string) (*BatchSubmission, error) {
+	cl := call{method: http.MethodPost, path: "/v1/batches", query: query, body: body, retry: retryIfNotAccepted}
 	if idempotencyKey != "" {
 		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
 		cl.retry = retryAlways
