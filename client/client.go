@@ -11,7 +11,9 @@
 //	}
 //
 // Requests are the wire form of POST /v1/tasks, passed as raw JSON, so the
-// client never drops a field the server understands.
+// client never drops a field the server understands. The resources it
+// returns (Task, Batch, ...) are the API's wire contract, package apitype,
+// under the client's names.
 //
 // # Errors
 //
@@ -49,15 +51,20 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
+
+// TaskState is where a task is in its lifecycle; see apitype.TaskState.
+type TaskState = apitype.TaskState
 
 // Task states.
 const (
-	StatePending   = "pending"
-	StateActive    = "active"
-	StateCompleted = "completed"
-	StateFailed    = "failed"
-	StateCanceled  = "canceled"
+	StatePending   = apitype.TaskStatePending
+	StateActive    = apitype.TaskStateActive
+	StateCompleted = apitype.TaskStateCompleted
+	StateFailed    = apitype.TaskStateFailed
+	StateCanceled  = apitype.TaskStateCanceled
 )
 
 // Client talks to one puzzleq API. It is safe for concurrent use.
@@ -145,64 +152,27 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // BaseURL returns the API's base URL.
 func (c *Client) BaseURL() string { return c.base }
 
-// Task is the task resource.
-type Task struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	State       string          `json:"state"`
-	Result      json.RawMessage `json:"result"`
-	Error       *TaskError      `json:"error"`
-	Cached      bool            `json:"cached"`
-	BatchID     *string         `json:"batch_id"`
-	CreatedAt   *time.Time      `json:"created_at"`
-	StartedAt   *time.Time      `json:"started_at"`
-	CompletedAt *time.Time      `json:"completed_at"`
-	Attempts    int             `json:"attempts"`
-}
+// The resources of the API are the wire contract's (package apitype),
+// under the client's names.
+type (
+	// Task is the task resource. Terminal reports whether it has ended;
+	// Progress is set while a long search runs.
+	Task = apitype.Task
+	// TaskError says why a task failed or was canceled.
+	TaskError = apitype.TaskError
+	// Progress is a long search's latest report.
+	Progress = apitype.Progress
+	// Counts are a batch's tasks per state; Ended counts those that ended.
+	Counts = apitype.Counts
+	// Batch is the batch resource: counts, whether every task has ended,
+	// and one page of its tasks in submission order.
+	Batch = apitype.Batch
+)
 
-// Terminal reports whether the task has ended.
-func (t *Task) Terminal() bool {
-	return t.State == StateCompleted || t.State == StateFailed || t.State == StateCanceled
-}
-
-// TaskError says why a task failed.
-type TaskError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-// Counts are a batch's tasks per state.
-type Counts struct {
-	Pending   int `json:"pending"`
-	Active    int `json:"active"`
-	Completed int `json:"completed"`
-	Failed    int `json:"failed"`
-	Canceled  int `json:"canceled"`
-}
-
-// Ended is the number of tasks that have ended.
-func (c Counts) Ended() int { return c.Completed + c.Failed + c.Canceled }
-
-// Batch is the batch resource: counts, whether every task has ended, and
-// one page of its tasks in submission order.
-type Batch struct {
-	ID         string     `json:"id"`
-	Total      int        `json:"total"`
-	Counts     Counts     `json:"counts"`
-	Done       bool       `json:"done"`
-	Format     *string    `json:"format"`
-	CreatedAt  *time.Time `json:"created_at"`
-	DoneAt     *time.Time `json:"done_at"`
-	Tasks      []Task     `json:"tasks"`
-	NextCursor *string    `json:"next_cursor"`
-}
-
-// BatchSubmission is the answer to SubmitBatch.
+// BatchSubmission is the answer to SubmitBatch: the batch's ID, size and
+// task IDs.
 type BatchSubmission struct {
-	ID      string   `json:"id"`
-	Total   int      `json:"total"`
-	TaskIDs []string `json:"task_ids"`
+	apitype.BatchCreated
 	// Replayed is true when the server answered a repeated idempotency
 	// key with the batch an earlier request created.
 	Replayed bool `json:"-"`
@@ -334,25 +304,20 @@ func BatchBody(reqs []json.RawMessage) []byte {
 // SubmitBatchBody is SubmitBatch with the body already encoded (see
 // BatchBody).
 func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string) (*BatchSubmission, error) {
-	cl := call{method: http.MethodPost, path: "/v1/batches", body: body, retry: retryIfNotAccepted}
-	if idempotencyKey != "" {
-		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
-		cl.retry = retryAlways
-	}
-	var s BatchSubmission
-	h, err := c.do(ctx, cl, &s)
-	if err != nil {
-		return nil, err
-	}
-	s.Replayed = h.Get("Idempotent-Replayed") == "true"
-	return &s, nil
+	return c.submitBatch(ctx, nil, body, idempotencyKey)
 }
 
 // SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
 // as one batch: one item per case. BatchOutput then prints the judge's
 // answer.
 func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string) (*BatchSubmission, error) {
-	cl := call{method: http.MethodPost, path: "/v1/batches", query: url.Values{"format": {format}}, body: text, retry: retryIfNotAccepted}
+	return c.submitBatch(ctx, url.Values{"format": {format}}, text, idempotencyKey)
+}
+
+// submitBatch posts a batch body. Without an idempotency key it is retried
+// only when the server surely created nothing.
+func (c *Client) submitBatch(ctx context.Context, query url.Values, body []byte, idempotencyKey string) (*BatchSubmission, error) {
+	cl := call{method: http.MethodPost, path: "/v1/batches", query: query, body: body, retry: retryIfNotAccepted}
 	if idempotencyKey != "" {
 		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
 		cl.retry = retryAlways
@@ -393,9 +358,7 @@ func (c *Client) GetBatch(ctx context.Context, id, cursor string, limit int, wai
 // CancelBatch cancels every task of a batch that has not ended and returns
 // how many it canceled.
 func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
-	var r struct {
-		Canceled int `json:"canceled"`
-	}
+	var r apitype.BatchCanceled
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + url.PathEscape(id), retry: retryAlways}, &r)
 	return r.Canceled, err
 }
@@ -404,7 +367,7 @@ func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
 // judge-format batch, JSON lines of results for a JSON one. With wait > 0
 // the server first waits up to wait for the batch to end. A batch that has
 // not ended, or has a task that did not complete, is a 409 *Error with code
-// "incomplete".
+// apitype.CodeIncomplete.
 func (c *Client) BatchOutput(ctx context.Context, id string, wait time.Duration) ([]byte, error) {
 	q := url.Values{}
 	if wait > 0 {
@@ -530,7 +493,7 @@ func (c *Client) classify(policy retryPolicy, err error) (retry bool, after time
 			return true, e.RetryAfter, false
 		case e.StatusCode == http.StatusServiceUnavailable:
 			return true, e.RetryAfter, true
-		case e.StatusCode == http.StatusConflict && e.Code == "in_progress":
+		case e.StatusCode == http.StatusConflict && e.Code == apitype.CodeInProgress:
 			// An idempotent batch submission still being processed.
 			return true, e.RetryAfter, true
 		case e.StatusCode >= 500:
@@ -617,13 +580,7 @@ func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error
 
 func apiError(resp *http.Response, data []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode}
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field"`
-		} `json:"error"`
-	}
+	var body apitype.ErrorBody
 	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
 		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
 	} else {

@@ -136,3 +136,89 @@ func TestBatchBody(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A judge-format batch is sent as text with its format in the query, and
+// a key makes it retryable like a JSON batch.
+func TestSubmitJudgeBatch(t *testing.T) {
+	t.Parallel()
+	const text = "1 1\n.\n"
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != "POST" || r.URL.Path != "/v1/batches" || r.URL.Query().Get("format") != "boj9944" ||
+			r.Header.Get("Content-Type") != "text/plain; charset=utf-8" || string(body) != text || r.Header.Get("Idempotency-Key") != "k1" {
+			t.Errorf("request %s %s, Content-Type %q, key %q, body %q", r.Method, r.URL, r.Header.Get("Content-Type"), r.Header.Get("Idempotency-Key"), body)
+		}
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusBadGateway) // retried: the key makes it safe
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"id":"b9","total":1,"task_ids":["t9"]}`)
+	}))
+	defer srv.Close()
+	sub, err := client.New(srv.URL, fast()...).SubmitJudgeBatch(context.Background(), "boj9944", []byte(text), "k1")
+	if err != nil || sub.ID != "b9" || sub.Total != 1 || len(sub.TaskIDs) != 1 || !sub.Replayed || calls.Load() != 2 {
+		t.Fatalf("SubmitJudgeBatch = %+v, %v after %d calls", sub, err, calls.Load())
+	}
+}
+
+// IsNotFound is true of a 404 answer only.
+func TestIsNotFound(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/tasks/gone" {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":{"code":"not_found","message":"no such task or batch"}}`)
+			return
+		}
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":{"code":"conflict","message":"task has already ended"}}`)
+	}))
+	defer srv.Close()
+	c := client.New(srv.URL, fast()...)
+	_, err := c.Get(context.Background(), "gone", 0)
+	if !client.IsNotFound(err) {
+		t.Errorf("404: IsNotFound(%v) = false", err)
+	}
+	_, err = c.Cancel(context.Background(), "ended")
+	if err == nil || client.IsNotFound(err) {
+		t.Errorf("409: IsNotFound(%v) = true", err)
+	}
+	if client.IsNotFound(nil) || client.IsNotFound(errors.New("not found")) {
+		t.Error("IsNotFound is true of an error that is not an answer")
+	}
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// WithHTTPClient's client carries every request (e.g. for TLS settings or
+// a proxy), and the options' headers still reach the server.
+func TestWithHTTPClient(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k" || r.Header.Get("User-Agent") != "ua/1" || r.Header.Get("X-Via") != "mine" {
+			t.Errorf("headers %v", r.Header)
+		}
+		io.WriteString(w, `{"id":"abc","state":"pending"}`)
+	}))
+	defer srv.Close()
+	var through atomic.Int64
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		through.Add(1)
+		r = r.Clone(r.Context())
+		r.Header.Set("X-Via", "mine")
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	c := client.New(srv.URL, client.WithHTTPClient(hc), client.WithAPIKey("k"), client.WithUserAgent("ua/1"))
+	if tk, err := c.Get(context.Background(), "abc", 0); err != nil || tk.State != client.StatePending {
+		t.Fatalf("Get = %+v, %v", tk, err)
+	}
+	if through.Load() != 1 {
+		t.Errorf("%d requests went through the given client, want 1", through.Load())
+	}
+}

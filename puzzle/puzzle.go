@@ -20,6 +20,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/solvers"
 	"github.com/puzzleq/puzzleq/solvers/fill"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
@@ -40,8 +41,8 @@ const (
 var Kinds = []Kind{KindSliding, KindSweep, KindFill}
 
 // CodeInvalidRequest marks a request that is not even well-formed: bad
-// JSON, an unknown kind, an unknown field.
-const CodeInvalidRequest = "invalid_request"
+// JSON, an unknown kind, an unknown field. It is the wire contract's code.
+const CodeInvalidRequest = apitype.CodeInvalidRequest
 
 // Request is the wire form of one solve request.
 type Request struct {

@@ -7,31 +7,47 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
-// Failure codes stored in a failed task's error. They are part of the
-// public API.
-const (
-	CodeInvalidPuzzle  = "invalid_puzzle"
-	CodeBudgetExceeded = "budget_exceeded"
-	CodeTimeout        = "timeout"
-	CodeInternal       = "internal"
-)
-
-// Store is what the handler needs of the record store.
+// Store is what the handler needs of the record store. It is declared
+// here, by its consumer, in terms of this package and apitype only, so
+// that any store can implement it (internal/store's does) and tests can
+// fake it.
 type Store interface {
-	Start(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, []json.RawMessage, error)
-	Finish(ctx context.Context, ts []store.Transition, cacheKeys []string) ([]store.State, error)
-	SetProgress(ctx context.Context, id string, p store.Progress) error
+	// Start marks tasks active and looks their answers up in the cache
+	// (cacheKeys[i] is task i's key, "" when unknown). It returns each
+	// task's state before the call ("" for a record that no longer exists)
+	// and its cached result (nil on a miss). Only the tasks that were
+	// pending or active may run.
+	Start(ctx context.Context, ts []Transition, cacheKeys []string) ([]apitype.TaskState, []json.RawMessage, error)
+	// Finish moves tasks to the terminal states of ts, caching the result
+	// of a completed task under cacheKeys[i] when it is not "". It returns
+	// each task's state before the call: pending or active means this call
+	// ended it, anything else that it had ended already.
+	Finish(ctx context.Context, ts []Transition, cacheKeys []string) ([]apitype.TaskState, error)
+	// SetProgress records a long search's progress on a task while it is
+	// active.
+	SetProgress(ctx context.Context, id string, p apitype.Progress) error
+}
+
+// Transition is one move of a task record to a new state, for Store.Start
+// and Store.Finish.
+type Transition struct {
+	ID      string
+	BatchID string            // "" for a single task
+	Owner   string            // the API key that made the task; "" when auth is off
+	State   apitype.TaskState // for Finish: completed, failed or canceled
+	Result  json.RawMessage   // completed
+	Code    string            // failed, canceled: an apitype task error code
+	Msg     string
+	Cached  bool // completed from the cache
 }
 
 // Handler runs solve and chunk tasks.
@@ -119,14 +135,14 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 	parsed := make([]*puzzle.Parsed, len(items))
 	outs := make([]*outcome, len(items))
 	keys := make([]string, len(items))
-	ts := make([]store.Transition, len(items))
+	ts := make([]Transition, len(items))
 	for i, it := range items {
-		ts[i] = store.Transition{ID: it.ID, BatchID: batchID}
+		ts[i] = Transition{ID: it.ID, BatchID: batchID}
 		// The request is our own Payload: validated by the API and free
 		// of duplicate keys, so it is decoded without the scan.
 		p, err := puzzle.DecodePayload(it.Request)
 		if err != nil {
-			outs[i] = &outcome{code: CodeInvalidPuzzle, msg: err.Error()}
+			outs[i] = &outcome{code: apitype.CodeInvalidPuzzle, msg: err.Error()}
 			continue
 		}
 		parsed[i], keys[i] = p, p.Key()
@@ -157,7 +173,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		return nil
 	}
 	for i := range items {
-		if prev[i] != store.StatePending && prev[i] != store.StateActive {
+		if prev[i] != apitype.TaskStatePending && prev[i] != apitype.TaskStateActive {
 			continue
 		}
 		if outs[i] == nil {
@@ -194,7 +210,7 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 	defer func() {
 		if r := recover(); r != nil {
 			h.log.Error("solver panic", "kind", string(k), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			o = &outcome{code: CodeInternal, msg: "internal error while solving"}
+			o = &outcome{code: apitype.CodeInternal, msg: "internal error while solving"}
 		}
 		if h.metrics != nil && o != nil && !o.skip && parent.Err() == nil {
 			h.metrics.SolveSeconds.WithLabelValues(string(k)).Observe(time.Since(start).Seconds())
@@ -210,32 +226,32 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 	case ictx.Err() != nil:
 		return &outcome{skip: true} // canceled by a client
 	case errors.Is(err, context.DeadlineExceeded):
-		return &outcome{code: CodeTimeout, msg: fmt.Sprintf("%s solve exceeded its deadline of %s", k, h.limits.deadline(k))}
+		return &outcome{code: apitype.CodeTimeout, msg: fmt.Sprintf("%s solve exceeded its deadline of %s", k, h.limits.deadline(k))}
 	case errors.Is(err, solvers.ErrBudgetExceeded):
-		return &outcome{code: CodeBudgetExceeded, msg: err.Error()}
+		return &outcome{code: apitype.CodeBudgetExceeded, msg: err.Error()}
 	case errors.As(err, &ie):
-		return &outcome{code: CodeInvalidPuzzle, msg: ie.Error()}
+		return &outcome{code: apitype.CodeInvalidPuzzle, msg: ie.Error()}
 	default:
 		h.log.Error("solver error", "kind", string(k), "err", err)
-		return &outcome{code: CodeInternal, msg: "internal error while solving"}
+		return &outcome{code: apitype.CodeInternal, msg: "internal error while solving"}
 	}
 }
 
 // finish writes the outcomes of items idx in one round trip and counts the
 // ones this call actually ended.
 func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
-	ts := make([]store.Transition, len(idx))
+	ts := make([]Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
 		o := outs[i]
-		t := store.Transition{ID: items[i].ID, BatchID: batchID, Owner: owner}
+		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner}
 		if o.code == "" {
-			t.State, t.Result, t.Cached = store.StateCompleted, o.result, o.cached
+			t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
 			if parsed[i] != nil {
 				ckeys[j] = parsed[i].Key()
 			}
 		} else {
-			t.State, t.Code, t.Msg = store.StateFailed, o.code, o.msg
+			t.State, t.Code, t.Msg = apitype.TaskStateFailed, o.code, o.msg
 		}
 		ts[j] = t
 	}
@@ -249,14 +265,14 @@ func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Ite
 	}
 	if h.metrics != nil {
 		for j, i := range idx {
-			if prev[j] != store.StatePending && prev[j] != store.StateActive {
+			if prev[j] != apitype.TaskStatePending && prev[j] != apitype.TaskStateActive {
 				continue // a duplicate delivery: counted the first time
 			}
 			kind := "unknown"
 			if parsed[i] != nil {
 				kind = string(parsed[i].Kind())
 			}
-			outcomeLabel := "completed"
+			outcomeLabel := string(apitype.TaskStateCompleted)
 			if outs[i].code != "" {
 				outcomeLabel = outs[i].code
 			}
@@ -267,80 +283,6 @@ func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Ite
 		}
 	}
 	return nil
-}
-
-// Cancels maps running task IDs to the cancel functions of their contexts.
-type Cancels struct {
-	mu sync.Mutex
-	m  map[string][]*context.CancelFunc
-}
-
-// NewCancels returns an empty registry.
-func NewCancels() *Cancels { return &Cancels{m: map[string][]*context.CancelFunc{}} }
-
-func (c *Cancels) register(id string, cancel context.CancelFunc) (release func()) {
-	p := &cancel
-	c.mu.Lock()
-	c.m[id] = append(c.m[id], p)
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		list := c.m[id]
-		for i, q := range list {
-			if q == p {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(c.m, id)
-		} else {
-			c.m[id] = list
-		}
-	}
-}
-
-// Cancel cancels every running solve of task id in this process.
-func (c *Cancels) Cancel(id string) {
-	c.mu.Lock()
-	list := append([]*context.CancelFunc(nil), c.m[id]...)
-	c.mu.Unlock()
-	for _, p := range list {
-		(*p)()
-	}
-}
-
-// Running returns how many task IDs are registered, for tests.
-func (c *Cancels) Running() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
-
-// Metrics are the worker's Prometheus metrics.
-type Metrics struct {
-	Tasks        *prometheus.CounterVec
-	CacheHits    prometheus.Counter
-	SolveSeconds *prometheus.HistogramVec
-}
-
-// NewMetrics registers the worker metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "puzzleq_tasks_total", Help: "Tasks ended by a worker, by kind and outcome (completed or a failure code).",
-		}, []string{"kind", "outcome"}),
-		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "puzzleq_worker_cache_hits_total", Help: "Items a worker answered from the cache instead of solving.",
-		}),
-		SolveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "puzzleq_solve_duration_seconds", Help: "Time spent in a solver per item.",
-			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
-		}, []string{"kind"}),
-	}
-	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds)
-	return m
 }
 
 // ErrorHandler marks the record failed when asynq gives up on a task
@@ -370,9 +312,9 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 			}
 			batchID, owner, items = p.BatchID, p.Owner, []Item{p.Item}
 		}
-		ts := make([]store.Transition, len(items))
+		ts := make([]Transition, len(items))
 		for i, it := range items {
-			ts[i] = store.Transition{ID: it.ID, BatchID: batchID, Owner: owner, State: store.StateFailed, Code: CodeInternal,
+			ts[i] = Transition{ID: it.ID, BatchID: batchID, Owner: owner, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
 				Msg: "gave up after repeated infrastructure errors"}
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -11,24 +11,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 type fixture struct {
 	store   *store.Store
-	handler *Handler
-	metrics *Metrics
-	ctx     context.Context
+	handler *tasks.Handler
+	metrics *tasks.Metrics
+	cancels *tasks.Cancels
+	limits  tasks.Limits // the handler's: changing a map entry changes its limits
+	// solve is the handler's solve function; tests replace it to provoke
+	// failures.
+	solve *func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error)
+	ctx   context.Context
 }
 
-func newFixture(t *testing.T, l Limits) *fixture {
+func newFixture(t *testing.T, l tasks.Limits) *fixture {
 	t.Helper()
 	r := redistest.Start(t)
 	st := store.New(r.Client(t), store.Options{})
-	m := NewMetrics(prometheus.NewRegistry())
-	return &fixture{store: st, handler: NewHandler(st, NewCancels(), l, m, nil), metrics: m, ctx: context.Background()}
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	c := tasks.NewCancels()
+	h := tasks.NewHandler(st, c, l, m, nil)
+	return &fixture{store: st, handler: h, metrics: m, cancels: c, limits: l, solve: tasks.SolveFnOf(h), ctx: context.Background()}
 }
 
 func mustParse(t *testing.T, req string) *puzzle.Parsed {
@@ -49,7 +58,7 @@ func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
 	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind())}, 0); err != nil {
 		t.Fatal(err)
 	}
-	task, err := NewSolveTask(id, "", "", p, QueueInteractive, DefaultLimits())
+	task, err := tasks.NewSolveTask(id, "", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +69,7 @@ const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}
 
 func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, DefaultLimits())
+	f := newFixture(t, tasks.DefaultLimits())
 	reqs := []string{sample8, `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`}
 	ids := []string{"a1", "a2"}
 	parsed := []*puzzle.Parsed{mustParse(t, reqs[0]), mustParse(t, reqs[1])}
@@ -68,7 +77,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "b1"}, items); err != nil {
 		t.Fatal(err)
 	}
-	chunk, err := NewChunkTask("b1", "", ids, parsed, QueueBulk, DefaultLimits())
+	chunk, err := tasks.NewChunkTask("b1", "", ids, parsed, tasks.QueueBulk, tasks.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,13 +105,13 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 
 func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, DefaultLimits())
+	f := newFixture(t, tasks.DefaultLimits())
 	first := f.single(t, "c1", sample8)
 	if err := f.handler.ProcessTask(f.ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	calls := 0
-	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	*f.solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		calls++
 		return p.Solve(ctx)
 	}
@@ -120,10 +129,10 @@ func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 
 func TestFailuresAreFinalWithCodes(t *testing.T) {
 	t.Parallel()
-	l := DefaultLimits()
+	l := tasks.DefaultLimits()
 	l.MaxNodes[puzzle.KindSweep] = 5
 	f := newFixture(t, l)
-	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	*f.solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		switch p.Kind() {
 		case puzzle.KindFill:
 			panic("boom")
@@ -133,11 +142,11 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 		}
 		return p.Solve(ctx)
 	}
-	f.handler.limits.Deadline[puzzle.KindSliding] = 20 * time.Millisecond
+	f.limits.Deadline[puzzle.KindSliding] = 20 * time.Millisecond
 	for _, tc := range []struct{ id, req, code string }{
-		{"budget", `{"kind":"sweep","puzzle":{"board":["........","........","........"]}}`, CodeBudgetExceeded},
-		{"panic", `{"kind":"fill","puzzle":{"game_board":[[0]],"table":[[1]]}}`, CodeInternal},
-		{"slow", sample8, CodeTimeout},
+		{"budget", `{"kind":"sweep","puzzle":{"board":["........","........","........"]}}`, apitype.CodeBudgetExceeded},
+		{"panic", `{"kind":"fill","puzzle":{"game_board":[[0]],"table":[[1]]}}`, apitype.CodeInternal},
+		{"slow", sample8, apitype.CodeTimeout},
 	} {
 		if err := f.handler.ProcessTask(f.ctx, f.single(t, tc.id, tc.req)); err != nil {
 			t.Fatalf("%s: a final failure must not ask asynq to retry: %v", tc.id, err)
@@ -151,15 +160,15 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "bad", Kind: "sliding"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := json.Marshal(SolvePayload{Item: Item{ID: "bad", Request: json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[9]]}}`)}})
-	if err := f.handler.ProcessTask(f.ctx, asynq.NewTask(TypeSliding, raw)); err != nil {
+	raw, _ := json.Marshal(tasks.SolvePayload{Item: tasks.Item{ID: "bad", Request: json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[9]]}}`)}})
+	if err := f.handler.ProcessTask(f.ctx, asynq.NewTask(tasks.TypeSliding, raw)); err != nil {
 		t.Fatal(err)
 	}
-	if tk, _ := f.store.Get(f.ctx, "bad"); tk.ErrCode != CodeInvalidPuzzle {
+	if tk, _ := f.store.Get(f.ctx, "bad"); tk.ErrCode != apitype.CodeInvalidPuzzle {
 		t.Errorf("bad payload: %+v", tk)
 	}
 	// A payload with no record ID can only be dropped.
-	err := f.handler.ProcessTask(f.ctx, asynq.NewTask(TypeSweep, []byte(`{`)))
+	err := f.handler.ProcessTask(f.ctx, asynq.NewTask(tasks.TypeSweep, []byte(`{`)))
 	if !errors.Is(err, asynq.SkipRetry) {
 		t.Errorf("garbage payload: %v", err)
 	}
@@ -167,9 +176,9 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 
 func TestCancelStopsARunningSolve(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, DefaultLimits())
+	f := newFixture(t, tasks.DefaultLimits())
 	started := make(chan struct{})
-	f.handler.solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	*f.solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		close(started)
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -182,7 +191,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 		t.Fatalf("cancel: %v %v", prev, err)
 	}
 	at := time.Now()
-	f.handler.cancels.Cancel("run") // what the pub/sub listener does
+	f.cancels.Cancel("run") // what the pub/sub listener does
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -195,14 +204,14 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != store.StateCanceled {
 		t.Fatalf("record: %+v", tk)
 	}
-	if f.handler.cancels.Running() != 0 {
+	if f.cancels.Running() != 0 {
 		t.Fatal("cancel registration leaked")
 	}
 }
 
 func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, DefaultLimits())
+	f := newFixture(t, tasks.DefaultLimits())
 	ids := []string{"s1", "s2"}
 	parsed := []*puzzle.Parsed{mustParse(t, sample8), mustParse(t, `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)}
 	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "sb"}, []store.NewTask{{ID: "s1", Kind: "sliding"}, {ID: "s2", Kind: "sliding"}}); err != nil {
@@ -210,7 +219,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	n := 0
-	f.handler.solveFn = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	*f.solve = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		n++
 		if n == 2 {
 			cancel() // the worker shuts down during the second item
@@ -218,7 +227,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		}
 		return p.Solve(sctx)
 	}
-	chunk, _ := NewChunkTask("sb", "", ids, parsed, QueueBulk, DefaultLimits())
+	chunk, _ := tasks.NewChunkTask("sb", "", ids, parsed, tasks.QueueBulk, tasks.DefaultLimits())
 	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
 		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
 	}
@@ -229,7 +238,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		t.Fatalf("interrupted item: %+v", tk)
 	}
 	// The redelivery finishes the rest, without counting s1 twice.
-	f.handler.solveFn = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(sctx) }
+	*f.solve = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(sctx) }
 	if err := f.handler.ProcessTask(f.ctx, chunk); err != nil {
 		t.Fatal(err)
 	}
@@ -243,14 +252,14 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 // reports 0 of 0 retries), the record must not stay active forever.
 func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, DefaultLimits())
+	f := newFixture(t, tasks.DefaultLimits())
 	task := f.single(t, "gave-up", sample8)
 	if _, _, err := f.store.Start(f.ctx, []store.Transition{{ID: "gave-up"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.handler.ErrorHandler()(f.ctx, task, errors.New("redis: connection refused"))
 	tk, _ := f.store.Get(f.ctx, "gave-up")
-	if tk.State != store.StateFailed || tk.ErrCode != CodeInternal {
+	if tk.State != store.StateFailed || tk.ErrCode != apitype.CodeInternal {
 		t.Fatalf("after the last retry: %+v", tk)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // progressEvery bounds how often one task's progress is written: a search
@@ -36,7 +36,7 @@ func (h *Handler) reportProgress(ctx context.Context, id string) func(bound int,
 			defer inFlight.Store(false)
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			if err := h.store.SetProgress(wctx, id, store.Progress{Bound: bound, Nodes: nodes}); err != nil {
+			if err := h.store.SetProgress(wctx, id, apitype.Progress{Bound: bound, Nodes: nodes}); err != nil {
 				h.log.Debug("progress not recorded", "task_id", id, "err", err)
 			}
 		}()

@@ -9,18 +9,9 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
-
-// taskResource is the part of the API's task resource loadgen reads.
-type taskResource struct {
-	ID    string          `json:"id"`
-	State string          `json:"state"`
-	Error json.RawMessage `json:"error"`
-}
-
-func (t *taskResource) terminal() bool {
-	return t.State == "completed" || t.State == "failed" || t.State == "canceled"
-}
 
 // Bounds on every request loop.
 const (
@@ -82,9 +73,9 @@ func (lg *loadgen) do(ctx context.Context, method, path string, body []byte, out
 // solveOne submits body and long-polls until the task ends. It returns
 // whether the API accepted the task, its final state and the time from
 // submission to result.
-func (lg *loadgen) solveOne(ctx context.Context, body []byte) (submitted bool, state string, latency time.Duration, err error) {
+func (lg *loadgen) solveOne(ctx context.Context, body []byte) (submitted bool, state apitype.TaskState, latency time.Duration, err error) {
 	t0 := time.Now()
-	var t taskResource
+	var t apitype.Task
 	path := "/v1/tasks"
 	if lg.o.submitWait {
 		path += "?wait=" + taskWait
@@ -92,12 +83,12 @@ func (lg *loadgen) solveOne(ctx context.Context, body []byte) (submitted bool, s
 	if _, err := lg.do(ctx, http.MethodPost, path, body, &t); err != nil {
 		return false, "", 0, err
 	}
-	for i := 0; !t.terminal() && i < maxTaskPolls; i++ {
+	for i := 0; !t.Terminal() && i < maxTaskPolls; i++ {
 		if _, err := lg.do(ctx, http.MethodGet, "/v1/tasks/"+t.ID+"?wait="+taskWait, nil, &t); err != nil {
 			return true, "", 0, err
 		}
 	}
-	if !t.terminal() {
+	if !t.Terminal() {
 		return true, t.State, 0, fmt.Errorf("task %s still %s after %d long polls", t.ID, t.State, maxTaskPolls)
 	}
 	return true, t.State, time.Since(t0), nil

@@ -56,7 +56,7 @@ func TestScenarios(t *testing.T) {
 	if p := got["pickup"]; p != nil && len(p.Pickup) != 3 {
 		t.Errorf("pickup: %d rows, want none, 20ms and 5ms", len(p.Pickup))
 	}
-	if b := got["batch"]; b != nil && (b.Batch == nil || b.Batch.Counts["completed"] != 50) {
+	if b := got["batch"]; b != nil && (b.Batch == nil || b.Batch.Counts.Completed != 50) {
 		t.Errorf("batch: figures %+v", b.Batch)
 	}
 	if r := got["throughput"]; r != nil && r.PercentOfRaw == nil {

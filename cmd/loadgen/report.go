@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // Report is the outcome of one loadgen run; -json prints it as is.
@@ -79,7 +81,7 @@ type BatchFigures struct {
 	To202Ms     float64        `json:"to_202_ms"`
 	ToDoneMs    float64        `json:"to_done_ms"`
 	ItemsPerSec float64        `json:"items_per_sec"`
-	Counts      map[string]int `json:"counts"`
+	Counts      apitype.Counts `json:"counts"`
 	// SubmitCPUMs is this process's CPU from POST to 202 (the load
 	// generator building nothing meanwhile: the body is ready before).
 	SubmitCPUMs float64 `json:"submit_cpu_ms"`
@@ -194,7 +196,7 @@ func (rep *Report) writeTable(w io.Writer) error {
 			lines = append(lines, fmt.Sprintf("end-to-end throughput is %.0f%% of raw asynq's", *r.PercentOfRaw))
 		}
 		if b := r.Batch; b != nil {
-			lines = append(lines, fmt.Sprintf("%d items: 202 after %.0f ms, done after %.0f ms (%.0f items/s); counts %v",
+			lines = append(lines, fmt.Sprintf("%d items: 202 after %.0f ms, done after %.0f ms (%.0f items/s); counts %+v",
 				b.Items, b.To202Ms, b.ToDoneMs, b.ItemsPerSec, b.Counts),
 				fmt.Sprintf("CPU until 202: %.0f ms in this process, %.0f ms in redis-server", b.SubmitCPUMs, b.SubmitRedisCPUMs))
 		}

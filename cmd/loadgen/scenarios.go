@@ -14,6 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // loadgen holds one run's state.
@@ -50,7 +52,7 @@ type tally struct {
 	lat                                  []time.Duration
 }
 
-func (t *tally) add(submitted bool, state string, lat time.Duration, err error) {
+func (t *tally) add(submitted bool, state apitype.TaskState, lat time.Duration, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if submitted {
@@ -62,7 +64,7 @@ func (t *tally) add(submitted bool, state string, lat time.Duration, err error) 
 		if t.firstErr == "" {
 			t.firstErr = err.Error()
 		}
-	case state == "completed":
+	case state == apitype.TaskStateCompleted:
 		t.completed++
 		t.lat = append(t.lat, lat)
 	default:
@@ -100,7 +102,7 @@ func (lg *loadgen) warmUp(ctx context.Context) error {
 		if !ok {
 			return errPoolExhausted
 		}
-		if _, state, _, err := lg.solveOne(ctx, body); err != nil || state != "completed" {
+		if _, state, _, err := lg.solveOne(ctx, body); err != nil || state != apitype.TaskStateCompleted {
 			return fmt.Errorf("warm-up task: state %q: %v", state, err)
 		}
 	}
@@ -283,7 +285,7 @@ func (lg *loadgen) cache(ctx context.Context) (*Result, error) {
 	if !ok {
 		return nil, errPoolExhausted
 	}
-	if _, state, _, err := lg.solveOne(ctx, body); err != nil || state != "completed" {
+	if _, state, _, err := lg.solveOne(ctx, body); err != nil || state != apitype.TaskStateCompleted {
 		return nil, fmt.Errorf("priming task: state %q: %v", state, err)
 	}
 	dur := max(lg.o.duration/2, time.Second)
@@ -456,11 +458,7 @@ func (lg *loadgen) batch(ctx context.Context) (*Result, error) {
 	}
 	body = append(body, "]}"...)
 
-	var created struct {
-		ID      string   `json:"id"`
-		Total   int      `json:"total"`
-		TaskIDs []string `json:"task_ids"`
-	}
+	var created apitype.BatchCreated
 	before := lg.sampleCost(ctx)
 	t0 := time.Now()
 	if _, err := lg.do(ctx, http.MethodPost, "/v1/batches", body, &created); err != nil {
@@ -468,10 +466,7 @@ func (lg *loadgen) batch(ctx context.Context) (*Result, error) {
 	}
 	to202 := time.Since(t0)
 	at202 := lg.sampleCost(ctx)
-	var st struct {
-		Done   bool           `json:"done"`
-		Counts map[string]int `json:"counts"`
-	}
+	var st apitype.Batch
 	for i := 0; i < maxBatchPolls && !st.Done; i++ {
 		if _, err := lg.do(ctx, http.MethodGet, "/v1/batches/"+created.ID+"?limit=1&wait="+batchWait, nil, &st); err != nil {
 			return nil, err
@@ -480,10 +475,10 @@ func (lg *loadgen) batch(ctx context.Context) (*Result, error) {
 	toDone := time.Since(t0)
 	var c costSum
 	c.add(before, lg.sampleCost(ctx))
-	r.PerTask = c.perTask(st.Counts["completed"])
+	r.PerTask = c.perTask(st.Counts.Completed)
 	r.Submitted = created.Total
-	r.Completed = st.Counts["completed"]
-	r.Failed = st.Counts["failed"] + st.Counts["canceled"]
+	r.Completed = st.Counts.Completed
+	r.Failed = st.Counts.Failed + st.Counts.Canceled
 	r.DurationSec = toDone.Seconds()
 	r.SubmitRate = float64(created.Total) / to202.Seconds()
 	r.CompleteRate = float64(r.Completed) / toDone.Seconds()

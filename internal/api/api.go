@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -38,7 +39,7 @@ type Store interface {
 	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
-	Cancel(ctx context.Context, id, batchID, owner string) (store.State, error)
+	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
@@ -179,9 +180,11 @@ func (s *Server) routes() *gin.Engine {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	e.Use(s.recoverer(), s.observe())
-	e.NoRoute(func(c *gin.Context) { fail(c, newError(http.StatusNotFound, CodeNotFound, "", "no such route")) })
+	e.NoRoute(func(c *gin.Context) {
+		fail(c, newError(http.StatusNotFound, apitype.CodeNotFound, "", "no such route"))
+	})
 	e.NoMethod(func(c *gin.Context) {
-		fail(c, newError(http.StatusMethodNotAllowed, "method_not_allowed", "", "method not allowed"))
+		fail(c, newError(http.StatusMethodNotAllowed, apitype.CodeMethodNotAllowed, "", "method not allowed"))
 	})
 
 	e.GET("/healthz", s.healthz)
@@ -202,20 +205,20 @@ func (s *Server) routes() *gin.Engine {
 	return e
 }
 
-func (s *Server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+func (s *Server) healthz(c *gin.Context) { c.JSON(http.StatusOK, apitype.Status{Status: "ok"}) }
 
 func (s *Server) readyz(c *gin.Context) {
 	if s.draining.Load() {
-		c.JSON(http.StatusServiceUnavailable, errorBody{Error{Code: CodeUnavailable, Message: "shutting down"}})
+		c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: "shutting down"}})
 		return
 	}
 	ctx, cancel := context.WithTimeout(c, 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
-		c.JSON(http.StatusServiceUnavailable, errorBody{Error{Code: CodeUnavailable, Message: "redis is not answering"}})
+		c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: "redis is not answering"}})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	c.JSON(http.StatusOK, apitype.Status{Status: "ready"})
 }
 
 // newID returns 128 random bits in hex: IDs must not be guessable.
@@ -247,20 +250,20 @@ func (s *Server) parseWait(c *gin.Context) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.Atoi(v)
 		if nerr != nil {
-			return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait must be a duration such as 30s, got %q", truncate(v, 20))
+			return 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "wait", "wait must be a duration such as 30s, got %q", truncate(v, 20))
 		}
 		// Compare before converting: a large n would overflow Duration
 		// and could wrap around to an allowed wait.
 		if n > int(s.opts.MaxWait/time.Second) {
-			return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait is at most %s", s.opts.MaxWait)
+			return 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "wait", "wait is at most %s", s.opts.MaxWait)
 		}
 		d = time.Duration(n) * time.Second
 	}
 	if d < 0 {
-		return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait must not be negative")
+		return 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "wait", "wait must not be negative")
 	}
 	if d > s.opts.MaxWait {
-		return 0, newError(http.StatusBadRequest, "invalid_request", "wait", "wait is at most %s", s.opts.MaxWait)
+		return 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "wait", "wait is at most %s", s.opts.MaxWait)
 	}
 	return d, nil
 }

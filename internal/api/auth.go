@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
@@ -30,13 +31,6 @@ type keyEntry struct {
 	digest [sha256.Size]byte
 }
 
-// Errors of authentication and limits.
-const (
-	CodeUnauthorized  = "unauthorized"
-	CodeRateLimited   = "rate_limited"
-	CodeQuotaExceeded = "quota_exceeded"
-)
-
 const ctxKey = "puzzleq.key"
 
 // Authenticate identifies the caller by its bearer key when keys are
@@ -54,7 +48,7 @@ func (s *Server) Authenticate() gin.HandlerFunc {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok || tok == "" {
 			c.Header("WWW-Authenticate", `Bearer realm="puzzleq"`)
-			fail(c, newError(http.StatusUnauthorized, CodeUnauthorized, "", "missing bearer API key: send Authorization: Bearer <key>"))
+			fail(c, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "", "missing bearer API key: send Authorization: Bearer <key>"))
 			return
 		}
 		d := sha256.Sum256([]byte(tok))
@@ -66,7 +60,7 @@ func (s *Server) Authenticate() gin.HandlerFunc {
 		}
 		if found == nil {
 			c.Header("WWW-Authenticate", `Bearer realm="puzzleq", error="invalid_token"`)
-			fail(c, newError(http.StatusUnauthorized, CodeUnauthorized, "", "unknown API key"))
+			fail(c, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "", "unknown API key"))
 			return
 		}
 		c.Set(ctxOwner, found.Name)
@@ -94,7 +88,7 @@ func (s *Server) rateLimit() gin.HandlerFunc {
 		}
 		if !allowed {
 			c.Header("Retry-After", strconv.Itoa(int(math.Ceil(max(retry, time.Second).Seconds()))))
-			fail(c, newError(http.StatusTooManyRequests, CodeRateLimited, "", "rate limit of %d requests per second exceeded", rate))
+			fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "", "rate limit of %d requests per second exceeded", rate))
 			return
 		}
 		c.Next()
@@ -139,6 +133,6 @@ func (s *Server) quotaFor(c *gin.Context) int {
 
 func (s *Server) quotaError(c *gin.Context) error {
 	c.Header("Retry-After", "5")
-	return newError(http.StatusTooManyRequests, CodeQuotaExceeded, "",
+	return newError(http.StatusTooManyRequests, apitype.CodeQuotaExceeded, "",
 		"this key may have at most %d unfinished tasks; wait for some to end", s.quotaOf(c))
 }

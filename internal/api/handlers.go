@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers/fill"
@@ -26,24 +27,6 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TaskResource is the JSON form of a task.
-type TaskResource struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	State       string          `json:"state"`
-	Result      json.RawMessage `json:"result"`
-	Error       *Error          `json:"error"`
-	Cached      bool            `json:"cached"`
-	BatchID     *string         `json:"batch_id"`
-	CreatedAt   *time.Time      `json:"created_at"`
-	StartedAt   *time.Time      `json:"started_at"`
-	CompletedAt *time.Time      `json:"completed_at"`
-	Attempts    int             `json:"attempts"`
-	// Progress is what a long search last reported ({"bound", "nodes"});
-	// null for everything but sliding boards solved by search.
-	Progress json.RawMessage `json:"progress"`
-}
-
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -51,9 +34,10 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-func resource(t *store.Task) TaskResource {
-	r := TaskResource{
-		ID: t.ID, Kind: t.Kind, State: string(t.State), Result: t.Result, Cached: t.Cached,
+// resource renders a task record as the wire resource.
+func resource(t *store.Task) apitype.Task {
+	r := apitype.Task{
+		ID: t.ID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
 		Attempts: t.Attempts, Progress: t.Progress,
 	}
@@ -62,7 +46,7 @@ func resource(t *store.Task) TaskResource {
 		r.BatchID = &b
 	}
 	if t.ErrCode != "" {
-		r.Error = &Error{Code: t.ErrCode, Message: t.ErrMsg}
+		r.Error = &apitype.TaskError{Code: t.ErrCode, Message: t.ErrMsg}
 	}
 	return r
 }
@@ -92,7 +76,7 @@ func readBody(c *gin.Context, limit int64) ([]byte, error) {
 		if errors.As(err, &mb) {
 			return nil, err
 		}
-		return nil, newError(http.StatusBadRequest, "invalid_request", "", "could not read the request body")
+		return nil, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "could not read the request body")
 	}
 	return b, nil
 }
@@ -127,10 +111,10 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
-	tr := TaskResource{ID: id, Kind: string(p.Kind()), State: string(store.StatePending), CreatedAt: &created}
+	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
-		tr.State, tr.Result, tr.Cached, tr.CompletedAt = string(store.StateCompleted), hit, true, &created
+		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
 		c.JSON(http.StatusOK, tr)
 		return
 	}
@@ -274,7 +258,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.State.Terminal() {
-		fail(c, newError(http.StatusConflict, CodeConflict, "", "task has already ended (%s)", t.State))
+		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", t.State))
 		return
 	}
 	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID, t.Owner)
@@ -283,7 +267,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if prev.Terminal() {
-		fail(c, newError(http.StatusConflict, CodeConflict, "", "task has already ended (%s)", prev))
+		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", prev))
 		return
 	}
 	s.respondTask(c, http.StatusOK, t.ID)
@@ -328,17 +312,17 @@ func (s *Server) createBatch(c *gin.Context) {
 		return
 	}
 	if len(reqs) == 0 {
-		fail(c, newError(http.StatusBadRequest, "invalid_request", "tasks", "a batch needs at least one task"))
+		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "tasks", "a batch needs at least one task"))
 		return
 	}
 	if len(reqs) > s.opts.MaxBatchItems {
-		fail(c, newError(http.StatusBadRequest, "too_large", "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(reqs)))
+		fail(c, newError(http.StatusBadRequest, apitype.CodeTooLarge, "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(reqs)))
 		return
 	}
 	batchID := newID()
 	if key := c.GetHeader("Idempotency-Key"); key != "" {
 		if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
-			fail(c, newError(http.StatusBadRequest, "invalid_request", "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
+			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
 			return
 		}
 		sum := sha256.Sum256(append([]byte(format+"\n"), body...))
@@ -350,7 +334,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		}
 		if !claimed {
 			if prevHash != hash {
-				fail(c, newError(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key",
+				fail(c, newError(http.StatusUnprocessableEntity, apitype.CodeIdempotencyKeyReused, "Idempotency-Key",
 					"this Idempotency-Key was used for a different request body"))
 				return
 			}
@@ -369,7 +353,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		return
 	}
 	c.Header("Location", "/v1/batches/"+batchID)
-	c.JSON(http.StatusAccepted, gin.H{"id": batchID, "total": len(ids), "task_ids": ids})
+	c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: batchID, Total: len(ids), TaskIDs: ids})
 }
 
 // replayBatch answers a retried submission with the batch the first one
@@ -388,7 +372,7 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 			}
 			c.Header("Location", "/v1/batches/"+id)
 			c.Header("Idempotent-Replayed", "true")
-			c.JSON(http.StatusAccepted, gin.H{"id": id, "total": b.Total, "task_ids": ids})
+			c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: id, Total: b.Total, TaskIDs: ids})
 			return
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -397,7 +381,7 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			c.Header("Retry-After", "1")
-			fail(c, newError(http.StatusConflict, "in_progress", "Idempotency-Key",
+			fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
 				"a request with this Idempotency-Key is still being processed; retry shortly"))
 			return
 		}
@@ -628,19 +612,6 @@ func (s *Server) loadBatch(c *gin.Context) (*store.Batch, error) {
 	return loadOwned(c, s.store.GetBatch, func(b *store.Batch) string { return b.Owner })
 }
 
-// BatchResource is the JSON form of a batch.
-type BatchResource struct {
-	ID         string         `json:"id"`
-	Total      int            `json:"total"`
-	Counts     map[string]int `json:"counts"`
-	Done       bool           `json:"done"`
-	Format     *string        `json:"format"`
-	CreatedAt  *time.Time     `json:"created_at"`
-	DoneAt     *time.Time     `json:"done_at"`
-	Tasks      []TaskResource `json:"tasks"`
-	NextCursor *string        `json:"next_cursor"`
-}
-
 const (
 	defaultPageLimit = 100
 	maxPageLimit     = 1000
@@ -673,18 +644,18 @@ func (s *Server) getBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	res := BatchResource{ID: b.ID, Total: b.Total, Counts: map[string]int{}, Done: b.Done(),
-		CreatedAt: timePtr(b.CreatedAt), DoneAt: timePtr(b.DoneAt), Tasks: make([]TaskResource, 0, len(recs))}
-	for st, n := range b.Counts {
-		res.Counts[string(st)] = n
-	}
+	res := apitype.Batch{ID: b.ID, Total: b.Total, Done: b.Done(),
+		Counts: apitype.Counts{Pending: b.Counts[apitype.TaskStatePending], Active: b.Counts[apitype.TaskStateActive],
+			Completed: b.Counts[apitype.TaskStateCompleted], Failed: b.Counts[apitype.TaskStateFailed],
+			Canceled: b.Counts[apitype.TaskStateCanceled]},
+		CreatedAt: timePtr(b.CreatedAt), DoneAt: timePtr(b.DoneAt), Tasks: make([]apitype.Task, 0, len(recs))}
 	if b.Format != "" {
 		f := b.Format
 		res.Format = &f
 	}
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
-			r = &store.Task{ID: ids[i], BatchID: b.ID, State: store.StateFailed, ErrCode: "expired", ErrMsg: "the task record has expired"}
+			r = &store.Task{ID: ids[i], BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the task record has expired"}
 		}
 		res.Tasks = append(res.Tasks, resource(r))
 	}
@@ -700,14 +671,14 @@ func pageParams(c *gin.Context) (cursor, limit int, err error) {
 	if v := c.Query("cursor"); v != "" {
 		n, perr := strconv.Atoi(v)
 		if perr != nil || n < 0 {
-			return 0, 0, newError(http.StatusBadRequest, "invalid_request", "cursor", "cursor must be a value returned as next_cursor")
+			return 0, 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "cursor", "cursor must be a value returned as next_cursor")
 		}
 		cursor = n
 	}
 	if v := c.Query("limit"); v != "" {
 		n, perr := strconv.Atoi(v)
 		if perr != nil || n < 1 || n > maxPageLimit {
-			return 0, 0, newError(http.StatusBadRequest, "invalid_request", "limit", "limit must be between 1 and %d", maxPageLimit)
+			return 0, 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "limit", "limit must be between 1 and %d", maxPageLimit)
 		}
 		limit = n
 	}
@@ -721,7 +692,7 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		return
 	}
 	if b.Done() {
-		fail(c, newError(http.StatusConflict, CodeConflict, "", "batch has already ended"))
+		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "batch has already ended"))
 		return
 	}
 	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
@@ -729,7 +700,7 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"id": b.ID, "canceled": n})
+	c.JSON(http.StatusOK, apitype.BatchCanceled{ID: b.ID, Canceled: n})
 }
 
 // batchOutput renders a finished batch in its judge format (JSON lines of
@@ -747,8 +718,8 @@ func (s *Server) batchOutput(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	if !b.Done() {
-		fail(c, newError(http.StatusConflict, CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
-			b.Counts[store.StateCompleted]+b.Counts[store.StateFailed]+b.Counts[store.StateCanceled], b.Total))
+		fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
+			b.Ended(), b.Total))
 		return
 	}
 	results := make([]json.RawMessage, 0, b.Total)
@@ -764,12 +735,12 @@ func (s *Server) batchOutput(c *gin.Context) {
 			return
 		}
 		for i, r := range recs {
-			if r == nil || r.State != store.StateCompleted {
-				state := "expired"
+			if r == nil || r.State != apitype.TaskStateCompleted {
+				state := apitype.CodeExpired
 				if r != nil {
 					state = string(r.State)
 				}
-				fail(c, newError(http.StatusConflict, CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state))
+				fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state))
 				return
 			}
 			results = append(results, r.Result)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 type metrics struct {
@@ -71,7 +73,7 @@ func (s *Server) recoverer() gin.HandlerFunc {
 				}
 				s.log.Error("handler panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				c.AbortWithStatusJSON(http.StatusInternalServerError,
-					errorBody{Error{Code: CodeInternal, Message: "internal error"}})
+					apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeInternal, Message: "internal error"}})
 			}
 		}()
 		c.Next()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -131,30 +133,34 @@ func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
 func (w *Worker) opsHandler() http.Handler {
 	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), queueCollector(w.rdb))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+	// The probes answer in the API's wire forms.
+	reply := func(rw http.ResponseWriter, status int, body any) {
 		rw.Header().Set("Content-Type", "application/json")
-		rw.Write([]byte(`{"status":"ok"}`))
+		rw.WriteHeader(status)
+		json.NewEncoder(rw).Encode(body)
+	}
+	unavailable := func(rw http.ResponseWriter, msg string) {
+		reply(rw, http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: msg}})
+	}
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		reply(rw, http.StatusOK, apitype.Status{Status: "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "application/json")
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if !w.ready.Load() {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			rw.Write([]byte(`{"error":{"code":"unavailable","message":"not processing"}}`))
+			unavailable(rw, "not processing")
 			return
 		}
 		if w.cfg.PDBPreload && !w.pdbReady.Load() {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			rw.Write([]byte(`{"error":{"code":"unavailable","message":"loading the pattern databases"}}`))
+			unavailable(rw, "loading the pattern databases")
 			return
 		}
 		if err := w.rdb.Ping(ctx).Err(); err != nil {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			rw.Write([]byte(`{"error":{"code":"unavailable","message":"redis is not answering"}}`))
+			unavailable(rw, "redis is not answering")
 			return
 		}
-		rw.Write([]byte(`{"status":"ready"}`))
+		reply(rw, http.StatusOK, apitype.Status{Status: "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{}))
 	return mux

@@ -21,8 +21,10 @@ func newGetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task",
-		Long: `Show a task: its state and, once it has ended, its result or error.
-Exits with status 1 if the task failed or was canceled.`,
+		Long: `Show a task: its state, the progress of a long search (the IDA* bound
+and the nodes searched, for large sliding boards) and, once it has ended,
+its result or error. Exits with status 1 if the task failed or was
+canceled.`,
 		Example: `  puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b
   puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b --wait -o json`,
 		Args: exactArgs(1, "a task ID"),
@@ -210,7 +212,13 @@ func printTask(w io.Writer, format string, t *client.Task) error {
 		return writeJSON(w, t)
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tRESULT")
+	header, row := "ID\tKIND\tSTATE", fmt.Sprintf("%s\t%s\t%s", t.ID, t.Kind, t.State)
+	// A long search reports its progress; other tasks have none, and
+	// their table has no column for it.
+	if p := t.Progress; p != nil {
+		header += "\tPROGRESS"
+		row += fmt.Sprintf("\tbound %d, %d nodes", p.Bound, p.Nodes)
+	}
 	what := ""
 	switch {
 	case t.State == client.StateCompleted:
@@ -218,7 +226,8 @@ func printTask(w io.Writer, format string, t *client.Task) error {
 	case t.Error != nil:
 		what = t.Error.Code + ": " + t.Error.Message
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.State, what)
+	fmt.Fprintln(tw, header+"\tRESULT")
+	fmt.Fprintln(tw, row+"\t"+what)
 	return tw.Flush()
 }
 

@@ -193,7 +193,7 @@ func writeResultLine(w *bufio.Writer, line int, t *client.Task) {
 	} else {
 		e := t.Error
 		if e == nil {
-			e = &client.TaskError{Code: t.State, Message: "the task " + t.State}
+			e = &client.TaskError{Code: string(t.State), Message: "the task " + string(t.State)}
 		}
 		eb, _ := json.Marshal(e)
 		w.WriteString(`,"error":`)

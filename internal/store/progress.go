@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // progressScript records a running task's progress.
@@ -23,15 +25,8 @@ end
 return 0
 `)
 
-// Progress is a long search's report: the current IDA* bound and the nodes
-// searched so far.
-type Progress struct {
-	Bound int   `json:"bound"`
-	Nodes int64 `json:"nodes"`
-}
-
 // SetProgress records p on task id while it is active.
-func (s *Store) SetProgress(ctx context.Context, id string, p Progress) error {
+func (s *Store) SetProgress(ctx context.Context, id string, p apitype.Progress) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err

@@ -14,24 +14,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// State is a task's lifecycle state, as served by the API.
-type State string
+// State is a task's lifecycle state. It is the wire type, under the
+// store's name, so the states (and which are terminal) are declared once.
+type State = apitype.TaskState
 
-// Task states.
+// The task states, apitype's under the store's names.
 const (
-	StatePending   State = "pending"
-	StateActive    State = "active"
-	StateCompleted State = "completed"
-	StateFailed    State = "failed"
-	StateCanceled  State = "canceled"
+	StatePending   = apitype.TaskStatePending
+	StateActive    = apitype.TaskStateActive
+	StateCompleted = apitype.TaskStateCompleted
+	StateFailed    = apitype.TaskStateFailed
+	StateCanceled  = apitype.TaskStateCanceled
 )
-
-// Terminal reports whether a task in state s has ended for good.
-func (s State) Terminal() bool {
-	return s == StateCompleted || s == StateFailed || s == StateCanceled
-}
 
 // ErrNotFound is returned for a task or batch that does not exist (or has
 // expired).
@@ -52,9 +51,9 @@ type Task struct {
 	StartedAt   time.Time
 	CompletedAt time.Time
 	Attempts    int
-	// Progress is the latest progress a long search reported, as JSON
-	// ({"bound": 52, "nodes": 12000000}); nil when none.
-	Progress json.RawMessage
+	// Progress is the latest progress a long search reported; nil when
+	// none.
+	Progress *apitype.Progress
 }
 
 // NewTask describes a task record to create.
@@ -87,10 +86,19 @@ type Batch struct {
 	DoneAt    time.Time
 }
 
-// Done reports whether every item of the batch has ended.
-func (b *Batch) Done() bool {
-	return b.Counts[StateCompleted]+b.Counts[StateFailed]+b.Counts[StateCanceled] >= b.Total
+// Ended returns how many items of the batch have ended.
+func (b *Batch) Ended() int {
+	n := 0
+	for st, c := range b.Counts {
+		if st.Terminal() {
+			n += c
+		}
+	}
+	return n
 }
+
+// Done reports whether every item of the batch has ended.
+func (b *Batch) Done() bool { return b.Ended() >= b.Total }
 
 // Options configures a Store.
 type Options struct {
@@ -162,9 +170,10 @@ func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) e
 		}
 	}
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// One counter per state, named by it (GetBatch reads them back).
 		bf := []any{"total", len(items), "created_at", now,
-			"pending", len(items) - cached, "active", 0,
-			"completed", cached, "failed", 0, "canceled", 0, "ended", cached}
+			string(StatePending), len(items) - cached, string(StateActive), 0,
+			string(StateCompleted), cached, string(StateFailed), 0, string(StateCanceled), 0, "ended", cached}
 		if owner != "" {
 			bf = append(bf, "owner", owner)
 		}
@@ -251,7 +260,10 @@ func decodeTask(id string, m map[string]string) *Task {
 		t.Result = json.RawMessage(r)
 	}
 	if p, ok := m["progress"]; ok {
-		t.Progress = json.RawMessage(p)
+		var pr apitype.Progress
+		if json.Unmarshal([]byte(p), &pr) == nil {
+			t.Progress = &pr
+		}
 	}
 	t.Attempts, _ = strconv.Atoi(m["attempts"])
 	t.CreatedAt = msTime(m["created_at"])
@@ -279,7 +291,7 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	}
 	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[State]int{}}
 	b.Total, _ = strconv.Atoi(m["total"])
-	for _, st := range []State{StatePending, StateActive, StateCompleted, StateFailed, StateCanceled} {
+	for _, st := range apitype.TaskStates() {
 		b.Counts[st], _ = strconv.Atoi(m[string(st)])
 	}
 	b.CreatedAt = msTime(m["created_at"])
@@ -297,16 +309,12 @@ func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]
 }
 
 // Transition is one move of a task to a new state, for Start and Finish.
-type Transition struct {
-	ID      string
-	BatchID string
-	Owner   string          // the API key that made the task; "" when auth is off
-	State   State           // for Finish: completed, failed or canceled
-	Result  json.RawMessage // completed
-	Code    string          // failed, canceled
-	Msg     string
-	Cached  bool
-}
+// The worker's handler declares it (with the Store interface the handler
+// needs), so the dependency runs from the store to tasks, not back up.
+type Transition = tasks.Transition
+
+// The store is what the worker's handler needs.
+var _ tasks.Store = (*Store)(nil)
 
 // maxPerScript bounds how many tasks one startManyScript or
 // finishManyScript call moves, so one call never blocks Redis for long.
@@ -518,7 +526,7 @@ func (s *Store) batchKey(t Transition) (string, string) {
 // which stop a running solve. It returns the state before the call.
 func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (State, error) {
 	prev, err := s.Finish(ctx, []Transition{{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled,
-		Code: "canceled", Msg: "canceled by request"}}, nil)
+		Code: apitype.CodeCanceled, Msg: "canceled by request"}}, nil)
 	if err != nil {
 		return "", err
 	}
@@ -539,7 +547,7 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 	}
 	ts := make([]Transition, len(ids))
 	for i, id := range ids {
-		ts[i] = Transition{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled, Code: "canceled", Msg: "batch canceled by request"}
+		ts[i] = Transition{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
 	}
 	n := 0
 	for start := 0; start < len(ts); start += 1000 {

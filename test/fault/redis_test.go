@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // testRedisRestart kills Redis (SIGKILL; AOF with appendfsync everysec)
@@ -81,11 +83,9 @@ func testRedisRestart(t *testing.T) {
 			code, b, err := c.do(p.method, p.path, p.body)
 			took := time.Since(start)
 			slowest = max(slowest, took)
-			var e struct {
-				Error struct{ Code string } `json:"error"`
-			}
+			var e apitype.ErrorBody
 			_ = json.Unmarshal(b, &e)
-			if err != nil || code != http.StatusServiceUnavailable || e.Error.Code != "unavailable" {
+			if err != nil || code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
 				t.Errorf("Redis down: %s %s: %d %v %.200s, want 503 unavailable", p.method, p.path, code, err, b)
 			}
 			if took > reqTimeout+time.Second {
@@ -207,10 +207,7 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 			start := time.Now()
 			code, b, err := c.do("POST", "/v1/batches", batchBody(reqs))
 			took := time.Since(start)
-			var ack struct {
-				ID      string   `json:"id"`
-				TaskIDs []string `json:"task_ids"`
-			}
+			var ack apitype.BatchCreated
 			s.mu.Lock()
 			s.statuses[code]++
 			if err == nil && code == http.StatusAccepted && json.Unmarshal(b, &ack) == nil && len(ack.TaskIDs) == len(reqs) {

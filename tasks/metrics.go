@@ -1,0 +1,28 @@
+package tasks
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	Tasks        *prometheus.CounterVec
+	CacheHits    prometheus.Counter
+	SolveSeconds *prometheus.HistogramVec
+}
+
+// NewMetrics registers the worker metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "puzzleq_tasks_total", Help: "Tasks ended by a worker, by kind and outcome (completed or a failure code).",
+		}, []string{"kind", "outcome"}),
+		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "puzzleq_worker_cache_hits_total", Help: "Items a worker answered from the cache instead of solving.",
+		}),
+		SolveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "puzzleq_solve_duration_seconds", Help: "Time spent in a solver per item.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds)
+	return m
+}
