@@ -72,3 +72,24 @@ func TestHelpHasExamples(t *testing.T) {
 		t.Fatalf("help: %d %q", code, out)
 	}
 }
+
+// TestLocalSolveRefusesFoldedAndRepeatedNames: puzzlectl takes the API's
+// decisions on names that encoding/json would fold or merge.
+func TestLocalSolveRefusesFoldedAndRepeatedNames(t *testing.T) {
+	t.Parallel()
+	const board = `{"board":[[1,0,3],[4,2,5],[7,8,6]]}`
+	for _, tc := range []struct{ format, in, errHas string }{
+		{"json", `{"kind":"sliding","KIND":"sweep","puzzle":` + board + `}`, `unknown field "KIND"`},
+		{"json", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]],"Board":[[1,2,3],[4,5,6],[7,0,8]]}}`, `puzzle.Board`},
+		{"json", `{"kind":"sliding","\u212aind":"sweep","puzzle":` + board + `}`, "unknown field \"\u212aind\""},
+		{"json", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":1,"max_nodes":2}}`, `"max_nodes" appears twice`},
+		{"json", `{"tasks":[],"TASKS":[{"kind":"sweep","puzzle":{"board":["."]}}]}`, `unknown field "tasks"`},
+		{"p84021", `{"game_board":[[0,1]],"TABLE":[[1,0]]}`, `unknown field "TABLE"`},
+		{"p84021", `{"game_board":[[0,1]],"table":[[0,0]],"table":[[1,0]]}`, `"table" appears twice`},
+	} {
+		code, out, errOut := run(t, tc.in+"\n", "solve", "--local", "--format", tc.format)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.format, tc.in, code, out, errOut, tc.errHas)
+		}
+	}
+}
