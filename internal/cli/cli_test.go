@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,9 +75,9 @@ func TestHelpHasExamples(t *testing.T) {
 	}
 }
 
-// TestLocalSolveRefusesFoldedAndRepeatedNames: puzzlectl takes the API's
+// TestSolveAndSubmitRefuseFoldedAndRepeatedNames: puzzlectl takes the API's
 // decisions on names that encoding/json would fold or merge.
-func TestLocalSolveRefusesFoldedAndRepeatedNames(t *testing.T) {
+func TestSolveAndSubmitRefuseFoldedAndRepeatedNames(t *testing.T) {
 	t.Parallel()
 	const board = `{"board":[[1,0,3],[4,2,5],[7,8,6]]}`
 	for _, tc := range []struct{ format, in, errHas string }{
@@ -90,6 +92,23 @@ func TestLocalSolveRefusesFoldedAndRepeatedNames(t *testing.T) {
 		code, out, errOut := run(t, tc.in+"\n", "solve", "--local", "--format", tc.format)
 		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
 			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.format, tc.in, code, out, errOut, tc.errHas)
+		}
+		// The remote modes validate with the same decoder before they
+		// send anything: no server is listening on port 1.
+		code, out, errOut = run(t, tc.in+"\n", "solve", "--server", "http://127.0.0.1:1", "--format", tc.format)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("remote %s %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.format, tc.in, code, out, errOut, tc.errHas)
+		}
+		if tc.format != "json" {
+			continue
+		}
+		jobs := filepath.Join(t.TempDir(), "jobs.jsonl")
+		if err := os.WriteFile(jobs, []byte(`{"kind":"sweep","puzzle":{"board":["."]}}`+"\n"+tc.in+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut = run(t, "", "submit", "--server", "http://127.0.0.1:1", "-f", jobs)
+		if code != cli.ExitUsage || !strings.Contains(errOut, "line 2") || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("submit %s: exit %d, stderr %q; want exit 2, line 2 and %q", tc.in, code, errOut, tc.errHas)
 		}
 	}
 }
