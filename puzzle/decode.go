@@ -131,7 +131,7 @@ func decodeError(err error) error {
 		switch {
 		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
 			name := syn.JSONPointer.LastToken()
-			return inputErr(CodeInvalidRequest, fieldPath(syn.JSONPointer),
+			return inputErr(CodeInvalidRequest, memberPath(syn.JSONPointer),
 				fmt.Sprintf("key %q appears twice in one object", truncate(name, 40)))
 		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
 			return inputErr(CodeInvalidRequest, "", "truncated JSON")
@@ -146,7 +146,7 @@ func decodeError(err error) error {
 	case errors.As(err, &sem):
 		if errors.Is(sem.Err, json.ErrUnknownName) {
 			name := sem.JSONPointer.LastToken()
-			return inputErr(CodeInvalidRequest, fieldPath(sem.JSONPointer), fmt.Sprintf("unknown field %q", truncate(name, 40)))
+			return inputErr(CodeInvalidRequest, memberPath(sem.JSONPointer), fmt.Sprintf("unknown field %q", truncate(name, 40)))
 		}
 		field := fieldPath(sem.JSONPointer)
 		if sem.GoType == nil {
@@ -180,6 +180,16 @@ func fieldPath(p jsontext.Pointer) string {
 		b.WriteString(truncate(tok, 40))
 	}
 	return b.String()
+}
+
+// memberPath is fieldPath for a pointer whose last token is an object
+// member's name (an unknown or repeated name), which may be all digits.
+func memberPath(p jsontext.Pointer) string {
+	parent, name := fieldPath(p.Parent()), truncate(p.LastToken(), 40)
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
 }
 
 func isIndex(tok string) bool {

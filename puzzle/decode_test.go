@@ -152,3 +152,25 @@ func TestUnknownKindIsAnError(t *testing.T) {
 		t.Errorf("SpecOf(\"\"): %v, want ErrUnknownKind", err)
 	}
 }
+
+// TestNumericNamesAreNamesNotIndexes: a member named "0" is reported as
+// a name, not as element 0 of an array.
+func TestNumericNamesAreNamesNotIndexes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, field string }{
+		{`{"kind":"sweep","puzzle":{"board":["."]},"0":1}`, "0"},
+		{`{"kind":"sweep","puzzle":{"board":["."],"7":1}}`, "puzzle.7"},
+		{`{"kind":"sweep","puzzle":{"board":["."],"x":{"1":1,"1":2}}}`, "puzzle.x.1"},
+	} {
+		_, err := puzzle.Decode([]byte(tc.in))
+		var ie *solvers.InputError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%s: %#v, want field %q", tc.in, err, tc.field)
+		}
+	}
+	_, err := puzzle.DecodeBatch([]byte(`{"tasks":[`+sweep1+`,{"kind":"sweep","puzzle":{"board":["."]},"2":0}]}`), 0)
+	var ie *solvers.InputError
+	if !errors.As(err, &ie) || ie.Field != "tasks[1].2" {
+		t.Errorf("batch: %#v, want field tasks[1].2", err)
+	}
+}
