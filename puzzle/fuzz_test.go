@@ -2,7 +2,9 @@ package puzzle_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +28,9 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, c := range foldedNames {
+		f.Add([]byte(c.in))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := puzzle.Decode(data)
 		if err != nil {
@@ -39,11 +44,57 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || q.Key() != p.Key() {
 			t.Fatalf("accepted request does not round-trip: %s: %v", p.Payload(), err)
 		}
+		// A request we accept must mean the same to a lenient reader:
+		// encoding/json folds case and keeps the last duplicate, so had
+		// we let through a folded or repeated name, it would see another
+		// kind, puzzle or options here.
+		var lax puzzle.Request
+		if err := json.Unmarshal(data, &lax); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", data, err)
+		}
+		if r, err := puzzle.Parse(lax); err != nil || r.Key() != p.Key() || r.MaxNodes() != p.MaxNodes() {
+			t.Fatalf("accepted %q, which encoding/json reads differently: %v", data, err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if _, err := p.WithMaxNodes(1_000_000).Solve(ctx); err != nil &&
 			!errors.Is(err, solvers.ErrBudgetExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("valid request failed to solve: %s: %v", p.Payload(), err)
+		}
+	})
+}
+
+// FuzzDecodeBatch holds the batch decoder to Decode: a batch of the items
+// a and b is accepted exactly when each item is, with the same keys, and
+// an item's error names it.
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(sweep1), []byte(`{"kind":"sliding","puzzle":`+board3+`}`))
+	f.Add([]byte(sweep1), []byte(`{"kind":"sweep","KIND":"fill","puzzle":{"board":["."]}}`))
+	for _, c := range foldedNames {
+		f.Add([]byte(sweep1), []byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		if !json.Valid(a) || !json.Valid(b) {
+			return // "[a,b]" could split elsewhere than between a and b
+		}
+		reqs, err := puzzle.DecodeBatch([]byte(`{"tasks":[`+string(a)+`,`+string(b)+`]}`), 2)
+		pa, errA := puzzle.Decode(a)
+		pb, errB := puzzle.Decode(b)
+		if err != nil {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code == "" {
+				t.Fatalf("error without a code: %v (%T)", err, err)
+			}
+			if errA == nil && errB == nil && strings.HasPrefix(ie.Field, "tasks[") {
+				t.Fatalf("items %q and %q each decode, but not as a batch: %v", a, b, err)
+			}
+			return
+		}
+		if errA != nil || errB != nil {
+			t.Fatalf("batch of %q and %q accepted, though an item is not: %v / %v", a, b, errA, errB)
+		}
+		if len(reqs) != 2 || reqs[0].Key() != pa.Key() || reqs[1].Key() != pb.Key() {
+			t.Fatalf("batch decodes differently from its items")
 		}
 	})
 }

@@ -1,7 +1,10 @@
 // Package puzzle is the one place that knows every puzzle kind: it decodes
 // a request ({"kind", "puzzle", "options"}) strictly, validates it with the
 // solvers' own validators, derives the canonical cache key, and dispatches
-// Solve to the right solver.
+// Solve to the right solver. It also owns what differs by kind elsewhere
+// (the task type and default deadline, in Spec) and the judge formats
+// (ReadRequests and WriteResults), so that adding a kind touches this
+// package and its solver only.
 //
 // The CLI, the HTTP API and the worker all go through this package, so a
 // puzzle that the API accepts is exactly one that the worker can solve, and
@@ -14,11 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"reflect"
-	"strings"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/solvers"
@@ -166,42 +165,19 @@ func (p *Parsed) Solve(ctx context.Context) (json.RawMessage, error) {
 	return b, nil
 }
 
-// Decode parses one JSON request strictly (unknown fields, duplicate keys
-// and trailing data are rejected) and validates it. Errors are
-// *solvers.InputError with Field as a JSON path from the request root
-// ("puzzle.board[2]").
-func Decode(data []byte) (*Parsed, error) {
-	var req Request
-	if err := strictUnmarshal(data, &req); err != nil {
-		return nil, err
-	}
-	if err := checkDuplicateKeys(data); err != nil {
-		return nil, err
-	}
-	return Parse(req)
-}
-
-// DecodePayload is Decode for bytes already known to hold no duplicate
-// keys, so they are not scanned again: an item of a batch whose whole body
-// CheckDuplicateKeys has scanned, or a task payload built by Payload.
-func DecodePayload(data []byte) (*Parsed, error) {
-	var req Request
-	if err := strictUnmarshal(data, &req); err != nil {
-		return nil, err
-	}
-	return Parse(req)
-}
-
 // Parse validates an already-split request.
-func Parse(req Request) (*Parsed, error) {
-	p := &Parsed{kind: req.Kind}
-	if len(bytes.TrimSpace(req.Puzzle)) == 0 || bytes.Equal(bytes.TrimSpace(req.Puzzle), []byte("null")) {
-		if req.Kind == "" {
+func Parse(req Request) (*Parsed, error) { return parse(req.Kind, req.Puzzle, req.Options) }
+
+// parse decodes the parts of a request by its kind and validates them.
+func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
+	p := &Parsed{kind: kind}
+	if len(bytes.TrimSpace(puzzle)) == 0 || bytes.Equal(bytes.TrimSpace(puzzle), []byte("null")) {
+		if kind == "" {
 			return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "kind", Msg: "kind is required"}
 		}
 		return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "puzzle", Msg: "puzzle is required"}
 	}
-	var opts []byte = req.Options
+	opts := options
 	if len(bytes.TrimSpace(opts)) == 0 || bytes.Equal(bytes.TrimSpace(opts), []byte("null")) {
 		opts = []byte("{}")
 	}
@@ -211,9 +187,9 @@ func Parse(req Request) (*Parsed, error) {
 		canonO any
 		allO   any
 	)
-	switch req.Kind {
+	switch kind {
 	case KindSliding:
-		if err := decodePart(req.Puzzle, &p.sliding, "puzzle"); err != nil {
+		if err := decodePart(puzzle, &p.sliding, "puzzle"); err != nil {
 			return nil, err
 		}
 		if err := decodePart(opts, &p.slidingO, "options"); err != nil {
@@ -225,7 +201,7 @@ func Parse(req Request) (*Parsed, error) {
 		verr = sliding.Validate(p.sliding)
 		canonP, canonO, allO = p.sliding, struct{}{}, p.slidingO
 	case KindSweep:
-		if err := decodePart(req.Puzzle, &p.sweep, "puzzle"); err != nil {
+		if err := decodePart(puzzle, &p.sweep, "puzzle"); err != nil {
 			return nil, err
 		}
 		if err := decodePart(opts, &p.sweepO, "options"); err != nil {
@@ -237,7 +213,7 @@ func Parse(req Request) (*Parsed, error) {
 		verr = sweep.Validate(p.sweep)
 		canonP, canonO, allO = p.sweep, struct{}{}, p.sweepO
 	case KindFill:
-		if err := decodePart(req.Puzzle, &p.fill, "puzzle"); err != nil {
+		if err := decodePart(puzzle, &p.fill, "puzzle"); err != nil {
 			return nil, err
 		}
 		if err := decodePart(opts, &p.fillO, "options"); err != nil {
@@ -249,7 +225,7 @@ func Parse(req Request) (*Parsed, error) {
 		return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "kind", Msg: "kind is required"}
 	default:
 		return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "kind",
-			Msg: fmt.Sprintf("unknown kind %q, expected one of sliding, sweep, fill", truncate(string(req.Kind), 40))}
+			Msg: fmt.Sprintf("unknown kind %q, expected one of sliding, sweep, fill", truncate(string(kind), 40))}
 	}
 	if verr != nil {
 		return nil, prefixField(verr, "puzzle")
@@ -308,133 +284,3 @@ func (p *Parsed) SweepPuzzle() sweep.Puzzle { return p.sweep }
 
 // FillPuzzle returns the fill puzzle of a KindFill request.
 func (p *Parsed) FillPuzzle() fill.Puzzle { return p.fill }
-
-// decodePart decodes one member of the request strictly and turns
-// encoding/json's errors into InputErrors that name the field.
-func decodePart(data []byte, v any, field string) error {
-	if err := strictUnmarshal(data, v); err != nil {
-		var ie *solvers.InputError
-		if errors.As(err, &ie) {
-			return prefixField(ie, field)
-		}
-		return err
-	}
-	return nil
-}
-
-// strictUnmarshal decodes exactly one JSON value, rejecting unknown fields
-// (a misspelt "optoins" must not be silently ignored) and trailing data.
-// Duplicate keys are checked once per request, by Decode, over the whole
-// request; the parts it decodes are not scanned again.
-func strictUnmarshal(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "unexpected data after the JSON value"}
-	}
-	return nil
-}
-
-// CheckDuplicateKeys rejects JSON with a key repeated in one object, for
-// callers that decode their own envelopes (a batch's {"tasks": [...]}).
-func CheckDuplicateKeys(data []byte) error { return checkDuplicateKeys(data) }
-
-func inputErr(code, field, msg string) *solvers.InputError {
-	return &solvers.InputError{Code: code, Field: field, Msg: msg}
-}
-
-// DecodeError turns an encoding/json error into an InputError with a
-// field path, for callers that decode their own envelopes.
-func DecodeError(err error) error { return jsonError(err) }
-
-// jsonError maps an encoding/json error to an InputError with a field.
-func jsonError(err error) error {
-	var (
-		syn *json.SyntaxError
-		typ *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &syn):
-		return &solvers.InputError{Code: CodeInvalidRequest, Msg: fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn)}
-	case errors.As(err, &typ):
-		return &solvers.InputError{Code: CodeInvalidRequest, Field: typ.Field,
-			Msg: fmt.Sprintf("%s: expected %s, got %s", orRoot(typ.Field), jsonKind(typ.Type), jsonValue(typ.Value))}
-	case errors.Is(err, io.EOF):
-		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "empty body: expected a JSON object"}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &solvers.InputError{Code: CodeInvalidRequest, Msg: "truncated JSON"}
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		f = strings.Trim(f, `"`)
-		return &solvers.InputError{Code: CodeInvalidRequest, Field: f, Msg: fmt.Sprintf("unknown field %q", truncate(f, 40))}
-	}
-	return &solvers.InputError{Code: CodeInvalidRequest, Msg: "invalid JSON: " + truncate(strings.TrimPrefix(msg, "json: "), 200)}
-}
-
-// jsonKind names a Go type in JSON's terms: clients never see Go names.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer within range"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	}
-	return "another type"
-}
-
-// jsonValue describes what encoding/json found ("number 1e400").
-func jsonValue(v string) string {
-	if strings.HasPrefix(v, "number") {
-		return truncate(v, 40)
-	}
-	return "a JSON " + truncate(v, 40)
-}
-
-func orRoot(f string) string {
-	if f == "" {
-		return "value"
-	}
-	return f
-}
-
-// prefixField returns err with its Field moved under prefix.
-func prefixField(err error, prefix string) error {
-	var ie *solvers.InputError
-	if !errors.As(err, &ie) {
-		return err
-	}
-	c := *ie
-	switch {
-	case c.Field == "":
-		c.Field = prefix
-	case strings.HasPrefix(c.Field, "["):
-		c.Field = prefix + c.Field
-	default:
-		c.Field = prefix + "." + c.Field
-	}
-	return &c
-}
-
-// PrefixField is prefixField for callers that nest requests, such as a
-// batch naming "tasks[17]".
-func PrefixField(err error, prefix string) error { return prefixField(err, prefix) }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

@@ -145,7 +145,7 @@ func TestDuplicateKeysAreRejected(t *testing.T) {
 		}
 	}
 	// A batch envelope names the item.
-	err := puzzle.CheckDuplicateKeys([]byte(`{"tasks":[{"kind":"x"},{"kind":"x","kind":"y"}]}`))
+	_, err := puzzle.DecodeBatch([]byte(`{"tasks":[{"kind":"x"},{"kind":"x","kind":"y"}]}`), 0)
 	var ie *solvers.InputError
 	if !errors.As(err, &ie) || ie.Field != "tasks[1].kind" {
 		t.Errorf("batch duplicate: %v", err)

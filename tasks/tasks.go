@@ -14,11 +14,12 @@ import (
 )
 
 // Task type strings. They are stored in Redis with every queued task, so
-// they never change and are never derived from Go type names.
+// they never change and are never derived from Go type names. The
+// single-request types belong to their kinds, in package puzzle.
 const (
-	TypeSliding = "solve:sliding"
-	TypeSweep   = "solve:sweep"
-	TypeFill    = "solve:fill"
+	TypeSliding = puzzle.TaskTypeSliding
+	TypeSweep   = puzzle.TaskTypeSweep
+	TypeFill    = puzzle.TaskTypeFill
 	// TypeChunk carries several cheap items of a batch in one task, so a
 	// 10,000-item batch costs a few hundred queue operations, not 10,000.
 	TypeChunk = "solve:chunk"
@@ -35,30 +36,14 @@ const (
 // Queues lists every queue a worker must serve.
 var Queues = []string{QueueInteractive, QueueBulk}
 
-// TypeFor returns the single-task type for a kind.
-func TypeFor(k puzzle.Kind) string {
-	switch k {
-	case puzzle.KindSliding:
-		return TypeSliding
-	case puzzle.KindSweep:
-		return TypeSweep
-	default:
-		return TypeFill
+// TypeFor returns the single-task type for a kind. An unknown kind is an
+// error wrapping puzzle.ErrUnknownKind, never a default type.
+func TypeFor(k puzzle.Kind) (string, error) {
+	s, err := puzzle.SpecOf(k)
+	if err != nil {
+		return "", fmt.Errorf("tasks: %w", err)
 	}
-}
-
-// Cheap reports whether a request is cheap enough to share a chunk task
-// with others: table lookups (sliding boards of up to 9 cells) and linear
-// matches (fill), not searches (sweep, and the 15-puzzle and other large
-// sliding boards, which can take minutes).
-func Cheap(p *puzzle.Parsed) bool {
-	switch p.Kind() {
-	case puzzle.KindFill:
-		return true
-	case puzzle.KindSliding:
-		return p.Cells() <= 9
-	}
-	return false
+	return s.TaskType, nil
 }
 
 // Item is one task record's ID with its request.
@@ -93,23 +78,26 @@ type Limits struct {
 	MaxNodes map[puzzle.Kind]int64
 }
 
-// DefaultLimits returns the limits used when none are configured.
+// DefaultLimits returns the limits used when none are configured: each
+// kind's puzzle.Spec.DefaultDeadline and the solvers' node budgets.
 func DefaultLimits() Limits {
-	return Limits{
-		Deadline: map[puzzle.Kind]time.Duration{
-			puzzle.KindSliding: 5 * time.Minute,
-			puzzle.KindSweep:   60 * time.Second,
-			puzzle.KindFill:    10 * time.Second,
-		},
-		MaxNodes: map[puzzle.Kind]int64{},
+	l := Limits{Deadline: map[puzzle.Kind]time.Duration{}, MaxNodes: map[puzzle.Kind]int64{}}
+	for _, k := range puzzle.Kinds {
+		if s, err := puzzle.SpecOf(k); err == nil {
+			l.Deadline[k] = s.DefaultDeadline
+		}
 	}
+	return l
 }
 
+// deadline is the configured deadline of kind k, else its default (0 for
+// a kind puzzle does not know, which TypeFor rejects first).
 func (l Limits) deadline(k puzzle.Kind) time.Duration {
 	if d := l.Deadline[k]; d > 0 {
 		return d
 	}
-	return DefaultLimits().Deadline[k]
+	s, _ := puzzle.SpecOf(k)
+	return s.DefaultDeadline
 }
 
 // timeoutMargin is added to the per-item deadline for asynq's own task
@@ -123,11 +111,15 @@ const maxRetry = 10
 // NewSolveTask builds the task for one request. id is both the record ID
 // and asynq's task ID, so operators can find it in asynq's tools.
 func NewSolveTask(id, batchID, owner string, p *puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	typ, err := TypeFor(p.Kind())
+	if err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(SolvePayload{BatchID: batchID, Owner: owner, Item: Item{ID: id, Request: p.Payload()}})
 	if err != nil {
 		return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
 	}
-	return asynq.NewTask(TypeFor(p.Kind()), b,
+	return asynq.NewTask(typ, b,
 		asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(maxRetry),
 		asynq.Timeout(l.deadline(p.Kind())+timeoutMargin)), nil
 }
@@ -137,6 +129,9 @@ func NewChunkTask(batchID, owner string, ids []string, reqs []*puzzle.Parsed, qu
 	cp := ChunkPayload{BatchID: batchID, Owner: owner, Items: make([]Item, len(ids))}
 	var total time.Duration
 	for i, id := range ids {
+		if _, err := TypeFor(reqs[i].Kind()); err != nil {
+			return nil, err
+		}
 		cp.Items[i] = Item{ID: id, Request: reqs[i].Payload()}
 		// Chunks hold only cheap items (see Cheap); a kind's deadline is
 		// sized for its hardest boards, which never ride in a chunk.

@@ -42,6 +42,14 @@ func FuzzHTTPDecoding(f *testing.F) {
 		`{"tasks":[{"kind":"sweep","puzzle":{"board":["."]}}]}`,
 		"1 0 3\n4 2 5\n7 8 6\n", "2 2\n..\n.*\n", `{"game_board":[[0]],"table":[[1]]}`,
 		`{"kind":"sliding","kind":"sweep"}`, `{"tasks":[]}`, "\xff\xfe", `[[[[[[`,
+		// Names that encoding/json would fold or merge: each is a 400.
+		`{"kind":"sliding","KIND":"sweep","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]],"Board":[[1,2,3],[4,5,6],[7,0,8]]}}`,
+		"{\"kind\":\"sliding\",\"\u212aind\":\"sweep\",\"puzzle\":{\"board\":[[1,0],[3,2]]}}",
+		`{"tasks":[],"TASKS":[{"kind":"sweep","puzzle":{"board":["."]}}]}`,
+		"{\"tasks\":[],\"ta\u017fks\":[{\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}]}",
+		`{"tasks":[{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":1,"max_nodes":2}}]}`,
+		`{"game_board":[[0,1]],"TABLE":[[1,0]]}`, `{"game_board":[[0,1]],"table":[[0,0]],"table":[[1,0]]}`,
 	} {
 		for _, target := range []uint8{0, 1, 2, 3, 4} {
 			f.Add(target, []byte(s))

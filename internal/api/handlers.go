@@ -21,9 +21,6 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
-	"github.com/puzzleq/puzzleq/solvers/fill"
-	"github.com/puzzleq/puzzleq/solvers/sliding"
-	"github.com/puzzleq/puzzleq/solvers/sweep"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -273,18 +270,6 @@ func (s *Server) cancelTask(c *gin.Context) {
 	s.respondTask(c, http.StatusOK, t.ID)
 }
 
-// batchRequest is the JSON body of POST /v1/batches.
-type batchRequest struct {
-	Tasks []json.RawMessage `json:"tasks"`
-}
-
-// Judge formats accepted by POST /v1/batches?format=.
-const (
-	FormatBOJ1525 = "boj1525"
-	FormatBOJ9944 = "boj9944"
-	FormatP84021  = "p84021"
-)
-
 func (s *Server) createBatch(c *gin.Context) {
 	// Bound how many large bodies are decoded at once.
 	select {
@@ -299,14 +284,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	format := c.Query("format")
-	var reqs []*puzzle.Parsed
-	if format == "" || format == "json" {
-		format = ""
-		reqs, err = s.decodeJSONBatch(body)
-	} else {
-		reqs, err = decodeJudgeBatch(format, body)
-	}
+	reqs, format, err := s.decodeBatch(c.Query("format"), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -389,74 +367,23 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 	}
 }
 
-func (s *Server) decodeJSONBatch(body []byte) ([]*puzzle.Parsed, error) {
-	var br batchRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&br); err != nil {
-		return nil, puzzle.DecodeError(err)
-	}
-	if dec.More() {
-		return nil, newError(http.StatusBadRequest, "invalid_request", "", "unexpected data after the JSON value")
-	}
-	if err := puzzle.CheckDuplicateKeys(body); err != nil {
-		return nil, err
-	}
-	if br.Tasks == nil {
-		return nil, newError(http.StatusBadRequest, "invalid_request", "tasks", "tasks is required")
-	}
-	if len(br.Tasks) > s.opts.MaxBatchItems {
-		return nil, newError(http.StatusBadRequest, "too_large", "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(br.Tasks))
-	}
-	reqs := make([]*puzzle.Parsed, len(br.Tasks))
-	for i, raw := range br.Tasks {
-		// The whole body was scanned for duplicate keys above.
-		p, err := puzzle.DecodePayload(raw)
-		if err != nil {
-			return nil, puzzle.PrefixField(err, "tasks["+strconv.Itoa(i)+"]")
-		}
-		reqs[i] = p
-	}
-	return reqs, nil
-}
-
-func decodeJudgeBatch(format string, body []byte) ([]*puzzle.Parsed, error) {
-	r := bytes.NewReader(body)
-	var (
-		p   *puzzle.Parsed
-		err error
-	)
-	switch format {
-	case FormatBOJ1525:
-		var pz sliding.Puzzle
-		if pz, err = sliding.ParseBOJ1525(r); err == nil {
-			p, err = puzzle.FromSliding(pz, sliding.Options{})
-		}
-	case FormatP84021:
-		var pz fill.Puzzle
-		if pz, err = fill.ParseP84021(r); err == nil {
-			p, err = puzzle.FromFill(pz, fill.Options{})
-		}
-	case FormatBOJ9944:
-		pzs, err := sweep.ParseBOJ9944(r)
-		if err != nil {
-			return nil, puzzle.PrefixField(err, "body")
-		}
-		out := make([]*puzzle.Parsed, len(pzs))
-		for i, pz := range pzs {
-			if out[i], err = puzzle.FromSweep(pz, sweep.Options{}); err != nil {
-				return nil, puzzle.PrefixField(err, fmt.Sprintf("body.case[%d]", i+1))
-			}
-		}
-		return out, nil
-	default:
-		return nil, newError(http.StatusBadRequest, "invalid_request", "format",
-			"unknown format %q: expected boj1525, boj9944, p84021 or json", truncate(format, 20))
-	}
+// decodeBatch decodes a batch body in the format named by the query
+// (puzzle owns the formats) and returns the format as the batch stores it:
+// "" for JSON.
+func (s *Server) decodeBatch(name string, body []byte) ([]*puzzle.Parsed, string, error) {
+	f, err := puzzle.ParseFormat(name)
 	if err != nil {
-		return nil, puzzle.PrefixField(err, "body")
+		return nil, "", err
 	}
-	return []*puzzle.Parsed{p}, nil
+	if f == puzzle.FormatJSON {
+		reqs, err := puzzle.DecodeBatch(body, s.opts.MaxBatchItems)
+		return reqs, "", err
+	}
+	reqs, err := puzzle.ReadRequests(bytes.NewReader(body), f)
+	if err != nil {
+		return nil, "", puzzle.PrefixField(err, "body")
+	}
+	return reqs, string(f), nil
 }
 
 // submitBatch records a batch and enqueues it: cheap items grouped into
@@ -522,7 +449,7 @@ func (s *Server) recordAndEnqueue(ctx context.Context, batchID, owner, format st
 		if hits[i] != nil {
 			continue
 		}
-		if !tasks.Cheap(p) {
+		if !p.Cheap() {
 			t, err := tasks.NewSolveTask(ids[i], batchID, owner, p, tasks.QueueBulk, s.opts.Limits)
 			if err != nil {
 				return nil, err
@@ -747,41 +674,9 @@ func (s *Server) batchOutput(c *gin.Context) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := renderOutput(&buf, b.Format, results); err != nil {
+	if err := puzzle.WriteResults(&buf, puzzle.Format(b.Format), results); err != nil {
 		fail(c, err)
 		return
 	}
 	c.Data(http.StatusOK, "text/plain; charset=utf-8", buf.Bytes())
-}
-
-// renderOutput formats results with the solvers' own judge formatters.
-func renderOutput(w io.Writer, format string, results []json.RawMessage) error {
-	switch format {
-	case FormatBOJ1525:
-		var r sliding.Result
-		if err := json.Unmarshal(results[0], &r); err != nil {
-			return err
-		}
-		return sliding.FormatBOJ1525(w, r)
-	case FormatP84021:
-		var r fill.Result
-		if err := json.Unmarshal(results[0], &r); err != nil {
-			return err
-		}
-		return fill.FormatP84021(w, r)
-	case FormatBOJ9944:
-		rs := make([]sweep.Result, len(results))
-		for i, raw := range results {
-			if err := json.Unmarshal(raw, &rs[i]); err != nil {
-				return err
-			}
-		}
-		return sweep.FormatBOJ9944(w, rs)
-	default:
-		for _, raw := range results {
-			w.Write(raw)
-			w.Write([]byte{'\n'})
-		}
-		return nil
-	}
 }

@@ -133,7 +133,9 @@ func TestBadInputCorpus(t *testing.T) {
 	if n := s.keys("pq:*"); n != 0 {
 		t.Errorf("rejected requests left %d records", n)
 	}
-	if q, _ := s.inspectorQueue("interactive"); q != 0 {
-		t.Errorf("rejected requests enqueued %d tasks", q)
+	for _, queue := range []string{"interactive", "bulk"} {
+		if q, _ := s.inspectorQueue(queue); q != 0 {
+			t.Errorf("rejected requests enqueued %d tasks on %s", q, queue)
+		}
 	}
 }

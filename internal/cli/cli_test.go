@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -70,5 +72,43 @@ func TestHelpHasExamples(t *testing.T) {
 	code, out, _ := run(t, "", "solve", "--help")
 	if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "boj9944") {
 		t.Fatalf("help: %d %q", code, out)
+	}
+}
+
+// TestSolveAndSubmitRefuseFoldedAndRepeatedNames: puzzlectl takes the API's
+// decisions on names that encoding/json would fold or merge.
+func TestSolveAndSubmitRefuseFoldedAndRepeatedNames(t *testing.T) {
+	t.Parallel()
+	const board = `{"board":[[1,0,3],[4,2,5],[7,8,6]]}`
+	for _, tc := range []struct{ format, in, errHas string }{
+		{"json", `{"kind":"sliding","KIND":"sweep","puzzle":` + board + `}`, `unknown field "KIND"`},
+		{"json", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]],"Board":[[1,2,3],[4,5,6],[7,0,8]]}}`, `puzzle.Board`},
+		{"json", `{"kind":"sliding","\u212aind":"sweep","puzzle":` + board + `}`, "unknown field \"\u212aind\""},
+		{"json", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":1,"max_nodes":2}}`, `"max_nodes" appears twice`},
+		{"json", `{"tasks":[],"TASKS":[{"kind":"sweep","puzzle":{"board":["."]}}]}`, `unknown field "tasks"`},
+		{"p84021", `{"game_board":[[0,1]],"TABLE":[[1,0]]}`, `unknown field "TABLE"`},
+		{"p84021", `{"game_board":[[0,1]],"table":[[0,0]],"table":[[1,0]]}`, `"table" appears twice`},
+	} {
+		code, out, errOut := run(t, tc.in+"\n", "solve", "--local", "--format", tc.format)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.format, tc.in, code, out, errOut, tc.errHas)
+		}
+		// The remote modes validate with the same decoder before they
+		// send anything: no server is listening on port 1.
+		code, out, errOut = run(t, tc.in+"\n", "solve", "--server", "http://127.0.0.1:1", "--format", tc.format)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("remote %s %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.format, tc.in, code, out, errOut, tc.errHas)
+		}
+		if tc.format != "json" {
+			continue
+		}
+		jobs := filepath.Join(t.TempDir(), "jobs.jsonl")
+		if err := os.WriteFile(jobs, []byte(`{"kind":"sweep","puzzle":{"board":["."]}}`+"\n"+tc.in+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut = run(t, "", "submit", "--server", "http://127.0.0.1:1", "-f", jobs)
+		if code != cli.ExitUsage || !strings.Contains(errOut, "line 2") || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("submit %s: exit %d, stderr %q; want exit 2, line 2 and %q", tc.in, code, errOut, tc.errHas)
+		}
 	}
 }

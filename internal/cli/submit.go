@@ -247,7 +247,7 @@ func readJobs(in io.Reader) ([]job, error) {
 			defer wg.Done()
 			for _, j := range jobs[lo:hi] {
 				if _, err := puzzle.Decode(j.raw); err != nil {
-					errs[w] = lineError(err, j.line)
+					errs[w] = puzzle.LineError(err, j.line)
 					return
 				}
 			}

@@ -1,0 +1,39 @@
+package tasks_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// TestTaskTypesAreStable pins the type strings: they are stored in Redis
+// with every queued task, so a rename would strand tasks queued by the
+// previous release.
+func TestTaskTypesAreStable(t *testing.T) {
+	t.Parallel()
+	for k, want := range map[puzzle.Kind]string{
+		puzzle.KindSliding: "solve:sliding",
+		puzzle.KindSweep:   "solve:sweep",
+		puzzle.KindFill:    "solve:fill",
+	} {
+		if got, err := tasks.TypeFor(k); err != nil || got != want {
+			t.Errorf("TypeFor(%s) = %q, %v; want %q", k, got, err, want)
+		}
+	}
+	if tasks.TypeChunk != "solve:chunk" {
+		t.Errorf("TypeChunk = %q", tasks.TypeChunk)
+	}
+	for _, k := range []puzzle.Kind{"", "tetris", "SLIDING"} {
+		if got, err := tasks.TypeFor(k); !errors.Is(err, puzzle.ErrUnknownKind) || got != "" {
+			t.Errorf("TypeFor(%q) = %q, %v; want an error, not a default", k, got, err)
+		}
+	}
+	l := tasks.DefaultLimits()
+	for _, k := range puzzle.Kinds {
+		if l.Deadline[k] <= 0 {
+			t.Errorf("no default deadline for %s", k)
+		}
+	}
+}
