@@ -54,6 +54,7 @@ const (
 //	p76 4.2 s  p75 3.5 s  p76t 2.5 s  p74 1.6 s  p73 1.3 s  p75t 1.1 s
 //	p72 0.57 s  p73t 0.52 s  p74t 0.52 s  p72t 0.34 s
 //	k88 0.25 s  k88t 0.25 s  k15 0.22 s  k59t 0.22 s  k82t 0.17 s  k17 0.16 s
+//	k32 0.16 s  k60 0.15 s  k56t 0.13 s  k22 0.12 s  k49 0.12 s  k26t 0.12 s
 type hard15 struct {
 	name  string
 	tiles [16]int // row-major, 0 the blank
