@@ -6,7 +6,9 @@
 // worker stopped with SIGTERM under load, Redis killed and restarted from
 // its AOF, duplicate task delivery, a 100,000-task load and a storm of
 // long polls. Every scenario checks the final state of every task against
-// the local solver.
+// the local solver. Faults aimed at running work come while every worker
+// slot runs a 15-puzzle of known length (hard_test.go), and the scenario
+// checks afterwards that it did, so none can pass with nothing in flight.
 //
 // The suite is behind the "fault" build tag so `go test ./...` skips it:
 //

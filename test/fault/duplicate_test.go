@@ -36,14 +36,15 @@ func (c *cluster) drained(t *testing.T, want int, d time.Duration) {
 
 // testDuplicateDelivery delivers every task twice: each queued task is
 // enqueued a second time (same type and payload, so the same records)
-// before any worker runs, and two workers then run both copies, often at
-// the same moment. Later a completed task is delivered once more. Each
-// item must end with one result, count once in its batch and once in
-// puzzleq_tasks_total.
+// before any worker runs, and two workers then run both copies. Later a
+// completed task is delivered once more, and two hard 15-puzzles are each
+// run twice at the same moment, on all four slots: a copy is enqueued
+// while the original runs. Each item must end with one result, count once
+// in its batch and once in puzzleq_tasks_total.
 func testDuplicateDelivery(t *testing.T) {
 	c := newCluster(t, clusterOpts{
 		api:    map[string]string{"CHUNK_SIZE": "8"},
-		worker: map[string]string{"SWEEP_MAX_NODES": "100000000000"},
+		worker: withPDB(map[string]string{"SWEEP_MAX_NODES": "100000000000", "WORKER_CONCURRENCY": "2"}),
 	})
 	o := newOracle()
 	w := newWorkload()
@@ -107,5 +108,46 @@ func testDuplicateDelivery(t *testing.T) {
 	for id, n := range w.batches {
 		c.checkBatch(id, n)
 	}
-	t.Logf("duplicate delivery: FIGURES items=%d deliveries=%d results=1 each, counted=%d, duplicates=0", len(w.reqs), enqueued+1, counted())
+
+	// Two copies running at once, by construction: the workers are idle;
+	// two hard boards are submitted, and once both run a copy of each is
+	// enqueued, which an idle slot takes within TASK_CHECK_INTERVAL while
+	// the original has most of its half second of CPU to go.
+	hs := hardSet(t, "p72", "p73t")
+	hard := w.addHardSingles(c, hs)
+	for _, ti := range waitHardBusy(t, c, 2, hard, 30*time.Second, nil) {
+		if _, err := cl.Enqueue(asynq.NewTask(ti.Type, ti.Payload), asynq.Queue(ti.Queue), asynq.MaxRetry(ti.MaxRetry)); err != nil {
+			t.Fatalf("enqueue a copy of %s: %v", ti.ID, err)
+		}
+	}
+	var both []*asynq.TaskInfo
+	if !pollUntil(30*time.Second, 5*time.Millisecond, func() bool {
+		both = c.activeTasks()
+		n := map[string]int{}
+		for _, ti := range both {
+			if h, ok := hardOf(ti, hard); ok {
+				n[h.name]++
+			}
+		}
+		return len(both) == 4 && n[hs[0].name] == 2 && n[hs[1].name] == 2
+	}) {
+		t.Fatalf("never saw both copies of %s and %s running at once: last saw %s; hard boards %s; %s",
+			hs[0].name, hs[1].name, describeActive(both, hard), c.hardStates(hard), c.describeQueues())
+	}
+	expectHard(t, o, hs)
+	recs = w.verify(t, c, o, 60*time.Second)
+	checkHardRecords(t, recs, hard)
+	c.drained(t, enqueued+1+4, 60*time.Second)
+	for id, h := range hard {
+		// The start script counts an attempt only on a pending or active
+		// record: 2 means the copy started before the original ended.
+		if recs[id].Attempts != 2 {
+			t.Errorf("%s (task %s): %d attempts, want 2 (both copies ran at once)", h.name, id, recs[id].Attempts)
+		}
+	}
+	if n := counted(); n != len(w.reqs) {
+		t.Errorf("after concurrent copies puzzleq_tasks_total is %d, want %d", n, len(w.reqs))
+	}
+	t.Logf("duplicate delivery: FIGURES items=%d deliveries=%d results=1 each, counted=%d, duplicates=0, concurrent_copies=%v",
+		len(w.reqs), enqueued+1+4, counted(), hardNames(both, hard))
 }

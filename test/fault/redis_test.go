@@ -4,6 +4,7 @@ package fault
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"sync"
@@ -19,32 +20,37 @@ import (
 // "unavailable" within its request timeout. Both binaries reconnect on
 // their own. Every task the API acknowledged with 202 must then end
 // completed with the right result, or, if its record did not survive the
-// crash, be reported here by ID.
+// crash, be reported here by ID. The crash comes while all 4 worker slots
+// run hard 15-puzzles; each must complete after it, with the exact answer.
 func testRedisRestart(t *testing.T) {
 	const reqTimeout = 2 * time.Second
 	c := newCluster(t, clusterOpts{
 		redisArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"},
 		api:       map[string]string{"CHUNK_SIZE": "16", "REQUEST_TIMEOUT": reqTimeout.String()},
-		worker:    map[string]string{"SWEEP_MAX_NODES": "100000000000"},
+		worker:    withPDB(map[string]string{"SWEEP_MAX_NODES": "100000000000", "WORKER_CONCURRENCY": "2"}),
 		workers:   2,
 	})
+	const slots = 4 // 2 workers x 2
 	o := newOracle()
 	corpus := corpusSweeps(t)
 	slidings := eightPuzzles(20000, 30)
 
+	// Hard boards first (the head of the bulk queue, 6 s of CPU in all),
+	// so that all 4 slots are provably busy when Redis dies.
+	hs := hardSet(t, "p74", "p75t", "p73", "p73t", "p72", "k88", "k88t", "k15")
+	hardW := newWorkload()
+	hard := hardW.addHardBatch(c, hs)
 	sub := startSubmitter(c, slidings, corpus)
 	defer sub.stop()
+	sub.adopt(hardW)
 	mu, acked := &sub.mu, sub.acked
 
-	// Crash Redis once batches are acknowledged and workers are busy.
-	if !pollUntil(30*time.Second, 10*time.Millisecond, func() bool {
-		mu.Lock()
-		n := len(acked.batches)
-		mu.Unlock()
-		return n >= 5 && len(c.activeTasks()) > 0
-	}) {
-		t.Fatal("no batches acknowledged and running within 30s")
-	}
+	// Crash Redis once batches are acknowledged and every slot runs a hard
+	// board.
+	inFlight := waitHardBusy(t, c, slots, hard, 30*time.Second, func() (bool, string) {
+		n := sub.batchesAcked()
+		return n >= 6, fmt.Sprintf("batches acknowledged %d, want 6", n)
+	})
 	mu.Lock()
 	ackedBefore := len(acked.reqs)
 	mu.Unlock()
@@ -117,7 +123,8 @@ func testRedisRestart(t *testing.T) {
 		defer mu.Unlock()
 		return len(acked.batches) >= n0+2
 	}) {
-		t.Error("no batch was acknowledged after Redis came back")
+		t.Errorf("fewer than 2 batches acknowledged within 30s after Redis came back: %d then, %d now; statuses %v",
+			n0, sub.batchesAcked(), sub.statusesNow())
 	}
 	sub.stop()
 	statuses, worst := sub.statuses, sub.worst
@@ -163,13 +170,27 @@ func testRedisRestart(t *testing.T) {
 			present[id] = r
 		}
 	}
+	expectHard(t, o, hs)
 	o.check(t, recs, present)
+	checkHardRecords(t, recs, hard)
+	// The boards running at the kill: each completed after it (so it was
+	// in flight), with the exact answer, counted once in its batch (above).
+	var attempts []int
+	for _, ti := range inFlight {
+		tr := recs[ti.ID]
+		attempts = append(attempts, tr.Attempts)
+		if tr.CompletedAt == nil || !tr.CompletedAt.After(killedAt.Add(-time.Millisecond)) {
+			t.Errorf("%s (task %s), active at the kill: completed at %v, want after the kill at %v (it was running then)",
+				hard[ti.ID].name, ti.ID, tr.CompletedAt, killedAt.Format(time.StampMilli))
+		}
+	}
 	var last time.Time
 	for _, tr := range recs {
 		if tr.CompletedAt != nil && tr.CompletedAt.After(last) {
 			last = *tr.CompletedAt
 		}
 	}
+	t.Logf("redis restart: in flight at the kill: %v, attempts %v", hardNames(inFlight, hard), attempts)
 	t.Logf("redis restart: FIGURES acked=%d (%d before the kill) lost_records=%d stuck=0 statuses=%v down=%v slowest_503=%v slowest_failed_submit=%v reconnect=%v last_completion=%v after restart",
 		len(acked.reqs), ackedBefore, len(lostTasks), statuses, restartedAt.Sub(killedAt).Round(time.Millisecond),
 		slowest.Round(time.Millisecond), worst.Round(time.Millisecond), reconnect.Round(time.Millisecond), last.Sub(restartedAt).Round(100*time.Millisecond))
@@ -186,15 +207,17 @@ func testRedisRestart(t *testing.T) {
 type submitter struct {
 	mu       sync.Mutex
 	acked    *workload
-	statuses map[int]int   // answers by status; 0 is no answer
-	worst    time.Duration // slowest answer that was not a 202
+	at       map[string]time.Time // when each acknowledged task's answer arrived
+	batchAt  map[string]time.Time // the same per batch
+	statuses map[int]int          // answers by status; 0 is no answer
+	worst    time.Duration        // slowest answer that was not a 202
 	quit     chan struct{}
 	done     chan struct{}
 	once     sync.Once
 }
 
 func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
-	s := &submitter{acked: newWorkload(), statuses: map[int]int{}, quit: make(chan struct{}), done: make(chan struct{})}
+	s := &submitter{acked: newWorkload(), at: map[string]time.Time{}, batchAt: map[string]time.Time{}, statuses: map[int]int{}, quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		for i := 0; i < 200 && (i+1)*100 <= len(slidings); i++ {
@@ -206,14 +229,17 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 			reqs := slidings[i*100 : (i+1)*100]
 			start := time.Now()
 			code, b, err := c.do("POST", "/v1/batches", batchBody(reqs))
-			took := time.Since(start)
+			now := time.Now()
+			took := now.Sub(start)
 			var ack apitype.BatchCreated
 			s.mu.Lock()
 			s.statuses[code]++
 			if err == nil && code == http.StatusAccepted && json.Unmarshal(b, &ack) == nil && len(ack.TaskIDs) == len(reqs) {
 				s.acked.batches[ack.ID] = len(ack.TaskIDs)
+				s.batchAt[ack.ID] = now
 				for j, tid := range ack.TaskIDs {
 					s.acked.reqs[tid] = reqs[j]
+					s.at[tid] = now
 				}
 			} else if took > s.worst {
 				s.worst = took
@@ -221,11 +247,13 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 			s.mu.Unlock()
 			req := sweeps[i%len(sweeps)]
 			code, b, err = c.do("POST", "/v1/tasks", []byte(req))
+			now = time.Now()
 			var tr taskResource
 			s.mu.Lock()
 			s.statuses[code]++
 			if err == nil && (code == http.StatusAccepted || code == http.StatusOK) && json.Unmarshal(b, &tr) == nil {
 				s.acked.reqs[tr.ID] = req
+				s.at[tr.ID] = now
 			}
 			s.mu.Unlock()
 			time.Sleep(100 * time.Millisecond)
@@ -238,6 +266,33 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 func (s *submitter) stop() {
 	s.once.Do(func() { close(s.quit) })
 	<-s.done
+}
+
+// adopt adds tasks acknowledged outside the submitter, as of now (they
+// were acknowledged no later).
+func (s *submitter) adopt(w *workload) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for id, n := range w.batches {
+		s.acked.batches[id] = n
+		s.batchAt[id] = now
+	}
+	for id, r := range w.reqs {
+		s.acked.reqs[id] = r
+		s.at[id] = now
+	}
+}
+
+// statusesNow copies the answers counted by status so far.
+func (s *submitter) statusesNow() map[int]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int]int, len(s.statuses))
+	for k, v := range s.statuses {
+		out[k] = v
+	}
+	return out
 }
 
 // batchesAcked is how many batches were acknowledged so far.
