@@ -102,7 +102,9 @@ func testRedisRestart(t *testing.T) {
 			t.Fatalf("%s exited while Redis was down: %v", p.name, p.err)
 		}
 	}
-	c.redis.Restart()
+	if err := c.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	restartedAt := time.Now()
 	for _, p := range append([]*proc{c.api}, c.workers...) {
 		p.waitReady(t, 30*time.Second)
