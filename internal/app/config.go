@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -367,9 +366,3 @@ func (c *APIConfig) validate() error {
 	c.keys = keys
 	return nil
 }
-
-// AuthEnabled reports whether API keys are configured.
-func (c *APIConfig) AuthEnabled() bool { return len(c.keys) > 0 }
-
-// Getenv is os.Getenv, named for the callers that pass it.
-var Getenv = os.Getenv

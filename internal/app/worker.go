@@ -122,9 +122,6 @@ func (w *Worker) Addr() string {
 	return w.ln.Addr().String()
 }
 
-// Registry is the worker's metrics registry.
-func (w *Worker) Registry() *prometheus.Registry { return w.reg }
-
 // Cancels returns the registry of running solves, for tests.
 func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
 
