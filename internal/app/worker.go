@@ -157,9 +157,9 @@ func (w *Worker) opsHandler() http.Handler {
 	return mux
 }
 
-// Run processes tasks until ctx ends, then stops fetching, lets running
-// tasks finish within ShutdownTimeout (asynq requeues the rest) and
-// returns.
+// Run processes tasks until ctx ends or the health server fails, then
+// stops fetching, lets running tasks finish within ShutdownTimeout (asynq
+// requeues the rest) and returns the health server's error, if any.
 func (w *Worker) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopListen()
@@ -181,9 +181,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started", "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
 		"task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
+	// A health server that stops takes the worker down with an error, so
+	// the process exits non-zero and is restarted: without it the kubelet
+	// cannot probe the worker, and would kill it anyway.
+	var runErr error
 	select {
 	case <-ctx.Done():
 	case err := <-httpErr:
+		runErr = fmt.Errorf("worker: health server: %w", err)
 		w.log.Error("health server stopped", "err", err)
 	}
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
@@ -195,7 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.httpSrv.Shutdown(sctx)
 	}
 	w.log.Info("worker stopped")
-	return nil
+	return runErr
 }
 
 // preload builds or loads the 15-puzzle's pattern databases; readiness
