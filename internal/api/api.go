@@ -84,8 +84,10 @@ type Options struct {
 	RatePerSecond, RateBurst int
 	// MaxPendingPerKey caps a key's unfinished tasks. Default 100,000.
 	MaxPendingPerKey int
-	// Extra routes mounted on the engine (asynqmon, pprof), optional.
-	Mount func(*gin.Engine)
+	// Mount, optional, adds routes that are not the API's own (metrics,
+	// the queue dashboard) to the engine; authenticate is the API's key
+	// check, for the routes that need it.
+	Mount func(e *gin.Engine, authenticate gin.HandlerFunc)
 }
 
 func (o *Options) setDefaults() {
@@ -174,7 +176,6 @@ func (s *Server) Routes() []string {
 }
 
 func (s *Server) routes() *gin.Engine {
-	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -197,7 +198,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	if s.opts.Mount != nil {
-		s.opts.Mount(e)
+		s.opts.Mount(e, s.Authenticate())
 	}
 	return e
 }

@@ -125,14 +125,12 @@ const MonitoringPath = "/monitoring/"
 // asynqmon's read-only queue dashboard at /monitoring/ on the same Redis
 // as the API (the in-memory one when embedded), behind the API keys when
 // any are configured.
-func (a *API) mount(e *gin.Engine) {
+func (a *API) mount(e *gin.Engine, authenticate gin.HandlerFunc) {
 	if a.cfg.MetricsAddr == "" {
 		e.GET("/metrics", gin.WrapH(a.metricsHandler()))
 	}
 	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
-	// a.server is set once api.New, which calls mount, returns.
-	auth := func(c *gin.Context) { a.server.Authenticate()(c) }
-	e.GET(MonitoringPath+"*path", auth, gin.WrapH(a.monitor))
+	e.GET(MonitoringPath+"*path", authenticate, gin.WrapH(a.monitor))
 }
 
 // Addr is the API's listen address.

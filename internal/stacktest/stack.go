@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -105,6 +106,7 @@ func Start(t testing.TB, o Options) *Stack {
 func Launch(o Options) (*Stack, error) { return launch(nil, o) }
 
 func launch(t testing.TB, o Options) (_ *Stack, err error) {
+	gin.SetMode(gin.ReleaseMode) // as cmd/api does
 	s := &Stack{t: t, o: o, env: maps.Clone(Defaults)}
 	defer func() {
 		if err != nil {
