@@ -86,8 +86,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	if a.embedded != nil {
 		wcfg := WorkerConfig{Common: cfg.Common, WorkerSettings: cfg.WorkerSettings, ShutdownTimeout: cfg.ShutdownTimeout}
 		// The embedded worker shares the API's registry so one /metrics
-		// covers the whole process.
-		if a.embedded.worker, err = newWorker(wcfg, log.With("component", "worker"), opt, a.rdb, a.reg); err != nil {
+		// covers the whole process. Its attributes go in a group of their
+		// own, so none can repeat a key the caller put on log.
+		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, a.reg); err != nil {
 			return nil, err
 		}
 	}

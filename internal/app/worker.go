@@ -87,7 +87,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		ErrorHandler:             h.ErrorHandler(),
 		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{log.With("component", "asynq")},
+		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
@@ -244,6 +244,13 @@ func (w *Worker) Close() error {
 func queueCollector(rdb redis.UniversalClient) prometheus.Collector {
 	return metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))
 }
+
+// libraryKey names the third-party library a log line comes from. It is
+// not "component", which names the part of puzzleq (the embedded worker):
+// a library logging inside a component would otherwise repeat that key in
+// one line, which JSON readers resolve differently (the first or the last
+// wins).
+const libraryKey = "library"
 
 // asynqLogger routes asynq's logs through slog.
 type asynqLogger struct{ l *slog.Logger }

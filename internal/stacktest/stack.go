@@ -212,7 +212,8 @@ func (s *Stack) StopWorkers() error {
 
 // Close stops the workers, then the API (the order of a deployment's
 // shutdown), and the redis-server. A test's stack closes when the test
-// ends; Close reports errors of the processes' Run to the test.
+// ends; Close reports errors of the processes' Run to the test. Closing
+// twice is harmless.
 func (s *Stack) Close() {
 	errs := []error{s.StopWorkers()}
 	if s.apiStop != nil {
@@ -222,9 +223,11 @@ func (s *Stack) Close() {
 	}
 	if s.API != nil {
 		errs = append(errs, s.API.Close())
+		s.API = nil
 	}
 	if s.RDB != nil {
 		s.RDB.Close()
+		s.RDB = nil
 	}
 	if s.Redis != nil {
 		s.Redis.Stop()
@@ -334,9 +337,9 @@ func (s *Stack) Running(queue string) int {
 // Logs collects the logs of a test's stack (Options.LogOut) and prints
 // them if the test fails. Call it before Start: cleanups run last first,
 // so the logs are printed after the stack has stopped.
-func Logs(t testing.TB) io.Writer {
+func Logs(t testing.TB) *LogBuffer {
 	t.Helper()
-	b := &lockedBuffer{}
+	b := &LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("stack logs:\n%s", b.String())
@@ -345,18 +348,20 @@ func Logs(t testing.TB) io.Writer {
 	return b
 }
 
-type lockedBuffer struct {
+// LogBuffer is a buffer that the stack's goroutines may write at once.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+// String returns what was written so far.
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
