@@ -26,7 +26,7 @@ type fixture struct {
 func newFixture(t *testing.T, l Limits) *fixture {
 	t.Helper()
 	r := redistest.Start(t)
-	st := store.New(r.Client(t), store.Options{})
+	st := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	m := NewMetrics(prometheus.NewRegistry())
 	return &fixture{store: st, handler: NewHandler(st, NewCancels(), l, m, nil), metrics: m, ctx: context.Background()}
 }

@@ -318,3 +318,18 @@ func TestCreateBatchRedisFailsHalfWay(t *testing.T) {
 		t.Errorf("Idempotency-Keys released: %v, want [run-2]", r.st.idemReleased)
 	}
 }
+
+// New takes its limits from the binary's Config and adds no defaults of
+// its own; a missing one is named, not silently replaced.
+func TestNewNamesAMissingLimit(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options.MaxWait") {
+			t.Fatalf("New without MaxWait: recovered %v, want a panic naming Options.MaxWait", r)
+		}
+	}()
+	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.Options{
+		MaxBodyBytes: 1, MaxBatchBodyBytes: 1, MaxBatchItems: 1, ChunkSize: 1, RequestTimeout: time.Second,
+		RatePerSecond: 1, RateBurst: 1, MaxPendingPerKey: 1,
+	})
+}

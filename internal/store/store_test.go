@@ -26,7 +26,7 @@ func newStore(t *testing.T) (*store.Store, context.Context) {
 	rdb := srv.Client(t)
 	// A fresh prefix per run, so -count=N does not see an earlier run's keys.
 	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
-	return store.New(rdb, store.Options{Prefix: prefix}), context.Background()
+	return store.New(rdb, store.Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour}), context.Background()
 }
 
 func TestMain(m *testing.M) {
@@ -190,7 +190,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 func TestScriptsSurviveRedisRestart(t *testing.T) {
 	t.Parallel()
 	r := redistest.Start(t)
-	s := store.New(r.Client(t), store.Options{})
+	s := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	ctx := context.Background()
 	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "x", Kind: "fill"}, 0); err != nil {
 		t.Fatal(err)
@@ -292,7 +292,7 @@ func TestChunkDeliveredTwice(t *testing.T) {
 	srvOnce.Do(func() { srv = redistest.Start(&testing.T{}) })
 	rdb := srv.Client(t)
 	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
-	s, ctx := store.New(rdb, store.Options{Prefix: prefix}), context.Background()
+	s, ctx := store.New(rdb, store.Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour}), context.Background()
 
 	const (
 		n        = 300
