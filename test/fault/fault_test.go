@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -181,9 +182,9 @@ func testWorkerCrash(t *testing.T) {
 		t.Fatalf("never saw all 6 slots busy with work queued (active %d)", len(before))
 	}
 	victim := c.workers[0]
-	victim.signal(t, syscall.SIGKILL)
+	victim.Signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
-	victim.waitExit(5 * time.Second)
+	victim.WaitExit(5 * time.Second)
 	// Listed after the kill: it holds everything the dead worker held,
 	// even a task it fetched between the check above and the signal.
 	activeAtKill := map[string]*asynq.TaskInfo{}
@@ -221,7 +222,7 @@ func testWorkerCrash(t *testing.T) {
 	}
 	drained := time.Since(killedAt)
 	t.Logf("worker crash: killed %s (pid %d) holding %d asynq tasks (%d unfinished items); the rest drained %v after the kill",
-		victim.name, victim.pid(), len(orphans), len(held), drained.Round(time.Millisecond))
+		victim.Name, victim.PID(), len(orphans), len(held), drained.Round(time.Millisecond))
 	if len(held) == 0 {
 		t.Fatal("the killed worker held no unfinished items; nothing to recover")
 	}
@@ -300,15 +301,15 @@ func testGracefulShutdown(t *testing.T) {
 			}) {
 				t.Fatal("the victim never ran a slow sweep")
 			}
-			victim.signal(t, syscall.SIGTERM)
+			victim.Signal(t, syscall.SIGTERM)
 			sent := time.Now()
 			c.startWorker(nil) // takes over what the victim leaves
-			if !victim.waitExit(tc.timeout + 10*time.Second) {
+			if !victim.WaitExit(tc.timeout + 10*time.Second) {
 				t.Fatalf("worker did not exit within SHUTDOWN_TIMEOUT %v + 10s", tc.timeout)
 			}
 			took := time.Since(sent)
-			if victim.err != nil {
-				t.Errorf("worker exit: %v", victim.err)
+			if victim.Err() != nil {
+				t.Errorf("worker exit: %v", victim.Err())
 			}
 			// The processor waits SHUTDOWN_TIMEOUT at most; the rest of
 			// asynq's Shutdown (heartbeat, syncer) adds a little.
@@ -326,7 +327,7 @@ func testGracefulShutdown(t *testing.T) {
 				}
 			}
 			// asynq logs each task it gives back at the timeout.
-			pushed := strings.Count(tail(victim.log, 1000), "back to queue")
+			pushed := strings.Count(stacktest.Tail(victim.LogPath, 1000), "back to queue")
 			t.Logf("graceful shutdown (%s): FIGURES SIGTERM->exit=%v SHUTDOWN_TIMEOUT=%v active_at_sigterm=%d requeued=%d ran_again_elsewhere=%d tasks=%d lost=0",
 				tc.name, took.Round(time.Millisecond), tc.timeout, len(active), pushed, again, len(w.reqs))
 			if tc.requeued && pushed == 0 {

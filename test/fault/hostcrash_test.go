@@ -86,7 +86,7 @@ func testHostCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range append([]*proc{c.api}, c.workers...) {
-		p.waitReady(t, 30*time.Second)
+		p.WaitReady(t, 30*time.Second)
 	}
 	acked := sub.acked
 	t.Logf("host crash: cut the AOF from %d to %d bytes (the last second); %d tasks in %d batches and singles were acknowledged",
