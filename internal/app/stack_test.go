@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -50,31 +48,12 @@ type errBody struct {
 	Error apiErr `json:"error"`
 }
 
-func decode[T any](t *testing.T, b []byte) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("decode %T from %s: %v", v, b, err)
-	}
-	return v
-}
+func decode[T any](t *testing.T, b []byte) T { return stacktest.Decode[T](t, b) }
 
 // submit posts one request and returns the task resource.
 func (s *stack) submit(req string, wantStatus int) task {
-	s.t.Helper()
-	code, b := s.Do("POST", "/v1/tasks", req)
-	if code != wantStatus {
-		s.t.Fatalf("POST /v1/tasks %s: status %d, want %d: %s", req, code, wantStatus, b)
-	}
-	return decode[task](s.t, b)
+	return decode[task](s.t, s.Submit(req, wantStatus))
 }
 
 // wait long-polls a task until it ends (or the wait runs out).
-func (s *stack) wait(id string, d time.Duration) task {
-	s.t.Helper()
-	code, b := s.Do("GET", fmt.Sprintf("/v1/tasks/%s?wait=%s", id, d), nil)
-	if code != http.StatusOK {
-		s.t.Fatalf("GET task %s: %d %s", id, code, b)
-	}
-	return decode[task](s.t, b)
-}
+func (s *stack) wait(id string, d time.Duration) task { return decode[task](s.t, s.WaitTask(id, d)) }

@@ -291,6 +291,37 @@ func (s *Stack) DoH(method, path string, body any, header ...string) (int, []byt
 	return resp.StatusCode, out, resp.Header
 }
 
+// Submit posts one request to /v1/tasks, fails the test unless the answer
+// has status want, and returns the body.
+func (s *Stack) Submit(req string, want int) []byte {
+	s.t.Helper()
+	code, b := s.Do("POST", "/v1/tasks", req)
+	if code != want {
+		s.t.Fatalf("POST /v1/tasks %s: status %d, want %d: %s", req, code, want, b)
+	}
+	return b
+}
+
+// WaitTask long-polls a task for up to d and returns the body of the 200.
+func (s *Stack) WaitTask(id string, d time.Duration) []byte {
+	s.t.Helper()
+	code, b := s.Do("GET", fmt.Sprintf("/v1/tasks/%s?wait=%s", id, d), nil)
+	if code != http.StatusOK {
+		s.t.Fatalf("GET task %s: %d %s", id, code, b)
+	}
+	return b
+}
+
+// Decode unmarshals a JSON body into a T, failing the test if it cannot.
+func Decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decode %T from %s: %v", v, b, err)
+	}
+	return v
+}
+
 // Keys counts the Redis keys matching a pattern.
 func (s *Stack) Keys(pattern string) int {
 	s.t.Helper()
