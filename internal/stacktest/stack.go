@@ -34,15 +34,14 @@ import (
 type Options struct {
 	// Workers is how many workers start with the stack.
 	Workers int
-	// Env holds settings of both binaries, over Defaults.
+	// Env holds settings of both binaries, over the defaults (loopback
+	// listeners on free ports, TASK_CHECK_INTERVAL 5ms, PDB_PRELOAD false).
 	Env map[string]string
 	// APIEnv and WorkerEnv hold settings of one binary, over Env.
 	// REDIS_URL set in Env or APIEnv, even to "" (the embedded mode),
 	// means no redis-server is started and the stack has no RDB or Store:
 	// the test chose its Redis, and Start does not wait for readiness.
 	APIEnv, WorkerEnv map[string]string
-	// RedisArgs are extra redis-server directives.
-	RedisArgs []string
 	// LogOut, when set, receives the logs, each process's logger built
 	// from its settings (LOG_LEVEL, LOG_FORMAT) as the binaries build it.
 	// Unset, logs are discarded, or written to stderr at debug level when
@@ -50,10 +49,10 @@ type Options struct {
 	LogOut io.Writer
 }
 
-// Defaults are the settings a stack starts from: loopback listeners on
+// defaults are the settings a stack starts from: loopback listeners on
 // free ports, a fast idle poll (tests wait on pickups), and the pattern
 // databases built on demand rather than at every worker start.
-var Defaults = map[string]string{
+var defaults = map[string]string{
 	"HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false",
 }
 
@@ -61,12 +60,13 @@ var Defaults = map[string]string{
 type Stack struct {
 	// URL is the API's base URL, "http://127.0.0.1:port".
 	URL string
-	// Redis is the redis-server; nil when Env set REDIS_URL.
+	// Redis is the redis-server; nil when the Options set REDIS_URL.
 	Redis *redistest.Server
-	// RDB is a client of the stack's Redis (database 0); nil when Env set
-	// REDIS_URL.
+	// RDB is a client of the stack's Redis (database 0); nil when the
+	// Options set REDIS_URL.
 	RDB *redis.Client
-	// Store reads and writes the records the API and workers keep.
+	// Store reads and writes the records the API and workers keep; nil
+	// when the Options set REDIS_URL.
 	Store *store.Store
 	// API is the running API.
 	API *app.API
@@ -107,7 +107,7 @@ func Launch(o Options) (*Stack, error) { return launch(nil, o) }
 
 func launch(t testing.TB, o Options) (_ *Stack, err error) {
 	gin.SetMode(gin.ReleaseMode) // as cmd/api does
-	s := &Stack{t: t, o: o, env: maps.Clone(Defaults)}
+	s := &Stack{t: t, o: o, env: maps.Clone(defaults)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -117,7 +117,7 @@ func launch(t testing.TB, o Options) (_ *Stack, err error) {
 	_, inEnv := o.Env["REDIS_URL"]
 	_, inAPIEnv := o.APIEnv["REDIS_URL"]
 	if !inEnv && !inAPIEnv {
-		if s.Redis, err = redistest.Launch(o.RedisArgs...); err != nil {
+		if s.Redis, err = redistest.Launch(); err != nil {
 			return nil, err
 		}
 		s.RDB = redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
