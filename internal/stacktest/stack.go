@@ -204,7 +204,7 @@ func (s *Stack) StopWorkers() error {
 	}
 	var errs []error
 	for _, w := range s.Workers {
-		errs = append(errs, <-w.done, w.Close())
+		errs = append(errs, stopped(w.done, "a worker"), w.Close())
 	}
 	s.Workers = nil
 	return errors.Join(errs...)
@@ -218,7 +218,7 @@ func (s *Stack) Close() {
 	errs := []error{s.StopWorkers()}
 	if s.apiStop != nil {
 		s.apiStop()
-		errs = append(errs, <-s.apiDone)
+		errs = append(errs, stopped(s.apiDone, "the API"))
 		s.apiStop = nil
 	}
 	if s.API != nil {
@@ -234,6 +234,22 @@ func (s *Stack) Close() {
 	}
 	if err := errors.Join(errs...); err != nil && s.t != nil {
 		s.t.Errorf("stacktest: stop: %v", err)
+	}
+}
+
+// stopTimeout bounds how long Close waits for a process's Run to return:
+// longer than any ShutdownTimeout a test sets, short enough that a hang
+// is reported as such and not as the test binary's timeout.
+const stopTimeout = 30 * time.Second
+
+// stopped returns what Run sent on done, or an error if it sent nothing
+// within stopTimeout.
+func stopped(done <-chan error, what string) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("%s did not stop within %v", what, stopTimeout)
 	}
 }
 
