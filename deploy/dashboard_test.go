@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +15,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/internal/app"
-	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -29,50 +27,8 @@ type stack struct {
 
 func startStack(t *testing.T, extraAPIEnv map[string]string) *stack {
 	t.Helper()
-	srv := redistest.Start(t)
-	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PDB_PRELOAD": "false"}
-	log := slog.New(slog.DiscardHandler)
-
-	apiEnv := map[string]string{}
-	for k, v := range env {
-		apiEnv[k] = v
-	}
-	for k, v := range extraAPIEnv {
-		apiEnv[k] = v
-	}
-	acfg, err := app.LoadAPIConfig(nil, getenv(apiEnv), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.NewAPI(acfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	wcfg, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := app.NewWorker(wcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	// Cleanups run last-in first-out: stop both, then close them.
-	ctx, cancel := context.WithCancel(context.Background())
-	var done []chan struct{}
-	for _, run := range []func(context.Context) error{a.Run, w.Run} {
-		d := make(chan struct{})
-		done = append(done, d)
-		go func() { defer close(d); run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		for _, d := range done {
-			<-d
-		}
-	})
-	s := &stack{apiURL: "http://" + a.Addr(), workerURL: "http://" + w.Addr()}
+	st := stacktest.Start(t, stacktest.Options{Workers: 1, Env: map[string]string{"LOG_LEVEL": "error"}, APIEnv: extraAPIEnv})
+	s := &stack{apiURL: st.URL, workerURL: "http://" + st.Workers[0].Addr()}
 	waitOK(t, s.workerURL+"/readyz")
 	return s
 }
@@ -331,22 +287,11 @@ func TestGrafanaDashboard(t *testing.T) {
 // TestMonitoringEmbedded: without REDIS_URL the dashboard reads the
 // API's in-memory Redis, so it shows the tasks the embedded worker ran.
 func TestMonitoringEmbedded(t *testing.T) {
-	cfg, err := app.LoadAPIConfig(nil, getenv(map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PDB_PRELOAD": "false"}), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.NewAPI(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !a.Embedded() {
+	st := stacktest.Start(t, stacktest.Options{Env: map[string]string{"REDIS_URL": ""}})
+	if !st.API.Embedded() {
 		t.Fatal("not embedded")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(ctx) }()
-	defer func() { cancel(); <-done; a.Close() }()
-	base := "http://" + a.Addr()
+	base := st.URL
 	waitOK(t, base+"/readyz")
 
 	resp, err := http.Post(base+"/v1/tasks", "application/json",

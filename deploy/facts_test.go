@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/app"
-	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -69,41 +68,17 @@ func getenv(env map[string]string) func(string) string {
 // newFacts starts a redis-server, a real API and a real worker on it.
 func newFacts(t *testing.T) *facts {
 	t.Helper()
-	srv := redistest.Start(t)
+	st := stacktest.Start(t, stacktest.Options{Workers: 1, Env: map[string]string{"LOG_LEVEL": "error"}})
+	srv := st.Redis
 	f := &facts{
 		apiRoutes: map[string]bool{}, apiEnv: set(app.APIEnv()), workerEnv: set(app.WorkerEnv()),
 		workerSeen: map[string]int{}, pendingKey: map[string]string{},
 		load: newLoaders(),
 	}
-	env := map[string]string{"REDIS_URL": "redis://" + srv.Addr + "/0", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PDB_PRELOAD": "false"}
-	log := slog.New(slog.DiscardHandler)
-
-	acfg, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.NewAPI(acfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range a.Routes() {
+	for _, r := range st.API.Routes() {
 		f.apiRoutes[r] = true
 	}
-	a.Close()
-
-	wcfg, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := app.NewWorker(wcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; w.Close() })
-	f.workerURL = "http://" + w.Addr()
+	f.workerURL = "http://" + st.Workers[0].Addr()
 	waitOK(t, f.workerURL+"/readyz")
 
 	// asynq's pending list key of each queue, found by enqueueing a task

@@ -33,7 +33,7 @@ type fixture struct {
 func newFixture(t *testing.T, l tasks.Limits) *fixture {
 	t.Helper()
 	r := redistest.Start(t)
-	st := store.New(r.Client(t), store.Options{})
+	st := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	m := tasks.NewMetrics(prometheus.NewRegistry())
 	c := tasks.NewCancels()
 	h := tasks.NewHandler(st, c, l, m, nil)

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/puzzleq/puzzleq/internal/app"
 )
 
@@ -24,6 +26,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, logOut io.Writer) error {
+	// Gin's debug mode prints every route and a warning to stdout; the API
+	// logs its requests through slog instead.
+	gin.SetMode(gin.ReleaseMode)
 	cfg, err := app.LoadAPIConfig(args, os.Getenv, logOut)
 	if err != nil {
 		return err

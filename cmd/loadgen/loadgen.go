@@ -170,9 +170,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer st.close()
+		defer st.Close()
 		lg.st = st
-		lg.base = st.baseURL
+		lg.base = st.URL
 	} else {
 		rep.Stack = "external API at " + o.server
 		lg.base = o.server

@@ -31,7 +31,7 @@ func (lg *loadgen) sampleCost(ctx context.Context) cost {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	info, err := lg.st.rdb.Info(ctx, "stats", "cpu").Result()
+	info, err := lg.st.RDB.Info(ctx, "stats", "cpu").Result()
 	if err != nil {
 		return c
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
 // loadgen holds one run's state.
@@ -23,7 +24,7 @@ type loadgen struct {
 	o    *options
 	pool *pool
 	rep  *Report
-	st   *stack // nil with -server
+	st   *stacktest.Stack // nil with -server
 	base string
 	http *http.Client
 }
@@ -324,7 +325,7 @@ type rawRig struct {
 const rawQueue = "loadgen-noop"
 
 func (lg *loadgen) newRawRig() (_ *rawRig, err error) {
-	rg := &rawRig{addr: lg.st.redis.addr, tokens: make(chan struct{}, lg.o.clients)}
+	rg := &rawRig{addr: lg.st.Redis.Addr, tokens: make(chan struct{}, lg.o.clients)}
 	defer func() {
 		if err != nil {
 			rg.close()
@@ -508,10 +509,10 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 		return r, nil
 	}
 	st := lg.st
-	st.stopWorkers()
+	st.StopWorkers()
 	defer func() {
-		st.stopWorkers()
-		if err := st.startWorkers(lg.o.workers, lg.o.concurrency, lg.o.checkInterval); err != nil && r.FirstError == "" {
+		st.StopWorkers()
+		if err := startWorkers(st, lg.o.workers, lg.o.concurrency, lg.o.checkInterval); err != nil && r.FirstError == "" {
 			r.FirstError = "restart workers: " + err.Error()
 		}
 	}()
@@ -537,8 +538,8 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 	var all tally
 	start := time.Now()
 	for _, iv := range lg.o.pickup {
-		st.stopWorkers()
-		if err := st.startWorkers(1, lg.o.concurrency, iv); err != nil {
+		st.StopWorkers()
+		if err := startWorkers(st, 1, lg.o.concurrency, iv); err != nil {
 			return nil, err
 		}
 		rate, cpu, err := idleRate()

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -55,76 +56,66 @@ type Waiter interface {
 	Wait(key string) (fired <-chan struct{}, release func())
 }
 
-// Options are the API's limits and tunables.
+// Options are the API's limits and tunables. The limits come from the
+// binary's Config (internal/app), where each default is stated once; New
+// adds none of its own and panics, naming the option, when one is not
+// positive, since that is a wiring bug and not a state to run in.
 type Options struct {
-	// MaxBodyBytes bounds a single-task request body. Default 1 MiB.
+	// MaxBodyBytes bounds a single-task request body.
 	MaxBodyBytes int64
-	// MaxBatchBodyBytes bounds a batch request body. Default 16 MiB.
+	// MaxBatchBodyBytes bounds a batch request body.
 	MaxBatchBodyBytes int64
-	// MaxBatchItems bounds the items of one batch. Default 10,000.
+	// MaxBatchItems bounds the items of one batch.
 	MaxBatchItems int
-	// MaxWait bounds ?wait= on GETs. Default 60s.
+	// MaxWait bounds ?wait= on GETs.
 	MaxWait time.Duration
-	// ChunkSize is how many cheap items go into one chunk task. Default 64.
+	// ChunkSize is how many cheap items go into one chunk task.
 	ChunkSize int
-	// EnqueueParallelism bounds concurrent enqueues of one batch. Default 8.
+	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
+	// not a setting of the binary; 0 means 8.
 	EnqueueParallelism int
 	// MaxConcurrentBatches bounds batch submissions decoded at once, which
-	// bounds the memory that large bodies can take. Default 4.
+	// bounds the memory that large bodies can take. It is not a setting of
+	// the binary; 0 means 4.
 	MaxConcurrentBatches int
 	// RequestTimeout bounds every request except the wait of a long poll.
-	// Default 10s.
 	RequestTimeout time.Duration
 	// Limits are the per-kind deadlines and budgets put on tasks.
 	Limits tasks.Limits
 	// Keys are the API keys; with none, auth is off and every caller is
 	// the anonymous owner.
 	Keys []APIKey
-	// RatePerSecond and RateBurst are each key's default token bucket.
-	// Defaults 20 and 40.
+	// RatePerSecond and RateBurst are each key's token bucket unless the
+	// key sets its own.
 	RatePerSecond, RateBurst int
-	// MaxPendingPerKey caps a key's unfinished tasks. Default 100,000.
+	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
+	// its own cap.
 	MaxPendingPerKey int
-	// Extra routes mounted on the engine (asynqmon, pprof), optional.
-	Mount func(*gin.Engine)
+	// Mount, optional, adds routes that are not the API's own (metrics,
+	// the queue dashboard) to the engine; authenticate is the API's key
+	// check, for the routes that need it.
+	Mount func(e *gin.Engine, authenticate gin.HandlerFunc)
 }
 
-func (o *Options) setDefaults() {
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 1 << 20
-	}
-	if o.MaxBatchBodyBytes <= 0 {
-		o.MaxBatchBodyBytes = 16 << 20
-	}
-	if o.MaxBatchItems <= 0 {
-		o.MaxBatchItems = 10000
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = 60 * time.Second
-	}
-	if o.ChunkSize <= 0 {
-		o.ChunkSize = 64
+func (o *Options) check() {
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{
+		{"MaxBodyBytes", o.MaxBodyBytes}, {"MaxBatchBodyBytes", o.MaxBatchBodyBytes},
+		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)},
+		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
+		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
+	} {
+		if v.n <= 0 {
+			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))
+		}
 	}
 	if o.EnqueueParallelism <= 0 {
 		o.EnqueueParallelism = 8
 	}
 	if o.MaxConcurrentBatches <= 0 {
 		o.MaxConcurrentBatches = 4
-	}
-	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = 10 * time.Second
-	}
-	if o.Limits.Deadline == nil {
-		o.Limits = tasks.DefaultLimits()
-	}
-	if o.RatePerSecond <= 0 {
-		o.RatePerSecond = 20
-	}
-	if o.RateBurst <= 0 {
-		o.RateBurst = 2 * o.RatePerSecond
-	}
-	if o.MaxPendingPerKey <= 0 {
-		o.MaxPendingPerKey = 100000
 	}
 }
 
@@ -142,9 +133,10 @@ type Server struct {
 	engine   *gin.Engine
 }
 
-// New builds the API and its routes. reg receives the HTTP metrics.
+// New builds the API and its routes. reg receives the HTTP metrics. It
+// panics if opts lacks a limit (see Options).
 func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
-	opts.setDefaults()
+	opts.check()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -175,7 +167,6 @@ func (s *Server) Routes() []string {
 }
 
 func (s *Server) routes() *gin.Engine {
-	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -200,7 +191,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	if s.opts.Mount != nil {
-		s.opts.Mount(e)
+		s.opts.Mount(e, s.Authenticate())
 	}
 	return e
 }

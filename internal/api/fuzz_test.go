@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
@@ -31,8 +32,9 @@ func FuzzHTTPDecoding(f *testing.F) {
 	defer rdb.Close()
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
-	srv := api.New(client, store.New(rdb, store.Options{}), store.NewHub(), nil, nil,
-		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50})
+	srv := api.New(client, store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
+		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50, MaxWait: time.Minute, ChunkSize: 64,
+			RequestTimeout: 10 * time.Second, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000})
 	h := srv.Handler()
 
 	for _, s := range []string{

@@ -427,6 +427,10 @@ func (s *Server) recordAndEnqueue(ctx context.Context, batchID, owner, format st
 		s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	}
 	if err := s.store.CreateBatch(ctx, store.NewBatch{ID: batchID, Owner: owner, Format: format}, items); err != nil {
+		// The transaction may have been applied and only its reply lost;
+		// nothing was enqueued, so such records would stay pending for a
+		// day. Deleting records that were never written is harmless.
+		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), batchID, ids)
 		return nil, err
 	}
 

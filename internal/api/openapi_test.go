@@ -23,8 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/puzzleq/puzzleq/internal/api"
-	"github.com/puzzleq/puzzleq/internal/app"
-	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
 // The tests in this file hold the API to internal/api/openapi.yaml: the
@@ -70,106 +69,15 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	}
 }
 
-// stack is the API and, optionally, a worker, on one real Redis.
-type stack struct {
-	api    *app.API
-	worker *app.Worker
-	redis  *redistest.Server
-	logs   *lockedBuffer
-	stop   []func()
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
-// run starts fn(ctx) in a goroutine and arranges for the test to stop it
-// and wait for it before the cleanups of resources it uses.
-func run(t *testing.T, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("a server did not stop within 10s")
-		}
-	})
-}
-
-// startAPI starts the API process on redisURL with the given extra env.
-func startAPI(t *testing.T, redisURL string, logs io.Writer, extra map[string]string) *app.API {
+// startDocStack starts the API (internal/stacktest) on a real Redis with
+// the settings below and extra over them; its logs are printed if the test
+// fails. extra may set REDIS_URL: "" for the embedded mode.
+func startDocStack(t *testing.T, extra map[string]string) *stacktest.Stack {
 	t.Helper()
-	env := map[string]string{
-		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
-		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "PDB_PRELOAD": "false",
-	}
-	for k, v := range extra {
-		env[k] = v
-	}
-	cfg, err := app.LoadAPIConfig(nil, envOf(env), io.Discard)
-	if err != nil {
-		t.Fatalf("api config: %v", err)
-	}
-	a, err := app.NewAPI(cfg, cfg.Logger(logs))
-	if err != nil {
-		t.Fatalf("NewAPI: %v", err)
-	}
-	t.Cleanup(func() { a.Close() })
-	run(t, a.Run)
-	return a
-}
-
-// startWorker starts a worker process on redisURL.
-func startWorker(t *testing.T, redisURL string, logs io.Writer) *app.Worker {
-	t.Helper()
-	env := map[string]string{
-		"REDIS_URL": redisURL, "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
-		"LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2", "PDB_PRELOAD": "false",
-	}
-	cfg, err := app.LoadWorkerConfig(nil, envOf(env), io.Discard)
-	if err != nil {
-		t.Fatalf("worker config: %v", err)
-	}
-	w, err := app.NewWorker(cfg, cfg.Logger(logs))
-	if err != nil {
-		t.Fatalf("NewWorker: %v", err)
-	}
-	t.Cleanup(func() { w.Close() })
-	run(t, w.Run)
-	return w
-}
-
-// dumpLogsOnFailure prints the processes' logs when the test fails; it is
-// registered first so that it runs after the servers stopped.
-func dumpLogsOnFailure(t *testing.T) *lockedBuffer {
-	logs := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server logs:\n%s", logs.String())
-		}
+	return stacktest.Start(t, stacktest.Options{
+		Env:    map[string]string{"SHUTDOWN_TIMEOUT": "2s", "LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2"},
+		APIEnv: extra, LogOut: stacktest.Logs(t),
 	})
-	return logs
 }
 
 // ginPath turns an OpenAPI path into the server's route syntax.
@@ -179,9 +87,7 @@ func ginPath(p string) string {
 
 func TestOpenAPIRoutesMatchServer(t *testing.T) {
 	doc := loadDoc(t)
-	logs := dumpLogsOnFailure(t)
-	rs := redistest.Start(t)
-	a := startAPI(t, rs.URL(), logs, nil)
+	a := startDocStack(t, nil).API
 
 	served := map[string]bool{}
 	for _, r := range a.Routes() {
@@ -499,12 +405,11 @@ func init() {
 
 func TestOpenAPIConformance(t *testing.T) {
 	doc := loadDoc(t)
-	logs := dumpLogsOnFailure(t)
-	rs := redistest.Start(t)
-	a := startAPI(t, rs.URL(), logs, map[string]string{
+	st := startDocStack(t, map[string]string{
 		"MAX_BODY_BYTES": fmt.Sprint(maxBodySize), "MAX_BATCH_BODY_BYTES": "65536", "CHUNK_SIZE": "2",
 		"MAX_BATCH_ITEMS": "5",
 	})
+	a := st.API
 	c := newClient(t, doc, a.Addr())
 
 	t.Run("operations", func(t *testing.T) {
@@ -653,7 +558,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches", body: bigBatch, want: 413, req: reqSkip}), "body_too_large", "")
 	})
 
-	startWorker(t, rs.URL(), logs)
+	st.AddWorker(nil)
 
 	t.Run("tasks", func(t *testing.T) {
 		c := *c
@@ -819,14 +724,13 @@ func TestOpenAPIConformance(t *testing.T) {
 // whose Redis is down.
 func TestOpenAPIUnavailable(t *testing.T) {
 	doc := loadDoc(t)
-	logs := dumpLogsOnFailure(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	a := startAPI(t, "redis://"+dead+"/0", logs, nil)
+	a := startDocStack(t, map[string]string{"REDIS_URL": "redis://" + dead + "/0"}).API
 	c := newClient(t, doc, a.Addr())
 
 	c.do(call{method: "GET", path: "/healthz", want: 200})
@@ -865,8 +769,7 @@ func TestOpenAPIUnavailable(t *testing.T) {
 // Redis and an in-process worker) to the document too.
 func TestOpenAPIEmbedded(t *testing.T) {
 	doc := loadDoc(t)
-	logs := dumpLogsOnFailure(t)
-	a := startAPI(t, "", logs, nil)
+	a := startDocStack(t, map[string]string{"REDIS_URL": ""}).API
 	if !a.Embedded() {
 		t.Fatal("the API is not embedded without REDIS_URL")
 	}
@@ -888,16 +791,14 @@ func TestOpenAPIEmbedded(t *testing.T) {
 // idempotent batches to the document.
 func TestOpenAPIAuth(t *testing.T) {
 	doc := loadDoc(t)
-	logs := dumpLogsOnFailure(t)
-	r := redistest.Start(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.json")
 	if err := os.WriteFile(keysFile, []byte(`[{"name":"bob","key":"bob-key","rate_per_second":1,"burst":1}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a := startAPI(t, r.URL(), logs, map[string]string{
+	a := startDocStack(t, map[string]string{
 		"API_KEYS": "alice:alice-key", "API_KEYS_FILE": keysFile,
 		"MAX_PENDING_PER_KEY": "2", "RATE_LIMIT_BURST": "100",
-	})
+	}).API
 	c := newClient(t, doc, a.Addr())
 	alice := map[string]string{"Authorization": "Bearer alice-key"}
 

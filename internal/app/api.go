@@ -86,8 +86,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	if a.embedded != nil {
 		wcfg := WorkerConfig{Common: cfg.Common, WorkerSettings: cfg.WorkerSettings, ShutdownTimeout: cfg.ShutdownTimeout}
 		// The embedded worker shares the API's registry so one /metrics
-		// covers the whole process.
-		if a.embedded.worker, err = newWorker(wcfg, log.With("component", "worker"), opt, a.rdb, a.reg); err != nil {
+		// covers the whole process. Its attributes go in a group of their
+		// own, so none can repeat a key the caller put on log.
+		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, a.reg); err != nil {
 			return nil, err
 		}
 	}
@@ -125,14 +126,12 @@ const MonitoringPath = "/monitoring/"
 // asynqmon's read-only queue dashboard at /monitoring/ on the same Redis
 // as the API (the in-memory one when embedded), behind the API keys when
 // any are configured.
-func (a *API) mount(e *gin.Engine) {
+func (a *API) mount(e *gin.Engine, authenticate gin.HandlerFunc) {
 	if a.cfg.MetricsAddr == "" {
 		e.GET("/metrics", gin.WrapH(a.metricsHandler()))
 	}
 	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
-	// a.server is set once api.New, which calls mount, returns.
-	auth := func(c *gin.Context) { a.server.Authenticate()(c) }
-	e.GET(MonitoringPath+"*path", auth, gin.WrapH(a.monitor))
+	e.GET(MonitoringPath+"*path", authenticate, gin.WrapH(a.monitor))
 }
 
 // Addr is the API's listen address.

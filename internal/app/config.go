@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/internal/api"
-	"github.com/puzzleq/puzzleq/internal/config"
+	"github.com/puzzleq/puzzleq/internal/envflag"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -55,7 +54,7 @@ type Common struct {
 	LogFormat string
 }
 
-func (c *Common) bind(s *config.Set) {
+func (c *Common) bind(s *envflag.Set) {
 	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis:// or rediss://)")
 	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
 	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
@@ -153,7 +152,7 @@ type WorkerSettings struct {
 	PDBPreload bool
 }
 
-func (w *WorkerSettings) bind(s *config.Set) {
+func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Int(&w.Concurrency, "WORKER_CONCURRENCY", "0", "tasks run at once (0: GOMAXPROCS)")
 	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
@@ -168,7 +167,7 @@ func (w *WorkerSettings) validate() error {
 	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
 		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)
 	}
-	qw, err := config.ParseWeights(w.QueueWeights)
+	qw, err := envflag.ParseWeights(w.QueueWeights)
 	if err != nil {
 		return fmt.Errorf("QUEUE_WEIGHTS: %v", err)
 	}
@@ -196,7 +195,7 @@ func (w *WorkerSettings) concurrency() int {
 }
 
 func (w *WorkerSettings) weights() map[string]int {
-	qw, _ := config.ParseWeights(w.QueueWeights)
+	qw, _ := envflag.ParseWeights(w.QueueWeights)
 	return qw
 }
 
@@ -213,8 +212,8 @@ type WorkerConfig struct {
 	ShutdownTimeout time.Duration
 }
 
-func (c *WorkerConfig) set() *config.Set {
-	s := &config.Set{}
+func (c *WorkerConfig) set() *envflag.Set {
+	s := &envflag.Set{}
 	c.Common.bind(s)
 	c.WorkerSettings.bind(s)
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8081", "address of the health and metrics server")
@@ -294,8 +293,8 @@ type APIConfig struct {
 	keys []api.APIKey
 }
 
-func (c *APIConfig) set() *config.Set {
-	s := &config.Set{}
+func (c *APIConfig) set() *envflag.Set {
+	s := &envflag.Set{}
 	c.Common.bind(s)
 	c.WorkerSettings.bind(s)
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
@@ -367,9 +366,3 @@ func (c *APIConfig) validate() error {
 	c.keys = keys
 	return nil
 }
-
-// AuthEnabled reports whether API keys are configured.
-func (c *APIConfig) AuthEnabled() bool { return len(c.keys) > 0 }
-
-// Getenv is os.Getenv, named for the callers that pass it.
-var Getenv = os.Getenv

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func TestEmbeddedQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.NewAPI(cfg, testLogger())
+	a, err := app.NewAPI(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

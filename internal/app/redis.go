@@ -48,7 +48,7 @@ var setRedisLogger sync.Once
 // outage it prints a line per dial, which would drown the real logs. The
 // outage itself is reported by readiness and the health check.
 func routeRedisLogs(log *slog.Logger) {
-	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log.With("component", "go-redis")}) })
+	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log.With(libraryKey, "go-redis")}) })
 }
 
 type redisLogger struct{ l *slog.Logger }

@@ -89,7 +89,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		ErrorHandler:             h.ErrorHandler(),
 		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{log.With("component", "asynq")},
+		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
@@ -123,9 +123,6 @@ func (w *Worker) Addr() string {
 	}
 	return w.ln.Addr().String()
 }
-
-// Registry is the worker's metrics registry.
-func (w *Worker) Registry() *prometheus.Registry { return w.reg }
 
 // Cancels returns the registry of running solves, for tests.
 func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
@@ -166,9 +163,9 @@ func (w *Worker) opsHandler() http.Handler {
 	return mux
 }
 
-// Run processes tasks until ctx ends, then stops fetching, lets running
-// tasks finish within ShutdownTimeout (asynq requeues the rest) and
-// returns.
+// Run processes tasks until ctx ends or the health server fails, then
+// stops fetching, lets running tasks finish within ShutdownTimeout (asynq
+// requeues the rest) and returns the health server's error, if any.
 func (w *Worker) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopListen()
@@ -190,9 +187,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started", "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
 		"task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
+	// A health server that stops takes the worker down with an error, so
+	// the process exits non-zero and is restarted: without it the kubelet
+	// cannot probe the worker, and would kill it anyway.
+	var runErr error
 	select {
 	case <-ctx.Done():
 	case err := <-httpErr:
+		runErr = fmt.Errorf("worker: health server: %w", err)
 		w.log.Error("health server stopped", "err", err)
 	}
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
@@ -204,7 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.httpSrv.Shutdown(sctx)
 	}
 	w.log.Info("worker stopped")
-	return nil
+	return runErr
 }
 
 // preload builds or loads the 15-puzzle's pattern databases; readiness
@@ -248,6 +250,13 @@ func (w *Worker) Close() error {
 func queueCollector(rdb redis.UniversalClient) prometheus.Collector {
 	return metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))
 }
+
+// libraryKey names the third-party library a log line comes from. It is
+// not "component", which names the part of puzzleq (the embedded worker):
+// a library logging inside a component would otherwise repeat that key in
+// one line, which JSON readers resolve differently (the first or the last
+// wins).
+const libraryKey = "library"
 
 // asynqLogger routes asynq's logs through slog.
 type asynqLogger struct{ l *slog.Logger }

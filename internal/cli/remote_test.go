@@ -189,10 +189,10 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 	if got := s.submitted(); got != total {
 		t.Errorf("puzzleq_submitted_total = %d, want exactly %d", got, total)
 	}
-	if got := s.keys("pq:batch:*:items"); got != 2 {
+	if got := s.Keys("pq:batch:*:items"); got != 2 {
 		t.Errorf("%d batches in Redis, want 2", got)
 	}
-	if got := s.keys("pq:task:*"); got != total {
+	if got := s.Keys("pq:task:*"); got != total {
 		t.Errorf("%d task records in Redis, want %d", got, total)
 	}
 }
@@ -206,7 +206,7 @@ func TestSubmitInterruptedThenResumed(t *testing.T) {
 	in := writeLines(t, slidingLines(300, 3))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		for s.keys("pq:batch:*:items") < 3 {
+		for s.Keys("pq:batch:*:items") < 3 {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -1,91 +1,32 @@
 package cli_test
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/puzzleq/puzzleq/internal/app"
-	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
-// stack is a real deployment in miniature: a redis-server process, the
-// API and a worker, wired by the same code as the binaries.
+// stack is a real deployment in miniature (internal/stacktest): a
+// redis-server process, the API and workers, wired by the same code as
+// the binaries.
 type stack struct {
+	*stacktest.Stack
 	t    *testing.T
-	base string
-	rdb  *redis.Client
+	base string // the API's base URL
 }
 
-func testLogger() *slog.Logger {
-	if os.Getenv("PUZZLEQ_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// startStack starts redis, the API and, unless workers is 0, a worker.
+// startStack starts redis, the API and n workers.
 func startStack(t *testing.T, workers int) *stack {
 	t.Helper()
-	r := redistest.Start(t)
-	env := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false"}
-	getenv := func(k string) string { return env[k] }
-	cfg, err := app.LoadAPIConfig(nil, getenv, io.Discard)
-	if err != nil {
-		t.Fatalf("api config: %v", err)
-	}
-	a, err := app.NewAPI(cfg, testLogger())
-	if err != nil {
-		t.Fatalf("new api: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); a.Run(ctx) }()
-	for range workers {
-		wcfg, err := app.LoadWorkerConfig(nil, getenv, io.Discard)
-		if err != nil {
-			t.Fatalf("worker config: %v", err)
-		}
-		w, err := app.NewWorker(wcfg, testLogger())
-		if err != nil {
-			t.Fatalf("new worker: %v", err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); w.Run(ctx); w.Close() }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		a.Close()
-	})
-	s := &stack{t: t, base: "http://" + a.Addr(), rdb: r.Client(t)}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := http.Get(s.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("api never became ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return s
+	st := stacktest.Start(t, stacktest.Options{Workers: workers})
+	return &stack{Stack: st, t: t, base: st.URL}
 }
 
 // submitted reads the API's puzzleq_submitted_total, summed over kinds.
@@ -104,19 +45,6 @@ func (s *stack) submitted() int {
 			s.t.Fatal(err)
 		}
 		n += int(f)
-	}
-	return n
-}
-
-func (s *stack) keys(pattern string) int {
-	s.t.Helper()
-	n := 0
-	iter := s.rdb.Scan(context.Background(), 0, pattern, 1000).Iterator()
-	for iter.Next(context.Background()) {
-		n++
-	}
-	if err := iter.Err(); err != nil {
-		s.t.Fatal(err)
 	}
 	return n
 }

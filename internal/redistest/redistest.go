@@ -1,11 +1,14 @@
-// Package redistest starts real redis-server processes for tests, each on
-// a free port with its own data directory, so tests never share state and
-// never depend on a Redis someone else left running.
+// Package redistest starts real redis-server processes, each on a free
+// port with its own data directory, so tests never share state and never
+// depend on a Redis someone else left running. Launch works without a
+// test (cmd/loadgen starts its Redis with it); Start ties the server to a
+// test.
 package redistest
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,9 +28,10 @@ type Server struct {
 	Dir  string // data directory (AOF and RDB files live here)
 	Port int
 
-	t    testing.TB
-	args []string
-	cmd  *exec.Cmd
+	args    []string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has been reaped
+	ownsDir bool          // Launch made Dir, so Stop removes it
 }
 
 // Binary returns the redis-server binary to use: $REDIS_SERVER, else the
@@ -42,25 +46,50 @@ func Binary() string {
 	return "/usr/bin/redis-server"
 }
 
+// Launch starts a fresh redis-server in a new temporary directory, which
+// Stop removes. extra are additional config directives, e.g.
+// "--appendonly", "yes".
+func Launch(extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	s, err := launch(dir, extra)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.ownsDir = true
+	return s, nil
+}
+
+// launch starts a server in dir. It tries a few ports: another process
+// may take the free port between our probe and redis-server's bind.
+func launch(dir string, extra []string) (*Server, error) {
+	bin := Binary()
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("redistest: redis-server not found at %s (install it: apt-get install redis-server): %w", bin, err)
+	}
+	s := &Server{Dir: dir, args: extra}
+	var err error
+	for range 5 {
+		if s.Port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: %w", err)
+}
+
 // Start launches a fresh redis-server and stops it when the test ends.
 // extra are additional config directives, e.g. "--appendonly", "yes".
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin := Binary()
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("redistest: redis-server not found at %s (install it: apt-get install redis-server): %v", bin, err)
-	}
-	s := &Server{t: t, Dir: t.TempDir()}
-	s.args = extra
-	for attempt := 0; ; attempt++ {
-		s.Port = freePort(t)
-		err := s.start()
-		if err == nil {
-			break
-		}
-		if attempt == 4 {
-			t.Fatalf("redistest: %v", err)
-		}
+	s, err := launch(t.TempDir(), extra)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	return s
@@ -78,7 +107,8 @@ func (s *Server) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.cmd = cmd
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
@@ -86,16 +116,18 @@ func (s *Server) start() error {
 			ok := ping(c)
 			c.Close()
 			if ok {
+				s.cmd, s.exited = cmd, exited
 				return nil
 			}
 		}
-		if cmd.ProcessState != nil {
-			break
+		select {
+		case <-exited: // e.g. the port was taken
+			deadline = time.Time{}
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	cmd.Process.Kill()
-	cmd.Wait()
+	<-exited
 	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 	return fmt.Errorf("redis-server on %s did not come up: %s", s.Addr, lastLines(string(log), 5))
 }
@@ -109,28 +141,43 @@ func ping(c net.Conn) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// Kill stops the server with SIGKILL, as a crash would.
+// Kill stops the server with SIGKILL, as a crash would. The data
+// directory stays, for Restart.
 func (s *Server) Kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Kill()
-		s.cmd.Wait()
+		<-s.exited
 		s.cmd = nil
 	}
 }
 
-// Stop shuts the server down. It is safe to call twice.
-func (s *Server) Stop() { s.Kill() }
-
-// Restart starts the server again on the same port and data directory.
-func (s *Server) Restart() {
-	s.t.Helper()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("redistest: restart: %v", err)
+// Stop kills the server and, if Launch made its data directory, removes
+// it. It is safe to call twice.
+func (s *Server) Stop() {
+	s.Kill()
+	if s.ownsDir {
+		os.RemoveAll(s.Dir)
+		s.ownsDir = false
 	}
 }
 
-// URL returns a redis:// URL for the server.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// Restart starts the server again on the same port and data directory,
+// after Kill: the fault tests restart Redis with the data it persisted.
+func (s *Server) Restart() error {
+	if s.cmd != nil {
+		return errors.New("redistest: restart: the server is still running")
+	}
+	if err := s.start(); err != nil {
+		return fmt.Errorf("redistest: restart: %w", err)
+	}
+	return nil
+}
+
+// URL returns a redis:// URL for database 0 of the server.
+func (s *Server) URL() string { return s.DBURL(0) }
+
+// DBURL returns a redis:// URL for database db of the server.
+func (s *Server) DBURL(db int) string { return "redis://" + s.Addr + "/" + strconv.Itoa(db) }
 
 // Client returns a go-redis client closed when the test ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
@@ -143,14 +190,23 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: find a free port: %v", err)
+		return "", fmt.Errorf("find a free port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().String(), nil
+}
+
+func freePort() (int, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	_, p, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(p)
 }
 
 func lastLines(s string, n int) string {

@@ -100,13 +100,15 @@ func (b *Batch) Ended() int {
 // Done reports whether every item of the batch has ended.
 func (b *Batch) Done() bool { return b.Ended() >= b.Total }
 
-// Options configures a Store.
+// Options configures a Store. The values come from the binary's Config
+// (KEY_PREFIX, TASK_TTL, RESULT_TTL in internal/app), where their
+// defaults are stated; the store adds none.
 type Options struct {
-	// Prefix is put before every key; default "pq:".
+	// Prefix is put before every key.
 	Prefix string
-	// TaskTTL is how long task and batch records live; default 24h.
+	// TaskTTL is how long task and batch records live.
 	TaskTTL time.Duration
-	// ResultTTL is how long cached results live; default 24h.
+	// ResultTTL is how long cached results live.
 	ResultTTL time.Duration
 }
 
@@ -119,16 +121,12 @@ type Store struct {
 	now       func() time.Time
 }
 
-// New returns a Store on rdb.
+// New returns a Store on rdb. It panics when a TTL is not positive: Redis
+// would expire every record at once, so that is a wiring bug, never a
+// state to run in.
 func New(rdb redis.UniversalClient, o Options) *Store {
-	if o.Prefix == "" {
-		o.Prefix = "pq:"
-	}
-	if o.TaskTTL <= 0 {
-		o.TaskTTL = 24 * time.Hour
-	}
-	if o.ResultTTL <= 0 {
-		o.ResultTTL = 24 * time.Hour
+	if o.TaskTTL <= 0 || o.ResultTTL <= 0 {
+		panic(fmt.Sprintf("store: TaskTTL and ResultTTL must be positive, got %s and %s", o.TaskTTL, o.ResultTTL))
 	}
 	return &Store{rdb: rdb, k: keys{o.Prefix}, taskTTL: o.TaskTTL, resultTTL: o.ResultTTL, now: time.Now}
 }

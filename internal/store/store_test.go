@@ -16,17 +16,26 @@ import (
 var (
 	srvOnce sync.Once
 	srv     *redistest.Server
+	srvErr  error
 )
+
+// sharedServer starts the package's redis-server on first use; it lives
+// for the whole run, and TestMain stops it.
+func sharedServer(t *testing.T) *redistest.Server {
+	t.Helper()
+	srvOnce.Do(func() { srv, srvErr = redistest.Launch() })
+	if srvErr != nil {
+		t.Fatal(srvErr)
+	}
+	return srv
+}
 
 func newStore(t *testing.T) (*store.Store, context.Context) {
 	t.Helper()
-	srvOnce.Do(func() { srv = redistest.Start(&testing.T{}) })
-	// redistest ties cleanup to a test; the package-wide server lives for
-	// the whole run and is stopped when the test binary exits.
-	rdb := srv.Client(t)
+	rdb := sharedServer(t).Client(t)
 	// A fresh prefix per run, so -count=N does not see an earlier run's keys.
 	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
-	return store.New(rdb, store.Options{Prefix: prefix}), context.Background()
+	return store.New(rdb, store.Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour}), context.Background()
 }
 
 func TestMain(m *testing.M) {
@@ -190,7 +199,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 func TestScriptsSurviveRedisRestart(t *testing.T) {
 	t.Parallel()
 	r := redistest.Start(t)
-	s := store.New(r.Client(t), store.Options{})
+	s := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	ctx := context.Background()
 	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "x", Kind: "fill"}, 0); err != nil {
 		t.Fatal(err)
@@ -289,10 +298,9 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 // owner's quota exactly once.
 func TestChunkDeliveredTwice(t *testing.T) {
 	t.Parallel()
-	srvOnce.Do(func() { srv = redistest.Start(&testing.T{}) })
-	rdb := srv.Client(t)
+	rdb := sharedServer(t).Client(t)
 	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
-	s, ctx := store.New(rdb, store.Options{Prefix: prefix}), context.Background()
+	s, ctx := store.New(rdb, store.Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour}), context.Background()
 
 	const (
 		n        = 300

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -211,10 +212,10 @@ func testWorkerCrash(t *testing.T) {
 		return n > 0, fmt.Sprintf("queued %d", n)
 	})
 	victim := c.workers[0]
-	victim.signal(t, syscall.SIGKILL)
+	victim.Signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
-	if !victim.waitExit(5 * time.Second) {
-		t.Fatalf("%s still runs 5s after SIGKILL", victim.name)
+	if !victim.WaitExit(5 * time.Second) {
+		t.Fatalf("%s still runs 5s after SIGKILL", victim.Name)
 	}
 	// Listed after the kill: the victim's tasks are among them, even one
 	// it fetched between the check above and the signal.
@@ -261,7 +262,7 @@ func testWorkerCrash(t *testing.T) {
 		}
 	}
 	t.Logf("worker crash: killed %s (pid %d) holding %s (%d unfinished items), identified %v after the kill",
-		victim.name, victim.pid(), describeActive(orphans, hard), len(held), time.Since(killedAt).Round(time.Millisecond))
+		victim.Name, victim.PID(), describeActive(orphans, hard), len(held), time.Since(killedAt).Round(time.Millisecond))
 
 	// Recovery: each held item starts again (its record's attempts go to
 	// 2) once asynq requeues it, then completes.
@@ -351,16 +352,16 @@ func testGracefulShutdown(t *testing.T) {
 			mixed(t, c, w, int64(10+i))
 			victim := c.startWorker(map[string]string{"SHUTDOWN_TIMEOUT": tc.timeout.String()})
 			active := waitHardBusy(t, c, slots, hard, 60*time.Second, nil)
-			victim.signal(t, syscall.SIGTERM)
+			victim.Signal(t, syscall.SIGTERM)
 			sent := time.Now()
 			c.startWorker(nil) // takes over what the victim leaves
-			if !victim.waitExit(tc.timeout + 10*time.Second) {
+			if !victim.WaitExit(tc.timeout + 10*time.Second) {
 				t.Fatalf("worker did not exit within SHUTDOWN_TIMEOUT %v + 10s", tc.timeout)
 			}
 			exited := time.Now()
 			took := exited.Sub(sent)
-			if victim.err != nil {
-				t.Errorf("worker exit: %v", victim.err)
+			if victim.Err() != nil {
+				t.Errorf("worker exit: %v", victim.Err())
 			}
 			// The processor waits SHUTDOWN_TIMEOUT at most; the rest of
 			// asynq's Shutdown (heartbeat, syncer) adds a little.
@@ -372,7 +373,7 @@ func testGracefulShutdown(t *testing.T) {
 			all := w.verify(t, c, o, 120*time.Second)
 			checkHardRecords(t, all, hard)
 			// asynq logs each task it gives back at the timeout.
-			log := tail(victim.log, 1000)
+			log := stacktest.Tail(victim.LogPath, 1000)
 			pushed := strings.Count(log, "back to queue")
 			ms := func(tm *time.Time) string {
 				if tm == nil {

@@ -9,10 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,14 +23,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
 // Paths of the binaries TestMain builds.
 var apiBin, workerBin string
 
 // TestMain builds cmd/api and cmd/worker once, into a temporary directory
-// (or uses the ones in $PUZZLEQ_FAULT_BIN, if set), and raises the open-file limit for the storm scenario (the processes the
-// suite starts inherit it).
+// (or uses the ones in $PUZZLEQ_FAULT_BIN, if set), and raises the
+// open-file limit for the storm scenario (the processes the suite starts
+// inherit it).
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -50,15 +50,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
 	start := time.Now()
-	for bin, pkg := range map[string]string{apiBin: "../../cmd/api", workerBin: "../../cmd/worker"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "fault: go build %s: %v\n", pkg, err)
-			return 1
-		}
+	if apiBin, workerBin, err = stacktest.BuildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "fault:", err)
+		return 1
 	}
 	fmt.Fprintf(os.Stderr, "fault: built api and worker in %v\n", time.Since(start).Round(time.Millisecond))
 	return m.Run()
@@ -81,155 +76,15 @@ func raiseFileLimit() {
 // ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// proc is a running api or worker process. Its output goes to a file in
-// the test's temporary directory, printed when the test fails.
-type proc struct {
-	name string
-	addr string // HTTP_ADDR
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error // exit error, once done is closed
-}
-
-// startProc starts bin with env (and nothing else from the test's own
-// environment but PATH and HOME), and waits for its /readyz.
-func startProc(t *testing.T, name, bin string, env map[string]string) *proc {
-	t.Helper()
-	p := &proc{name: name, addr: env["HTTP_ADDR"], done: make(chan struct{})}
-	p.log = filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(p.log)
+	addr, err := redistest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			p.dump(t)
-		}
-	})
-	p.waitReady(t, 30*time.Second)
-	return p
+	return addr
 }
 
-// pid is the process ID.
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// base is the process's HTTP base URL.
-func (p *proc) base() string { return "http://" + p.addr }
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// signal sends sig to the process.
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %s to %s: %v", sig, p.name, err)
-	}
-}
-
-// kill ends the process with SIGKILL, if it runs, and reaps it.
-func (p *proc) kill() {
-	if !p.exited() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// waitExit waits up to d for the process to end.
-func (p *proc) waitExit(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// waitReady polls /readyz until it answers 200.
-func (p *proc) waitReady(t *testing.T, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	c := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := c.Get(p.base() + "/readyz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.exited() {
-			t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, tail(p.log, 30))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after %v (last: %v)\n%s", p.name, d, err, tail(p.log, 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// peakRSS is the process's peak resident set (VmHWM) in KiB; 0 once it
-// has exited.
-func (p *proc) peakRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// dump prints the end of the process's output.
-func (p *proc) dump(t *testing.T) {
-	t.Logf("---- %s (pid %d) output, last lines ----\n%s", p.name, p.pid(), tail(p.log, 80))
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// proc is a running api or worker process.
+type proc = stacktest.Proc
 
 // cluster is one deployment: a redis-server, an API and workers, all
 // separate processes, plus clients for checking what they did.
@@ -265,7 +120,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	for k, v := range o.api {
 		aenv[k] = v
 	}
-	c.api = startProc(t, "api", apiBin, aenv)
+	c.api = stacktest.StartProc(t, "api", apiBin, aenv)
 	c.wenv = map[string]string{"REDIS_URL": r.URL(), "LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms", "PDB_PRELOAD": "false",
 		"WORKER_CONCURRENCY": "2"}
 	for k, v := range o.worker {
@@ -288,7 +143,7 @@ func (c *cluster) startWorker(extra map[string]string) *proc {
 		env[k] = v
 	}
 	c.n++
-	w := startProc(c.t, fmt.Sprintf("worker%d", c.n), workerBin, env)
+	w := stacktest.StartProc(c.t, fmt.Sprintf("worker%d", c.n), workerBin, env)
 	c.workers = append(c.workers, w)
 	return w
 }
@@ -304,7 +159,7 @@ func (c *cluster) doOn(hc *http.Client, method, path string, body []byte) (int, 
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequest(method, c.api.base()+path, r)
+	req, err := http.NewRequest(method, c.api.URL()+path, r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -499,9 +354,9 @@ func terminal(s string) bool { return s == "completed" || s == "failed" || s == 
 // workerTasksTotal sums puzzleq_tasks_total on a worker's /metrics.
 func workerTasksTotal(t *testing.T, w *proc) int {
 	t.Helper()
-	resp, err := http.Get(w.base() + "/metrics")
+	resp, err := http.Get(w.URL() + "/metrics")
 	if err != nil {
-		t.Fatalf("%s /metrics: %v", w.name, err)
+		t.Fatalf("%s /metrics: %v", w.Name, err)
 	}
 	defer resp.Body.Close()
 	n := 0.0

@@ -122,9 +122,11 @@ func testHostCrash(t *testing.T) {
 	if err := os.Truncate(aof, keep); err != nil {
 		t.Fatal(err)
 	}
-	c.redis.Restart()
+	if err := c.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range append([]*proc{c.api}, c.workers...) {
-		p.waitReady(t, 30*time.Second)
+		p.WaitReady(t, 30*time.Second)
 	}
 	acked := sub.acked
 	durable := map[string]bool{}

@@ -65,11 +65,11 @@ func testLoad(t *testing.T) {
 	if counted != len(w.reqs) {
 		t.Errorf("puzzleq_tasks_total is %d over the workers, want %d: %d duplicated or missed", counted, len(w.reqs), counted-len(w.reqs))
 	}
-	apiRSS := c.api.peakRSS()
+	apiRSS := c.api.PeakRSS()
 	var wRSS []string
 	var wPeak int64
 	for _, wk := range c.workers {
-		r := wk.peakRSS()
+		r := wk.PeakRSS()
 		wPeak = max(wPeak, r)
 		wRSS = append(wRSS, fmtKB(r))
 	}
@@ -237,7 +237,7 @@ func runStorm(t *testing.T, c *cluster, mix stormMix, clients int, d time.Durati
 		go func() {
 			defer wg.Done()
 			for k := 0; k < 1000 && ctx.Err() == nil; k++ {
-				req, _ := http.NewRequestWithContext(ctx, "GET", c.api.base()+path, nil)
+				req, _ := http.NewRequestWithContext(ctx, "GET", c.api.URL()+path, nil)
 				inflight.Add(1)
 				resp, err := hc.Do(req)
 				inflight.Add(-1)

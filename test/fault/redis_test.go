@@ -104,14 +104,16 @@ func testRedisRestart(t *testing.T) {
 		time.Sleep(3*time.Second - down)
 	}
 	for _, p := range append([]*proc{c.api}, c.workers...) {
-		if p.exited() {
-			t.Fatalf("%s exited while Redis was down: %v", p.name, p.err)
+		if p.Exited() {
+			t.Fatalf("%s exited while Redis was down: %v", p.Name, p.Err())
 		}
 	}
-	c.redis.Restart()
+	if err := c.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	restartedAt := time.Now()
 	for _, p := range append([]*proc{c.api}, c.workers...) {
-		p.waitReady(t, 30*time.Second)
+		p.WaitReady(t, 30*time.Second)
 	}
 	reconnect := time.Since(restartedAt)
 	// Let the submitter show that submissions work again, then stop it.

@@ -1,8 +1,9 @@
-// Package config binds a binary's settings to environment variables and
+// Package envflag binds a binary's settings to environment variables and
 // flags from one table, so the same table documents the defaults, lists
 // every variable a manifest may set, and names the field at fault when a
-// value is bad.
-package config
+// value is bad. The tables themselves, the binaries' Configs, are in
+// internal/app.
+package envflag
 
 import (
 	"flag"

@@ -1,4 +1,4 @@
-package app_test
+package e2e_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -77,7 +76,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1, nil)
 
-	code, body, hdr := s.doH("POST", "/v1/tasks", sample8)
+	code, body, hdr := s.DoH("POST", "/v1/tasks", sample8)
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", code, body)
 	}
@@ -90,14 +89,14 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 		done.Cached || done.Attempts != 1 || done.StartedAt == nil || done.CompletedAt == nil || done.Error != nil {
 		t.Fatalf("completed task: %+v %s", done, done.Result)
 	}
-	queuedBefore := s.queued("interactive")
+	queuedBefore := s.Queued("interactive")
 
 	// The same puzzle again is a cache hit: 200, completed, nothing queued.
 	hit := s.submit(sample8, http.StatusOK)
 	if !hit.Cached || hit.State != "completed" || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
 		t.Fatalf("cache hit: %+v", hit)
 	}
-	if q := s.queued("interactive"); q != queuedBefore {
+	if q := s.Queued("interactive"); q != queuedBefore {
 		t.Fatalf("a cache hit enqueued work: queue went from %d to %d", queuedBefore, q)
 	}
 	// An equivalent request spelt differently hits the same cache entry.
@@ -123,7 +122,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 		{"/v1/tasks/" + tk.ID + "?wait=soon", http.StatusBadRequest},
 		{"/v1/nope", http.StatusNotFound},
 	} {
-		code, b := s.do("GET", tc.path, nil)
+		code, b := s.Do("GET", tc.path, nil)
 		if code != tc.code {
 			t.Errorf("GET %s: %d, want %d (%s)", tc.path, code, tc.code, b)
 		}
@@ -131,94 +130,8 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 			t.Errorf("GET %s: error body without code or message: %s", tc.path, b)
 		}
 	}
-	if code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
+	if code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
 		t.Errorf("cancel of a finished task: %d %s", code, b)
-	}
-}
-
-func TestBadRequestsNameTheField(t *testing.T) {
-	t.Parallel()
-	s := startStack(t, 0, map[string]string{"MAX_BODY_BYTES": "4096"})
-	for _, tc := range []struct {
-		name, body string
-		status     int
-		code       string
-		field      string
-	}{
-		{"ragged sliding", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2],[7,8,6]]}}`, 400, "invalid_puzzle", "puzzle.board[1]"},
-		{"unknown kind", `{"kind":"chess","puzzle":{}}`, 400, "invalid_request", "kind"},
-		{"no puzzle", `{"kind":"sweep"}`, 400, "invalid_request", "puzzle"},
-		{"wrong type", `{"kind":"sweep","puzzle":{"board":"....."}}`, 400, "invalid_request", "puzzle.board"},
-		{"unknown field", `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"optoins":{}}`, 400, "invalid_request", "optoins"},
-		{"bad char", `{"kind":"sweep","puzzle":{"board":["..x"]}}`, 400, "invalid_puzzle", "puzzle.board[0]"},
-		{"too big board", `{"kind":"sweep","puzzle":{"board":["` + strings.Repeat(".", 31) + `"]}}`, 400, "too_large", "puzzle.board"},
-		{"truncated", `{"kind":"sliding","puzzle":{"board":[[1,0`, 400, "invalid_request", ""},
-		{"not json", `hello`, 400, "invalid_request", ""},
-		{"empty", ``, 400, "invalid_request", ""},
-		{"body too large", `{"kind":"sweep","puzzle":{"board":["` + strings.Repeat(".", 5000) + `"]}}`, 413, "body_too_large", ""},
-		{"negative budget", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":-1}}`, 400, "invalid_request", "options.max_nodes"},
-	} {
-		code, b := s.do("POST", "/v1/tasks", tc.body)
-		e := decode[errBody](t, b)
-		if code != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field || e.Error.Message == "" {
-			t.Errorf("%s: got %d %+v, want %d code %q field %q", tc.name, code, e.Error, tc.status, tc.code, tc.field)
-		}
-	}
-	if n := s.keys("pq:*"); n != 0 {
-		t.Errorf("rejected requests left %d records", n)
-	}
-}
-
-func TestLongPollWakesOnCompletion(t *testing.T) {
-	t.Parallel()
-	s := startStack(t, 0, nil) // no worker: the test ends the task itself
-	tk := s.submit(sample8, http.StatusAccepted)
-	type res struct {
-		tk  task
-		err error
-		at  time.Time
-	}
-	got := make(chan res, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", s.base+"/v1/tasks/"+tk.ID+"?wait=30s", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			got <- res{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		var v task
-		err = json.NewDecoder(resp.Body).Decode(&v)
-		got <- res{tk: v, err: err, at: time.Now()}
-	}()
-	time.Sleep(300 * time.Millisecond) // the poll is now waiting
-	select {
-	case r := <-got:
-		t.Fatalf("long poll returned before the task ended: %+v", r)
-	default:
-	}
-	finished := time.Now()
-	if _, err := s.store.Finish(context.Background(), []store.Transition{{ID: tk.ID, State: store.StateCompleted,
-		Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	r := <-got
-	if r.err != nil || r.tk.State != "completed" {
-		t.Fatalf("long poll: %+v %v", r.tk, r.err)
-	}
-	// The re-check interval is 5s: an answer well inside it proves the
-	// wake-up came from the notification.
-	lat := r.at.Sub(finished)
-	t.Logf("long poll woke %v after completion", lat)
-	if lat > 2*time.Second {
-		t.Fatalf("long poll woke %v after completion: not by notification", lat)
-	}
-
-	// A wait that runs out returns the pending task, not an error.
-	tk2 := s.submit(`{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`, http.StatusAccepted)
-	start := time.Now()
-	if w := s.wait(tk2.ID, 300*time.Millisecond); w.State != "pending" || time.Since(start) < 250*time.Millisecond {
-		t.Fatalf("expired wait: %+v after %v", w, time.Since(start))
 	}
 }
 
@@ -226,18 +139,18 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 0, nil)
 	tk := s.submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
-	code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil)
+	code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
 	if c := decode[task](t, b); code != http.StatusOK || c.State != "canceled" {
 		t.Fatalf("cancel: %d %s", code, b)
 	}
-	if code, _ := s.do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
+	if code, _ := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
 		t.Fatalf("second cancel: %d, want 409", code)
 	}
 	// Now a worker drains the queue; the canceled task must not run.
-	s.addWorker()
+	s.AddWorker(nil)
 	deadline := time.Now().Add(5 * time.Second)
-	for s.queued("interactive") > 0 {
-		info, _ := s.inspectorQueue("interactive")
+	for s.Queued("interactive") > 0 {
+		info := s.Running("interactive")
 		if info == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -247,59 +160,6 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	got := s.wait(tk.ID, 0)
 	if got.State != "canceled" || got.Attempts != 0 || got.Result != nil && string(got.Result) != "null" || got.Error == nil || got.Error.Code != "canceled" {
 		t.Fatalf("canceled task ran or changed: %+v", got)
-	}
-}
-
-// inspectorQueue returns the pending+active size of a queue.
-func (s *stack) inspectorQueue(q string) (int, error) {
-	n, err := s.rdb.LLen(context.Background(), "asynq:{"+q+"}:pending").Result()
-	if err != nil {
-		return 0, err
-	}
-	a, err := s.rdb.LLen(context.Background(), "asynq:{"+q+"}:active").Result()
-	return int(n + a), err
-}
-
-func TestBatchIsAllOrNothing(t *testing.T) {
-	t.Parallel()
-	s := startStack(t, 0, map[string]string{"MAX_BATCH_ITEMS": "50"})
-	rng := rand.New(rand.NewSource(1))
-	items := make([]json.RawMessage, 30)
-	for i := range items {
-		items[i] = json.RawMessage(randomSliding(rng))
-	}
-	items[17] = json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,8,8]]}}`)
-	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": items})
-	e := decode[errBody](t, b)
-	if code != 400 || !strings.HasPrefix(e.Error.Field, "tasks[17].puzzle.board") || e.Error.Code != "invalid_puzzle" {
-		t.Fatalf("bad item: %d %+v", code, e)
-	}
-	for _, tc := range []struct {
-		name, body string
-		field      string
-	}{
-		{"empty", `{"tasks":[]}`, "tasks"},
-		{"missing", `{}`, "tasks"},
-		{"not a list", `{"tasks":{}}`, "tasks"},
-		{"too many", `{"tasks":[` + strings.TrimSuffix(strings.Repeat(sample8+",", 51), ",") + `]}`, "tasks"},
-		{"bad format", `x`, ""},
-	} {
-		code, b := s.do("POST", "/v1/batches", tc.body)
-		if e := decode[errBody](t, b); code != 400 || e.Error.Field != tc.field {
-			t.Errorf("%s: %d %s", tc.name, code, b)
-		}
-	}
-	if code, b := s.do("POST", "/v1/batches?format=boj1525", "1 2 3\n4 5\n"); code != 400 || !strings.Contains(string(b), "line 2") {
-		t.Errorf("bad judge text: %d %s", code, b)
-	}
-	if code, _ := s.do("POST", "/v1/batches?format=doc", "x"); code != 400 {
-		t.Errorf("unknown format: %d", code)
-	}
-	if n := s.keys("pq:*"); n != 0 {
-		t.Errorf("rejected batches left %d records", n)
-	}
-	if n := s.keys("asynq:{*}:t:*"); n != 0 {
-		t.Errorf("rejected batches enqueued %d tasks", n)
 	}
 }
 
@@ -323,7 +183,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 	for i, r := range reqs {
 		raw[i] = json.RawMessage(r)
 	}
-	code, b, hdr := s.doH("POST", "/v1/batches", map[string]any{"tasks": raw})
+	code, b, hdr := s.DoH("POST", "/v1/batches", map[string]any{"tasks": raw})
 	if code != http.StatusAccepted {
 		t.Fatalf("batch: %d %s", code, b)
 	}
@@ -331,7 +191,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 	if created.Total != len(reqs) || len(created.TaskIDs) != len(reqs) || hdr.Get("Location") != "/v1/batches/"+created.ID {
 		t.Fatalf("created: %+v", created)
 	}
-	code, b = s.do("GET", "/v1/batches/"+created.ID+"?wait=60s&limit=1000", nil)
+	code, b = s.Do("GET", "/v1/batches/"+created.ID+"?wait=60s&limit=1000", nil)
 	got := decode[batch](t, b)
 	if code != 200 || !got.Done || got.Counts["completed"] != len(reqs) || got.Counts["pending"]+got.Counts["active"]+got.Counts["failed"] != 0 {
 		t.Fatalf("batch after wait: %d done=%v counts=%v", code, got.Done, got.Counts)
@@ -351,7 +211,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 	var paged []string
 	cursor := ""
 	for page := 0; page < 100; page++ {
-		code, b := s.do("GET", "/v1/batches/"+created.ID+"?limit=64"+cursor, nil)
+		code, b := s.Do("GET", "/v1/batches/"+created.ID+"?limit=64"+cursor, nil)
 		p := decode[batch](t, b)
 		if code != 200 {
 			t.Fatalf("page: %d %s", code, b)
@@ -368,15 +228,15 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 		t.Fatalf("paging returned %d ids, not the submission order", len(paged))
 	}
 	// A JSON batch's output is one result per line, like solve --format json.
-	code, b = s.do("GET", "/v1/batches/"+created.ID+"/output", nil)
+	code, b = s.Do("GET", "/v1/batches/"+created.ID+"/output", nil)
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if code != 200 || len(lines) != len(reqs) || lines[0] != localResult(t, reqs[0]) {
 		t.Fatalf("output: %d, %d lines", code, len(lines))
 	}
-	if code, _ := s.do("DELETE", "/v1/batches/"+created.ID, nil); code != http.StatusConflict {
+	if code, _ := s.Do("DELETE", "/v1/batches/"+created.ID, nil); code != http.StatusConflict {
 		t.Errorf("cancel of a finished batch: %d", code)
 	}
-	if code, _ := s.do("GET", "/v1/batches/"+strings.Repeat("a", 32), nil); code != 404 {
+	if code, _ := s.Do("GET", "/v1/batches/"+strings.Repeat("a", 32), nil); code != 404 {
 		t.Errorf("unknown batch: %d", code)
 	}
 }
@@ -390,12 +250,12 @@ func TestJudgeTextBatchOutput(t *testing.T) {
 		{"boj9944", "5 5\n**...\n.....\n....*\n..*..\n.....\n3 4\n****\n*...\n*..*\n", "Case 1: 10\nCase 2: 3\n"},
 		{"p84021", `{"game_board":[[1,1,0,0,1,0],[0,0,1,0,1,0],[0,1,1,0,0,1],[1,1,0,1,1,1],[1,0,0,0,1,0],[0,1,1,1,0,0]],"table":[[1,0,0,1,1,0],[1,0,1,0,1,0],[0,1,1,0,1,1],[0,0,1,0,0,0],[1,1,0,1,1,0],[0,1,0,0,0,0]]}`, "14\n"},
 	} {
-		code, b := s.do("POST", "/v1/batches?format="+tc.format, tc.in)
+		code, b := s.Do("POST", "/v1/batches?format="+tc.format, tc.in)
 		if code != http.StatusAccepted {
 			t.Fatalf("%s: %d %s", tc.format, code, b)
 		}
 		id := decode[batch](t, b).ID
-		code, b = s.do("GET", "/v1/batches/"+id+"/output?wait=30s", nil)
+		code, b = s.Do("GET", "/v1/batches/"+id+"/output?wait=30s", nil)
 		if code != 200 || string(b) != tc.want {
 			t.Errorf("%s output: %d %q, want %q", tc.format, code, b, tc.want)
 		}
@@ -410,29 +270,29 @@ func TestBatchCancelStopsPendingItems(t *testing.T) {
 	for i := range raw {
 		raw[i] = json.RawMessage(randomSliding(rng))
 	}
-	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": raw})
+	code, b := s.Do("POST", "/v1/batches", map[string]any{"tasks": raw})
 	if code != 202 {
 		t.Fatalf("%d %s", code, b)
 	}
 	id := decode[batch](t, b).ID
-	code, b = s.do("DELETE", "/v1/batches/"+id, nil)
+	code, b = s.Do("DELETE", "/v1/batches/"+id, nil)
 	if code != 200 || !strings.Contains(string(b), `"canceled":40`) {
 		t.Fatalf("cancel batch: %d %s", code, b)
 	}
-	s.addWorker()
-	code, b = s.do("GET", "/v1/batches/"+id+"?wait=5s", nil)
+	s.AddWorker(nil)
+	code, b = s.Do("GET", "/v1/batches/"+id+"?wait=5s", nil)
 	got := decode[batch](t, b)
 	if !got.Done || got.Counts["canceled"] != 40 || got.Counts["completed"] != 0 {
 		t.Fatalf("after cancel: %+v", got.Counts)
 	}
 	time.Sleep(300 * time.Millisecond) // give the worker time to (not) run them
-	code, b = s.do("GET", "/v1/batches/"+id+"?limit=1000", nil)
+	code, b = s.Do("GET", "/v1/batches/"+id+"?limit=1000", nil)
 	for _, tk := range decode[batch](t, b).Tasks {
 		if tk.State != "canceled" || tk.Attempts != 0 {
 			t.Fatalf("canceled item ran: %+v", tk)
 		}
 	}
-	if code, b := s.do("GET", "/v1/batches/"+id+"/output", nil); code != http.StatusConflict || !strings.Contains(string(b), "incomplete") {
+	if code, b := s.Do("GET", "/v1/batches/"+id+"/output", nil); code != http.StatusConflict || !strings.Contains(string(b), "incomplete") {
 		t.Fatalf("output of a canceled batch: %d %s", code, b)
 	}
 }
@@ -448,7 +308,7 @@ func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	for i := range raw {
 		raw[i] = json.RawMessage(randomSweep(rng, 6, 6, 0.15))
 	}
-	code, b := s.do("POST", "/v1/batches", map[string]any{"tasks": raw})
+	code, b := s.Do("POST", "/v1/batches", map[string]any{"tasks": raw})
 	if code != 202 {
 		t.Fatalf("%d %s", code, b)
 	}
@@ -456,7 +316,7 @@ func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the batch is now being worked on
 	single := s.submit(`{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`, http.StatusAccepted)
 	done := s.wait(single.ID, 30*time.Second)
-	code, b = s.do("GET", "/v1/batches/"+bid, nil)
+	code, b = s.Do("GET", "/v1/batches/"+bid, nil)
 	bt := decode[batch](t, b)
 	if done.State != "completed" {
 		t.Fatalf("single: %+v", done)
@@ -476,7 +336,7 @@ func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, b := s.do("POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]}}`)
+			code, b := s.Do("POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]}}`)
 			if code != 202 && code != 200 {
 				t.Errorf("submit: %d %s", code, b)
 				return
@@ -492,60 +352,6 @@ func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 	}
 }
 
-func TestOpsEndpoints(t *testing.T) {
-	t.Parallel()
-	s := startStack(t, 1, nil)
-	s.wait(s.submit(sample8, 202).ID, 10*time.Second)
-	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
-		if code, b := s.do("GET", p, nil); code != 200 {
-			t.Errorf("%s: %d %s", p, code, b)
-		}
-	}
-	code, b := s.do("GET", "/metrics", nil)
-	for _, m := range []string{"puzzleq_http_requests_total", "puzzleq_submitted_total", "asynq_queue_size", "go_goroutines"} {
-		if code != 200 || !strings.Contains(string(b), m) {
-			t.Errorf("/metrics lacks %s", m)
-		}
-	}
-	// The worker serves its own health and metrics.
-	w := s.workers[0].w
-	resp, err := http.Get("http://" + w.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	wb := make([]byte, 1<<20)
-	n, _ := io_ReadFull(resp.Body, wb)
-	for _, m := range []string{`puzzleq_tasks_total{kind="sliding",outcome="completed"} 1`, "puzzleq_solve_duration_seconds_bucket", "asynq_queue_size"} {
-		if !strings.Contains(string(wb[:n]), m) {
-			t.Errorf("worker /metrics lacks %s", m)
-		}
-	}
-	for _, p := range []string{"/healthz", "/readyz"} {
-		r, err := http.Get("http://" + w.Addr() + p)
-		if err != nil || r.StatusCode != 200 {
-			t.Errorf("worker %s: %v %v", p, r, err)
-		}
-		if r != nil {
-			r.Body.Close()
-		}
-	}
-	// Redis gone: readiness fails and the API answers 503 unavailable,
-	// quickly, instead of hanging or 500.
-	s.redis.Kill()
-	start := time.Now()
-	if code, _ := s.do("GET", "/readyz", nil); code != 503 {
-		t.Errorf("readyz without redis: %d", code)
-	}
-	code, b = s.do("POST", "/v1/tasks", sample8)
-	if e := decode[errBody](t, b); code != 503 || e.Error.Code != "unavailable" {
-		t.Errorf("submit without redis: %d %s", code, b)
-	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Errorf("answers without redis took %v", el)
-	}
-}
-
 // slowSweeps returns the 8 rotations and reflections of the slowest board
 // a search of random open 30x30 boards found for our solver. The solver
 // has since become faster (tens of ms), so a test that must catch a solve
@@ -553,7 +359,7 @@ func TestOpsEndpoints(t *testing.T) {
 // answered from the cache.
 func slowSweeps(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/slow_sweep.txt")
+	b, err := os.ReadFile("../../internal/app/testdata/slow_sweep.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +400,7 @@ func rotate(g []string) []string {
 func TestCancelRunningSweep(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
-	w := s.workers[0].w
+	w := s.Workers[0]
 	for attempt, req := range slowSweeps(t) {
 		tk := s.submit(req, http.StatusAccepted)
 		deadline := time.Now().Add(10 * time.Second)
@@ -607,7 +413,7 @@ func TestCancelRunningSweep(t *testing.T) {
 		if state != "active" {
 			continue // it finished before we saw it running: try the next board
 		}
-		code, b := s.do("DELETE", "/v1/tasks/"+tk.ID, nil)
+		code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
 		if code == http.StatusConflict {
 			continue
 		}
@@ -631,10 +437,10 @@ func TestCancelRunningSweep(t *testing.T) {
 		if got.State != "canceled" || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
 			t.Fatalf("after cancel: %+v", got)
 		}
-		if q, _ := s.inspectorQueue("interactive"); q != 0 {
+		if q := s.Running("interactive"); q != 0 {
 			t.Fatalf("the canceled task is still queued (%d)", q)
 		}
-		if n, _ := s.rdb.ZCard(context.Background(), "asynq:{interactive}:retry").Result(); n != 0 {
+		if n, _ := s.RDB.ZCard(context.Background(), "asynq:{interactive}:retry").Result(); n != 0 {
 			t.Fatalf("the canceled task was scheduled for retry")
 		}
 		return
@@ -645,7 +451,7 @@ func TestCancelRunningSweep(t *testing.T) {
 func TestSubmitAndWaitInOneRequest(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1, nil)
-	code, b, hdr := s.doH("POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`)
+	code, b, hdr := s.DoH("POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`)
 	tk := decode[task](t, b)
 	if code != http.StatusOK || tk.State != "completed" || tk.Result == nil || hdr.Get("Location") != "/v1/tasks/"+tk.ID {
 		t.Fatalf("submit and wait: %d %s", code, b)
@@ -653,12 +459,12 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 	if want := localResult(t, `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`); string(tk.Result) != want {
 		t.Fatalf("result %s, want %s", tk.Result, want)
 	}
-	if code, _ := s.do("POST", "/v1/tasks?wait=forever", sample8); code != http.StatusBadRequest {
+	if code, _ := s.Do("POST", "/v1/tasks?wait=forever", sample8); code != http.StatusBadRequest {
 		t.Fatalf("bad wait: %d", code)
 	}
 	// No worker to finish it in time: 202 with the pending task.
 	s2 := startStack(t, 0, nil)
-	code, b, _ = s2.doH("POST", "/v1/tasks?wait=200ms", sample8)
+	code, b, _ = s2.DoH("POST", "/v1/tasks?wait=200ms", sample8)
 	if tk := decode[task](t, b); code != http.StatusAccepted || tk.State != "pending" {
 		t.Fatalf("wait ran out: %d %s", code, b)
 	}
@@ -675,7 +481,7 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	tk := s.submit(req, http.StatusAccepted)
 	var running []byte
 	for deadline := time.Now().Add(60 * time.Second); running == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		_, b := s.do("GET", "/v1/tasks/"+tk.ID, nil)
+		_, b := s.Do("GET", "/v1/tasks/"+tk.ID, nil)
 		if m := decode[map[string]json.RawMessage](t, b); string(m["state"]) == `"active"` && string(m["progress"]) != "null" {
 			running = m["progress"]
 		} else if string(m["state"]) == `"completed"` {
@@ -687,7 +493,7 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	}
 	t.Logf("progress while running: %s", running)
 	var got task
-	code, b := s.do("GET", "/v1/tasks/"+tk.ID+"?wait=60s", nil)
+	code, b := s.Do("GET", "/v1/tasks/"+tk.ID+"?wait=60s", nil)
 	if code != 200 || json.Unmarshal(b, &got) != nil || got.State != "completed" {
 		t.Fatalf("2x8 board: %d %s", code, b)
 	}
@@ -712,11 +518,11 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	}
 	t.Logf("2x8 board: %s, last progress %s", got.Result, raw)
 	// Large boards are searched one task each, never in a chunk.
-	code, b = s.do("POST", "/v1/batches", `{"tasks":[`+req+`,`+sample8+`]}`)
+	code, b = s.Do("POST", "/v1/batches", `{"tasks":[`+req+`,`+sample8+`]}`)
 	if code != 202 {
 		t.Fatalf("batch: %d %s", code, b)
 	}
-	code, b = s.do("GET", "/v1/batches/"+decode[batch](t, b).ID+"?wait=60s", nil)
+	code, b = s.Do("GET", "/v1/batches/"+decode[batch](t, b).ID+"?wait=60s", nil)
 	if bt := decode[batch](t, b); !bt.Done || bt.Counts["completed"] != 2 {
 		t.Fatalf("batch with a large board: %s", b)
 	}

@@ -1,5 +1,5 @@
 //go:build !race
 
-package app_test
+package e2e_test
 
 const raceEnabled = false

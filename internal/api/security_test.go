@@ -1,35 +1,20 @@
-package app_test
+package api_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"testing"
 )
 
-// as sends a request with a bearer key.
+// as sends a request with a bearer key and the header pairs hdr.
 func (s *stack) as(key, method, path string, body string, hdr ...string) (int, []byte, http.Header) {
 	s.t.Helper()
-	req, err := http.NewRequest(method, s.base+path, bytes.NewReader([]byte(body)))
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		hdr = append(hdr, "Authorization", "Bearer "+key)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, resp.Header
+	return s.DoH(method, path, body, hdr...)
 }
 
 func TestAPIKeysAndOwnership(t *testing.T) {
@@ -48,7 +33,7 @@ func TestAPIKeysAndOwnership(t *testing.T) {
 		}
 	}
 	// Health stays open for probes.
-	if code, _ := s.do("GET", "/healthz", nil); code != 200 {
+	if code, _ := s.Do("GET", "/healthz", nil); code != 200 {
 		t.Errorf("healthz behind auth: %d", code)
 	}
 	_, b, _ := s.as("s3cret-alice", "POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)
@@ -136,7 +121,7 @@ func TestPendingQuotaPerKey(t *testing.T) {
 		t.Fatalf("after a cancel: %d %s", code, b)
 	}
 	// A worker finishing tasks gives slots back too.
-	s.addWorker()
+	s.AddWorker(nil)
 	for _, id := range ids[1:] {
 		s.as("a-key", "GET", "/v1/tasks/"+id+"?wait=10s", "")
 	}
@@ -185,7 +170,7 @@ func TestIdempotentBatchRetries(t *testing.T) {
 			t.Fatalf("concurrent retries made different batches: %v", ids)
 		}
 	}
-	if n := s.keys("pq:batch:*:items"); n != 2 {
+	if n := s.Keys("pq:batch:*:items"); n != 2 {
 		t.Fatalf("%d batches stored, want 2", n)
 	}
 }

@@ -1,4 +1,4 @@
-package app_test
+package api_test
 
 import (
 	"bufio"
@@ -98,7 +98,7 @@ func TestBadInputCorpus(t *testing.T) {
 	s := startStack(t, 0, nil)
 	for _, c := range cases {
 		body, n := c.reader(t)
-		req, err := http.NewRequest(c.method, s.base+c.path, body)
+		req, err := http.NewRequest(c.method, s.URL+c.path, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,11 +130,11 @@ func TestBadInputCorpus(t *testing.T) {
 			t.Errorf("%s: field %q, want %q...: %s", c.name, e.Error.Field, c.field, raw)
 		}
 	}
-	if n := s.keys("pq:*"); n != 0 {
+	if n := s.Keys("pq:*"); n != 0 {
 		t.Errorf("rejected requests left %d records", n)
 	}
 	for _, queue := range []string{"interactive", "bulk"} {
-		if q, _ := s.inspectorQueue(queue); q != 0 {
+		if q := s.Queued(queue); q != 0 {
 			t.Errorf("rejected requests enqueued %d tasks on %s", q, queue)
 		}
 	}

@@ -1,0 +1,67 @@
+package app_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
+
+// TestOpsEndpoints checks what the wiring adds around the API and the
+// worker: health, readiness and metrics on both binaries, and readiness
+// that follows Redis.
+func TestOpsEndpoints(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1, nil)
+	s.wait(s.submit(sample8, 202).ID, 10*time.Second)
+	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
+		if code, b := s.Do("GET", p, nil); code != 200 {
+			t.Errorf("%s: %d %s", p, code, b)
+		}
+	}
+	code, b := s.Do("GET", "/metrics", nil)
+	for _, m := range []string{"puzzleq_http_requests_total", "puzzleq_submitted_total", "asynq_queue_size", "go_goroutines"} {
+		if code != 200 || !strings.Contains(string(b), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	// The worker serves its own health and metrics.
+	w := s.Workers[0]
+	resp, err := http.Get("http://" + w.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	wb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	for _, m := range []string{`puzzleq_tasks_total{kind="sliding",outcome="completed"} 1`, "puzzleq_solve_duration_seconds_bucket", "asynq_queue_size"} {
+		if !strings.Contains(string(wb), m) {
+			t.Errorf("worker /metrics lacks %s", m)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get("http://" + w.Addr() + p)
+		if err != nil || r.StatusCode != 200 {
+			t.Errorf("worker %s: %v %v", p, r, err)
+		}
+		if r != nil {
+			r.Body.Close()
+		}
+	}
+	// Redis gone: readiness fails and the API answers 503 unavailable,
+	// quickly, instead of hanging or 500.
+	s.Redis.Kill()
+	start := time.Now()
+	if code, _ := s.Do("GET", "/readyz", nil); code != 503 {
+		t.Errorf("readyz without redis: %d", code)
+	}
+	code, b = s.Do("POST", "/v1/tasks", sample8)
+	if e := decode[errBody](t, b); code != 503 || e.Error.Code != "unavailable" {
+		t.Errorf("submit without redis: %d %s", code, b)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("answers without redis took %v", el)
+	}
+}

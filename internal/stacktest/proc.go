@@ -1,0 +1,188 @@
+package stacktest
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BuildBinaries builds cmd/api and cmd/worker into dir, for tests that
+// run them as processes (test/fault kills and freezes them), and returns
+// their paths.
+func BuildBinaries(dir string) (apiBin, workerBin string, err error) {
+	apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
+	for bin, pkg := range map[string]string{apiBin: "github.com/puzzleq/puzzleq/cmd/api", workerBin: "github.com/puzzleq/puzzleq/cmd/worker"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return "", "", fmt.Errorf("go build %s: %w", pkg, err)
+		}
+	}
+	return apiBin, workerBin, nil
+}
+
+// Proc is a running api or worker process. Its output goes to a file in
+// the test's temporary directory, printed when the test fails.
+type Proc struct {
+	Name    string
+	Addr    string // its HTTP_ADDR
+	LogPath string // its stdout and stderr
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // exit error, once done is closed
+}
+
+// StartProc starts bin with env (and nothing else from the test's own
+// environment but PATH and HOME), waits for its /readyz on env's
+// HTTP_ADDR, and kills it when the test ends.
+func StartProc(t testing.TB, name, bin string, env map[string]string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Addr: env["HTTP_ADDR"], done: make(chan struct{})}
+	p.LogPath = filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(p.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			p.Dump(t)
+		}
+	})
+	p.WaitReady(t, 30*time.Second)
+	return p
+}
+
+// PID is the process ID.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// URL is the process's HTTP base URL.
+func (p *Proc) URL() string { return "http://" + p.Addr }
+
+// Done is closed once the process has ended and been reaped.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit error, once Done is closed.
+func (p *Proc) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s to %s: %v", sig, p.Name, err)
+	}
+}
+
+// Kill ends the process with SIGKILL, if it runs, and reaps it.
+func (p *Proc) Kill() {
+	if !p.Exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// WaitExit waits up to d for the process to end.
+func (p *Proc) WaitExit(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (p *Proc) WaitReady(t testing.TB, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	c := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := c.Get(p.URL() + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.Exited() {
+			t.Fatalf("%s exited before it was ready: %v\n%s", p.Name, p.err, Tail(p.LogPath, 30))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %v (last: %v)\n%s", p.Name, d, err, Tail(p.LogPath, 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PeakRSS is the process's peak resident set (VmHWM) in KiB; 0 once it
+// has exited.
+func (p *Proc) PeakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// Dump prints the end of the process's output to the test's log.
+func (p *Proc) Dump(t testing.TB) {
+	t.Logf("---- %s (pid %d) output, last lines ----\n%s", p.Name, p.PID(), Tail(p.LogPath, 80))
+}
+
+// Tail returns the last n lines of the file at path.
+func Tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
