@@ -88,7 +88,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 		}
 	}
 	b, _ := f.store.GetBatch(f.ctx, "b1")
-	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
 		t.Fatalf("batch counts after duplicates: %v", b.Counts)
 	}
 	tk, _ := f.store.Get(f.ctx, "a1")
@@ -119,7 +119,7 @@ func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk, _ := f.store.Get(f.ctx, "c2")
-	if calls != 0 || !tk.Cached || tk.State != store.StateCompleted {
+	if calls != 0 || !tk.Cached || tk.State != apitype.TaskStateCompleted {
 		t.Fatalf("second identical task: solver calls %d, record %+v", calls, tk)
 	}
 	if n := testutil.ToFloat64(f.metrics.CacheHits); n != 1 {
@@ -152,7 +152,7 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 			t.Fatalf("%s: a final failure must not ask asynq to retry: %v", tc.id, err)
 		}
 		tk, _ := f.store.Get(f.ctx, tc.id)
-		if tk.State != store.StateFailed || tk.ErrCode != tc.code || tk.ErrMsg == "" {
+		if tk.State != apitype.TaskStateFailed || tk.ErrCode != tc.code || tk.ErrMsg == "" {
 			t.Errorf("%s: %+v", tc.id, tk)
 		}
 	}
@@ -187,7 +187,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.handler.ProcessTask(f.ctx, task) }()
 	<-started
-	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != store.StateActive {
+	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != apitype.TaskStateActive {
 		t.Fatalf("cancel: %v %v", prev, err)
 	}
 	at := time.Now()
@@ -201,7 +201,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 		t.Fatal("handler did not stop")
 	}
 	t.Logf("handler returned %v after the cancel", time.Since(at))
-	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != store.StateCanceled {
+	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != apitype.TaskStateCanceled {
 		t.Fatalf("record: %+v", tk)
 	}
 	if f.cancels.Running() != 0 {
@@ -231,10 +231,10 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
 		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
 	}
-	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != store.StateCompleted {
+	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != apitype.TaskStateCompleted {
 		t.Fatalf("finished item not written before requeue: %+v", tk)
 	}
-	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != store.StateActive {
+	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != apitype.TaskStateActive {
 		t.Fatalf("interrupted item: %+v", tk)
 	}
 	// The redelivery finishes the rest, without counting s1 twice.
@@ -243,7 +243,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := f.store.GetBatch(f.ctx, "sb")
-	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
 		t.Fatalf("after redelivery: %v", b.Counts)
 	}
 }
@@ -254,12 +254,12 @@ func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, tasks.DefaultLimits())
 	task := f.single(t, "gave-up", sample8)
-	if _, _, err := f.store.Start(f.ctx, []store.Transition{{ID: "gave-up"}}, nil); err != nil {
+	if _, _, err := f.store.Start(f.ctx, []tasks.Transition{{ID: "gave-up"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.handler.ErrorHandler()(f.ctx, task, errors.New("redis: connection refused"))
 	tk, _ := f.store.Get(f.ctx, "gave-up")
-	if tk.State != store.StateFailed || tk.ErrCode != apitype.CodeInternal {
+	if tk.State != apitype.TaskStateFailed || tk.ErrCode != apitype.CodeInternal {
 		t.Fatalf("after the last retry: %+v", tk)
 	}
 }
