@@ -60,8 +60,8 @@ func (f *fakeStore) SetProgress(context.Context, string, apitype.Progress) error
 func TestResultWriteFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending}, finishErr: errors.New("redis: connection reset")}
-	h := tasks.NewHandler(st, nil, tasks.DefaultLimits(), nil, nil)
-	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, tasks.DefaultLimits())
+	h := tasks.NewHandler(st, nil, testLimits(), nil, nil)
+	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,35 +70,19 @@ type ChunkPayload struct {
 }
 
 // Limits bound the work of one item of each kind. Retrying cannot help a
-// solve that hit one, so hitting it is a final failure.
+// solve that hit one, so hitting it is a final failure. The values come
+// from the binaries' configuration, which states every default once;
+// tasks uses what it is given and has no defaults of its own.
 type Limits struct {
-	// Deadline per item of each kind.
+	// Deadline per item of each kind. Every kind needs one: a kind left
+	// out has no time at all, so each of its solves fails with timeout.
 	Deadline map[puzzle.Kind]time.Duration
 	// MaxNodes per item of each kind; 0 leaves the solver's default.
 	MaxNodes map[puzzle.Kind]int64
 }
 
-// DefaultLimits returns the limits used when none are configured: each
-// kind's puzzle.Spec.DefaultDeadline and the solvers' node budgets.
-func DefaultLimits() Limits {
-	l := Limits{Deadline: map[puzzle.Kind]time.Duration{}, MaxNodes: map[puzzle.Kind]int64{}}
-	for _, k := range puzzle.Kinds {
-		if s, err := puzzle.SpecOf(k); err == nil {
-			l.Deadline[k] = s.DefaultDeadline
-		}
-	}
-	return l
-}
-
-// deadline is the configured deadline of kind k, else its default (0 for
-// a kind puzzle does not know, which TypeFor rejects first).
-func (l Limits) deadline(k puzzle.Kind) time.Duration {
-	if d := l.Deadline[k]; d > 0 {
-		return d
-	}
-	s, _ := puzzle.SpecOf(k)
-	return s.DefaultDeadline
-}
+// deadline is the deadline of kind k.
+func (l Limits) deadline(k puzzle.Kind) time.Duration { return l.Deadline[k] }
 
 // timeoutMargin is added to the per-item deadline for asynq's own task
 // timeout. The handler enforces the item deadline itself, and must win the

@@ -18,6 +18,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -153,10 +154,20 @@ func newFaultRig(t *testing.T) *faultRig {
 	srv := api.New(q, st, store.NewHub(), nil, nil, api.Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
 		ChunkSize: 2, EnqueueParallelism: 1, MaxConcurrentBatches: 1, RequestTimeout: 10 * time.Second,
-		Limits: tasks.DefaultLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
+		Limits: testLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
 	})
 	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q}
+}
+
+// testLimits gives every kind a minute, as the binaries' configuration
+// gives every kind a deadline (the API only sizes queue timeouts by it).
+func testLimits() tasks.Limits {
+	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
+	for _, k := range puzzle.Kinds {
+		l.Deadline[k] = time.Minute
+	}
+	return l
 }
 
 // post sends a request as alice and returns the status, the decoded error
