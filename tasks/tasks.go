@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/puzzle"
@@ -68,6 +70,24 @@ type ChunkPayload struct {
 	Owner   string `json:"owner,omitempty"`
 	Items   []Item `json:"items"`
 }
+
+// payloadOptions are the decisions a payload is decoded with. Names match
+// exactly and a repeated name is an error, as in a request (puzzle's
+// strict decoding), so no reader of the same bytes can see another ID or
+// batch than the handler does. Unlike a request, a member the payload
+// type does not declare is skipped: payloads pass between releases of our
+// own processes, and during a rolling upgrade a worker one release behind
+// must still run a task whose payload gained a field. Rejecting it would
+// drop an accepted task as undecodable.
+var payloadOptions = jsonv2.JoinOptions(
+	jsonv2.MatchCaseInsensitiveNames(false),
+	jsontext.AllowDuplicateNames(false),
+	jsonv2.RejectUnknownMembers(false),
+)
+
+// decodePayload decodes a SolvePayload or ChunkPayload (see
+// payloadOptions). Each item's Request is decoded by puzzle.Decode.
+func decodePayload(data []byte, v any) error { return jsonv2.Unmarshal(data, v, payloadOptions) }
 
 // Limits bound the work of one item of each kind. Retrying cannot help a
 // solve that hit one, so hitting it is a final failure. The values come
