@@ -22,6 +22,14 @@ func TestConfigDefaults(t *testing.T) {
 		w.TaskTTL != 24*time.Hour || w.KeyPrefix != "pq:" || w.QueueWeights != "interactive=6,bulk=1" {
 		t.Fatalf("worker defaults: %+v", w)
 	}
+	// The config table is the one home of the per-kind defaults, and tasks
+	// has no fallback: a kind puzzle knows without a deadline would time
+	// out at once.
+	for _, k := range puzzle.Kinds {
+		if d := w.Limits().Deadline[k]; d <= 0 {
+			t.Errorf("no default deadline for %s: %v", k, d)
+		}
+	}
 	a, err := app.LoadAPIConfig(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -34,25 +42,6 @@ func TestConfigDefaults(t *testing.T) {
 		func(k string) string { return map[string]string{"MAX_BATCH_ITEMS": "5"}[k] }, io.Discard)
 	if err != nil || a.MaxBatchItems != 7 || a.HTTPAddr != ":9" {
 		t.Fatalf("flags over env: %+v %v", a, err)
-	}
-}
-
-// TestEveryKindHasADeadline holds the configuration, the one home of the
-// per-kind defaults, to every kind puzzle knows: tasks has no fallback, so
-// a kind without a deadline would time out at once.
-func TestEveryKindHasADeadline(t *testing.T) {
-	t.Parallel()
-	w, err := app.LoadWorkerConfig(nil, func(k string) string {
-		return map[string]string{"REDIS_URL": "redis://localhost:6379/0"}[k]
-	}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := w.Limits()
-	for _, k := range puzzle.Kinds {
-		if l.Deadline[k] <= 0 {
-			t.Errorf("no default deadline for %s: %v", k, l.Deadline)
-		}
 	}
 }
 
