@@ -58,11 +58,6 @@ func Decode(data []byte) (*Parsed, error) {
 	return parse(req.Kind, req.Puzzle, req.Options)
 }
 
-// DecodePayload decodes a task payload (bytes made by Payload). It takes
-// exactly Decode's decisions, so a payload that was tampered with in Redis
-// is held to the same rules as a request.
-func DecodePayload(data []byte) (*Parsed, error) { return Decode(data) }
-
 // DecodeBatch parses the JSON body of a batch, {"tasks": [request, ...]},
 // as strictly as Decode, in one pass over the envelope and every item.
 // A batch of more than maxItems tasks (maxItems > 0) is rejected before

@@ -3,7 +3,6 @@ package puzzle
 import (
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Task type strings of the single-request task of each kind. They are
@@ -20,17 +19,13 @@ type Spec struct {
 	// TaskType is the asynq type of a task holding one request of the
 	// kind (TaskTypeSliding, ...).
 	TaskType string
-	// DefaultDeadline bounds one solve of the kind when the operator sets
-	// no deadline: sized for the hardest boards the kind accepts.
-	DefaultDeadline time.Duration
 }
 
 // specs holds every kind's Spec; Kinds lists the same keys.
 var specs = map[Kind]Spec{
-	// A 3×3 board is a table lookup; the hardest 15-puzzles take minutes.
-	KindSliding: {TaskType: TaskTypeSliding, DefaultDeadline: 5 * time.Minute},
-	KindSweep:   {TaskType: TaskTypeSweep, DefaultDeadline: 60 * time.Second},
-	KindFill:    {TaskType: TaskTypeFill, DefaultDeadline: 10 * time.Second},
+	KindSliding: {TaskType: TaskTypeSliding},
+	KindSweep:   {TaskType: TaskTypeSweep},
+	KindFill:    {TaskType: TaskTypeFill},
 }
 
 // ErrUnknownKind is wrapped by every error about a kind this package does

@@ -2,9 +2,9 @@
 // a request ({"kind", "puzzle", "options"}) strictly, validates it with the
 // solvers' own validators, derives the canonical cache key, and dispatches
 // Solve to the right solver. It also owns what differs by kind elsewhere
-// (the task type and default deadline, in Spec) and the judge formats
-// (ReadRequests and WriteResults), so that adding a kind touches this
-// package and its solver only.
+// (the task type, in Spec) and the judge formats (ReadRequests and
+// WriteResults), so that adding a kind touches this package and its solver,
+// and the binaries' configuration only for the kind's deadline setting.
 //
 // The CLI, the HTTP API and the worker all go through this package, so a
 // puzzle that the API accepts is exactly one that the worker can solve, and

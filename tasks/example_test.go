@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -13,7 +14,9 @@ func ExampleNewSolveTask() {
 	if err != nil {
 		panic(err)
 	}
-	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
+	// The limits come from the worker's and the API's configuration.
+	limits := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute}}
+	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", "", p, tasks.QueueInteractive, limits)
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -60,8 +61,8 @@ func (f *fakeStore) SetProgress(context.Context, string, apitype.Progress) error
 func TestResultWriteFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending}, finishErr: errors.New("redis: connection reset")}
-	h := tasks.NewHandler(st, nil, tasks.DefaultLimits(), nil, nil)
-	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, tasks.DefaultLimits())
+	h := tasks.NewHandler(st, nil, testLimits(), nil, nil)
+	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +76,48 @@ func TestResultWriteFailureIsRetried(t *testing.T) {
 	}
 	if len(st.finished) != 1 || st.finished[0].State != apitype.TaskStateCompleted || len(st.finished[0].Result) == 0 {
 		t.Fatalf("finished %+v, want w1 completed with its result", st.finished)
+	}
+}
+
+// A payload is decoded with exact, unique names, as requests are: under
+// encoding/json, "ID" would be taken for "id" and the last of two "id"s
+// would win, so the handler could run another record than the one a
+// reader of the same bytes sees. A member it does not know is skipped, so
+// that a worker one release behind still runs a payload that gained one.
+func TestPayloadNamesAreExact(t *testing.T) {
+	t.Parallel()
+	req := `"request":` + sample8
+	const (
+		completed   = "w1 completed"
+		nothing     = "nothing run"
+		undecodable = "undecodable (SkipRetry), nothing run"
+	)
+	for _, tc := range []struct {
+		name, typ, payload, want string
+	}{
+		{"exact", tasks.TypeSliding, `{"id":"w1",` + req + `}`, completed},
+		{"unknown member", tasks.TypeSliding, `{"id":"w1",` + req + `,"trace_id":"t"}`, completed},
+		{"folded name", tasks.TypeSliding, `{"ID":"w1",` + req + `}`, undecodable},
+		{"folded name of a chunk", tasks.TypeChunk, `{"batch_id":"b","ITEMS":[{"id":"w1",` + req + `}]}`, nothing},
+		{"repeated name", tasks.TypeSliding, `{"id":"w1","id":"w2",` + req + `}`, undecodable},
+		{"repeated in an item", tasks.TypeChunk, `{"batch_id":"b","items":[{"id":"w1",` + req + `,"id":"w2"}]}`, undecodable},
+	} {
+		st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending, "w2": apitype.TaskStatePending}}
+		h := tasks.NewHandler(st, nil, testLimits(), nil, nil)
+		err := h.ProcessTask(context.Background(), asynq.NewTask(tc.typ, []byte(tc.payload)))
+		var got string
+		switch {
+		case err == nil && len(st.finished) == 1 && st.finished[0].ID == "w1" && st.finished[0].State == apitype.TaskStateCompleted:
+			got = completed
+		case err == nil && len(st.finished) == 0:
+			got = nothing
+		case errors.Is(err, asynq.SkipRetry) && len(st.finished) == 0:
+			got = undecodable
+		default:
+			got = fmt.Sprintf("error %v, finished %+v", err, st.finished)
+		}
+		if got != tc.want {
+			t.Errorf("%s: %s; want %s", tc.name, got, tc.want)
+		}
 	}
 }

@@ -89,14 +89,14 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	switch t.Type() {
 	case TypeSliding, TypeSweep, TypeFill:
 		var p SolvePayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil || p.ID == "" {
+		if err := decodePayload(t.Payload(), &p); err != nil || p.ID == "" {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
 		}
 		return h.processItems(ctx, p.BatchID, p.Owner, []Item{p.Item})
 	case TypeChunk:
 		var p ChunkPayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+		if err := decodePayload(t.Payload(), &p); err != nil {
 			return fmt.Errorf("tasks: undecodable chunk payload: %v: %w", err, asynq.SkipRetry)
 		}
 		return h.processItems(ctx, p.BatchID, p.Owner, p.Items)
@@ -138,9 +138,9 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 	ts := make([]Transition, len(items))
 	for i, it := range items {
 		ts[i] = Transition{ID: it.ID, BatchID: batchID}
-		// The request is our own Payload: validated by the API and free
-		// of duplicate keys, so it is decoded without the scan.
-		p, err := puzzle.DecodePayload(it.Request)
+		// The request is our own Payload, validated by the API; decoding
+		// it again holds bytes that changed in Redis to the same rules.
+		p, err := puzzle.Decode(it.Request)
 		if err != nil {
 			outs[i] = &outcome{code: apitype.CodeInvalidPuzzle, msg: err.Error()}
 			continue
@@ -301,13 +301,13 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 		switch t.Type() {
 		case TypeChunk:
 			var p ChunkPayload
-			if json.Unmarshal(t.Payload(), &p) != nil {
+			if decodePayload(t.Payload(), &p) != nil {
 				return
 			}
 			batchID, owner, items = p.BatchID, p.Owner, p.Items
 		default:
 			var p SolvePayload
-			if json.Unmarshal(t.Payload(), &p) != nil {
+			if decodePayload(t.Payload(), &p) != nil {
 				return
 			}
 			batchID, owner, items = p.BatchID, p.Owner, []Item{p.Item}

@@ -40,6 +40,16 @@ func newFixture(t *testing.T, l tasks.Limits) *fixture {
 	return &fixture{store: st, handler: h, metrics: m, cancels: c, limits: l, solve: tasks.SolveFnOf(h), ctx: context.Background()}
 }
 
+// testLimits gives every kind a minute, as the binaries' configuration
+// gives every kind a deadline; tests about a limit lower one of them.
+func testLimits() tasks.Limits {
+	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}, MaxNodes: map[puzzle.Kind]int64{}}
+	for _, k := range puzzle.Kinds {
+		l.Deadline[k] = time.Minute
+	}
+	return l
+}
+
 func mustParse(t *testing.T, req string) *puzzle.Parsed {
 	t.Helper()
 	p, err := puzzle.Decode([]byte(req))
@@ -58,7 +68,7 @@ func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
 	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind())}, 0); err != nil {
 		t.Fatal(err)
 	}
-	task, err := tasks.NewSolveTask(id, "", "", p, tasks.QueueInteractive, tasks.DefaultLimits())
+	task, err := tasks.NewSolveTask(id, "", "", p, tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +79,7 @@ const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}
 
 func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, tasks.DefaultLimits())
+	f := newFixture(t, testLimits())
 	reqs := []string{sample8, `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`}
 	ids := []string{"a1", "a2"}
 	parsed := []*puzzle.Parsed{mustParse(t, reqs[0]), mustParse(t, reqs[1])}
@@ -77,7 +87,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "b1"}, items); err != nil {
 		t.Fatal(err)
 	}
-	chunk, err := tasks.NewChunkTask("b1", "", ids, parsed, tasks.QueueBulk, tasks.DefaultLimits())
+	chunk, err := tasks.NewChunkTask("b1", "", ids, parsed, tasks.QueueBulk, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +98,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 		}
 	}
 	b, _ := f.store.GetBatch(f.ctx, "b1")
-	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
 		t.Fatalf("batch counts after duplicates: %v", b.Counts)
 	}
 	tk, _ := f.store.Get(f.ctx, "a1")
@@ -105,7 +115,7 @@ func TestDuplicateDeliveryCountsOnce(t *testing.T) {
 
 func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, tasks.DefaultLimits())
+	f := newFixture(t, testLimits())
 	first := f.single(t, "c1", sample8)
 	if err := f.handler.ProcessTask(f.ctx, first); err != nil {
 		t.Fatal(err)
@@ -119,7 +129,7 @@ func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk, _ := f.store.Get(f.ctx, "c2")
-	if calls != 0 || !tk.Cached || tk.State != store.StateCompleted {
+	if calls != 0 || !tk.Cached || tk.State != apitype.TaskStateCompleted {
 		t.Fatalf("second identical task: solver calls %d, record %+v", calls, tk)
 	}
 	if n := testutil.ToFloat64(f.metrics.CacheHits); n != 1 {
@@ -129,7 +139,7 @@ func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 
 func TestFailuresAreFinalWithCodes(t *testing.T) {
 	t.Parallel()
-	l := tasks.DefaultLimits()
+	l := testLimits()
 	l.MaxNodes[puzzle.KindSweep] = 5
 	f := newFixture(t, l)
 	*f.solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
@@ -152,7 +162,7 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 			t.Fatalf("%s: a final failure must not ask asynq to retry: %v", tc.id, err)
 		}
 		tk, _ := f.store.Get(f.ctx, tc.id)
-		if tk.State != store.StateFailed || tk.ErrCode != tc.code || tk.ErrMsg == "" {
+		if tk.State != apitype.TaskStateFailed || tk.ErrCode != tc.code || tk.ErrMsg == "" {
 			t.Errorf("%s: %+v", tc.id, tk)
 		}
 	}
@@ -176,7 +186,7 @@ func TestFailuresAreFinalWithCodes(t *testing.T) {
 
 func TestCancelStopsARunningSolve(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, tasks.DefaultLimits())
+	f := newFixture(t, testLimits())
 	started := make(chan struct{})
 	*f.solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		close(started)
@@ -187,7 +197,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.handler.ProcessTask(f.ctx, task) }()
 	<-started
-	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != store.StateActive {
+	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != apitype.TaskStateActive {
 		t.Fatalf("cancel: %v %v", prev, err)
 	}
 	at := time.Now()
@@ -201,7 +211,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 		t.Fatal("handler did not stop")
 	}
 	t.Logf("handler returned %v after the cancel", time.Since(at))
-	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != store.StateCanceled {
+	if tk, _ := f.store.Get(f.ctx, "run"); tk.State != apitype.TaskStateCanceled {
 		t.Fatalf("record: %+v", tk)
 	}
 	if f.cancels.Running() != 0 {
@@ -211,7 +221,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 
 func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, tasks.DefaultLimits())
+	f := newFixture(t, testLimits())
 	ids := []string{"s1", "s2"}
 	parsed := []*puzzle.Parsed{mustParse(t, sample8), mustParse(t, `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)}
 	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "sb"}, []store.NewTask{{ID: "s1", Kind: "sliding"}, {ID: "s2", Kind: "sliding"}}); err != nil {
@@ -227,14 +237,14 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		}
 		return p.Solve(sctx)
 	}
-	chunk, _ := tasks.NewChunkTask("sb", "", ids, parsed, tasks.QueueBulk, tasks.DefaultLimits())
+	chunk, _ := tasks.NewChunkTask("sb", "", ids, parsed, tasks.QueueBulk, testLimits())
 	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
 		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
 	}
-	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != store.StateCompleted {
+	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != apitype.TaskStateCompleted {
 		t.Fatalf("finished item not written before requeue: %+v", tk)
 	}
-	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != store.StateActive {
+	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != apitype.TaskStateActive {
 		t.Fatalf("interrupted item: %+v", tk)
 	}
 	// The redelivery finishes the rest, without counting s1 twice.
@@ -243,7 +253,7 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := f.store.GetBatch(f.ctx, "sb")
-	if b.Counts[store.StateCompleted] != 2 || !b.Done() {
+	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
 		t.Fatalf("after redelivery: %v", b.Counts)
 	}
 }
@@ -252,14 +262,14 @@ func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
 // reports 0 of 0 retries), the record must not stay active forever.
 func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, tasks.DefaultLimits())
+	f := newFixture(t, testLimits())
 	task := f.single(t, "gave-up", sample8)
-	if _, _, err := f.store.Start(f.ctx, []store.Transition{{ID: "gave-up"}}, nil); err != nil {
+	if _, _, err := f.store.Start(f.ctx, []tasks.Transition{{ID: "gave-up"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.handler.ErrorHandler()(f.ctx, task, errors.New("redis: connection refused"))
 	tk, _ := f.store.Get(f.ctx, "gave-up")
-	if tk.State != store.StateFailed || tk.ErrCode != apitype.CodeInternal {
+	if tk.State != apitype.TaskStateFailed || tk.ErrCode != apitype.CodeInternal {
 		t.Fatalf("after the last retry: %+v", tk)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/puzzle"
@@ -69,36 +71,38 @@ type ChunkPayload struct {
 	Items   []Item `json:"items"`
 }
 
+// payloadOptions are the decisions a payload is decoded with. Names match
+// exactly and a repeated name is an error, as in a request (puzzle's
+// strict decoding), so no reader of the same bytes can see another ID or
+// batch than the handler does. Unlike a request, a member the payload
+// type does not declare is skipped: payloads pass between releases of our
+// own processes, and during a rolling upgrade a worker one release behind
+// must still run a task whose payload gained a field. Rejecting it would
+// drop an accepted task as undecodable.
+var payloadOptions = jsonv2.JoinOptions(
+	jsonv2.MatchCaseInsensitiveNames(false),
+	jsontext.AllowDuplicateNames(false),
+	jsonv2.RejectUnknownMembers(false),
+)
+
+// decodePayload decodes a SolvePayload or ChunkPayload (see
+// payloadOptions). Each item's Request is decoded by puzzle.Decode.
+func decodePayload(data []byte, v any) error { return jsonv2.Unmarshal(data, v, payloadOptions) }
+
 // Limits bound the work of one item of each kind. Retrying cannot help a
-// solve that hit one, so hitting it is a final failure.
+// solve that hit one, so hitting it is a final failure. The values come
+// from the binaries' configuration, which states every default once;
+// tasks uses what it is given and has no defaults of its own.
 type Limits struct {
-	// Deadline per item of each kind.
+	// Deadline per item of each kind. Every kind needs one: a kind left
+	// out has no time at all, so each of its solves fails with timeout.
 	Deadline map[puzzle.Kind]time.Duration
 	// MaxNodes per item of each kind; 0 leaves the solver's default.
 	MaxNodes map[puzzle.Kind]int64
 }
 
-// DefaultLimits returns the limits used when none are configured: each
-// kind's puzzle.Spec.DefaultDeadline and the solvers' node budgets.
-func DefaultLimits() Limits {
-	l := Limits{Deadline: map[puzzle.Kind]time.Duration{}, MaxNodes: map[puzzle.Kind]int64{}}
-	for _, k := range puzzle.Kinds {
-		if s, err := puzzle.SpecOf(k); err == nil {
-			l.Deadline[k] = s.DefaultDeadline
-		}
-	}
-	return l
-}
-
-// deadline is the configured deadline of kind k, else its default (0 for
-// a kind puzzle does not know, which TypeFor rejects first).
-func (l Limits) deadline(k puzzle.Kind) time.Duration {
-	if d := l.Deadline[k]; d > 0 {
-		return d
-	}
-	s, _ := puzzle.SpecOf(k)
-	return s.DefaultDeadline
-}
+// deadline is the deadline of kind k.
+func (l Limits) deadline(k puzzle.Kind) time.Duration { return l.Deadline[k] }
 
 // timeoutMargin is added to the per-item deadline for asynq's own task
 // timeout. The handler enforces the item deadline itself, and must win the

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 const corpusDir = "../../testdata/badinput"
@@ -112,7 +114,7 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
-		var e errBody
+		var e apitype.ErrorBody
 		if err := json.Unmarshal(raw, &e); err != nil {
 			t.Errorf("%s: body is not an error object: %q", c.name, raw)
 			continue

@@ -14,9 +14,11 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -152,15 +154,25 @@ func newFaultRig(t *testing.T) *faultRig {
 	srv := api.New(q, st, store.NewHub(), nil, nil, api.Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
 		ChunkSize: 2, EnqueueParallelism: 1, MaxConcurrentBatches: 1, RequestTimeout: 10 * time.Second,
-		Limits: tasks.DefaultLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
+		Limits: testLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
 	})
 	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q}
 }
 
+// testLimits gives every kind a minute, as the binaries' configuration
+// gives every kind a deadline (the API only sizes queue timeouts by it).
+func testLimits() tasks.Limits {
+	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
+	for _, k := range puzzle.Kinds {
+		l.Deadline[k] = time.Minute
+	}
+	return l
+}
+
 // post sends a request as alice and returns the status, the decoded error
 // (zero unless 4xx/5xx) and the response.
-func (r *faultRig) post(path, body string, hdr ...string) (*httptest.ResponseRecorder, apiErr) {
+func (r *faultRig) post(path, body string, hdr ...string) (*httptest.ResponseRecorder, apitype.Error) {
 	r.t.Helper()
 	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+aliceKey)
@@ -169,7 +181,7 @@ func (r *faultRig) post(path, body string, hdr ...string) (*httptest.ResponseRec
 	}
 	rec := httptest.NewRecorder()
 	r.h.ServeHTTP(rec, req)
-	var e errBody
+	var e apitype.ErrorBody
 	if rec.Code >= 400 {
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 			r.t.Fatalf("POST %s: %d with a body that is not an error object: %q", path, rec.Code, rec.Body.Bytes())
@@ -180,7 +192,7 @@ func (r *faultRig) post(path, body string, hdr ...string) (*httptest.ResponseRec
 
 // wantUnavailable asserts the answer a client may retry: 503, code
 // unavailable, a message, and Retry-After.
-func wantUnavailable(t *testing.T, what string, rec *httptest.ResponseRecorder, e apiErr) {
+func wantUnavailable(t *testing.T, what string, rec *httptest.ResponseRecorder, e apitype.Error) {
 	t.Helper()
 	if rec.Code != http.StatusServiceUnavailable || e.Code != "unavailable" || e.Message == "" || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("%s: %d %+v Retry-After %q, want 503 unavailable with Retry-After", what, rec.Code, e, rec.Header().Get("Retry-After"))
@@ -282,10 +294,7 @@ func TestCreateBatchEnqueueFailsHalfWay(t *testing.T) {
 
 	r.queue.set(-1)
 	rec, _ = r.post("/v1/batches", body, "Idempotency-Key", "run-1")
-	var ack struct {
-		ID      string   `json:"id"`
-		TaskIDs []string `json:"task_ids"`
-	}
+	var ack apitype.BatchCreated
 	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ack) != nil || ack.ID == batchID ||
 		rec.Header().Get("Idempotent-Replayed") != "" || len(ack.TaskIDs) != 8 {
 		t.Fatalf("retry with the same key: %d %s %v", rec.Code, rec.Body.Bytes(), rec.Header())

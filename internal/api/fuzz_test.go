@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
@@ -66,9 +67,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 			t.Fatalf("POST %s %q: %d %s", path, body, rec.Code, rec.Body.Bytes())
 		}
 		if rec.Code >= 400 {
-			var e struct {
-				Error struct{ Code, Message string } `json:"error"`
-			}
+			var e apitype.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 				t.Fatalf("POST %s %q: %d with a bad error body %q", path, body, rec.Code, rec.Body.Bytes())
 			}

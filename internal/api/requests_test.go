@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // The tests in this file hold the API's answers to requests it must
@@ -51,7 +52,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 		{"negative budget", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":-1}}`, 400, "invalid_request", "options.max_nodes"},
 	} {
 		code, b := s.Do("POST", "/v1/tasks", tc.body)
-		e := decode[errBody](t, b)
+		e := decode[apitype.ErrorBody](t, b)
 		if code != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field || e.Error.Message == "" {
 			t.Errorf("%s: got %d %+v, want %d code %q field %q", tc.name, code, e.Error, tc.status, tc.code, tc.field)
 		}
@@ -66,7 +67,7 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 	s := startStack(t, 0, nil) // no worker: the test ends the task itself
 	tk := s.submit(sample8, http.StatusAccepted)
 	type res struct {
-		tk  task
+		tk  apitype.Task
 		err error
 		at  time.Time
 	}
@@ -79,7 +80,7 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		var v task
+		var v apitype.Task
 		err = json.NewDecoder(resp.Body).Decode(&v)
 		got <- res{tk: v, err: err, at: time.Now()}
 	}()
@@ -90,12 +91,12 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 	default:
 	}
 	finished := time.Now()
-	if _, err := s.Store.Finish(context.Background(), []store.Transition{{ID: tk.ID, State: store.StateCompleted,
+	if _, err := s.Store.Finish(context.Background(), []tasks.Transition{{ID: tk.ID, State: apitype.TaskStateCompleted,
 		Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r := <-got
-	if r.err != nil || r.tk.State != "completed" {
+	if r.err != nil || r.tk.State != apitype.TaskStateCompleted {
 		t.Fatalf("long poll: %+v %v", r.tk, r.err)
 	}
 	// The re-check interval is 5s: an answer well inside it proves the
@@ -109,7 +110,7 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 	// A wait that runs out returns the pending task, not an error.
 	tk2 := s.submit(`{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`, http.StatusAccepted)
 	start := time.Now()
-	if w := s.wait(tk2.ID, 300*time.Millisecond); w.State != "pending" || time.Since(start) < 250*time.Millisecond {
+	if w := s.wait(tk2.ID, 300*time.Millisecond); w.State != apitype.TaskStatePending || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("expired wait: %+v after %v", w, time.Since(start))
 	}
 }
@@ -124,7 +125,7 @@ func TestBatchIsAllOrNothing(t *testing.T) {
 	}
 	items[17] = json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,8,8]]}}`)
 	code, b := s.Do("POST", "/v1/batches", map[string]any{"tasks": items})
-	e := decode[errBody](t, b)
+	e := decode[apitype.ErrorBody](t, b)
 	if code != 400 || !strings.HasPrefix(e.Error.Field, "tasks[17].puzzle.board") || e.Error.Code != "invalid_puzzle" {
 		t.Fatalf("bad item: %d %+v", code, e)
 	}
@@ -139,7 +140,7 @@ func TestBatchIsAllOrNothing(t *testing.T) {
 		{"bad format", `x`, ""},
 	} {
 		code, b := s.Do("POST", "/v1/batches", tc.body)
-		if e := decode[errBody](t, b); code != 400 || e.Error.Field != tc.field {
+		if e := decode[apitype.ErrorBody](t, b); code != 400 || e.Error.Field != tc.field {
 			t.Errorf("%s: %d %s", tc.name, code, b)
 		}
 	}

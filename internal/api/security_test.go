@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // as sends a request with a bearer key and the header pairs hdr.
@@ -28,7 +30,7 @@ func TestAPIKeysAndOwnership(t *testing.T) {
 		if code != tc.want {
 			t.Errorf("key %q: %d %s", tc.key, code, b)
 		}
-		if code == 401 && (decode[errBody](t, b).Error.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "") {
+		if code == 401 && (decode[apitype.ErrorBody](t, b).Error.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "") {
 			t.Errorf("401 body or header: %s %v", b, hdr)
 		}
 	}
@@ -37,7 +39,7 @@ func TestAPIKeysAndOwnership(t *testing.T) {
 		t.Errorf("healthz behind auth: %d", code)
 	}
 	_, b, _ := s.as("s3cret-alice", "POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)
-	tk := decode[task](t, b)
+	tk := decode[apitype.Task](t, b)
 	// Another key sees nothing: 404, never 403.
 	for _, m := range []string{"GET", "DELETE"} {
 		if code, b, _ := s.as("t0ken-bob", m, "/v1/tasks/"+tk.ID, ""); code != 404 {
@@ -51,7 +53,7 @@ func TestAPIKeysAndOwnership(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("batch: %d %s", code, b)
 	}
-	bid := decode[batch](t, b).ID
+	bid := decode[apitype.BatchCreated](t, b).ID
 	for _, p := range []string{"/v1/batches/" + bid, "/v1/batches/" + bid + "/output"} {
 		if code, _, _ := s.as("t0ken-bob", "GET", p, ""); code != 404 {
 			t.Errorf("bob GET %s: %d", p, code)
@@ -74,7 +76,7 @@ func TestRateLimitPerKey(t *testing.T) {
 		case 429:
 			limited++
 			retry = hdr.Get("Retry-After")
-			if decode[errBody](t, b).Error.Code != "rate_limited" {
+			if decode[apitype.ErrorBody](t, b).Error.Code != "rate_limited" {
 				t.Errorf("429 body: %s", b)
 			}
 		default:
@@ -104,10 +106,10 @@ func TestPendingQuotaPerKey(t *testing.T) {
 		if code != 202 {
 			t.Fatalf("submit %d: %d %s", i, code, b)
 		}
-		ids = append(ids, decode[task](t, b).ID)
+		ids = append(ids, decode[apitype.Task](t, b).ID)
 	}
 	code, b, _ := s.as("a-key", "POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[3,1],[2,0]]}}`)
-	if code != 429 || decode[errBody](t, b).Error.Code != "quota_exceeded" {
+	if code != 429 || decode[apitype.ErrorBody](t, b).Error.Code != "quota_exceeded" {
 		t.Fatalf("4th pending task: %d %s", code, b)
 	}
 	if code, b, _ := s.as("a-key", "POST", "/v1/batches", `{"tasks":[{"kind":"sweep","puzzle":{"board":["...."]}}]}`); code != 429 {
@@ -138,9 +140,9 @@ func TestIdempotentBatchRetries(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("%d %s", code, b)
 	}
-	first := decode[batch](t, b)
+	first := decode[apitype.BatchCreated](t, b)
 	code, b, hdr := s.as("", "POST", "/v1/batches", body, "Idempotency-Key", "run-1-batch-0")
-	again := decode[batch](t, b)
+	again := decode[apitype.BatchCreated](t, b)
 	if code != 202 || again.ID != first.ID || len(again.TaskIDs) != 2 || again.TaskIDs[1] != first.TaskIDs[1] || hdr.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay: %d %+v %v", code, again, hdr)
 	}
@@ -159,7 +161,7 @@ func TestIdempotentBatchRetries(t *testing.T) {
 				t.Errorf("concurrent %d: %d %s", i, code, b)
 				return
 			}
-			var v batch
+			var v apitype.BatchCreated
 			json.Unmarshal(b, &v)
 			ids[i] = v.ID
 		}()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/puzzle"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -20,6 +21,14 @@ func TestConfigDefaults(t *testing.T) {
 	if w.HTTPAddr != ":8081" || w.TaskCheckInterval != 20*time.Millisecond || w.ShutdownTimeout != 25*time.Second ||
 		w.TaskTTL != 24*time.Hour || w.KeyPrefix != "pq:" || w.QueueWeights != "interactive=6,bulk=1" {
 		t.Fatalf("worker defaults: %+v", w)
+	}
+	// The config table is the one home of the per-kind defaults, and tasks
+	// has no fallback: a kind puzzle knows without a deadline would time
+	// out at once.
+	for _, k := range puzzle.Kinds {
+		if d := w.Limits().Deadline[k]; d <= 0 {
+			t.Errorf("no default deadline for %s: %v", k, d)
+		}
 	}
 	a, err := app.LoadAPIConfig(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {

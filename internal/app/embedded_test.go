@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/app"
 )
 
@@ -39,7 +40,7 @@ func TestEmbeddedQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tk task
+	var tk apitype.Task
 	json.NewDecoder(resp.Body).Decode(&tk)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
@@ -51,7 +52,7 @@ func TestEmbeddedQuickStart(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&tk)
 	resp.Body.Close()
-	if tk.State != "completed" || string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` {
+	if tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` {
 		t.Fatalf("embedded solve: %+v %s", tk, tk.Result)
 	}
 

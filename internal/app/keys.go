@@ -1,13 +1,15 @@
 package app
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"strings"
 
 	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/solvers"
 )
 
 // keyName limits API key names to characters that are safe in Redis key
@@ -15,8 +17,9 @@ import (
 var keyName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // loadKeys reads API_KEYS ("name:key,name:key") and API_KEYS_FILE (a JSON
-// list of {"name", "key", "rate_per_second", "burst", "max_pending"}).
-// Errors name the setting and the entry, never the key itself.
+// list of {"name", "key", "rate_per_second", "burst", "max_pending"}, with
+// exact names, none repeated and no others). Errors name the setting and
+// the entry, never the key itself.
 func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 	var keys []api.APIKey
 	if c.APIKeys != "" {
@@ -37,11 +40,11 @@ func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("API_KEYS_FILE: %w", err)
 		}
+		// Strictly, as requests are: with encoding/json, {"KEY": ...}
+		// was taken for "key", and the last of two "key"s won.
 		var fileKeys []api.APIKey
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&fileKeys); err != nil {
-			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending}: %v", err)
+		if err := puzzle.DecodeStrict(b, &fileKeys); err != nil {
+			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending}: %s", keysFileError(err))
 		}
 		keys = append(keys, fileKeys...)
 	}
@@ -62,4 +65,22 @@ func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 		names[k.Name] = true
 	}
 	return keys, nil
+}
+
+// keysFileError says where the keys file is wrong ("[2].KEY: unknown
+// field"), but not what a key's place holds ("got number ..."): that may
+// be the secret.
+func keysFileError(err error) string {
+	var ie *solvers.InputError
+	if !errors.As(err, &ie) {
+		return err.Error()
+	}
+	msg := ie.Msg
+	if i := strings.Index(msg, ", got "); i >= 0 && strings.HasSuffix(ie.Field, ".key") {
+		msg = msg[:i]
+	}
+	if ie.Field == "" || strings.HasPrefix(msg, ie.Field+": ") {
+		return msg
+	}
+	return ie.Field + ": " + msg
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
@@ -58,7 +60,7 @@ func TestOpsEndpoints(t *testing.T) {
 		t.Errorf("readyz without redis: %d", code)
 	}
 	code, b = s.Do("POST", "/v1/tasks", sample8)
-	if e := decode[errBody](t, b); code != 503 || e.Error.Code != "unavailable" {
+	if e := decode[apitype.ErrorBody](t, b); code != 503 || e.Error.Code != "unavailable" {
 		t.Errorf("submit without redis: %d %s", code, b)
 	}
 	if el := time.Since(start); el > 10*time.Second {

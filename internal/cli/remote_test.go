@@ -108,12 +108,11 @@ func TestRemoteSolveMatchesLocal(t *testing.T) {
 	}
 }
 
+// resultLine is one line of submit --wait: the task's id, state, result
+// and error, as the API names them, under the request's line number.
 type resultLine struct {
-	Line   int               `json:"line"`
-	ID     string            `json:"id"`
-	State  string            `json:"state"`
-	Result json.RawMessage   `json:"result"`
-	Error  *client.TaskError `json:"error"`
+	Line int `json:"line"`
+	client.Task
 }
 
 // TestSubmitWaitSurvivesDroppedResponses submits 20,000 distinct puzzles
@@ -164,7 +163,7 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 		if n >= 100 {
 			wantLine++ // the blank line
 		}
-		if r.Line != wantLine || r.State != "completed" || r.Error != nil || ids[r.ID] || len(r.ID) != 32 {
+		if r.Line != wantLine || r.State != client.StateCompleted || r.Error != nil || ids[r.ID] || len(r.ID) != 32 {
 			t.Fatalf("result %d: %s", n+1, sc.Bytes())
 		}
 		ids[r.ID] = true
@@ -330,7 +329,7 @@ func TestTaskAndBatchCommands(t *testing.T) {
 	}
 	code, out, errOut = run(t, "", "--server", s.base, "cancel", task.ID, "-o", "json")
 	var got client.Task
-	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.State != "canceled" {
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.State != client.StateCanceled {
 		t.Errorf("cancel: exit %d, out %q, stderr %q", code, out, errOut)
 	}
 	code, _, errOut = run(t, "", "--server", s.base, "cancel", task.ID)

@@ -19,19 +19,6 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// State is a task's lifecycle state. It is the wire type, under the
-// store's name, so the states (and which are terminal) are declared once.
-type State = apitype.TaskState
-
-// The task states, apitype's under the store's names.
-const (
-	StatePending   = apitype.TaskStatePending
-	StateActive    = apitype.TaskStateActive
-	StateCompleted = apitype.TaskStateCompleted
-	StateFailed    = apitype.TaskStateFailed
-	StateCanceled  = apitype.TaskStateCanceled
-)
-
 // ErrNotFound is returned for a task or batch that does not exist (or has
 // expired).
 var ErrNotFound = errors.New("not found")
@@ -42,7 +29,7 @@ type Task struct {
 	Kind        string
 	Owner       string
 	BatchID     string
-	State       State
+	State       apitype.TaskState
 	Result      json.RawMessage
 	ErrCode     string
 	ErrMsg      string
@@ -81,7 +68,7 @@ type Batch struct {
 	Owner     string
 	Format    string
 	Total     int
-	Counts    map[State]int
+	Counts    map[apitype.TaskState]int
 	CreatedAt time.Time
 	DoneAt    time.Time
 }
@@ -137,7 +124,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
-	f := []any{"kind", t.Kind, "state", string(StatePending), "created_at", now, "attempts", 0}
+	f := []any{"kind", t.Kind, "state", string(apitype.TaskStatePending), "created_at", now, "attempts", 0}
 	if t.Owner != "" {
 		f = append(f, "owner", t.Owner)
 	}
@@ -148,7 +135,7 @@ func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
 		f = append(f, "key", t.CacheKey)
 	}
 	if t.Result != nil {
-		f[3] = string(StateCompleted)
+		f[3] = string(apitype.TaskStateCompleted)
 		f = append(f, "result", string(t.Result), "cached", "1", "completed_at", now)
 	}
 	return f
@@ -170,8 +157,8 @@ func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) e
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// One counter per state, named by it (GetBatch reads them back).
 		bf := []any{"total", len(items), "created_at", now,
-			string(StatePending), len(items) - cached, string(StateActive), 0,
-			string(StateCompleted), cached, string(StateFailed), 0, string(StateCanceled), 0, "ended", cached}
+			string(apitype.TaskStatePending), len(items) - cached, string(apitype.TaskStateActive), 0,
+			string(apitype.TaskStateCompleted), cached, string(apitype.TaskStateFailed), 0, string(apitype.TaskStateCanceled), 0, "ended", cached}
 		if owner != "" {
 			bf = append(bf, "owner", owner)
 		}
@@ -251,7 +238,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Task, error) {
 func decodeTask(id string, m map[string]string) *Task {
 	t := &Task{
 		ID: id, Kind: m["kind"], Owner: m["owner"], BatchID: m["batch"],
-		State: State(m["state"]), ErrCode: m["err_code"], ErrMsg: m["err_msg"],
+		State: apitype.TaskState(m["state"]), ErrCode: m["err_code"], ErrMsg: m["err_msg"],
 		Cached: m["cached"] == "1",
 	}
 	if r, ok := m["result"]; ok {
@@ -287,7 +274,7 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
-	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[State]int{}}
+	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[apitype.TaskState]int{}}
 	b.Total, _ = strconv.Atoi(m["total"])
 	for _, st := range apitype.TaskStates() {
 		b.Counts[st], _ = strconv.Atoi(m[string(st)])
@@ -306,11 +293,6 @@ func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]
 	return ids, nil
 }
 
-// Transition is one move of a task to a new state, for Start and Finish.
-// The worker's handler declares it (with the Store interface the handler
-// needs), so the dependency runs from the store to tasks, not back up.
-type Transition = tasks.Transition
-
 // The store is what the worker's handler needs.
 var _ tasks.Store = (*Store)(nil)
 
@@ -321,7 +303,7 @@ const maxPerScript = 500
 // scriptGroups splits ts into runs for the many-scripts: tasks of one
 // batch and one owner, at most maxPerScript of them. Each group lists
 // indexes into ts in their original order.
-func scriptGroups(ts []Transition) [][]int {
+func scriptGroups(ts []tasks.Transition) [][]int {
 	type gk struct{ batch, owner string }
 	var (
 		order []gk
@@ -352,7 +334,7 @@ func scriptGroups(ts []Transition) [][]int {
 // each task's state before the call ("" for a record that no longer
 // exists) and its cached result (nil on a miss). Only the tasks whose
 // previous state was pending or active should run.
-func (s *Store) Start(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, []json.RawMessage, error) {
+func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []string) ([]apitype.TaskState, []json.RawMessage, error) {
 	now := ms(s.now())
 	groups := scriptGroups(ts)
 	cmds := make([]*redis.Cmd, len(groups))
@@ -379,7 +361,7 @@ func (s *Store) Start(ctx context.Context, ts []Transition, cacheKeys []string) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: start: %w", err)
 	}
-	states := make([]State, len(ts))
+	states := make([]apitype.TaskState, len(ts))
 	hits := make([]json.RawMessage, len(ts))
 	for g, c := range cmds {
 		v, err := c.StringSlice()
@@ -387,7 +369,7 @@ func (s *Store) Start(ctx context.Context, ts []Transition, cacheKeys []string) 
 			return nil, nil, fmt.Errorf("store: start script: %v (%d values for %d tasks)", err, len(v), len(groups[g]))
 		}
 		for j, i := range groups[g] {
-			states[i] = State(v[2*j])
+			states[i] = apitype.TaskState(v[2*j])
 			if v[2*j+1] != "" {
 				hits[i] = json.RawMessage(v[2*j+1])
 			}
@@ -436,13 +418,13 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 // or active means this call ended it; anything else means it had already
 // ended (a duplicate delivery or a cancel that won) and nothing was
 // counted.
-func (s *Store) Finish(ctx context.Context, ts []Transition, cacheKeys []string) ([]State, error) {
+func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []string) ([]apitype.TaskState, error) {
 	now := ms(s.now())
 	groups := scriptGroups(ts)
 	cmds := make([]*redis.Cmd, len(groups))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for i, t := range ts {
-			if t.State == StateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
+			if t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
 				p.Set(ctx, s.k.cache(cacheKeys[i]), []byte(t.Result), s.resultTTL)
 			}
 		}
@@ -472,14 +454,14 @@ func (s *Store) Finish(ctx context.Context, ts []Transition, cacheKeys []string)
 	if err != nil {
 		return nil, fmt.Errorf("store: finish: %w", err)
 	}
-	states := make([]State, len(ts))
+	states := make([]apitype.TaskState, len(ts))
 	for g, c := range cmds {
 		v, err := c.StringSlice()
 		if err != nil || len(v) != len(groups[g]) {
 			return nil, fmt.Errorf("store: finish script: %v (%d values for %d tasks)", err, len(v), len(groups[g]))
 		}
 		for j, i := range groups[g] {
-			states[i] = State(v[j])
+			states[i] = apitype.TaskState(v[j])
 		}
 	}
 	return states, nil
@@ -513,7 +495,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 	}
 }
 
-func (s *Store) batchKey(t Transition) (string, string) {
+func (s *Store) batchKey(t tasks.Transition) (string, string) {
 	if t.BatchID == "" {
 		return s.k.task(t.ID), "0"
 	}
@@ -522,13 +504,13 @@ func (s *Store) batchKey(t Transition) (string, string) {
 
 // Cancel cancels a task that has not ended and announces it to workers,
 // which stop a running solve. It returns the state before the call.
-func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (State, error) {
-	prev, err := s.Finish(ctx, []Transition{{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled,
+func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error) {
+	prev, err := s.Finish(ctx, []tasks.Transition{{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled,
 		Code: apitype.CodeCanceled, Msg: "canceled by request"}}, nil)
 	if err != nil {
 		return "", err
 	}
-	if prev[0] == StateActive {
+	if prev[0] == apitype.TaskStateActive {
 		if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
 			return prev[0], fmt.Errorf("store: announce cancel: %w", err)
 		}
@@ -543,9 +525,9 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
-	ts := make([]Transition, len(ids))
+	ts := make([]tasks.Transition, len(ids))
 	for i, id := range ids {
-		ts[i] = Transition{ID: id, BatchID: batchID, Owner: owner, State: StateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
+		ts[i] = tasks.Transition{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
 	}
 	n := 0
 	for start := 0; start < len(ts); start += 1000 {
@@ -556,10 +538,10 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 		}
 		var running []any
 		for i, p := range prev {
-			if p == StatePending || p == StateActive {
+			if p == apitype.TaskStatePending || p == apitype.TaskStateActive {
 				n++
 			}
-			if p == StateActive {
+			if p == apitype.TaskStateActive {
 				running = append(running, part[i].ID)
 			}
 		}

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // One redis-server serves the package; every test gets its own prefix.
@@ -55,30 +57,30 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s.Get(ctx, "a")
-	if err != nil || got.State != store.StatePending || got.Kind != "sliding" || got.CreatedAt.IsZero() {
+	if err != nil || got.State != apitype.TaskStatePending || got.Kind != "sliding" || got.CreatedAt.IsZero() {
 		t.Fatalf("after create: %+v, %v", got, err)
 	}
-	prev, _, err := s.Start(ctx, []store.Transition{{ID: "a"}}, nil)
-	if err != nil || prev[0] != store.StatePending {
+	prev, _, err := s.Start(ctx, []tasks.Transition{{ID: "a"}}, nil)
+	if err != nil || prev[0] != apitype.TaskStatePending {
 		t.Fatalf("start: %v %v", prev, err)
 	}
 	// A redelivery starts again: still runnable, attempts counted.
-	prev, _, _ = s.Start(ctx, []store.Transition{{ID: "a"}}, nil)
-	if prev[0] != store.StateActive {
+	prev, _, _ = s.Start(ctx, []tasks.Transition{{ID: "a"}}, nil)
+	if prev[0] != apitype.TaskStateActive {
 		t.Fatalf("second start: %v", prev)
 	}
 	res := json.RawMessage(`{"moves":3}`)
-	prev, err = s.Finish(ctx, []store.Transition{{ID: "a", State: store.StateCompleted, Result: res}}, []string{"k1"})
-	if err != nil || prev[0] != store.StateActive {
+	prev, err = s.Finish(ctx, []tasks.Transition{{ID: "a", State: apitype.TaskStateCompleted, Result: res}}, []string{"k1"})
+	if err != nil || prev[0] != apitype.TaskStateActive {
 		t.Fatalf("finish: %v %v", prev, err)
 	}
 	// Finishing twice changes nothing and reports the terminal state.
-	prev, _ = s.Finish(ctx, []store.Transition{{ID: "a", State: store.StateFailed, Code: "internal"}}, nil)
-	if prev[0] != store.StateCompleted {
+	prev, _ = s.Finish(ctx, []tasks.Transition{{ID: "a", State: apitype.TaskStateFailed, Code: "internal"}}, nil)
+	if prev[0] != apitype.TaskStateCompleted {
 		t.Fatalf("second finish: %v", prev)
 	}
 	got, _ = s.Get(ctx, "a")
-	if got.State != store.StateCompleted || string(got.Result) != `{"moves":3}` || got.Attempts != 2 || got.ErrCode != "" {
+	if got.State != apitype.TaskStateCompleted || string(got.Result) != `{"moves":3}` || got.Attempts != 2 || got.ErrCode != "" {
 		t.Fatalf("final: %+v", got)
 	}
 	hits, err := s.CachedResults(ctx, []string{"k1", "missing"})
@@ -89,8 +91,8 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Fatalf("missing task: %v", err)
 	}
 	// Starting a task that has ended must not make it runnable again.
-	prev, _, _ = s.Start(ctx, []store.Transition{{ID: "a"}, {ID: "nope"}}, nil)
-	if prev[0] != store.StateCompleted || prev[1] != "" {
+	prev, _, _ = s.Start(ctx, []tasks.Transition{{ID: "a"}, {ID: "nope"}}, nil)
+	if prev[0] != apitype.TaskStateCompleted || prev[1] != "" {
 		t.Fatalf("start after end: %v", prev)
 	}
 }
@@ -104,10 +106,10 @@ func TestBatchCountsExactUnderDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := s.GetBatch(ctx, "b")
-	if err != nil || b.Total != 3 || b.Counts[store.StatePending] != 2 || b.Counts[store.StateCompleted] != 1 || b.Done() || b.Format != "boj9944" {
+	if err != nil || b.Total != 3 || b.Counts[apitype.TaskStatePending] != 2 || b.Counts[apitype.TaskStateCompleted] != 1 || b.Done() || b.Format != "boj9944" {
 		t.Fatalf("new batch: %+v %v", b, err)
 	}
-	ts := []store.Transition{{ID: "i1", BatchID: "b"}, {ID: "i2", BatchID: "b"}}
+	ts := []tasks.Transition{{ID: "i1", BatchID: "b"}, {ID: "i2", BatchID: "b"}}
 	// Deliver the whole chunk three times, concurrently.
 	var wg sync.WaitGroup
 	for range 3 {
@@ -117,9 +119,9 @@ func TestBatchCountsExactUnderDuplicates(t *testing.T) {
 			if _, _, err := s.Start(ctx, ts, nil); err != nil {
 				t.Error(err)
 			}
-			done := []store.Transition{
-				{ID: "i1", BatchID: "b", State: store.StateCompleted, Result: json.RawMessage(`1`)},
-				{ID: "i2", BatchID: "b", State: store.StateFailed, Code: "timeout", Msg: "slow"},
+			done := []tasks.Transition{
+				{ID: "i1", BatchID: "b", State: apitype.TaskStateCompleted, Result: json.RawMessage(`1`)},
+				{ID: "i2", BatchID: "b", State: apitype.TaskStateFailed, Code: "timeout", Msg: "slow"},
 			}
 			if _, err := s.Finish(ctx, done, nil); err != nil {
 				t.Error(err)
@@ -128,7 +130,7 @@ func TestBatchCountsExactUnderDuplicates(t *testing.T) {
 	}
 	wg.Wait()
 	b, _ = s.GetBatch(ctx, "b")
-	want := map[store.State]int{store.StatePending: 0, store.StateActive: 0, store.StateCompleted: 2, store.StateFailed: 1, store.StateCanceled: 0}
+	want := map[apitype.TaskState]int{apitype.TaskStatePending: 0, apitype.TaskStateActive: 0, apitype.TaskStateCompleted: 2, apitype.TaskStateFailed: 1, apitype.TaskStateCanceled: 0}
 	for st, n := range want {
 		if b.Counts[st] != n {
 			t.Errorf("count %s = %d, want %d (all: %v)", st, b.Counts[st], n, b.Counts)
@@ -162,14 +164,14 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.Start(ctx, []store.Transition{{ID: "running"}}, nil)
+	s.Start(ctx, []tasks.Transition{{ID: "running"}}, nil)
 	fired, release := hub.Wait(store.TaskEventKey("running"))
 	defer release()
 
-	if prev, err := s.Cancel(ctx, "pending", "", ""); err != nil || prev != store.StatePending {
+	if prev, err := s.Cancel(ctx, "pending", "", ""); err != nil || prev != apitype.TaskStatePending {
 		t.Fatalf("cancel pending: %v %v", prev, err)
 	}
-	if prev, err := s.Cancel(ctx, "running", "", ""); err != nil || prev != store.StateActive {
+	if prev, err := s.Cancel(ctx, "running", "", ""); err != nil || prev != apitype.TaskStateActive {
 		t.Fatalf("cancel running: %v %v", prev, err)
 	}
 	select {
@@ -185,7 +187,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("long poll was not woken by the cancel")
 	}
-	if prev, _ := s.Cancel(ctx, "running", "", ""); prev != store.StateCanceled {
+	if prev, _ := s.Cancel(ctx, "running", "", ""); prev != apitype.TaskStateCanceled {
 		t.Fatalf("second cancel: %v", prev)
 	}
 	// A pending task's cancel must not be announced to workers.
@@ -204,15 +206,15 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "x", Kind: "fill"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Start(ctx, []store.Transition{{ID: "x"}}, nil); err != nil {
+	if _, _, err := s.Start(ctx, []tasks.Transition{{ID: "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// SCRIPT FLUSH is what a restarted Redis looks like to EVALSHA.
 	if err := r.Client(t).ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	prev, err := s.Finish(ctx, []store.Transition{{ID: "x", State: store.StateCompleted, Result: json.RawMessage(`{}`)}}, nil)
-	if err != nil || prev[0] != store.StateActive {
+	prev, err := s.Finish(ctx, []tasks.Transition{{ID: "x", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}}, nil)
+	if err != nil || prev[0] != apitype.TaskStateActive {
 		t.Fatalf("finish after script flush: %v %v", prev, err)
 	}
 }
@@ -249,7 +251,7 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 		t.Fatalf("miss: %s %v %v", res, created, err)
 	}
 	got, _ := s.Get(ctx, "s1")
-	if got.State != store.StatePending || got.Owner != "alice" || !got.CreatedAt.Equal(created) {
+	if got.State != apitype.TaskStatePending || got.Owner != "alice" || !got.CreatedAt.Equal(created) {
 		t.Fatalf("record: %+v (created %v)", got, created)
 	}
 	if n, _ := s.Pending(ctx, "alice"); n != 1 {
@@ -265,11 +267,11 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 		t.Fatalf("a refused task was recorded: %v", err)
 	}
 	// Finish s1: its result is cached and alice's slot comes back.
-	states, hits, err := s.Start(ctx, []store.Transition{{ID: "s1", Owner: "alice"}}, []string{"ck"})
-	if err != nil || states[0] != store.StatePending || hits[0] != nil {
+	states, hits, err := s.Start(ctx, []tasks.Transition{{ID: "s1", Owner: "alice"}}, []string{"ck"})
+	if err != nil || states[0] != apitype.TaskStatePending || hits[0] != nil {
 		t.Fatalf("start: %v %s %v", states, hits, err)
 	}
-	s.Finish(ctx, []store.Transition{{ID: "s1", Owner: "alice", State: store.StateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"})
+	s.Finish(ctx, []tasks.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"})
 	if n, _ := s.Pending(ctx, "alice"); n != 1 {
 		t.Fatalf("pending after a completion: %d", n)
 	}
@@ -279,12 +281,12 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 		t.Fatalf("hit: %s %v", res, err)
 	}
 	got, _ = s.Get(ctx, "s4")
-	if got.State != store.StateCompleted || !got.Cached || string(got.Result) != `{"moves":1}` {
+	if got.State != apitype.TaskStateCompleted || !got.Cached || string(got.Result) != `{"moves":1}` {
 		t.Fatalf("cached record: %+v", got)
 	}
 	// A worker starting a task whose answer is cached learns it at once.
 	s.SubmitTask(ctx, store.NewTask{ID: "s5", Kind: "sliding", CacheKey: "other"}, 0)
-	_, hits, _ = s.Start(ctx, []store.Transition{{ID: "s5"}}, []string{"ck"})
+	_, hits, _ = s.Start(ctx, []tasks.Transition{{ID: "s5"}}, []string{"ck"})
 	if string(hits[0]) != `{"moves":1}` {
 		t.Fatalf("start did not return the cached result: %s", hits[0])
 	}
@@ -310,8 +312,8 @@ func TestChunkDeliveredTwice(t *testing.T) {
 	)
 	// Seed the cache with one answer that item 62 will find at start.
 	s.SubmitTask(ctx, store.NewTask{ID: "seed", Kind: "sliding"}, 0)
-	s.Start(ctx, []store.Transition{{ID: "seed"}}, nil)
-	s.Finish(ctx, []store.Transition{{ID: "seed", State: store.StateCompleted, Result: json.RawMessage(`{"moves":7}`)}}, []string{"ck-hit"})
+	s.Start(ctx, []tasks.Transition{{ID: "seed"}}, nil)
+	s.Finish(ctx, []tasks.Transition{{ID: "seed", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":7}`)}}, []string{"ck-hit"})
 
 	items := make([]store.NewTask, n)
 	for i := range items {
@@ -359,15 +361,15 @@ func TestChunkDeliveredTwice(t *testing.T) {
 	defer releaseB()
 
 	for i := cachedN; i < cachedN+canceled; i++ {
-		if prev, err := s.Cancel(ctx, items[i].ID, "b", "alice"); err != nil || prev != store.StatePending {
+		if prev, err := s.Cancel(ctx, items[i].ID, "b", "alice"); err != nil || prev != apitype.TaskStatePending {
 			t.Fatalf("cancel %s: %v %v", items[i].ID, prev, err)
 		}
 	}
 
-	ts := make([]store.Transition, n)
+	ts := make([]tasks.Transition, n)
 	keys := make([]string, n)
 	for i := range ts {
-		ts[i] = store.Transition{ID: items[i].ID, BatchID: "b", Owner: "alice"}
+		ts[i] = tasks.Transition{ID: items[i].ID, BatchID: "b", Owner: "alice"}
 		keys[i] = fmt.Sprintf("ck%03d", i)
 	}
 	keys[62] = "ck-hit"
@@ -385,14 +387,14 @@ func TestChunkDeliveredTwice(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			var done []store.Transition
+			var done []tasks.Transition
 			var dkeys []string
 			for i, p := range prev {
 				switch {
-				case i < cachedN && p != store.StateCompleted, i >= cachedN && i < cachedN+canceled && p != store.StateCanceled:
+				case i < cachedN && p != apitype.TaskStateCompleted, i >= cachedN && i < cachedN+canceled && p != apitype.TaskStateCanceled:
 					t.Errorf("start of %s: previous state %q", items[i].ID, p)
 				}
-				if p != store.StatePending && p != store.StateActive {
+				if p != apitype.TaskStatePending && p != apitype.TaskStateActive {
 					continue
 				}
 				if i == 62 && string(hits[i]) != `{"moves":7}` {
@@ -400,11 +402,11 @@ func TestChunkDeliveredTwice(t *testing.T) {
 				}
 				tr := ts[i]
 				if hits[i] != nil { // answered from the cache, as the handler does
-					tr.State, tr.Result, tr.Cached = store.StateCompleted, hits[i], true
+					tr.State, tr.Result, tr.Cached = apitype.TaskStateCompleted, hits[i], true
 				} else if i%3 == 0 {
-					tr.State, tr.Code, tr.Msg = store.StateFailed, "timeout", "slow"
+					tr.State, tr.Code, tr.Msg = apitype.TaskStateFailed, "timeout", "slow"
 				} else {
-					tr.State, tr.Result = store.StateCompleted, json.RawMessage(fmt.Sprintf(`{"moves":%d}`, i))
+					tr.State, tr.Result = apitype.TaskStateCompleted, json.RawMessage(fmt.Sprintf(`{"moves":%d}`, i))
 				}
 				done = append(done, tr)
 				dkeys = append(dkeys, keys[i])
@@ -416,7 +418,7 @@ func TestChunkDeliveredTwice(t *testing.T) {
 			}
 			mu.Lock()
 			for j, p := range fprev {
-				if p == store.StatePending || p == store.StateActive {
+				if p == apitype.TaskStatePending || p == apitype.TaskStateActive {
 					ended[done[j].ID]++
 				}
 			}
@@ -440,8 +442,8 @@ func TestChunkDeliveredTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[store.State]int{store.StatePending: 0, store.StateActive: 0, store.StateCompleted: wantCompleted,
-		store.StateFailed: wantFailed, store.StateCanceled: canceled}
+	want := map[apitype.TaskState]int{apitype.TaskStatePending: 0, apitype.TaskStateActive: 0, apitype.TaskStateCompleted: wantCompleted,
+		apitype.TaskStateFailed: wantFailed, apitype.TaskStateCanceled: canceled}
 	for st, c := range want {
 		if b.Counts[st] != c {
 			t.Errorf("count %s = %d, want %d (all: %v)", st, b.Counts[st], c, b.Counts)
@@ -457,16 +459,16 @@ func TestChunkDeliveredTwice(t *testing.T) {
 		t.Errorf("alice's pending count = %d, want %d", p, extra)
 	}
 	recs, _ := s.GetMany(ctx, []string{items[25].ID, items[62].ID, items[61].ID, items[63].ID})
-	if r := recs[0]; r.State != store.StateCanceled || r.Attempts != 0 || !r.StartedAt.IsZero() {
+	if r := recs[0]; r.State != apitype.TaskStateCanceled || r.Attempts != 0 || !r.StartedAt.IsZero() {
 		t.Errorf("canceled item was started: %+v", r)
 	}
-	if r := recs[1]; r.State != store.StateCompleted || string(r.Result) != `{"moves":7}` || !r.Cached {
+	if r := recs[1]; r.State != apitype.TaskStateCompleted || string(r.Result) != `{"moves":7}` || !r.Cached {
 		t.Errorf("item 62: %+v", r)
 	}
-	if r := recs[2]; r.State != store.StateCompleted || string(r.Result) != `{"moves":61}` || r.CompletedAt.IsZero() || r.Attempts < 1 {
+	if r := recs[2]; r.State != apitype.TaskStateCompleted || string(r.Result) != `{"moves":61}` || r.CompletedAt.IsZero() || r.Attempts < 1 {
 		t.Errorf("item 61: %+v", r)
 	}
-	if r := recs[3]; r.State != store.StateFailed || r.ErrCode != "timeout" || r.ErrMsg != "slow" || r.Result != nil {
+	if r := recs[3]; r.State != apitype.TaskStateFailed || r.ErrCode != "timeout" || r.ErrMsg != "slow" || r.Result != nil {
 		t.Errorf("item 63: %+v", r)
 	}
 	if hit, _ := s.CachedResults(ctx, []string{keys[61]}); string(hit[0]) != `{"moves":61}` {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -80,12 +81,12 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", code, body)
 	}
-	tk := decode[task](t, body)
+	tk := decode[apitype.Task](t, body)
 	if hdr.Get("Location") != "/v1/tasks/"+tk.ID || len(tk.ID) != 32 || tk.Kind != "sliding" || tk.CreatedAt == nil {
 		t.Fatalf("bad 202: location %q, %+v", hdr.Get("Location"), tk)
 	}
 	done := s.wait(tk.ID, 10*time.Second)
-	if done.State != "completed" || string(done.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` ||
+	if done.State != apitype.TaskStateCompleted || string(done.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` ||
 		done.Cached || done.Attempts != 1 || done.StartedAt == nil || done.CompletedAt == nil || done.Error != nil {
 		t.Fatalf("completed task: %+v %s", done, done.Result)
 	}
@@ -93,7 +94,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 
 	// The same puzzle again is a cache hit: 200, completed, nothing queued.
 	hit := s.submit(sample8, http.StatusOK)
-	if !hit.Cached || hit.State != "completed" || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
+	if !hit.Cached || hit.State != apitype.TaskStateCompleted || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
 		t.Fatalf("cache hit: %+v", hit)
 	}
 	if q := s.Queued("interactive"); q != queuedBefore {
@@ -108,7 +109,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	fillReq := `{"kind":"fill","puzzle":{"game_board":[[0,0,1],[1,1,1]],"table":[[1,1,0],[0,0,0]]}}`
 	a := s.wait(s.submit(fillReq, http.StatusAccepted).ID, 10*time.Second)
 	b := s.submit(strings.Replace(fillReq, `}}`, `},"options":{"allow_flip":true}}`, 1), http.StatusAccepted)
-	if a.State != "completed" || b.Cached {
+	if a.State != apitype.TaskStateCompleted || b.Cached {
 		t.Fatalf("allow_flip must change the cache key: %+v %+v", a, b)
 	}
 
@@ -126,7 +127,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 		if code != tc.code {
 			t.Errorf("GET %s: %d, want %d (%s)", tc.path, code, tc.code, b)
 		}
-		if e := decode[errBody](t, b); e.Error.Code == "" || e.Error.Message == "" {
+		if e := decode[apitype.ErrorBody](t, b); e.Error.Code == "" || e.Error.Message == "" {
 			t.Errorf("GET %s: error body without code or message: %s", tc.path, b)
 		}
 	}
@@ -140,7 +141,7 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	s := startStack(t, 0, nil)
 	tk := s.submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
 	code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
-	if c := decode[task](t, b); code != http.StatusOK || c.State != "canceled" {
+	if c := decode[apitype.Task](t, b); code != http.StatusOK || c.State != apitype.TaskStateCanceled {
 		t.Fatalf("cancel: %d %s", code, b)
 	}
 	if code, _ := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil); code != http.StatusConflict {
@@ -158,7 +159,7 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	got := s.wait(tk.ID, 0)
-	if got.State != "canceled" || got.Attempts != 0 || got.Result != nil && string(got.Result) != "null" || got.Error == nil || got.Error.Code != "canceled" {
+	if got.State != apitype.TaskStateCanceled || got.Attempts != 0 || got.Result != nil && string(got.Result) != "null" || got.Error == nil || got.Error.Code != "canceled" {
 		t.Fatalf("canceled task ran or changed: %+v", got)
 	}
 }
@@ -187,13 +188,13 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("batch: %d %s", code, b)
 	}
-	created := decode[batch](t, b)
+	created := decode[apitype.BatchCreated](t, b)
 	if created.Total != len(reqs) || len(created.TaskIDs) != len(reqs) || hdr.Get("Location") != "/v1/batches/"+created.ID {
 		t.Fatalf("created: %+v", created)
 	}
 	code, b = s.Do("GET", "/v1/batches/"+created.ID+"?wait=60s&limit=1000", nil)
-	got := decode[batch](t, b)
-	if code != 200 || !got.Done || got.Counts["completed"] != len(reqs) || got.Counts["pending"]+got.Counts["active"]+got.Counts["failed"] != 0 {
+	got := decode[apitype.Batch](t, b)
+	if code != 200 || !got.Done || got.Counts.Completed != len(reqs) || got.Counts.Pending+got.Counts.Active+got.Counts.Failed != 0 {
 		t.Fatalf("batch after wait: %d done=%v counts=%v", code, got.Done, got.Counts)
 	}
 	if len(got.Tasks) != len(reqs) || got.NextCursor != nil {
@@ -212,7 +213,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 	cursor := ""
 	for page := 0; page < 100; page++ {
 		code, b := s.Do("GET", "/v1/batches/"+created.ID+"?limit=64"+cursor, nil)
-		p := decode[batch](t, b)
+		p := decode[apitype.Batch](t, b)
 		if code != 200 {
 			t.Fatalf("page: %d %s", code, b)
 		}
@@ -254,7 +255,7 @@ func TestJudgeTextBatchOutput(t *testing.T) {
 		if code != http.StatusAccepted {
 			t.Fatalf("%s: %d %s", tc.format, code, b)
 		}
-		id := decode[batch](t, b).ID
+		id := decode[apitype.BatchCreated](t, b).ID
 		code, b = s.Do("GET", "/v1/batches/"+id+"/output?wait=30s", nil)
 		if code != 200 || string(b) != tc.want {
 			t.Errorf("%s output: %d %q, want %q", tc.format, code, b, tc.want)
@@ -274,21 +275,21 @@ func TestBatchCancelStopsPendingItems(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("%d %s", code, b)
 	}
-	id := decode[batch](t, b).ID
+	id := decode[apitype.BatchCreated](t, b).ID
 	code, b = s.Do("DELETE", "/v1/batches/"+id, nil)
 	if code != 200 || !strings.Contains(string(b), `"canceled":40`) {
 		t.Fatalf("cancel batch: %d %s", code, b)
 	}
 	s.AddWorker(nil)
 	code, b = s.Do("GET", "/v1/batches/"+id+"?wait=5s", nil)
-	got := decode[batch](t, b)
-	if !got.Done || got.Counts["canceled"] != 40 || got.Counts["completed"] != 0 {
+	got := decode[apitype.Batch](t, b)
+	if !got.Done || got.Counts.Canceled != 40 || got.Counts.Completed != 0 {
 		t.Fatalf("after cancel: %+v", got.Counts)
 	}
 	time.Sleep(300 * time.Millisecond) // give the worker time to (not) run them
 	code, b = s.Do("GET", "/v1/batches/"+id+"?limit=1000", nil)
-	for _, tk := range decode[batch](t, b).Tasks {
-		if tk.State != "canceled" || tk.Attempts != 0 {
+	for _, tk := range decode[apitype.Batch](t, b).Tasks {
+		if tk.State != apitype.TaskStateCanceled || tk.Attempts != 0 {
 			t.Fatalf("canceled item ran: %+v", tk)
 		}
 	}
@@ -312,16 +313,16 @@ func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("%d %s", code, b)
 	}
-	bid := decode[batch](t, b).ID
+	bid := decode[apitype.BatchCreated](t, b).ID
 	time.Sleep(50 * time.Millisecond) // the batch is now being worked on
 	single := s.submit(`{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`, http.StatusAccepted)
 	done := s.wait(single.ID, 30*time.Second)
 	code, b = s.Do("GET", "/v1/batches/"+bid, nil)
-	bt := decode[batch](t, b)
-	if done.State != "completed" {
+	bt := decode[apitype.Batch](t, b)
+	if done.State != apitype.TaskStateCompleted {
 		t.Fatalf("single: %+v", done)
 	}
-	t.Logf("single took %v; batch had %d of %d done", done.CompletedAt.Sub(*done.CreatedAt), bt.Counts["completed"], bt.Total)
+	t.Logf("single took %v; batch had %d of %d done", done.CompletedAt.Sub(*done.CreatedAt), bt.Counts.Completed, bt.Total)
 	if bt.Done {
 		t.Fatalf("the single waited for the whole batch")
 	}
@@ -341,12 +342,12 @@ func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 				t.Errorf("submit: %d %s", code, b)
 				return
 			}
-			ids[i] = decode[task](t, b).ID
+			ids[i] = decode[apitype.Task](t, b).ID
 		}()
 	}
 	wg.Wait()
 	for _, id := range ids {
-		if tk := s.wait(id, 10*time.Second); tk.State != "completed" || !strings.Contains(string(tk.Result), `"moves":31`) {
+		if tk := s.wait(id, 10*time.Second); tk.State != apitype.TaskStateCompleted || !strings.Contains(string(tk.Result), `"moves":31`) {
 			t.Fatalf("task %s: %+v %s", id, tk, tk.Result)
 		}
 	}
@@ -404,13 +405,13 @@ func TestCancelRunningSweep(t *testing.T) {
 	for attempt, req := range slowSweeps(t) {
 		tk := s.submit(req, http.StatusAccepted)
 		deadline := time.Now().Add(10 * time.Second)
-		state := ""
-		for state = s.wait(tk.ID, 0).State; state == "pending"; state = s.wait(tk.ID, 0).State {
+		var state apitype.TaskState
+		for state = s.wait(tk.ID, 0).State; state == apitype.TaskStatePending; state = s.wait(tk.ID, 0).State {
 			if time.Now().After(deadline) {
 				t.Fatal("the sweep never started")
 			}
 		}
-		if state != "active" {
+		if state != apitype.TaskStateActive {
 			continue // it finished before we saw it running: try the next board
 		}
 		code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
@@ -434,7 +435,7 @@ func TestCancelRunningSweep(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // a retry, if one were scheduled, would show now
 		got := s.wait(tk.ID, 0)
-		if got.State != "canceled" || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
+		if got.State != apitype.TaskStateCanceled || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
 			t.Fatalf("after cancel: %+v", got)
 		}
 		if q := s.Running("interactive"); q != 0 {
@@ -452,8 +453,8 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1, nil)
 	code, b, hdr := s.DoH("POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`)
-	tk := decode[task](t, b)
-	if code != http.StatusOK || tk.State != "completed" || tk.Result == nil || hdr.Get("Location") != "/v1/tasks/"+tk.ID {
+	tk := decode[apitype.Task](t, b)
+	if code != http.StatusOK || tk.State != apitype.TaskStateCompleted || tk.Result == nil || hdr.Get("Location") != "/v1/tasks/"+tk.ID {
 		t.Fatalf("submit and wait: %d %s", code, b)
 	}
 	if want := localResult(t, `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`); string(tk.Result) != want {
@@ -465,7 +466,7 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 	// No worker to finish it in time: 202 with the pending task.
 	s2 := startStack(t, 0, nil)
 	code, b, _ = s2.DoH("POST", "/v1/tasks?wait=200ms", sample8)
-	if tk := decode[task](t, b); code != http.StatusAccepted || tk.State != "pending" {
+	if tk := decode[apitype.Task](t, b); code != http.StatusAccepted || tk.State != apitype.TaskStatePending {
 		t.Fatalf("wait ran out: %d %s", code, b)
 	}
 }
@@ -492,9 +493,9 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 		t.Fatal("no progress was visible while the search ran")
 	}
 	t.Logf("progress while running: %s", running)
-	var got task
+	var got apitype.Task
 	code, b := s.Do("GET", "/v1/tasks/"+tk.ID+"?wait=60s", nil)
-	if code != 200 || json.Unmarshal(b, &got) != nil || got.State != "completed" {
+	if code != 200 || json.Unmarshal(b, &got) != nil || got.State != apitype.TaskStateCompleted {
 		t.Fatalf("2x8 board: %d %s", code, b)
 	}
 	// Optimality is the solver's tests' business; here the answer must be
@@ -522,8 +523,8 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("batch: %d %s", code, b)
 	}
-	code, b = s.Do("GET", "/v1/batches/"+decode[batch](t, b).ID+"?wait=60s", nil)
-	if bt := decode[batch](t, b); !bt.Done || bt.Counts["completed"] != 2 {
+	code, b = s.Do("GET", "/v1/batches/"+decode[apitype.BatchCreated](t, b).ID+"?wait=60s", nil)
+	if bt := decode[apitype.Batch](t, b); !bt.Done || bt.Counts.Completed != 2 {
 		t.Fatalf("batch with a large board: %s", b)
 	}
 }

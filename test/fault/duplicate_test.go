@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -98,7 +99,7 @@ func testDuplicateDelivery(t *testing.T) {
 	}
 	c.drained(t, enqueued+1, 30*time.Second)
 	again, _ := c.getTask(single, 0)
-	if again.State != "completed" || string(again.Result) != string(first.Result) || again.Attempts != first.Attempts ||
+	if again.State != apitype.TaskStateCompleted || string(again.Result) != string(first.Result) || again.Attempts != first.Attempts ||
 		!again.CompletedAt.Equal(*first.CompletedAt) {
 		t.Errorf("after a late duplicate of %s (asynq task %s): %+v, want unchanged %+v", single, ti.ID, again, first)
 	}

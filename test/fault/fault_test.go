@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -89,10 +90,10 @@ func (w *workload) ids() []string {
 // verify waits for every batch and task of w to end and checks each one:
 // completed, with the local solver's result, and every batch counted
 // exactly. It returns the records.
-func (w *workload) verify(t *testing.T, c *cluster, o *oracle, d time.Duration) map[string]taskResource {
+func (w *workload) verify(t *testing.T, c *cluster, o *oracle, d time.Duration) map[string]apitype.Task {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	recs := map[string]taskResource{}
+	recs := map[string]apitype.Task{}
 	for id, n := range w.batches {
 		if b := c.waitBatch(id, time.Until(deadline)); !b.Done {
 			t.Errorf("batch %s not done after %v: %v", id, d, b.Counts)
@@ -251,7 +252,7 @@ func testWorkerCrash(t *testing.T) {
 		}
 		n := 0
 		for _, id := range itemsOf(ti) {
-			if tr, ok := c.getTask(id, 0); ok && !terminal(tr.State) {
+			if tr, ok := c.getTask(id, 0); ok && !tr.State.Terminal() {
 				held = append(held, id)
 				heldBy[id] = describeActive([]*asynq.TaskInfo{ti}, hard)
 				n++
@@ -272,7 +273,7 @@ func testWorkerCrash(t *testing.T) {
 			if _, ok := restarted[id]; ok {
 				continue
 			}
-			if tr, ok := c.getTask(id, 0); ok && (tr.Attempts >= 2 || terminal(tr.State)) {
+			if tr, ok := c.getTask(id, 0); ok && (tr.Attempts >= 2 || tr.State.Terminal()) {
 				restarted[id] = time.Since(killedAt)
 			}
 		}

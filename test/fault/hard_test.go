@@ -17,6 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -301,14 +302,14 @@ func (h hard15) check(res []byte) string {
 
 // checkHardRecords holds every hard board's final record to the exact
 // answer: completed, the optimal length, a path that replays to the goal.
-func checkHardRecords(t *testing.T, recs map[string]taskResource, hard map[string]hard15) {
+func checkHardRecords(t *testing.T, recs map[string]apitype.Task, hard map[string]hard15) {
 	t.Helper()
 	for id, h := range hard {
 		tr, ok := recs[id]
 		switch {
 		case !ok:
 			t.Errorf("%s (task %s): no record", h.name, id)
-		case tr.State != "completed":
+		case tr.State != apitype.TaskStateCompleted:
 			t.Errorf("%s (task %s): state %s, error %+v", h.name, id, tr.State, tr.Error)
 		default:
 			if msg := h.check(tr.Result); msg != "" {
@@ -442,8 +443,8 @@ func (c *cluster) hardStates(hard map[string]hard15) string {
 		case !ok:
 			n["missing"]++
 		default:
-			n[tr.State]++
-			if terminal(tr.State) {
+			n[string(tr.State)]++
+			if tr.State.Terminal() {
 				ended = append(ended, h.name)
 			}
 		}

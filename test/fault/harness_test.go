@@ -22,6 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
@@ -185,38 +186,11 @@ func (c *cluster) must(method, path string, body []byte, want int) []byte {
 	return b
 }
 
-// taskResource is the part of the API's task resource the suite checks.
-type taskResource struct {
-	ID       string          `json:"id"`
-	Kind     string          `json:"kind"`
-	State    string          `json:"state"`
-	Result   json.RawMessage `json:"result"`
-	Cached   bool            `json:"cached"`
-	BatchID  *string         `json:"batch_id"`
-	Attempts int             `json:"attempts"`
-	Error    *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	StartedAt   *time.Time `json:"started_at"`
-	CompletedAt *time.Time `json:"completed_at"`
-}
-
-// batchResource is the API's batch resource.
-type batchResource struct {
-	ID         string         `json:"id"`
-	Total      int            `json:"total"`
-	Counts     map[string]int `json:"counts"`
-	Done       bool           `json:"done"`
-	Tasks      []taskResource `json:"tasks"`
-	NextCursor *string        `json:"next_cursor"`
-}
-
 // submitTask submits one request; it must be accepted (202) and is then
 // expected to complete with want.
 func (c *cluster) submitTask(req string) string {
 	c.t.Helper()
-	var tr taskResource
+	var tr apitype.Task
 	if err := json.Unmarshal(c.must("POST", "/v1/tasks", []byte(req), http.StatusAccepted), &tr); err != nil {
 		c.t.Fatal(err)
 	}
@@ -249,11 +223,7 @@ func batchBody(reqs []string) []byte {
 
 func decodeBatchAck(t *testing.T, b []byte) (string, []string) {
 	t.Helper()
-	var ack struct {
-		ID      string   `json:"id"`
-		Total   int      `json:"total"`
-		TaskIDs []string `json:"task_ids"`
-	}
+	var ack apitype.BatchCreated
 	if err := json.Unmarshal(b, &ack); err != nil || len(ack.TaskIDs) != ack.Total {
 		t.Fatalf("batch answer %.200s: %v", b, err)
 	}
@@ -261,7 +231,7 @@ func decodeBatchAck(t *testing.T, b []byte) (string, []string) {
 }
 
 // getTask reads a task; ok is false when it does not exist (404).
-func (c *cluster) getTask(id string, wait time.Duration) (tr taskResource, ok bool) {
+func (c *cluster) getTask(id string, wait time.Duration) (tr apitype.Task, ok bool) {
 	c.t.Helper()
 	path := "/v1/tasks/" + id
 	if wait > 0 {
@@ -281,12 +251,12 @@ func (c *cluster) getTask(id string, wait time.Duration) (tr taskResource, ok bo
 }
 
 // batch reads a batch's counts and every item, page by page.
-func (c *cluster) batch(id string) batchResource {
+func (c *cluster) batch(id string) apitype.Batch {
 	c.t.Helper()
-	var all batchResource
+	var all apitype.Batch
 	cursor := "0"
 	for i := 0; ; i++ {
-		var page batchResource
+		var page apitype.Batch
 		b := c.must("GET", "/v1/batches/"+id+"?limit=1000&cursor="+cursor, nil, http.StatusOK)
 		if err := json.Unmarshal(b, &page); err != nil {
 			c.t.Fatal(err)
@@ -305,11 +275,11 @@ func (c *cluster) batch(id string) batchResource {
 
 // waitBatch long-polls a batch until it is done or d passes, and returns
 // its final counts (without items).
-func (c *cluster) waitBatch(id string, d time.Duration) batchResource {
+func (c *cluster) waitBatch(id string, d time.Duration) apitype.Batch {
 	c.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		var b batchResource
+		var b apitype.Batch
 		wait := min(time.Until(deadline), 30*time.Second).Round(time.Second)
 		if wait < time.Second {
 			wait = time.Second
@@ -325,10 +295,10 @@ func (c *cluster) waitBatch(id string, d time.Duration) batchResource {
 
 // waitTasks polls until every task in ids has ended, or d passes; it
 // returns the records (a missing record is absent from the map).
-func (c *cluster) waitTasks(ids []string, d time.Duration) map[string]taskResource {
+func (c *cluster) waitTasks(ids []string, d time.Duration) map[string]apitype.Task {
 	c.t.Helper()
 	deadline := time.Now().Add(d)
-	out := map[string]taskResource{}
+	out := map[string]apitype.Task{}
 	for _, id := range ids {
 		for {
 			left := time.Until(deadline)
@@ -341,15 +311,13 @@ func (c *cluster) waitTasks(ids []string, d time.Duration) map[string]taskResour
 				break
 			}
 			out[id] = tr
-			if terminal(tr.State) || time.Now().After(deadline) {
+			if tr.State.Terminal() || time.Now().After(deadline) {
 				break
 			}
 		}
 	}
 	return out
 }
-
-func terminal(s string) bool { return s == "completed" || s == "failed" || s == "canceled" }
 
 // workerTasksTotal sums puzzleq_tasks_total on a worker's /metrics.
 func workerTasksTotal(t *testing.T, w *proc) int {
@@ -402,7 +370,7 @@ func (o *oracle) expect(t *testing.T, req string) []byte {
 
 // check compares every task's final record with the local solver's answer.
 // reqs maps task ID to request. It returns how many records were missing.
-func (o *oracle) check(t *testing.T, recs map[string]taskResource, reqs map[string]string) {
+func (o *oracle) check(t *testing.T, recs map[string]apitype.Task, reqs map[string]string) {
 	t.Helper()
 	bad := 0
 	for id, req := range reqs {
@@ -411,7 +379,7 @@ func (o *oracle) check(t *testing.T, recs map[string]taskResource, reqs map[stri
 		switch {
 		case !ok:
 			msg = "no record"
-		case tr.State != "completed":
+		case tr.State != apitype.TaskStateCompleted:
 			msg = fmt.Sprintf("state %s, error %+v", tr.State, tr.Error)
 		case !bytes.Equal(compact(tr.Result), o.expect(t, req)):
 			msg = fmt.Sprintf("result %.200s, want %.200s", tr.Result, o.expect(t, req))
@@ -437,14 +405,14 @@ func compact(b []byte) []byte {
 
 // checkBatch asserts a done batch counted every item exactly once, and
 // returns its records by ID.
-func (c *cluster) checkBatch(id string, total int) map[string]taskResource {
+func (c *cluster) checkBatch(id string, total int) map[string]apitype.Task {
 	c.t.Helper()
 	b := c.batch(id)
-	want := map[string]int{"pending": 0, "active": 0, "completed": total, "failed": 0, "canceled": 0}
-	if !b.Done || b.Total != total || fmt.Sprint(b.Counts) != fmt.Sprint(want) || len(b.Tasks) != total {
-		c.t.Errorf("batch %s: done=%v total=%d counts=%v items=%d, want done, %d, %v", id, b.Done, b.Total, b.Counts, len(b.Tasks), total, want)
+	want := apitype.Counts{Completed: total}
+	if !b.Done || b.Total != total || b.Counts != want || len(b.Tasks) != total {
+		c.t.Errorf("batch %s: done=%v total=%d counts=%+v items=%d, want done, %d, %+v", id, b.Done, b.Total, b.Counts, len(b.Tasks), total, want)
 	}
-	out := make(map[string]taskResource, len(b.Tasks))
+	out := make(map[string]apitype.Task, len(b.Tasks))
 	for _, tr := range b.Tasks {
 		out[tr.ID] = tr
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -148,7 +149,7 @@ func testHostCrash(t *testing.T) {
 	// no asynq task at all (then nothing will ever move it), twice in a
 	// row. Queued tasks are listed before records are read: a task that
 	// ends in between is then seen ended, never as an orphan.
-	var recs map[string]taskResource
+	var recs map[string]apitype.Task
 	var lost, orphans, waiting []string
 	prevOrphans := "none"
 	settled := pollUntil(200*time.Second, 2*time.Second, func() bool {
@@ -160,7 +161,7 @@ func testHostCrash(t *testing.T) {
 			switch {
 			case !ok:
 				lost = append(lost, id)
-			case terminal(tr.State):
+			case tr.State.Terminal():
 			case carried[id]:
 				waiting = append(waiting, id)
 			default:
@@ -179,7 +180,7 @@ func testHostCrash(t *testing.T) {
 	sort.Strings(orphans)
 	completed := map[string]string{}
 	for id, r := range acked.reqs {
-		if tr, ok := recs[id]; ok && terminal(tr.State) || durable[id] {
+		if tr, ok := recs[id]; ok && tr.State.Terminal() || durable[id] {
 			completed[id] = r // a durable task must have completed; o.check says what it found instead
 		}
 	}
@@ -229,9 +230,9 @@ func testHostCrash(t *testing.T) {
 
 // records reads every task of w: batches page by page (a batch that is
 // gone leaves its items out), singles one by one.
-func (c *cluster) records(w *workload) map[string]taskResource {
+func (c *cluster) records(w *workload) map[string]apitype.Task {
 	c.t.Helper()
-	out := map[string]taskResource{}
+	out := map[string]apitype.Task{}
 	for id := range w.batches {
 		code, _, err := c.do("GET", "/v1/batches/"+id+"?limit=1", nil)
 		if err != nil || code == http.StatusNotFound {

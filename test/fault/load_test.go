@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
 )
 
 // testLoad submits 100,000 distinct 8-puzzles as ten batches of 10,000 to
@@ -45,7 +47,7 @@ func testLoad(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 
-	recs := map[string]taskResource{}
+	recs := map[string]apitype.Task{}
 	for id, n := range w.batches {
 		for k, v := range c.checkBatch(id, n) {
 			recs[k] = v
@@ -282,7 +284,7 @@ func runStorm(t *testing.T, c *cluster, mix stormMix, clients int, d time.Durati
 }
 
 func idOf(b []byte) string {
-	var tr taskResource
+	var tr apitype.Task
 	_ = json.Unmarshal(b, &tr)
 	return tr.ID
 }

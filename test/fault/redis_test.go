@@ -151,8 +151,8 @@ func testRedisRestart(t *testing.T) {
 		switch {
 		case !ok:
 			lostTasks = append(lostTasks, id)
-		case !terminal(tr.State):
-			stuck = append(stuck, id+" ("+tr.State+")")
+		case !tr.State.Terminal():
+			stuck = append(stuck, id+" ("+string(tr.State)+")")
 		}
 	}
 	sort.Strings(lostTasks)
@@ -250,7 +250,7 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 			req := sweeps[i%len(sweeps)]
 			code, b, err = c.do("POST", "/v1/tasks", []byte(req))
 			now = time.Now()
-			var tr taskResource
+			var tr apitype.Task
 			s.mu.Lock()
 			s.statuses[code]++
 			if err == nil && (code == http.StatusAccepted || code == http.StatusOK) && json.Unmarshal(b, &tr) == nil {
