@@ -20,7 +20,10 @@ func TestRetryDelay(t *testing.T) {
 		err      error
 		min, max time.Duration
 	}{
-		{"lease expired", asynq.ErrLeaseExpired, 0, 0},
+		// Long enough that a late retry by a second recoverer finds the
+		// task still waiting (asynq#717), short next to the 60-125 s
+		// that crash recovery takes anyway.
+		{"lease expired", asynq.ErrLeaseExpired, 3 * time.Second, 10 * time.Second},
 		{"redis refused", refused, time.Second, 2 * time.Second},
 		{"other", errors.New("boom"), 15 * time.Second, time.Hour},
 	} {

@@ -99,16 +99,35 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	return w, nil
 }
 
-// retryDelay retries a task whose worker died (lease expired) at once:
-// nothing was wrong with the task. A Redis connection error (an outage or
-// a failover) retries after about a second, since Redis is usually back by
-// then; asynq's default backoff would wait 15-45 s. Other errors back off
-// as asynq does.
+// leaseRecoveryDelay is how long a task whose worker died (its lease
+// expired) waits in the retry set before it runs again. Nothing was wrong
+// with the task, so the wait is short; but not zero, because every worker
+// runs asynq's recoverer, all of them about once a minute, and a
+// recoverer that listed the task as lease-expired before another one
+// retried it still retries it afterwards: asynq's retry script only
+// checks that the task is in the active list, not that its lease is still
+// expired (hibiken/asynq#717, open in v0.26). With no delay the task can
+// be fetched again (forwarder every second, idle workers every 20 ms)
+// before that late retry, which then takes it out of the active list
+// while it runs and queues it once more: a third run of a task whose
+// worker died once, seen in the worker-crash fault test as 3 attempts.
+// The wait keeps the task out of the active list for at least this long
+// less a second (asynq scores the retry set in whole seconds), so a late
+// retry finds it gone and does nothing, unless that recoverer stalled
+// for over 4 s between its list and its retry. Crash recovery takes
+// 60-125 s anyway; this adds 5 s.
+const leaseRecoveryDelay = 5 * time.Second
+
+// retryDelay retries a task whose worker died (lease expired) after
+// leaseRecoveryDelay. A Redis connection error (an outage or a failover)
+// retries after about a second, since Redis is usually back by then;
+// asynq's default backoff would wait 15-45 s. Other errors back off as
+// asynq does.
 func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var netErr net.Error
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
-		return 0
+		return leaseRecoveryDelay
 	case errors.As(err, &netErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed):
 		return time.Second + rand.N(time.Second)

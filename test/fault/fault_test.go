@@ -5,6 +5,7 @@ package fault
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -293,17 +294,45 @@ func testWorkerCrash(t *testing.T) {
 		}
 	}
 	recovery := last.Sub(killedAt)
-	t.Logf("worker crash: the held items started again %v after the kill (asynq lease 30s + recoverer cutoff 30s + recoverer interval up to 60s + forwarder 1s) and completed %v after it",
+	t.Logf("worker crash: the held items started again %v after the kill (asynq lease 30s + recoverer cutoff 30s + recoverer interval up to 60s + retry delay 5s + forwarder 1s) and completed %v after it",
 		requeue.Round(100*time.Millisecond), recovery.Round(100*time.Millisecond))
 
 	expectHard(t, o, hs)
 	all := w.verify(t, c, o, 120*time.Second)
 	checkHardRecords(t, all, hard)
+	// Each held item ran on the victim, then again elsewhere after the
+	// kill, and ended with one exact result counted once in its batch
+	// (verify and checkHardRecords above). A record's attempts count the
+	// handler's starts. The usual figure is 2; the product cannot promise
+	// exactly 2, because asynq can requeue a recovered task once more:
+	// every surviving worker's recoverer may list it as lease-expired, and
+	// one that listed it before another retried it retries it again
+	// (hibiken/asynq#717), which takes it from a worker running it and
+	// runs it again. The product's retry delay for lease-expired tasks
+	// (internal/app's leaseRecoveryDelay) closes that window unless a
+	// recoverer stalls for seconds; each survivor's recoverer runs once a
+	// minute, so at most one late retry each: 2 to 1+survivors attempts.
+	maxAttempts := 1 + (workers - 1)
+	extra := 0
 	for _, id := range held {
-		// Exactly once more: the victim's start, then one elsewhere.
-		if tr := all[id]; tr.Attempts != 2 || tr.CompletedAt == nil || !tr.CompletedAt.After(killedAt) {
-			t.Errorf("held item %s (%s): attempts %d, completed %v; want 2 attempts, completed after the kill at %v",
-				id, heldBy[id], tr.Attempts, tr.CompletedAt, killedAt.Format(time.StampMilli))
+		tr := all[id]
+		if tr.Attempts < 2 || tr.Attempts > maxAttempts || tr.CompletedAt == nil || !tr.CompletedAt.After(killedAt) {
+			t.Errorf("held item %s (%s): attempts %d, completed %v; want 2 to %d attempts, completed after the kill at %v",
+				id, heldBy[id], tr.Attempts, tr.CompletedAt, maxAttempts, killedAt.Format(time.StampMilli))
+		}
+		if tr.Attempts > 2 {
+			extra++
+			t.Logf("held item %s (%s) ran %d times: asynq requeued it again after recovering it (hibiken/asynq#717); one result, counted once",
+				id, heldBy[id], tr.Attempts)
+		}
+	}
+	// A survivor whose recoverer came second logs its late retry's
+	// failure; counted, so the figures show how often the race of
+	// hibiken/asynq#717 came up and was harmless.
+	lateRetries := 0
+	for _, sw := range c.workers[1:] {
+		if b, err := os.ReadFile(sw.LogPath); err == nil {
+			lateRetries += strings.Count(string(b), "could not retry lease expired task")
 		}
 	}
 	lost := 0
@@ -312,10 +341,10 @@ func testWorkerCrash(t *testing.T) {
 			lost++
 		}
 	}
-	t.Logf("worker crash: FIGURES tasks=%d lost=%d held_by_killed=%d (%s) requeue=%v recovery=%v",
-		len(w.reqs), lost, len(held), describeActive(orphans, hard), requeue.Round(100*time.Millisecond), recovery.Round(100*time.Millisecond))
+	t.Logf("worker crash: FIGURES tasks=%d lost=%d held_by_killed=%d (%s) requeue=%v recovery=%v late_retries_refused=%d ran_a_third_time=%d",
+		len(w.reqs), lost, len(held), describeActive(orphans, hard), requeue.Round(100*time.Millisecond), recovery.Round(100*time.Millisecond), lateRetries, extra)
 	if requeue > 150*time.Second {
-		t.Errorf("the held items started again %v after the kill, over asynq's worst case (~125 s) with margin", requeue)
+		t.Errorf("the held items started again %v after the kill, over asynq's worst case (~130 s) with margin", requeue)
 	}
 }
 
