@@ -35,6 +35,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
+	AbandonBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) (int, error)
+	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
 	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)

@@ -67,10 +67,13 @@ func (s *Store) evalScript(ctx context.Context, sc *redis.Script, keys []string,
 // returns claimed=true when this call owns the key; otherwise it returns
 // the batch ID and body hash recorded by the first request, whose batch
 // may still be being written. The claim comes before the batch is
-// written, so two concurrent retries can never both create a batch.
+// written, so two concurrent retries can never both create a batch. It
+// lasts claimLease until CreateBatch writes the batch under it and makes
+// it last as long as the batch, so a request that died in between blocks
+// its retries for a minute at most.
 func (s *Store) ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (claimed bool, prevBatch, prevHash string, err error) {
 	k := s.k.idempotency(owner, key)
-	ok, err := s.rdb.SetNX(ctx, k, batchID+" "+bodyHash, s.taskTTL).Result()
+	ok, err := s.rdb.SetNX(ctx, k, batchID+" "+bodyHash, claimLease).Result()
 	if err != nil {
 		return false, "", "", fmt.Errorf("store: claim idempotency key: %w", err)
 	}
