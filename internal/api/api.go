@@ -46,8 +46,7 @@ type Store interface {
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
-	ReservePending(ctx context.Context, owner string, n, quota int) error
-	ReleasePending(ctx context.Context, owner string, n int) error
+	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key string) error
 }

@@ -44,15 +44,6 @@ func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puz
 	if err != nil {
 		return nil, err
 	}
-	misses := 0
-	for _, h := range hits {
-		if h == nil {
-			misses++
-		}
-	}
-	if err := s.reserve(c, misses); err != nil {
-		return nil, err
-	}
 	ids := make([]string, len(reqs))
 	items := make([]store.NewTask, len(reqs))
 	for i, p := range reqs {
@@ -61,26 +52,27 @@ func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puz
 	}
 	units, err := s.batchUnits(batchID, owner, reqs, ids, hits)
 	if err != nil {
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, misses)
 		return nil, err
 	}
-	nb := store.NewBatch{ID: batchID, Owner: owner, Format: format, Units: units, IdempotencyKey: idemKey, BodyHash: bodyHash}
+	// One script records the batch, counts it against the quota and
+	// writes its outbox.
+	nb := store.NewBatch{ID: batchID, Owner: owner, Format: format, Units: units, IdempotencyKey: idemKey,
+		BodyHash: bodyHash, Quota: s.quotaFor(c)}
 	if err := s.store.CreateBatch(ctx, nb, items); err != nil {
-		if errors.Is(err, store.ErrClaimLost) {
+		switch {
+		case errors.Is(err, store.ErrQuota):
+			return nil, s.quotaError(c)
+		case errors.Is(err, store.ErrClaimLost):
 			// Nothing written, and the claim is another request's now.
 			written = true
-			_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, misses)
 			return nil, err
 		}
-		// The script may have run and only its reply been lost. Undo it,
-		// so a failed request leaves nothing behind, unless its enqueue
-		// has begun (a reconciler found it): then it will run, and a
-		// retry with the same key replays it.
-		switch undone, aerr := s.store.AbandonBatch(context.WithoutCancel(ctx), nb, items); {
-		case aerr != nil || undone == store.BatchKept:
+		// The script may have run and only its reply been lost. Undo it
+		// (records, outbox, quota and claim), so a failed request leaves
+		// nothing behind, unless its enqueue has begun (a reconciler found
+		// it): then it will run, and a retry with the same key replays it.
+		if undone, aerr := s.store.AbandonBatch(context.WithoutCancel(ctx), nb, items); aerr != nil || undone == store.BatchKept {
 			written = true // the claim, if the batch was written, is its
-		default:
-			_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, misses)
 		}
 		return nil, err
 	}

@@ -35,14 +35,20 @@ var ErrClaimLost = errors.New("idempotency claim lost")
 // nothing.
 const claimLease = time.Minute
 
-// createBatchScript records a batch and its outbox in one step.
+// createBatchScript records a batch and its outbox in one step, counting
+// its pending items against its owner's quota (see quotaLua; the batch is
+// one unit).
 //
 // KEYS[1] batch hash
 // KEYS[2] batch item list
 // KEYS[3] batch outbox hash
 // KEYS[4] outbox index
 // KEYS[5] idempotency key (KEYS[1] again when none)
-// KEYS[5+i] task i's hash, i = 1..n
+// KEYS[6..8] the owner's pending counter, open units and expiry set
+//
+//	(KEYS[1] thrice when there is no owner)
+//
+// KEYS[8+i] task i's hash, i = 1..n
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] record TTL, seconds
@@ -50,21 +56,33 @@ const claimLease = time.Minute
 // ARGV[4] owner ("" when auth is off)
 // ARGV[5] format ("" for JSON)
 // ARGV[6] the idempotency claim's value to check and keep ("" when none)
-// ARGV[7] u, the number of units
-// ARGV[7+j] unit j's JSON, j = 1..u (outbox field j-1)
-// then 4 values per task i, from ARGV[8+u+4(i-1)]: ID, kind, cache key
+// ARGV[7] the owner's quota of pending tasks (0: unlimited)
+// ARGV[8] u, the number of units
+// ARGV[8+j] unit j's JSON, j = 1..u (outbox field j-1)
+// then 4 values per task i, from ARGV[9+u+4(i-1)]: ID, kind, cache key
 // ("" when none), cached result ("" on a miss)
 //
-// Returns 1 when written, -2 when the claim is no longer ARGV[6] (nothing
-// written).
-var createBatchScript = redis.NewScript(`
+// Returns 1 when written, -1 when the quota would be passed and -2 when
+// the claim is no longer ARGV[6] (for both, nothing is written).
+var createBatchScript = redis.NewScript(quotaLua + `
 local now, ttl, batch, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local claim, u = ARGV[6], tonumber(ARGV[7])
+local claim, quota, u = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 if claim ~= '' and redis.call('GET', KEYS[5]) ~= claim then return -2 end
-local n = #KEYS - 5
-local cached, ids = 0, {}
+local n = #KEYS - 8
+local first = 9 + u
+local cached = 0
 for i = 1, n do
-  local a = 8 + u + 4 * (i - 1)
+  if ARGV[first + 4 * (i - 1) + 3] ~= '' then cached = cached + 1 end
+end
+if owner ~= '' and n > cached then
+  local t = clock()
+  prune(KEYS[6], KEYS[7], KEYS[8], t)
+  if quota > 0 and tonumber(redis.call('GET', KEYS[6]) or '0') + n - cached > quota then return -1 end
+  admit(KEYS[6], KEYS[7], KEYS[8], batch, n - cached, t + ttl * 1000)
+end
+local ids = {}
+for i = 1, n do
+  local a = first + 4 * (i - 1)
   local f = {'kind', ARGV[a + 1], 'state', 'pending', 'created_at', now, 'attempts', 0, 'batch', batch}
   if owner ~= '' then f[#f + 1] = 'owner'; f[#f + 1] = owner end
   if ARGV[a + 2] ~= '' then f[#f + 1] = 'key'; f[#f + 1] = ARGV[a + 2] end
@@ -73,10 +91,9 @@ for i = 1, n do
     f[#f + 1] = 'result'; f[#f + 1] = ARGV[a + 3]
     f[#f + 1] = 'cached'; f[#f + 1] = '1'
     f[#f + 1] = 'completed_at'; f[#f + 1] = now
-    cached = cached + 1
   end
-  redis.call('HSET', KEYS[5 + i], unpack(f))
-  redis.call('EXPIRE', KEYS[5 + i], ttl)
+  redis.call('HSET', KEYS[8 + i], unpack(f))
+  redis.call('EXPIRE', KEYS[8 + i], ttl)
   ids[#ids + 1] = ARGV[a]
   if #ids == 1000 or i == n then
     redis.call('RPUSH', KEYS[2], unpack(ids))
@@ -94,7 +111,7 @@ redis.call('EXPIRE', KEYS[1], ttl)
 if u > 0 then
   local f = {}
   for j = 1, u do
-    f[#f + 1] = j - 1; f[#f + 1] = ARGV[7 + j]
+    f[#f + 1] = j - 1; f[#f + 1] = ARGV[8 + j]
     if #f == 1000 or j == u then
       redis.call('HSET', KEYS[3], unpack(f))
       f = {}
@@ -144,19 +161,28 @@ return 1
 
 // CreateBatch writes a batch, all its items' records and its outbox
 // (nb.Units) in one script, so a batch is either wholly recorded, with
-// what it takes to run it, or not at all. With nb.IdempotencyKey set it
-// writes only while the key's claim is this batch's (ErrClaimLost
-// otherwise), and keeps the claim as long as the batch.
+// what it takes to run it, or not at all. Its items that are not answered
+// from the cache count against the owner's quota, nb.Quota (0:
+// unlimited), in the same script: ErrQuota, and nothing written, when they
+// would pass it. With nb.IdempotencyKey set it writes only while the key's
+// claim is this batch's (ErrClaimLost otherwise), and keeps the claim as
+// long as the batch.
 func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) error {
 	batchID, owner := nb.ID, nb.Owner
-	idem, claim := s.k.batch(batchID), ""
+	bk := s.k.batch(batchID)
+	idem, claim := bk, ""
 	if nb.IdempotencyKey != "" {
 		idem, claim = s.k.idempotency(owner, nb.IdempotencyKey), batchID+" "+nb.BodyHash
 	}
-	keys := make([]string, 0, 5+len(items))
-	keys = append(keys, s.k.batch(batchID), s.k.batchItems(batchID), s.k.outbox(batchID), s.k.outboxIndex(), idem)
-	args := make([]any, 0, 7+len(nb.Units)+4*len(items))
-	args = append(args, ms(s.now()), int64(s.taskTTL/time.Second), batchID, owner, nb.Format, claim, len(nb.Units))
+	keys := make([]string, 0, 8+len(items))
+	keys = append(keys, bk, s.k.batchItems(batchID), s.k.outbox(batchID), s.k.outboxIndex(), idem)
+	if owner != "" {
+		keys = append(keys, s.k.owner(owner)...)
+	} else {
+		keys = append(keys, bk, bk, bk)
+	}
+	args := make([]any, 0, 8+len(nb.Units)+4*len(items))
+	args = append(args, ms(s.now()), int64(s.taskTTL/time.Second), batchID, owner, nb.Format, claim, nb.Quota, len(nb.Units))
 	for _, u := range nb.Units {
 		b, err := json.Marshal(u)
 		if err != nil {
@@ -172,7 +198,10 @@ func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) e
 	if err != nil {
 		return fmt.Errorf("store: create batch %s: %w", batchID, err)
 	}
-	if v == -2 {
+	switch v {
+	case -1:
+		return ErrQuota
+	case -2:
 		return ErrClaimLost
 	}
 	return nil
@@ -249,22 +278,29 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 // KEYS[3] batch outbox hash
 // KEYS[4] outbox index
 // KEYS[5] idempotency key (KEYS[1] again when none)
-// KEYS[5+i] task i's hash
+// KEYS[6..8] the owner's pending counter, open units and expiry set
+//
+//	(KEYS[1] thrice when there is no owner)
+//
+// KEYS[8+i] task i's hash
 //
 // ARGV[1] batch ID
 // ARGV[2] the number of units the batch was written with
 // ARGV[3] the idempotency claim's value ("" when none)
+// ARGV[4] "1" when the batch has an owner whose quota counts it
 //
 // Returns 0 when the batch was never written, 1 when it was and is now
-// gone (with its claim), and -1 when some of its units have left the
-// outbox: it is being enqueued and will run, so it is kept.
-var abandonBatchScript = redis.NewScript(`
+// gone (with its claim and its count in the quota), and -1 when some of
+// its units have left the outbox: it is being enqueued and will run, so
+// it is kept.
+var abandonBatchScript = redis.NewScript(quotaLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HLEN', KEYS[3]) < tonumber(ARGV[2]) then return -1 end
-for i = 6, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 9, #KEYS do redis.call('DEL', KEYS[i]) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if ARGV[3] ~= '' and redis.call('GET', KEYS[5]) == ARGV[3] then redis.call('DEL', KEYS[5]) end
+if ARGV[4] == '1' then release(KEYS[6], KEYS[7], KEYS[8], {[ARGV[1]] = math.huge}) end
 return 1
 `)
 
@@ -280,7 +316,8 @@ const (
 
 // AbandonBatch undoes CreateBatch(nb, items) after it reported an error
 // whose outcome is unknown (a lost reply), so a failed request leaves
-// nothing behind: the records, the outbox and the idempotency claim go,
+// nothing behind: the records, the outbox, the quota count and the
+// idempotency claim go,
 // unless a unit has already been enqueued (BatchKept). It returns one of
 // BatchNotWritten, BatchAbandoned and BatchKept.
 func (s *Store) AbandonBatch(ctx context.Context, nb NewBatch, items []NewTask) (int, error) {
@@ -289,12 +326,18 @@ func (s *Store) AbandonBatch(ctx context.Context, nb NewBatch, items []NewTask) 
 	if nb.IdempotencyKey != "" {
 		idem, claim = s.k.idempotency(nb.Owner, nb.IdempotencyKey), nb.ID+" "+nb.BodyHash
 	}
-	keys := make([]string, 0, 5+len(items))
+	keys := make([]string, 0, 8+len(items))
 	keys = append(keys, bk, s.k.batchItems(nb.ID), s.k.outbox(nb.ID), s.k.outboxIndex(), idem)
+	owned := "0"
+	if nb.Owner != "" {
+		keys, owned = append(keys, s.k.owner(nb.Owner)...), "1"
+	} else {
+		keys = append(keys, bk, bk, bk)
+	}
 	for _, t := range items {
 		keys = append(keys, s.k.task(t.ID))
 	}
-	v, err := abandonBatchScript.Run(ctx, s.rdb, keys, nb.ID, len(nb.Units), claim).Int()
+	v, err := abandonBatchScript.Run(ctx, s.rdb, keys, nb.ID, len(nb.Units), claim, owned).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: abandon batch %s: %w", nb.ID, err)
 	}

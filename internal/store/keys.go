@@ -43,8 +43,23 @@ func (k keys) idempotency(owner, key string) string {
 }
 
 // ownerPending counts an API key's tasks that have not ended, for the
-// per-key quota.
+// per-key quota: the sum of ownerOpen's counts.
 func (k keys) ownerPending(owner string) string { return k.prefix + "owner:" + owner + ":pending" }
+
+// ownerOpen is a hash of how many tasks have not ended per unit of an API
+// key's work: field = a batch ID, or a single task's ID.
+func (k keys) ownerOpen(owner string) string { return k.prefix + "owner:" + owner + ":open" }
+
+// ownerExpiry is a sorted set of the same units scored by the Unix
+// millisecond at which their records expire, so that the count drops when
+// unfinished records expire rather than never.
+func (k keys) ownerExpiry(owner string) string { return k.prefix + "owner:" + owner + ":expiry" }
+
+// owner returns the three quota keys of an owner, in the order the
+// scripts take them: pending, open, expiry.
+func (k keys) owner(owner string) []string {
+	return []string{k.ownerPending(owner), k.ownerOpen(owner), k.ownerExpiry(owner)}
+}
 
 // rateLimit is the token bucket of an API key. redis_rate puts its own
 // "rate:" in front of it.

@@ -69,6 +69,9 @@ type NewBatch struct {
 	// written only while that claim is still this batch's, and the claim
 	// then lives as long as the batch.
 	IdempotencyKey, BodyHash string
+	// Quota is the owner's quota of tasks that have not ended; 0:
+	// unlimited.
+	Quota int
 }
 
 // Batch is a batch record with its counts per state.
@@ -347,14 +350,15 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 // creation time written to the record.
 func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
 	now := s.now()
-	ok := s.k.task(t.ID)
+	tk := s.k.task(t.ID)
+	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk}
 	if t.Owner != "" {
-		ok = s.k.ownerPending(t.Owner)
+		copy(keys[2:], s.k.owner(t.Owner))
 	}
 	var cmd *redis.Cmd
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		cmd = submitScript.EvalSha(ctx, p, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), ok},
-			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota)
+		cmd = submitScript.EvalSha(ctx, p, keys,
+			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID)
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
@@ -394,13 +398,15 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		for g, idx := range groups {
 			first := ts[idx[0]]
 			bk, batched := s.batchKey(first)
-			ok, owned := s.k.task(first.ID), "0"
+			fk := s.k.task(first.ID)
+			ok, owned := []string{fk, fk, fk}, "0"
 			if first.Owner != "" {
-				ok, owned = s.k.ownerPending(first.Owner), "1"
+				ok, owned = s.k.owner(first.Owner), "1"
 			}
-			keys := make([]string, 0, 2+len(idx))
+			keys := make([]string, 0, 4+len(idx))
 			args := make([]any, 0, 5+6*len(idx))
-			keys = append(keys, bk, ok)
+			keys = append(keys, bk)
+			keys = append(keys, ok...)
 			args = append(args, now, batched, owned, s.k.events(), first.BatchID)
 			for _, i := range idx {
 				t := ts[i]
@@ -450,7 +456,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startManyScript, finishManyScript, reserveScript, submitScript} {
+		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
