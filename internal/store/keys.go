@@ -21,7 +21,7 @@ func (k keys) batchItems(id string) string { return k.prefix + "batch:" + id + "
 
 // outbox is a hash of the queued tasks of a batch that are not yet known
 // to be on the queue: field = the unit's position in the batch, value =
-// the tasks.Unit as JSON. It is written with the batch's records and
+// the tasks.Unit (its MarshalBinary form). It is written with the batch's records and
 // emptied as the units are enqueued.
 func (k keys) outbox(batchID string) string { return k.prefix + "outbox:" + batchID }
 
