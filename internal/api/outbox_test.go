@@ -234,3 +234,24 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 		t.Fatalf("reconcile: %d %v, want 3 chunks", n, err)
 	}
 }
+
+// claimLosingStore reports every batch write as refused for a lost
+// Idempotency-Key claim, as when a request outlives its claim.
+type claimLosingStore struct{ *store.Store }
+
+func (claimLosingStore) CreateBatch(context.Context, store.NewBatch, []store.NewTask) error {
+	return store.ErrClaimLost
+}
+
+// TestClaimLostIsInProgress: a request that outlived its claim wrote
+// nothing and is told to retry (409 in_progress), not that the service
+// failed.
+func TestClaimLostIsInProgress(t *testing.T) {
+	t.Parallel()
+	s := newOutboxStack(t, 1000)
+	s.srv.store = claimLosingStore{s.store}
+	w := s.post(t, eightPuzzles(3), map[string]string{"Idempotency-Key": "slow"})
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), `"in_progress"`) || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("claim lost: %d %v %s, want 409 in_progress with Retry-After", w.Code, w.Header(), w.Body)
+	}
+}

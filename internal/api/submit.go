@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -63,9 +65,12 @@ func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puz
 		case errors.Is(err, store.ErrQuota):
 			return nil, s.quotaError(c)
 		case errors.Is(err, store.ErrClaimLost):
-			// Nothing written, and the claim is another request's now.
+			// Nothing written: this request outlived its claim, which may
+			// be another request's now. The retry will replay or claim.
 			written = true
-			return nil, err
+			c.Header("Retry-After", "1")
+			return nil, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
+				"this request took longer than its Idempotency-Key claim; retry shortly")
 		}
 		// The script may have run and only its reply been lost. Undo it
 		// (records, outbox, quota and claim), so a failed request leaves
