@@ -35,6 +35,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
+	AbandonBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) (int, error)
+	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
 	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
@@ -44,8 +46,7 @@ type Store interface {
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
-	ReservePending(ctx context.Context, owner string, n, quota int) error
-	ReleasePending(ctx context.Context, owner string, n int) error
+	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key string) error
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/internal/store"
 )
 
 // APIKey is one client's credentials and limits. Zero limits take the
@@ -111,15 +109,6 @@ func (s *Server) quotaOf(c *gin.Context) int {
 		return k.(*keyEntry).MaxPending
 	}
 	return s.opts.MaxPendingPerKey
-}
-
-// reserve admits n pending tasks for the caller, or fails with 429.
-func (s *Server) reserve(c *gin.Context, n int) error {
-	err := s.store.ReservePending(c.Request.Context(), ownerOf(c), n, s.quotaOf(c))
-	if errors.Is(err, store.ErrQuota) {
-		return s.quotaError(c)
-	}
-	return err
 }
 
 // quotaFor is the caller's quota for SubmitTask; 0 (unlimited) when auth

@@ -69,7 +69,7 @@ type faultyStore struct {
 	submitted       []string            // task IDs SubmitTask recorded
 	batches         map[string][]string // batch ID -> item IDs CreateBatch was given
 	deleted         map[string][]string // DeleteTasks calls: batch ID -> IDs
-	released        map[string]int      // owner -> slots ReleasePending gave back
+	released        map[string]int      // owner -> units ReleasePending gave back
 	idemReleased    []string            // Idempotency-Keys released
 }
 
@@ -106,11 +106,11 @@ func (f *faultyStore) DeleteTasks(ctx context.Context, batchID string, ids []str
 	return f.Store.DeleteTasks(ctx, batchID, ids)
 }
 
-func (f *faultyStore) ReleasePending(ctx context.Context, owner string, n int) error {
+func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) error {
 	f.mu.Lock()
-	f.released[owner] += n
+	f.released[owner]++
 	f.mu.Unlock()
-	return f.Store.ReleasePending(ctx, owner, n)
+	return f.Store.ReleasePending(ctx, owner, unit)
 }
 
 func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key string) error {
@@ -266,49 +266,48 @@ func TestCreateTaskEnqueueFailsUndoesTheRecord(t *testing.T) {
 	}
 }
 
-// A batch whose enqueues fail half way has some tasks on the queue already;
-// every record goes (so the queued tasks find none and are skipped), the
-// quota comes back, and the Idempotency-Key is freed so the client's retry
-// creates the batch instead of replaying a failure.
+// A batch whose enqueues fail half way was recorded, with its outbox, in
+// one step before the first enqueue: it is accepted (202), nothing is
+// undone, its quota stays counted and its Idempotency-Key stays its own.
+// The units the queue refused wait in the outbox for the reconciler, and
+// the client's retry with the same key replays the batch.
 func TestCreateBatchEnqueueFailsHalfWay(t *testing.T) {
 	t.Parallel()
 	r := newFaultRig(t)
 	body := batchOf(7) // 4 chunk tasks and 1 sweep task
 	r.queue.set(2)
-	rec, e := r.post("/v1/batches", body, "Idempotency-Key", "run-1")
-	wantUnavailable(t, "enqueue failed half way", rec, e)
+	rec, _ := r.post("/v1/batches", body, "Idempotency-Key", "run-1")
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("enqueue failed half way after the batch was recorded: %d %s, want 202", rec.Code, rec.Body.Bytes())
+	}
 	batchID, ids := r.st.only(t)
 	if len(ids) != 8 || len(r.queue.enqueued) != 2 || r.queue.calls < 3 {
 		t.Fatalf("%d items recorded, %d tasks enqueued in %d calls; want 8 items, 2 enqueued before the failure", len(ids), len(r.queue.enqueued), r.queue.calls)
 	}
-	if got := r.st.deleted[batchID]; strings.Join(got, ",") != strings.Join(ids, ",") {
-		t.Errorf("DeleteTasks(%s) got %v, want every item %v", batchID, got, ids)
+	if len(r.st.deleted) != 0 || len(r.st.idemReleased) != 0 {
+		t.Errorf("an accepted batch was undone: deleted %v, keys released %v", r.st.deleted, r.st.idemReleased)
 	}
-	r.gone(batchID, ids)
-	if r.st.released["alice"] != 8 || r.pending() != 0 {
-		t.Errorf("quota: released %d, pending %d; want 8 released and 0 pending", r.st.released["alice"], r.pending())
+	if r.pending() != 8 {
+		t.Errorf("quota: pending %d, want the batch's 8", r.pending())
 	}
-	if len(r.st.idemReleased) != 1 || r.st.idemReleased[0] != "run-1" {
-		t.Errorf("Idempotency-Keys released: %v, want [run-1]", r.st.idemReleased)
+	idx, _, _, err := r.st.Store.OutboxUnits(context.Background(), batchID)
+	if err != nil || len(idx) != 3 {
+		t.Errorf("outbox holds %d units (%v), want the 3 the queue refused", len(idx), err)
 	}
 
 	r.queue.set(-1)
 	rec, _ = r.post("/v1/batches", body, "Idempotency-Key", "run-1")
 	var ack apitype.BatchCreated
-	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ack) != nil || ack.ID == batchID ||
-		rec.Header().Get("Idempotent-Replayed") != "" || len(ack.TaskIDs) != 8 {
-		t.Fatalf("retry with the same key: %d %s %v", rec.Code, rec.Body.Bytes(), rec.Header())
-	}
-	if r.pending() != 8 || len(r.queue.enqueued) != 5 {
-		t.Errorf("after the retry: pending %d, %d tasks enqueued; want 8 and 5", r.pending(), len(r.queue.enqueued))
+	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ack) != nil || ack.ID != batchID ||
+		rec.Header().Get("Idempotent-Replayed") != "true" || len(ack.TaskIDs) != 8 {
+		t.Fatalf("retry with the same key: %d %s %v, want a replay of %s", rec.Code, rec.Body.Bytes(), rec.Header(), batchID)
 	}
 }
 
-// Redis may apply a batch's MULTI/EXEC and drop the connection before the
-// reply: the API sees an error for a batch that exists. Nothing was
-// enqueued, so its records would sit pending for a day, counted by no
-// quota and finished by no worker; they must be removed, and the client
-// told to retry.
+// Redis may run the script that records a batch and drop the connection
+// before the reply: the API sees an error for a batch that exists. Nothing
+// was enqueued, so the API undoes it (AbandonBatch): a request that failed
+// leaves nothing behind, and the client is told to retry.
 func TestCreateBatchRedisFailsHalfWay(t *testing.T) {
 	t.Parallel()
 	r := newFaultRig(t)
@@ -320,8 +319,11 @@ func TestCreateBatchRedisFailsHalfWay(t *testing.T) {
 		t.Errorf("%d enqueues after the batch failed to record", r.queue.calls)
 	}
 	r.gone(batchID, ids)
-	if r.st.released["alice"] != 4 || r.pending() != 0 {
-		t.Errorf("quota: released %d, pending %d; want 4 released and 0 pending", r.st.released["alice"], r.pending())
+	if r.pending() != 0 {
+		t.Errorf("quota: pending %d, want 0", r.pending())
+	}
+	if b, _ := r.st.Store.OutboxBatches(context.Background(), time.Now().Add(time.Hour), 10); len(b) != 0 {
+		t.Errorf("the outbox still lists %v", b)
 	}
 	if len(r.st.idemReleased) != 1 {
 		t.Errorf("Idempotency-Keys released: %v, want [run-2]", r.st.idemReleased)

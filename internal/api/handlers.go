@@ -12,11 +12,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
@@ -123,7 +121,7 @@ func (s *Server) createTask(c *gin.Context) {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), "", []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, 1)
+		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
@@ -298,13 +296,14 @@ func (s *Server) createBatch(c *gin.Context) {
 		return
 	}
 	batchID := newID()
+	var idemKey, hash string
 	if key := c.GetHeader("Idempotency-Key"); key != "" {
 		if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
 			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
 			return
 		}
 		sum := sha256.Sum256(append([]byte(format+"\n"), body...))
-		hash := hex.EncodeToString(sum[:])
+		hash = hex.EncodeToString(sum[:])
 		claimed, prevID, prevHash, err := s.store.ClaimIdempotency(c.Request.Context(), ownerOf(c), key, batchID, hash)
 		if err != nil {
 			fail(c, err)
@@ -319,13 +318,9 @@ func (s *Server) createBatch(c *gin.Context) {
 			s.replayBatch(c, prevID)
 			return
 		}
-		defer func() {
-			if c.Writer.Status() != http.StatusAccepted {
-				_ = s.store.ReleaseIdempotency(context.WithoutCancel(c.Request.Context()), ownerOf(c), key)
-			}
-		}()
+		idemKey = key
 	}
-	ids, err := s.submitBatch(c, batchID, format, reqs)
+	ids, err := s.submitBatch(c, batchID, format, reqs, idemKey, hash)
 	if err != nil {
 		fail(c, err)
 		return
@@ -384,144 +379,6 @@ func (s *Server) decodeBatch(name string, body []byte) ([]*puzzle.Parsed, string
 		return nil, "", puzzle.PrefixField(err, "body")
 	}
 	return reqs, string(f), nil
-}
-
-// submitBatch records a batch and enqueues it: cheap items grouped into
-// chunk tasks, expensive ones one task each, all on the bulk queue.
-func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puzzle.Parsed) ([]string, error) {
-	ctx, owner := c.Request.Context(), ownerOf(c)
-	keys := make([]string, len(reqs))
-	for i, p := range reqs {
-		keys[i] = p.Key()
-	}
-	hits, err := s.store.CachedResults(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	misses := 0
-	for _, h := range hits {
-		if h == nil {
-			misses++
-		}
-	}
-	if err := s.reserve(c, misses); err != nil {
-		return nil, err
-	}
-	ids, err := s.recordAndEnqueue(ctx, batchID, owner, format, reqs, keys, hits)
-	if err != nil {
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, misses)
-		return nil, err
-	}
-	return ids, nil
-}
-
-func (s *Server) recordAndEnqueue(ctx context.Context, batchID, owner, format string, reqs []*puzzle.Parsed, keys []string, hits []json.RawMessage) ([]string, error) {
-	ids := make([]string, len(reqs))
-	items := make([]store.NewTask, len(reqs))
-	for i, p := range reqs {
-		ids[i] = newID()
-		items[i] = store.NewTask{ID: ids[i], Kind: string(p.Kind()), Owner: owner, CacheKey: keys[i], Result: hits[i]}
-		if hits[i] != nil {
-			s.metrics.cacheHits.Inc()
-		}
-		s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
-	}
-	if err := s.store.CreateBatch(ctx, store.NewBatch{ID: batchID, Owner: owner, Format: format}, items); err != nil {
-		// The transaction may have been applied and only its reply lost;
-		// nothing was enqueued, so such records would stay pending for a
-		// day. Deleting records that were never written is harmless.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), batchID, ids)
-		return nil, err
-	}
-
-	var queued []*asynq.Task
-	var chunkIDs []string
-	var chunkReqs []*puzzle.Parsed
-	flushChunk := func() error {
-		if len(chunkIDs) == 0 {
-			return nil
-		}
-		t, err := tasks.NewChunkTask(batchID, owner, chunkIDs, chunkReqs, tasks.QueueBulk, s.opts.Limits)
-		if err != nil {
-			return err
-		}
-		queued = append(queued, t)
-		chunkIDs, chunkReqs = nil, nil
-		return nil
-	}
-	for i, p := range reqs {
-		if hits[i] != nil {
-			continue
-		}
-		if !p.Cheap() {
-			t, err := tasks.NewSolveTask(ids[i], batchID, owner, p, tasks.QueueBulk, s.opts.Limits)
-			if err != nil {
-				return nil, err
-			}
-			queued = append(queued, t)
-			continue
-		}
-		chunkIDs = append(chunkIDs, ids[i])
-		chunkReqs = append(chunkReqs, p)
-		if len(chunkIDs) == s.opts.ChunkSize {
-			if err := flushChunk(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := flushChunk(); err != nil {
-		return nil, err
-	}
-	if err := s.enqueueAll(ctx, queued); err != nil {
-		// Some tasks may be queued already; with their records gone they
-		// are skipped when they run. The client was not told the batch
-		// exists, so it will retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), batchID, ids)
-		return nil, fmt.Errorf("enqueue batch: %w", err)
-	}
-	return ids, nil
-}
-
-// enqueueAll enqueues with bounded parallelism; asynq v0.26 has no bulk
-// enqueue, and one round trip per task in series is too slow for 10,000.
-func (s *Server) enqueueAll(ctx context.Context, ts []*asynq.Task) error {
-	if len(ts) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan *asynq.Task)
-	var (
-		wg       sync.WaitGroup
-		once     sync.Once
-		firstErr error
-	)
-	for range min(s.opts.EnqueueParallelism, len(ts)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range work {
-				if _, err := s.enq.EnqueueContext(ctx, t); err != nil {
-					once.Do(func() { firstErr = err; cancel() })
-				}
-			}
-		}()
-	}
-	for _, t := range ts {
-		select {
-		case work <- t:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
 }
 
 // loadBatchWaiting reads a batch the caller may see and, with a wait,

@@ -33,6 +33,7 @@ type API struct {
 	store     *store.Store
 	hub       *store.Hub
 	server    *api.Server
+	outbox    *api.Reconciler
 	reg       *prometheus.Registry
 	ln        net.Listener
 	metricsLn net.Listener
@@ -99,6 +100,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		Mount: a.mount,
 	})
+	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
@@ -158,6 +160,12 @@ func (a *API) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); a.embedded.worker.Run(wctx) }()
 		go func() { defer wg.Done(); a.advanceClock(wctx) }()
 	}
+	// The reconciler outlives the HTTP server: requests still being
+	// drained may leave it work.
+	rctx, stopOutbox := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOutbox()
+	outboxDone := make(chan struct{})
+	go func() { defer close(outboxDone); a.outbox.Run(rctx) }()
 	errc := make(chan error, 2)
 	go func() { errc <- a.httpSrv.Serve(a.ln) }()
 	if a.metricSrv != nil {
@@ -183,6 +191,8 @@ func (a *API) Run(ctx context.Context) error {
 	if a.metricSrv != nil {
 		a.metricSrv.Shutdown(sctx)
 	}
+	stopOutbox()
+	<-outboxDone
 	stopWorker()
 	wg.Wait()
 	a.log.Info("api stopped")

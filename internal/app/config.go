@@ -289,6 +289,12 @@ type APIConfig struct {
 	RateBurst int
 	// MaxPendingPerKey caps a key's unfinished tasks. Default 100000.
 	MaxPendingPerKey int
+	// OutboxInterval is how often each API replica looks for batches whose
+	// enqueue a crash interrupted (one replica at a time, under a Redis
+	// lease, finishes them). An interrupted batch is fully queued within
+	// about 2s + this interval of its API dying, while any replica runs;
+	// each look costs a few Redis commands. Default 1s.
+	OutboxInterval time.Duration
 
 	keys []api.APIKey
 }
@@ -311,6 +317,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
+	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
 	return s
 }
 
@@ -347,6 +354,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("REQUEST_TIMEOUT and SHUTDOWN_TIMEOUT: must be positive")
+	}
+	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
+		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)
 	}
 	if c.HTTPAddr == "" {
 		return fmt.Errorf("HTTP_ADDR: required")

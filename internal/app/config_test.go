@@ -67,6 +67,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
+		{false, map[string]string{"OUTBOX_INTERVAL": "0s"}, nil, "OUTBOX_INTERVAL"},
 		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
 		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
 	} {

@@ -25,52 +25,124 @@ func (s *Store) Allow(ctx context.Context, owner string, perSecond, burst int) (
 // ErrQuota is returned when admitting tasks would pass an owner's quota.
 var ErrQuota = errors.New("pending-task quota exceeded")
 
-// ReservePending admits n more pending tasks for owner, or returns
-// ErrQuota. The finish script gives them back as they end; Release gives
-// them back when a submission fails before anything was queued.
-func (s *Store) ReservePending(ctx context.Context, owner string, n, quota int) error {
-	if owner == "" || n == 0 {
+// An owner's quota counts its tasks that have not ended, exactly, whatever
+// dies when: tasks are counted by the same script that records them (so a
+// crash cannot count a task that was never recorded, or record one that
+// was never counted), uncounted by the script that ends them (only on
+// their first move to an end), and dropped when their records expire
+// without ending. For the last, the count is kept per unit of work (a
+// batch, or a single task) with the time its records expire, and every
+// script that reads the count first prunes the units that have expired.
+// Reading a counter that could drift and repairing it later would be
+// cheaper to write but not exact; scanning records at admission would be
+// exact but cost O(tasks) per request.
+
+// quotaLua holds the Lua functions shared by every script that counts an
+// owner's tasks; it is put in front of their source. p, o and e are the
+// owner's pending counter, open-units hash and expiry set (see keys.go).
+//
+// clock() is Redis's own time in Unix milliseconds, the clock that
+// expires the records, so a unit leaves the count exactly when its
+// records do, whatever the API hosts' clocks say.
+// prune(p, o, e, now) drops the units whose records expired by now.
+// admit(p, o, e, unit, n, expire_at) counts n more tasks of unit.
+// release(p, o, e, ends) uncounts ends[unit] tasks of each unit, never
+// more than it still counts (a pruned unit counts none).
+const quotaLua = `
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function prune(p, o, e, now)
+  local gone = redis.call('ZRANGEBYSCORE', e, '-inf', now)
+  if #gone == 0 then return end
+  local drop = 0
+  for i = 1, #gone do
+    drop = drop + (tonumber(redis.call('HGET', o, gone[i])) or 0)
+    redis.call('HDEL', o, gone[i])
+    redis.call('ZREM', e, gone[i])
+  end
+  if redis.call('DECRBY', p, drop) < 0 then redis.call('SET', p, 0) end
+end
+local function admit(p, o, e, unit, n, expire_at)
+  redis.call('INCRBY', p, n)
+  redis.call('HINCRBY', o, unit, n)
+  redis.call('ZADD', e, expire_at, unit)
+  redis.call('PEXPIREAT', p, expire_at)
+  redis.call('PEXPIREAT', o, expire_at)
+  redis.call('PEXPIREAT', e, expire_at)
+end
+local function release(p, o, e, ends)
+  local total = 0
+  for unit, d in pairs(ends) do
+    local have = tonumber(redis.call('HGET', o, unit))
+    if have then
+      if d >= have then
+        d = have
+        redis.call('HDEL', o, unit)
+        redis.call('ZREM', e, unit)
+      else
+        redis.call('HINCRBY', o, unit, -d)
+      end
+      total = total + d
+    end
+  end
+  if total > 0 and redis.call('DECRBY', p, total) < 0 then redis.call('SET', p, 0) end
+end
+`
+
+// pendingScript reads an owner's exact count.
+//
+// KEYS[1..3] the owner's pending counter, open units and expiry set
+//
+// Returns the number of the owner's tasks that have not ended.
+var pendingScript = redis.NewScript(quotaLua + `
+prune(KEYS[1], KEYS[2], KEYS[3], clock())
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+`)
+
+// releaseScript uncounts a unit whose submission failed after it was
+// recorded.
+//
+// KEYS[1..3] the owner's pending counter, open units and expiry set
+// ARGV[1] the unit: a batch ID or a single task's ID
+var releaseScript = redis.NewScript(quotaLua + `
+release(KEYS[1], KEYS[2], KEYS[3], {[ARGV[1]] = math.huge})
+return 0
+`)
+
+// ReleasePending uncounts unit (a single task's ID or a batch ID) from
+// owner's quota, for a submission that is being undone.
+func (s *Store) ReleasePending(ctx context.Context, owner, unit string) error {
+	if owner == "" {
 		return nil
 	}
-	v, err := s.evalScript(ctx, reserveScript, []string{s.k.ownerPending(owner)}, n, quota)
-	if err != nil {
-		return fmt.Errorf("store: reserve quota: %w", err)
-	}
-	if v < 0 {
-		return ErrQuota
+	if err := releaseScript.Run(ctx, s.rdb, s.k.owner(owner), unit).Err(); err != nil {
+		return fmt.Errorf("store: release quota: %w", err)
 	}
 	return nil
 }
 
-// ReleasePending returns n reserved slots.
-func (s *Store) ReleasePending(ctx context.Context, owner string, n int) error {
-	if owner == "" || n == 0 {
-		return nil
-	}
-	return s.rdb.DecrBy(ctx, s.k.ownerPending(owner), int64(n)).Err()
-}
-
 // Pending returns how many of owner's tasks have not ended.
 func (s *Store) Pending(ctx context.Context, owner string) (int, error) {
-	n, err := s.rdb.Get(ctx, s.k.ownerPending(owner)).Int()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
+	n, err := pendingScript.Run(ctx, s.rdb, s.k.owner(owner)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: pending count: %w", err)
 	}
-	return n, err
-}
-
-func (s *Store) evalScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (int64, error) {
-	return sc.Run(ctx, s.rdb, keys, args...).Int64()
+	return n, nil
 }
 
 // ClaimIdempotency claims owner's Idempotency-Key for a new batch. It
 // returns claimed=true when this call owns the key; otherwise it returns
 // the batch ID and body hash recorded by the first request, whose batch
 // may still be being written. The claim comes before the batch is
-// written, so two concurrent retries can never both create a batch.
+// written, so two concurrent retries can never both create a batch. It
+// lasts claimLease until CreateBatch writes the batch under it and makes
+// it last as long as the batch, so a request that died in between blocks
+// its retries for a minute at most.
 func (s *Store) ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (claimed bool, prevBatch, prevHash string, err error) {
 	k := s.k.idempotency(owner, key)
-	ok, err := s.rdb.SetNX(ctx, k, batchID+" "+bodyHash, s.taskTTL).Result()
+	ok, err := s.rdb.SetNX(ctx, k, batchID+" "+bodyHash, claimLease).Result()
 	if err != nil {
 		return false, "", "", fmt.Errorf("store: claim idempotency key: %w", err)
 	}

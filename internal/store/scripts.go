@@ -7,46 +7,38 @@ import "github.com/redis/go-redis/v9"
 // message change together or not at all, and a task delivered twice moves
 // (and counts) once.
 
-// reserveScript admits n more pending tasks for an owner unless that would
-// pass the quota.
-//
-// KEYS[1] the owner's pending counter
-// ARGV[1] n
-// ARGV[2] the quota
-//
-// Returns the new count, or -1 when the quota would be exceeded (and
-// nothing changed).
-var reserveScript = redis.NewScript(`
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return -1 end
-return redis.call('INCRBY', KEYS[1], ARGV[1])
-`)
-
 // submitScript records a single submission in one round trip: it answers
 // from the cache when it can (the record is created completed), and
-// otherwise admits the task against its owner's quota and creates the
-// pending record.
+// otherwise counts the task against its owner's quota (see quotaLua) and
+// creates the pending record.
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry
-// KEYS[3] the owner's pending counter (the task hash again when none)
+// KEYS[3..5] the owner's pending counter, open units and expiry set (the
+//
+//	task hash thrice when there is no owner)
+//
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] record TTL, seconds
 // ARGV[3] kind
 // ARGV[4] owner ("" when auth is off)
 // ARGV[5] cache key (kept in the record)
 // ARGV[6] the owner's quota of pending tasks (0: unlimited)
+// ARGV[7] task ID (its unit in the quota)
 //
 // Returns {1, result} for a cache hit, {0, ""} for a new pending task and
 // {-1, ""} when the quota is exhausted (nothing written).
-var submitScript = redis.NewScript(`
+var submitScript = redis.NewScript(quotaLua + `
 local hit = redis.call('GET', KEYS[2])
 local state = 'pending'
 if hit then
   state = 'completed'
-elseif ARGV[4] ~= '' and tonumber(ARGV[6]) > 0 then
-  if tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > tonumber(ARGV[6]) then return {-1, ''} end
-  redis.call('INCR', KEYS[3])
+elseif ARGV[4] ~= '' then
+  local now = clock()
+  prune(KEYS[3], KEYS[4], KEYS[5], now)
+  local q = tonumber(ARGV[6])
+  if q > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > q then return {-1, ''} end
+  admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
 end
 redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
@@ -121,19 +113,21 @@ return out
 // active task moves to its terminal state (so a duplicate delivery or a
 // cancel that won changes and counts nothing), with its result or error
 // and completed_at, and "t:<id>" is published for long polls. Then, once
-// for the whole call, it lowers
-// the owner's pending counter by the number of tasks it ended (never below
-// zero), moves the batch's counts with one HINCRBY per state, and when
-// this call ended the batch's last task sets done_at and publishes
-// "b:<batch>".
+// for the whole call, it uncounts the tasks it ended from the owner's
+// quota (per unit: the batch, or each single task; see quotaLua), moves
+// the batch's counts with one HINCRBY per state, and when this call ended
+// the batch's last task sets done_at and publishes "b:<batch>".
 //
 // KEYS[1] batch hash (the first task hash when the tasks have no batch)
-// KEYS[2] the owner's pending counter (the first task hash when none)
-// KEYS[2+i] task i's hash, i = 1..n
+// KEYS[2..4] the owner's pending counter, open units and expiry set (the
+//
+//	first task hash thrice when none)
+//
+// KEYS[4+i] task i's hash, i = 1..n
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] "1" when the tasks belong to the batch KEYS[1]
-// ARGV[3] "1" when the tasks have an owner whose pending count to lower
+// ARGV[3] "1" when the tasks have an owner whose quota count to lower
 // ARGV[4] events channel
 // ARGV[5] batch ID ("" when none)
 // then 6 values per task i, from ARGV[6*i]:
@@ -147,13 +141,14 @@ return out
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
 // other value means it had already ended and nothing changed for it.
-var finishManyScript = redis.NewScript(`
+var finishManyScript = redis.NewScript(quotaLua + `
 local out = {}
 local delta = {}
+local ends = {}
 local ended = 0
-local n = #KEYS - 2
+local n = #KEYS - 4
 for i = 1, n do
-  local tk = KEYS[2 + i]
+  local tk = KEYS[4 + i]
   local a = 6 * i
   local cur = redis.call('HGET', tk, 'state')
   if not cur then
@@ -172,13 +167,14 @@ for i = 1, n do
     delta[cur] = (delta[cur] or 0) - 1
     delta[st] = (delta[st] or 0) + 1
     ended = ended + 1
+    local unit = ARGV[a + 1]
+    if ARGV[2] == '1' then unit = ARGV[5] end
+    ends[unit] = (ends[unit] or 0) + 1
   end
   out[i] = cur
 end
 if ended > 0 then
-  if ARGV[3] == '1' then
-    if redis.call('DECRBY', KEYS[2], ended) < 0 then redis.call('SET', KEYS[2], 0) end
-  end
+  if ARGV[3] == '1' then release(KEYS[2], KEYS[3], KEYS[4], ends) end
   if ARGV[2] == '1' then
     for st, d in pairs(delta) do
       if d ~= 0 then redis.call('HINCRBY', KEYS[1], st, d) end

@@ -60,6 +60,18 @@ type NewBatch struct {
 	// Format is the judge format the batch was submitted in ("" for JSON),
 	// so its output can be rendered in the same format.
 	Format string
+	// Units are the queued tasks that run the batch's items. They go into
+	// the batch's outbox in the same script as its records, so no batch
+	// is ever recorded without what it takes to run it (see CreateBatch).
+	Units []tasks.Unit
+	// IdempotencyKey, when set, is the caller's Idempotency-Key, claimed
+	// by ClaimIdempotency for this batch ID and BodyHash. The batch is
+	// written only while that claim is still this batch's, and the claim
+	// then lives as long as the batch.
+	IdempotencyKey, BodyHash string
+	// Quota is the owner's quota of tasks that have not ended; 0:
+	// unlimited.
+	Quota int
 }
 
 // Batch is a batch record with its counts per state.
@@ -139,52 +151,6 @@ func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
 		f = append(f, "result", string(t.Result), "cached", "1", "completed_at", now)
 	}
 	return f
-}
-
-// CreateBatch writes a batch and all its items' records in one MULTI/EXEC,
-// so a batch is either wholly recorded or not at all.
-func (s *Store) CreateBatch(ctx context.Context, nb NewBatch, items []NewTask) error {
-	batchID, owner := nb.ID, nb.Owner
-	now := ms(s.now())
-	ids := make([]any, len(items))
-	cached := 0
-	for i, t := range items {
-		ids[i] = t.ID
-		if t.Result != nil {
-			cached++
-		}
-	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		// One counter per state, named by it (GetBatch reads them back).
-		bf := []any{"total", len(items), "created_at", now,
-			string(apitype.TaskStatePending), len(items) - cached, string(apitype.TaskStateActive), 0,
-			string(apitype.TaskStateCompleted), cached, string(apitype.TaskStateFailed), 0, string(apitype.TaskStateCanceled), 0, "ended", cached}
-		if owner != "" {
-			bf = append(bf, "owner", owner)
-		}
-		if nb.Format != "" {
-			bf = append(bf, "format", nb.Format)
-		}
-		if cached == len(items) {
-			bf = append(bf, "done_at", now)
-		}
-		p.HSet(ctx, s.k.batch(batchID), bf...)
-		p.Expire(ctx, s.k.batch(batchID), s.taskTTL)
-		for start := 0; start < len(ids); start += 1000 {
-			end := min(start+1000, len(ids))
-			p.RPush(ctx, s.k.batchItems(batchID), ids[start:end]...)
-		}
-		p.Expire(ctx, s.k.batchItems(batchID), s.taskTTL)
-		for _, t := range items {
-			p.HSet(ctx, s.k.task(t.ID), s.newTaskFields(t, batchID, now)...)
-			p.Expire(ctx, s.k.task(t.ID), s.taskTTL)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store: create batch %s: %w", batchID, err)
-	}
-	return nil
 }
 
 // DeleteTasks removes records, best effort; the API uses it to undo a
@@ -384,14 +350,15 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 // creation time written to the record.
 func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
 	now := s.now()
-	ok := s.k.task(t.ID)
+	tk := s.k.task(t.ID)
+	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk}
 	if t.Owner != "" {
-		ok = s.k.ownerPending(t.Owner)
+		copy(keys[2:], s.k.owner(t.Owner))
 	}
 	var cmd *redis.Cmd
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		cmd = submitScript.EvalSha(ctx, p, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), ok},
-			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota)
+		cmd = submitScript.EvalSha(ctx, p, keys,
+			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID)
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
@@ -431,13 +398,15 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		for g, idx := range groups {
 			first := ts[idx[0]]
 			bk, batched := s.batchKey(first)
-			ok, owned := s.k.task(first.ID), "0"
+			fk := s.k.task(first.ID)
+			ok, owned := []string{fk, fk, fk}, "0"
 			if first.Owner != "" {
-				ok, owned = s.k.ownerPending(first.Owner), "1"
+				ok, owned = s.k.owner(first.Owner), "1"
 			}
-			keys := make([]string, 0, 2+len(idx))
+			keys := make([]string, 0, 4+len(idx))
 			args := make([]any, 0, 5+6*len(idx))
-			keys = append(keys, bk, ok)
+			keys = append(keys, bk)
+			keys = append(keys, ok...)
 			args = append(args, now, batched, owned, s.k.events(), first.BatchID)
 			for _, i := range idx {
 				t := ts[i]
@@ -487,7 +456,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startManyScript, finishManyScript, reserveScript, submitScript} {
+		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}

@@ -322,11 +322,16 @@ func TestChunkDeliveredTwice(t *testing.T) {
 			items[i].Result = json.RawMessage(`{"moves":0}`)
 		}
 	}
-	if err := s.ReservePending(ctx, "alice", n-cachedN+extra, 1000); err != nil {
+	for i := range extra {
+		if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: fmt.Sprintf("x%d", i), Kind: "sliding", Owner: "alice"}, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateBatch(ctx, store.NewBatch{ID: "b", Owner: "alice", Quota: 1000}, items); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateBatch(ctx, store.NewBatch{ID: "b", Owner: "alice"}, items); err != nil {
-		t.Fatal(err)
+	if p, _ := s.Pending(ctx, "alice"); p != n-cachedN+extra {
+		t.Fatalf("alice's pending count = %d after the batch, want %d", p, n-cachedN+extra)
 	}
 
 	// Count every event on the channel, from a subscription confirmed

@@ -1,0 +1,257 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// dyingEnqueuer enqueues its first `left` tasks for real and then fails
+// every call, as an API process whose enqueue is cut off half way does.
+type dyingEnqueuer struct {
+	real  *asynq.Client
+	left  atomic.Int64
+	calls atomic.Int64
+}
+
+func (d *dyingEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	d.calls.Add(1)
+	if d.left.Add(-1) < 0 {
+		return nil, errors.New("connection reset by peer")
+	}
+	return d.real.EnqueueContext(ctx, t, opts...)
+}
+
+// outboxStack is a Server on a real Redis whose enqueuer dies after
+// `enqueued` tasks, and the store and inspector to look behind it.
+type outboxStack struct {
+	srv   *Server
+	store *store.Store
+	enq   *dyingEnqueuer
+	real  *asynq.Client
+	insp  *asynq.Inspector
+}
+
+func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
+	t.Helper()
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	real := asynq.NewClientFromRedisClient(rdb)
+	enq := &dyingEnqueuer{real: real}
+	enq.left.Store(int64(enqueued))
+	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, Options{
+		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
+		ChunkSize: 10, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
+		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
+	})
+	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// outboxLimits gives every kind a minute.
+func outboxLimits() tasks.Limits {
+	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
+	for _, k := range puzzle.Kinds {
+		l.Deadline[k] = time.Minute
+	}
+	return l
+}
+
+// queued lists the task IDs on the bulk queue.
+func (s *outboxStack) queued(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for page := 1; ; page++ {
+		ts, err := s.insp.ListPendingTasks(tasks.QueueBulk, asynq.Page(page), asynq.PageSize(100))
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		for _, ti := range ts {
+			if out[ti.ID] {
+				t.Fatalf("task %s queued twice", ti.ID)
+			}
+			out[ti.ID] = true
+		}
+		if len(ts) < 100 {
+			return out
+		}
+	}
+}
+
+func (s *outboxStack) post(t *testing.T, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest("POST", "/v1/batches", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.srv.Handler().ServeHTTP(w, req)
+	return w
+}
+
+// eightPuzzles is a JSON batch of n distinct cheap items.
+func eightPuzzles(n int) string {
+	var b bytes.Buffer
+	b.WriteString(`{"tasks":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		// Distinct boards: a permutation per i (solvable or not, both
+		// are valid requests and both are cheap).
+		p := []int{1, 2, 3, 4, 5, 6, 7, 8, 0}
+		for j, k := 0, i; j < 8; j, k = j+1, k/(9-j) {
+			r := j + k%(9-j)
+			p[j], p[r] = p[r], p[j]
+		}
+		fmt.Fprintf(&b, `{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
+			p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// TestInterruptedEnqueueIsFinished: the API's enqueue is cut off after at
+// most 3 of a batch's 30 chunks. The batch was recorded with its outbox in
+// one step, so it is accepted (202); the reconciler then queues what the
+// outbox holds, each of the 30 chunks exactly once, and a second pass, or
+// a second replica without the lease, queues nothing more.
+func TestInterruptedEnqueueIsFinished(t *testing.T) {
+	t.Parallel()
+	s := newOutboxStack(t, 3)
+	w := s.post(t, eightPuzzles(300), nil)
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", w.Code, w.Body)
+	}
+	// Up to 3 got through (the failure cancels enqueues in flight); every
+	// chunk is either queued or still in the outbox, or both (queued, but
+	// its acknowledgement cut off).
+	before := len(s.queued(t))
+	ctx := context.Background()
+	batches, err := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10)
+	if err != nil || len(batches) != 1 {
+		t.Fatalf("outbox index: %v %v, want the one batch", batches, err)
+	}
+	idx, _, _, _ := s.store.OutboxUnits(ctx, batches[0])
+	left := len(idx)
+	if before > 3 || left < 27 || before+left < 30 {
+		t.Fatalf("%d chunks queued and %d in the outbox before the reconciler, want at most 3 and the rest", before, left)
+	}
+
+	// Grace 1ns: the batch counts as abandoned at once.
+	r1 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
+	r2 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
+	n, err := r1.RunOnce(ctx)
+	if err != nil || n != left {
+		t.Fatalf("reconcile: %d units, %v; want the %d in the outbox", n, err, left)
+	}
+	if n, err := r2.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("a second replica, without the lease: %d units, %v; want 0", n, err)
+	}
+	q := s.queued(t)
+	if len(q) != 30 {
+		t.Fatalf("%d chunks queued, want 30", len(q))
+	}
+	for i := range 30 {
+		if !q[tasks.ChunkTaskID(batches[0], i)] {
+			t.Errorf("chunk %d not queued under its derived ID", i)
+		}
+	}
+	if b, _ := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10); len(b) != 0 {
+		t.Fatalf("outbox index still lists %v", b)
+	}
+	if n, err := r1.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass: %d, %v", n, err)
+	}
+}
+
+// TestEnqueueTwiceMakesOneTask: a unit enqueued again, as after a crash
+// between its enqueue and its acknowledgement, is one task, and the
+// second enqueue counts as landed.
+func TestEnqueueTwiceMakesOneTask(t *testing.T) {
+	t.Parallel()
+	s := newOutboxStack(t, 1000)
+	ctx := context.Background()
+	units := []tasks.Unit{
+		{TaskID: tasks.ChunkTaskID("b", 0), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
+		{TaskID: tasks.ChunkTaskID("b", 1), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
+	}
+	var acked []int
+	ack := func(_ context.Context, _ string, idx []int) (int, error) {
+		acked = append(acked, idx...)
+		return 0, nil
+	}
+	for range 2 {
+		if n, err := enqueueUnits(ctx, s.real, ack, "b", []int{0, 1}, units, 2); err != nil || n != 2 {
+			t.Fatalf("enqueue: %d %v", n, err)
+		}
+	}
+	if q := s.queued(t); len(q) != 2 {
+		t.Fatalf("queued %v, want 2 tasks", q)
+	}
+	if len(acked) != 4 {
+		t.Fatalf("acknowledged %v, want both units twice", acked)
+	}
+}
+
+// TestReplayAnswersAcceptedBatch: a retry with the same Idempotency-Key
+// while the batch's tasks are still in its outbox replays it, since the
+// batch is being made complete, and the reconciler then queues them.
+func TestReplayAnswersAcceptedBatch(t *testing.T) {
+	t.Parallel()
+	s := newOutboxStack(t, 0) // nothing gets through: all in the outbox
+	body := eightPuzzles(25)
+	first := s.post(t, body, map[string]string{"Idempotency-Key": "k1"})
+	if first.Code != http.StatusAccepted {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	again := s.post(t, body, map[string]string{"Idempotency-Key": "k1"})
+	if again.Code != http.StatusAccepted || again.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %v %s", again.Code, again.Header(), again.Body)
+	}
+	if !bytes.Equal(first.Body.Bytes(), again.Body.Bytes()) {
+		t.Fatalf("replay answered %s, want %s", again.Body, first.Body)
+	}
+	// The batch is queued by the reconciler: the replay did not lie.
+	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond})
+	if n, err := r.RunOnce(context.Background()); err != nil || n != 3 {
+		t.Fatalf("reconcile: %d %v, want 3 chunks", n, err)
+	}
+}
+
+// claimLosingStore reports every batch write as refused for a lost
+// Idempotency-Key claim, as when a request outlives its claim.
+type claimLosingStore struct{ *store.Store }
+
+func (claimLosingStore) CreateBatch(context.Context, store.NewBatch, []store.NewTask) error {
+	return store.ErrClaimLost
+}
+
+// TestClaimLostIsInProgress: a request that outlived its claim wrote
+// nothing and is told to retry (409 in_progress), not that the service
+// failed.
+func TestClaimLostIsInProgress(t *testing.T) {
+	t.Parallel()
+	s := newOutboxStack(t, 1000)
+	s.srv.store = claimLosingStore{s.store}
+	w := s.post(t, eightPuzzles(3), map[string]string{"Idempotency-Key": "slow"})
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), `"in_progress"`) || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("claim lost: %d %v %s, want 409 in_progress with Retry-After", w.Code, w.Header(), w.Body)
+	}
+}

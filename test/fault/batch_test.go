@@ -1,0 +1,515 @@
+//go:build fault
+
+package fault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/internal/store"
+)
+
+// The tests in this file prove the batch durability contract of issue 11
+// against real processes: whatever dies when, every item of a batch that
+// was recorded runs and completes once with the exact answer, an
+// idempotent retry never answers with a batch that cannot finish, and the
+// per-key quota equals the key's unfinished items.
+
+// TestBatchDurability runs the scenarios side by side; each has its own
+// Redis, APIs and workers.
+func TestBatchDurability(t *testing.T) {
+	t.Run("group", func(t *testing.T) {
+		t.Run("APIKilledMidSubmit", func(t *testing.T) { t.Parallel(); testAPIKilledMidSubmit(t, false) })
+		t.Run("APIKilledMidSubmitIdempotent", func(t *testing.T) { t.Parallel(); testAPIKilledMidSubmit(t, true) })
+		t.Run("WorkerKilledMidChunk", func(t *testing.T) { t.Parallel(); testWorkerKilledMidChunk(t) })
+		t.Run("QuotaUnderExpiryAndCancels", func(t *testing.T) { t.Parallel(); testQuotaExpiryAndCancels(t) })
+	})
+}
+
+// The API key every scenario submits with, so the quota is in play.
+const (
+	faultOwner = "alice"
+	faultKey   = "alice-secret-key"
+)
+
+// authed is an HTTP exchange with the API key.
+func authed(t *testing.T, hc *http.Client, base, method, path string, body []byte, hdr map[string]string) (int, http.Header, []byte, error) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, base+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+faultKey)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b, err
+}
+
+// mustAuthed is authed that has to answer want.
+func mustAuthed(t *testing.T, hc *http.Client, base, method, path string, body []byte, want int) []byte {
+	t.Helper()
+	code, _, b, err := authed(t, hc, base, method, path, body, nil)
+	if err != nil || code != want {
+		t.Fatalf("%s %s: %d %v, want %d: %.300s", method, path, code, err, want, b)
+	}
+	return b
+}
+
+// batchState reads a batch's counts (no items) with the key.
+func batchState(t *testing.T, hc *http.Client, base, id string, wait time.Duration) apitype.Batch {
+	t.Helper()
+	var b apitype.Batch
+	path := "/v1/batches/" + id + "?limit=1"
+	if wait > 0 {
+		path += "&wait=" + wait.String()
+	}
+	if err := json.Unmarshal(mustAuthed(t, hc, base, "GET", path, nil, http.StatusOK), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitBatchDone long-polls until the batch is done or d passes.
+func waitBatchDone(t *testing.T, hc *http.Client, base, id string, d time.Duration) apitype.Batch {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		w := min(time.Until(deadline), 20*time.Second).Round(time.Second)
+		b := batchState(t, hc, base, id, max(w, time.Second))
+		if b.Done || time.Now().After(deadline) {
+			return b
+		}
+	}
+}
+
+// batchItems reads every item of a batch, page by page.
+func batchItems(t *testing.T, hc *http.Client, base, id string) []apitype.Task {
+	t.Helper()
+	var out []apitype.Task
+	cursor := "0"
+	for {
+		var page apitype.Batch
+		if err := json.Unmarshal(mustAuthed(t, hc, base, "GET", "/v1/batches/"+id+"?limit=1000&cursor="+cursor, nil, http.StatusOK), &page); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page.Tasks...)
+		if page.NextCursor == nil {
+			return out
+		}
+		cursor = *page.NextCursor
+	}
+}
+
+// recordCensus reads every task record in Redis and returns the batch IDs
+// recorded and how many of owner's records have not ended.
+func (c *cluster) recordCensus(t *testing.T, owner string) (batches []string, unfinished int) {
+	t.Helper()
+	ctx := context.Background()
+	iter := c.rdb.Scan(ctx, 0, "pq:batch:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if k := iter.Val(); !strings.HasSuffix(k, ":items") {
+			batches = append(batches, strings.TrimPrefix(k, "pq:batch:"))
+		}
+	}
+	var keys []string
+	iter = c.rdb.Scan(ctx, 0, "pq:task:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for start := 0; start < len(keys); start += 1000 {
+		part := keys[start:min(start+1000, len(keys))]
+		pipe := c.rdb.Pipeline()
+		for _, k := range part {
+			pipe.HMGet(ctx, k, "owner", "state")
+		}
+		cmds, err := pipe.Exec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range cmds {
+			v := cmd.(interface{ Val() []any }).Val()
+			if o, _ := v[0].(string); o != owner {
+				continue
+			}
+			if st, _ := v[1].(string); st == "pending" || st == "active" {
+				unfinished++
+			}
+		}
+	}
+	return batches, unfinished
+}
+
+// checkQuota asserts that owner's quota count equals its unfinished
+// records, and returns the count.
+func (c *cluster) checkQuota(t *testing.T, when string) int {
+	t.Helper()
+	st := store.New(c.rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	n, err := st.Pending(context.Background(), faultOwner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, unfinished := c.recordCensus(t, faultOwner)
+	if n != unfinished {
+		t.Errorf("%s: the quota counts %d unfinished tasks, the records hold %d", when, n, unfinished)
+	}
+	return n
+}
+
+// outboxLeft is how many units of a batch are not yet known to be queued.
+func (c *cluster) outboxLeft(t *testing.T, batchID string) int {
+	t.Helper()
+	n, err := c.rdb.HLen(context.Background(), "pq:outbox:"+batchID).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n)
+}
+
+// getTaskAuthed reads one task with the key.
+func (c *cluster) getTaskAuthed(t *testing.T, hc *http.Client, id string) (apitype.Task, bool) {
+	t.Helper()
+	var tr apitype.Task
+	code, _, b, err := authed(t, hc, c.api.URL(), "GET", "/v1/tasks/"+id, nil, nil)
+	if err != nil || code != http.StatusOK {
+		return tr, false
+	}
+	return tr, json.Unmarshal(b, &tr) == nil
+}
+
+// startReplica starts one more API process on the cluster's Redis.
+func (c *cluster) startReplica(t *testing.T, name string, settings map[string]string) *proc {
+	t.Helper()
+	env := map[string]string{"REDIS_URL": c.redis.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+	for k, v := range settings {
+		env[k] = v
+	}
+	return stacktest.StartProc(t, name, apiBin, env)
+}
+
+// checkItems compares a done batch's items with the local solver: every
+// one completed with the exact answer, counted once.
+func checkItems(t *testing.T, hc *http.Client, base, id string, reqs []string, o *oracle) {
+	t.Helper()
+	b := batchState(t, hc, base, id, 0)
+	want := apitype.Counts{Completed: len(reqs)}
+	if !b.Done || b.Total != len(reqs) || b.Counts != want {
+		t.Errorf("batch %s: done=%v total=%d counts=%v, want done, %d, %v", id, b.Done, b.Total, b.Counts, len(reqs), want)
+	}
+	items := batchItems(t, hc, base, id)
+	if len(items) != len(reqs) {
+		t.Fatalf("batch %s lists %d items, want %d", id, len(items), len(reqs))
+	}
+	bad := 0
+	for i, tr := range items {
+		if tr.State == "completed" && bytes.Equal(compact(tr.Result), o.expect(t, reqs[i])) {
+			continue
+		}
+		if bad++; bad <= 5 {
+			t.Errorf("batch %s item %d (%s): state %s, result %.100s, want %.100s", id, i, tr.ID, tr.State, tr.Result, o.expect(t, reqs[i]))
+		}
+	}
+	if bad > 5 {
+		t.Errorf("batch %s: %d items wrong in all", id, bad)
+	}
+}
+
+// testAPIKilledMidSubmit: two API replicas share Redis. A 10,000-item
+// batch is posted to the first, which is killed with SIGKILL while it is
+// enqueueing: after the batch was recorded (its outbox exists) and before
+// its units were all queued. CHUNK_SIZE=1 makes that enqueue 10,000 calls
+// long, so the kill lands inside it by construction, and the test checks
+// it did. The client sees its request fail and retries on the surviving
+// replica, with or without an Idempotency-Key. The surviving replica's
+// reconciler must finish the dead one's enqueue within 5 s; every item of
+// every recorded batch completes once with the exact answer; a replay
+// answers with the recorded batch and nothing else is created; and the
+// quota count ends at zero.
+func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "1",
+		"RATE_LIMIT_BURST": "1000", "MAX_PENDING_PER_KEY": "100000"}
+	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings})
+	survivor := c.startReplica(t, "api2", settings)
+	hc := &http.Client{Timeout: 60 * time.Second}
+	o := newOracle()
+	reqs := eightPuzzles(10000, 11)
+	body := batchBody(reqs)
+	hdr := map[string]string{}
+	if idempotent {
+		hdr["Idempotency-Key"] = "retry-me"
+	}
+
+	// Watch the outbox from before the request, and kill once the API has
+	// queued some of the batch's units (they leave the outbox) but not
+	// all: mid enqueue, so the reconciler meets both kinds.
+	ctx := context.Background()
+	recorded := make(chan string, 1)
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			ids, err := c.rdb.ZRange(ctx, "pq:outbox", 0, 0).Result()
+			if err != nil || len(ids) == 0 {
+				continue
+			}
+			if n, err := c.rdb.HLen(ctx, "pq:outbox:"+ids[0]).Result(); err == nil && n < int64(len(reqs)) {
+				c.api.Signal(t, syscall.SIGKILL)
+				recorded <- ids[0]
+				return
+			}
+		}
+		close(recorded)
+	}()
+	type answer struct {
+		code int
+		err  error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		code, _, _, err := authed(t, hc, c.api.URL(), "POST", "/v1/batches", body, hdr)
+		first <- answer{code, err}
+	}()
+	batchID, ok := <-recorded
+	if !ok {
+		t.Fatal("the batch was never recorded, so the kill never happened")
+	}
+	killedAt := time.Now()
+	c.api.WaitExit(5 * time.Second)
+	left := c.outboxLeft(t, batchID)
+	queuedAtKill := c.queued()
+	t.Logf("killed the API mid enqueue: %d of 10000 units still in the outbox, %d tasks queued", left, queuedAtKill)
+	if left == 0 {
+		t.Fatal("precondition: the kill landed after the enqueue had finished; nothing was interrupted")
+	}
+	if a := <-first; a.err == nil && a.code == http.StatusAccepted {
+		t.Fatalf("precondition: the killed API answered %d", a.code)
+	}
+
+	// The client retries on the surviving replica, as a load balancer
+	// would send it.
+	code, h, b, err := authed(t, hc, survivor.URL(), "POST", "/v1/batches", body, hdr)
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("retry: %d %v: %.300s", code, err, b)
+	}
+	retryID, _ := decodeBatchAck(t, b)
+	if idempotent {
+		if retryID != batchID || h.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry with the same Idempotency-Key answered batch %s (replayed %q), want the recorded %s",
+				retryID, h.Get("Idempotent-Replayed"), batchID)
+		}
+	} else if retryID == batchID {
+		t.Fatal("a retry without a key answered with the first batch")
+	}
+
+	// The survivor's reconciler finishes the dead replica's enqueue.
+	if !pollUntil(30*time.Second, 20*time.Millisecond, func() bool { return c.outboxLeft(t, batchID) == 0 }) {
+		t.Fatalf("the outbox still holds %d units 30s after the kill", c.outboxLeft(t, batchID))
+	}
+	reconciled := time.Since(killedAt)
+	t.Logf("FIGURES api_kill idempotent=%v units_left_at_kill=%d reconciled_after=%v", idempotent, left, reconciled.Round(10*time.Millisecond))
+	if reconciled > 5*time.Second {
+		t.Errorf("the interrupted enqueue was finished %v after the kill, want within 5s", reconciled)
+	}
+	c.checkQuota(t, "after the reconciler ran, before any worker")
+
+	c.startWorker(nil)
+	c.startWorker(nil)
+	want := []string{batchID}
+	if !idempotent {
+		want = append(want, retryID)
+	}
+	for _, id := range want {
+		if b := waitBatchDone(t, hc, survivor.URL(), id, 120*time.Second); !b.Done {
+			t.Fatalf("batch %s not done after 120s: %v", id, b.Counts)
+		}
+		checkItems(t, hc, survivor.URL(), id, reqs, o)
+	}
+	if batches, _ := c.recordCensus(t, faultOwner); len(batches) != len(want) {
+		t.Errorf("Redis holds batches %v, want exactly %v", batches, want)
+	}
+	if n := c.checkQuota(t, "after every batch completed"); n != 0 {
+		t.Errorf("the quota still counts %d tasks with every batch done", n)
+	}
+}
+
+// testWorkerKilledMidChunk: a worker is killed with SIGKILL while it runs
+// a chunk: its items are active (perhaps some already written). At that
+// moment, and after asynq has recovered the chunk on another worker, the
+// quota count equals the unfinished records; in the end every item
+// completed once with the exact answer, and the items written before the
+// kill did not run again. The worker runs one task at a time, and polling
+// the batch's counts every millisecond kills it as soon as a chunk's items
+// turn active: a chunk of 20 fills of 300x300 stays active for about
+// 100 ms, so the kill lands mid chunk by construction; the test checks it.
+func testWorkerKilledMidChunk(t *testing.T) {
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "20", "RATE_LIMIT_BURST": "1000",
+		"MAX_BATCH_BODY_BYTES": "32Mi"}
+	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
+		worker: map[string]string{"WORKER_CONCURRENCY": "1"}})
+	hc := &http.Client{Timeout: 60 * time.Second}
+	o := newOracle()
+	reqs := randomFills(40, 300, 5)
+	victim := c.startWorker(nil)
+	var ack struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(mustAuthed(t, hc, c.api.URL(), "POST", "/v1/batches", batchBody(reqs), http.StatusAccepted), &ack); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	if !pollUntil(60*time.Second, time.Millisecond, func() bool {
+		if n, err := c.rdb.HGet(ctx, "pq:batch:"+ack.ID, "active").Int(); err == nil && n > 0 {
+			victim.Signal(t, syscall.SIGKILL)
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("never saw a chunk active (batch %v)", batchState(t, hc, c.api.URL(), ack.ID, 0).Counts)
+	}
+	victim.WaitExit(5 * time.Second)
+	// The dead worker's chunk stays in asynq's active list until its lease
+	// runs out.
+	var held []string
+	doneAtKill := map[string]bool{}
+	for _, ti := range c.activeTasks() {
+		held = itemsOf(ti)
+	}
+	for _, id := range held {
+		if st, _ := c.rdb.HGet(ctx, "pq:task:"+id, "state").Result(); st == "completed" {
+			doneAtKill[id] = true
+		}
+	}
+	if len(held) == 0 || len(doneAtKill) == len(held) {
+		t.Fatalf("precondition: the killed worker held %d items, %d of them written; want some unwritten", len(held), len(doneAtKill))
+	}
+	n := c.checkQuota(t, "right after the worker was killed")
+	t.Logf("killed the worker holding a chunk of %d items (%d already written); the key's unfinished count is %d",
+		len(held), len(doneAtKill), n)
+	if n == 0 {
+		t.Fatal("precondition: nothing was unfinished at the kill")
+	}
+
+	c.startWorker(nil)
+	// asynq requeues the dead worker's chunk once its lease (30 s) and the
+	// recoverer's cutoff have passed: up to about 2 minutes.
+	if b := waitBatchDone(t, hc, c.api.URL(), ack.ID, 200*time.Second); !b.Done {
+		t.Fatalf("batch not done 200s after the kill: %v", b.Counts)
+	}
+	checkItems(t, hc, c.api.URL(), ack.ID, reqs, o)
+	// The redelivered chunk skipped the items already written and ran the
+	// rest again.
+	reran := 0
+	for _, id := range held {
+		tr, _ := c.getTaskAuthed(t, hc, id)
+		switch {
+		case doneAtKill[id] && tr.Attempts != 1:
+			t.Errorf("item %s was written before the kill but ran %d times", id, tr.Attempts)
+		case tr.Attempts >= 2:
+			reran++
+		}
+	}
+	if reran == 0 {
+		t.Error("no item of the killed chunk ran again")
+	}
+	if n := c.checkQuota(t, "after the batch completed"); n != 0 {
+		t.Errorf("the quota still counts %d tasks with the batch done", n)
+	}
+}
+
+// testQuotaExpiryAndCancels: with a quota of 100, records that live 3 s and
+// no worker at first, a key's count follows its unfinished records
+// through submissions, a refusal, cancels of items and of a whole batch,
+// and expiry of records that never ran; after expiry the whole quota is
+// free again, and the expired batches' chunks, when a worker finally runs
+// them, change nothing.
+func testQuotaExpiryAndCancels(t *testing.T) {
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "8", "RATE_LIMIT_BURST": "1000",
+		"MAX_PENDING_PER_KEY": "100", "TASK_TTL": "3s"}
+	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
+		worker: map[string]string{"TASK_TTL": "3s"}})
+	hc := &http.Client{Timeout: 30 * time.Second}
+	base := c.api.URL()
+	submit := func(reqs []string, want int) (string, []string) {
+		t.Helper()
+		code, _, b, err := authed(t, hc, base, "POST", "/v1/batches", batchBody(reqs), nil)
+		if err != nil || code != want {
+			t.Fatalf("POST /v1/batches of %d: %d %v, want %d: %.200s", len(reqs), code, err, want, b)
+		}
+		if want != http.StatusAccepted {
+			return "", nil
+		}
+		return decodeBatchAck(t, b)
+	}
+	reqs := eightPuzzles(200, 3)
+	_, ids1 := submit(reqs[:60], http.StatusAccepted)
+	b2, _ := submit(reqs[60:90], http.StatusAccepted)
+	if n := c.checkQuota(t, "after two batches"); n != 90 {
+		t.Fatalf("count %d after 90 items, want 90", n)
+	}
+	submit(reqs[90:101], http.StatusTooManyRequests) // 90 + 11 > 100
+	for _, id := range ids1[:10] {
+		mustAuthed(t, hc, base, "DELETE", "/v1/tasks/"+id, nil, http.StatusOK)
+	}
+	mustAuthed(t, hc, base, "DELETE", "/v1/tasks/"+ids1[0], nil, http.StatusConflict) // twice: counted once
+	if n := c.checkQuota(t, "after cancelling 10 items"); n != 80 {
+		t.Errorf("count %d, want 80", n)
+	}
+	mustAuthed(t, hc, base, "DELETE", "/v1/batches/"+b2, nil, http.StatusOK)
+	if n := c.checkQuota(t, "after cancelling a batch"); n != 50 {
+		t.Errorf("count %d, want 50", n)
+	}
+	// The 50 left never run: no worker. Once their records expire the
+	// quota is whole again.
+	if !pollUntil(10*time.Second, 100*time.Millisecond, func() bool {
+		_, unfinished := c.recordCensus(t, faultOwner)
+		return unfinished == 0
+	}) {
+		t.Fatal("records did not expire within 10s of a 3s TTL")
+	}
+	if n := c.checkQuota(t, "after the records expired"); n != 0 {
+		t.Errorf("count %d after every record expired, want 0", n)
+	}
+	// The expired batch's chunks are still queued; a worker now runs
+	// them, finds no records and counts nothing.
+	if c.queued() == 0 {
+		t.Fatal("precondition: the expired batch's chunks are not queued")
+	}
+	c.startWorker(nil)
+	if !pollUntil(20*time.Second, 50*time.Millisecond, func() bool { return c.queued() == 0 && len(c.activeTasks()) == 0 }) {
+		t.Fatal("the queue did not drain")
+	}
+	if n := c.checkQuota(t, "after the expired chunks ran"); n != 0 {
+		t.Errorf("count %d, want 0", n)
+	}
+	// The whole quota is free, and a new batch of all of it completes
+	// (before its own 3 s are up).
+	b3, _ := submit(reqs[100:200], http.StatusAccepted)
+	if b := waitBatchDone(t, hc, base, b3, 20*time.Second); !b.Done {
+		t.Fatalf("the new batch did not finish: %v", b.Counts)
+	}
+	if n := c.checkQuota(t, "after the worker ran everything"); n != 0 {
+		t.Errorf("count %d with nothing unfinished, want 0", n)
+	}
+}
