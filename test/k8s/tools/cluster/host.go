@@ -126,7 +126,7 @@ func setupNetwork(ctx context.Context, e env) error {
     "ipam": {
       "type": "host-local",
       "dataDir": %q,
-      "ranges": [[{"subnet": %q, "rangeStart": "10.217.1.0", "gateway": %q}]],
+      "ranges": [[{"subnet": %q, "rangeStart": "10.217.1.1", "gateway": %q}]],
       "routes": [{"dst": "0.0.0.0/0"}]
     }
   }, {"type": "loopback"}]
@@ -179,15 +179,34 @@ func sweepIPTables(ctx context.Context) error {
 
 // normaliseIPTables drops comments and counters from iptables-save output
 // so that two snapshots compare equal when the rules are.
+//
+// A table that holds no rule and only built-in chains with policy ACCEPT
+// is left out: it is what an unused table looks like, and iptables-save
+// omits a table nobody has touched.
 func normaliseIPTables(s string) string {
 	var b strings.Builder
 	counters := regexp.MustCompile(`\[\d+:\d+\]`)
+	var table []string
+	empty := true
 	for _, line := range strings.Split(s, "\n") {
 		if strings.HasPrefix(line, "#") || line == "" {
 			continue
 		}
-		b.WriteString(counters.ReplaceAllString(line, "[0:0]"))
-		b.WriteByte('\n')
+		line = counters.ReplaceAllString(line, "[0:0]")
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table, empty = []string{line}, true
+		case line == "COMMIT":
+			if !empty {
+				b.WriteString(strings.Join(append(table, line), "\n") + "\n")
+			}
+			table = nil
+		default:
+			table = append(table, line)
+			if !(strings.HasPrefix(line, ":") && strings.HasSuffix(line, " ACCEPT [0:0]")) {
+				empty = false
+			}
+		}
 	}
 	return b.String()
 }

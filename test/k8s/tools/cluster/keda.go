@@ -39,8 +39,18 @@ func installKEDACRDs(ctx context.Context, e env) error {
 	if _, err := kubectl(ctx, e, "apply", "--server-side", "-f", filepath.Join(dir, "config", "crd", "bases")); err != nil {
 		return err
 	}
-	_, err = kubectl(ctx, e, "wait", "--for=condition=Established", "--timeout=60s", "crd/scaledobjects.keda.sh", "crd/triggerauthentications.keda.sh")
-	return err
+	return waitFor(ctx, "KEDA's CRDs established", 60*time.Second, func() error {
+		for _, crd := range []string{"scaledobjects.keda.sh", "scaledjobs.keda.sh", "triggerauthentications.keda.sh", "clustertriggerauthentications.keda.sh"} {
+			out, err := kubectl(ctx, e, "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+			if err != nil {
+				return err
+			}
+			if out != "True" {
+				return fmt.Errorf("%s Established=%q", crd, out)
+			}
+		}
+		return nil
+	})
 }
 
 // kedaBinaries maps each KEDA image (by repository) to the binary that

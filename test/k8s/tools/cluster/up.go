@@ -157,6 +157,8 @@ func startControlPlane(ctx context.Context, e env) error {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file="+p("front-proxy-client.crt"), "--proxy-client-key-file="+p("front-proxy-client.key"),
 		"--enable-aggregator-routing=true",
+		// The node name is not in any DNS: the kubelet is reached by its IP.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
 	); err != nil {
 		return err
