@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,21 +151,58 @@ func newOracle() *oracle { return &oracle{want: map[string][]byte{}} }
 func (o *oracle) answer(t testing.TB, req string) []byte {
 	t.Helper()
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if w, ok := o.want[req]; ok {
+	w, ok := o.want[req]
+	o.mu.Unlock()
+	if ok {
 		return w
 	}
+	w, err := solveLocal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	o.want[req] = w
+	o.mu.Unlock()
+	return w
+}
+
+func solveLocal(req string) ([]byte, error) {
 	p, err := puzzle.Decode([]byte(req))
 	if err != nil {
-		t.Fatalf("decode %.80s: %v", req, err)
+		return nil, fmt.Errorf("decode %.80s: %w", req, err)
 	}
 	res, err := p.Solve(context.Background())
 	if err != nil {
-		t.Fatalf("solve %.80s locally: %v", req, err)
+		return nil, fmt.Errorf("solve %.80s locally: %w", req, err)
 	}
-	w := compact(res)
-	o.want[req] = w
-	return w
+	return compact(res), nil
+}
+
+// prefetch solves reqs locally in the background, on two goroutines,
+// while the cluster works on the same requests; answer then finds them.
+func (o *oracle) prefetch(reqs []string) {
+	var next atomic.Int64
+	for range 2 {
+		go func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(reqs) {
+					return
+				}
+				o.mu.Lock()
+				_, ok := o.want[reqs[i]]
+				o.mu.Unlock()
+				if ok {
+					continue
+				}
+				if w, err := solveLocal(reqs[i]); err == nil {
+					o.mu.Lock()
+					o.want[reqs[i]] = w
+					o.mu.Unlock()
+				}
+			}
+		}()
+	}
 }
 
 func compact(b []byte) []byte {
@@ -202,40 +240,50 @@ func eightPuzzles(n int, seed int64) []string {
 }
 
 // fifteenPuzzles returns n distinct 4x4 boards, each a random walk of
-// walk moves from the goal: a search each (one task per item, on the
-// bulk queue), of a difficulty set by walk.
-func fifteenPuzzles(n, walk int, seed int64) []string {
+// walk moves from the goal.
+func fifteenPuzzles(n, walk int, seed int64) []string { return slidingWalks(n, 4, walk, seed) }
+
+// slidingWalks returns n distinct size x size boards, each a random walk
+// of walk moves from the goal: a search each (one task per item on the
+// bulk queue, not a chunk), of a difficulty set by size and walk.
+func slidingWalks(n, size, walk int, seed int64) []string {
 	rng := rand.New(rand.NewSource(seed))
-	seen := map[[16]int]bool{}
+	cells := size * size
+	seen := map[string]bool{}
 	var out []string
 	for len(out) < n {
-		var b [16]int
-		for i := range 15 {
+		b := make([]int, cells)
+		for i := range cells - 1 {
 			b[i] = i + 1
 		}
-		blank, prev := 15, -1
+		blank, prev := cells-1, -1
 		for range walk {
-			r, c := blank/4, blank%4
+			r, c := blank/size, blank%size
 			var next []int
 			for _, d := range [][2]int{{-1, 0}, {1, 0}, {0, -1}, {0, 1}} {
 				nr, nc := r+d[0], c+d[1]
-				if nr >= 0 && nr < 4 && nc >= 0 && nc < 4 && nr*4+nc != prev {
-					next = append(next, nr*4+nc)
+				if nr >= 0 && nr < size && nc >= 0 && nc < size && nr*size+nc != prev {
+					next = append(next, nr*size+nc)
 				}
 			}
 			to := next[rng.Intn(len(next))]
 			b[blank], b[to] = b[to], b[blank]
 			prev, blank = blank, to
 		}
-		if seen[b] {
+		rows := make([]string, size)
+		for r := range size {
+			cs := make([]string, size)
+			for c := range size {
+				cs[c] = strconv.Itoa(b[r*size+c])
+			}
+			rows[r] = "[" + strings.Join(cs, ",") + "]"
+		}
+		req := `{"kind":"sliding","puzzle":{"board":[` + strings.Join(rows, ",") + `]}}`
+		if seen[req] {
 			continue
 		}
-		seen[b] = true
-		rows := make([]string, 4)
-		for r := range 4 {
-			rows[r] = fmt.Sprintf("[%d,%d,%d,%d]", b[r*4], b[r*4+1], b[r*4+2], b[r*4+3])
-		}
-		out = append(out, `{"kind":"sliding","puzzle":{"board":[`+strings.Join(rows, ",")+`]}}`)
+		seen[req] = true
+		out = append(out, req)
 	}
 	return out
 }

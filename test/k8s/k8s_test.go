@@ -131,11 +131,10 @@ func testPromote(t *testing.T, o *oracle) {
 func testWorkerKilled(t *testing.T, o *oracle) {
 	c := api(t)
 	ctx := context.Background()
-	// Enough 15-puzzle searches that the batch outlives the kill.
-	reqs := append(fifteenPuzzles(300, 46, 5), eightPuzzles(5000, 6)...)
-	for _, r := range reqs[:300] {
-		o.answer(t, r)
-	}
+	// Enough 15-puzzle searches (near-random boards, about 15 ms each
+	// here) that the batch outlives the kill by far.
+	reqs := append(fifteenPuzzles(1500, 500, 5), eightPuzzles(5000, 6)...)
+	o.prefetch(reqs)
 	start := time.Now()
 	sub, err := c.SubmitBatch(ctx, raw(reqs), "")
 	if err != nil {
@@ -166,6 +165,12 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 	}
 	killedAt := time.Now()
 	kubectl(t, "-n", ns, "delete", "pod", victim, "--force", "--grace-period=0")
+	// The kill must have cut the batch short, or it proves nothing.
+	if b, err := c.GetBatch(ctx, sub.ID, "", 1, 0); err != nil || b.Done {
+		t.Fatalf("batch after the kill: done=%v err=%v: the kill came too late to test anything", b != nil && b.Done, err)
+	} else {
+		t.Logf("just after the kill: %+v", b.Counts)
+	}
 	b := waitBatch(t, c, sub.ID, 10*time.Minute)
 	figure(t, "worker force-deleted mid-batch: batch of %d done %.1fs after the kill (%.1fs in all), counts %+v",
 		len(reqs), time.Since(killedAt).Seconds(), time.Since(start).Seconds(), b.Counts)
@@ -177,9 +182,7 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 // every task must complete with its exact answer.
 func testRollingRestart(t *testing.T, o *oracle) {
 	reqs := eightPuzzles(20000, 7)
-	for _, r := range reqs[:2000] {
-		o.answer(t, r)
-	}
+	o.prefetch(reqs[:2000])
 	var (
 		next, failed, retried, done atomic.Int64
 		mu                          sync.Mutex
