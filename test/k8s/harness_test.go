@@ -180,10 +180,21 @@ func solveLocal(req string) ([]byte, error) {
 
 // prefetch solves reqs locally in the background, on two goroutines,
 // while the cluster works on the same requests; answer then finds them.
-func (o *oracle) prefetch(reqs []string) {
+func (o *oracle) prefetch(reqs []string) { o.solveAll(reqs, false) }
+
+// solveAll solves reqs on two goroutines, waiting for them if wait.
+func (o *oracle) solveAll(reqs []string, wait bool) {
 	var next atomic.Int64
+	var wg sync.WaitGroup
+	defer func() {
+		if wait {
+			wg.Wait()
+		}
+	}()
 	for range 2 {
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(reqs) {

@@ -19,9 +19,9 @@ func testKEDA(t *testing.T, o *oracle) {
 		t.Fatalf("workers do not settle at minReplicaCount 1: %v", err)
 	}
 	c := api(t)
-	// Near-random 15-puzzles, about 15 ms of CPU each here: minutes of
-	// work for one worker, far over the bulk trigger's listLength of 50.
-	reqs := fifteenPuzzles(2500, 500, 8)
+	// 15-puzzles of about 15 ms of CPU each here: minutes of work for one
+	// worker, far over the bulk trigger's listLength of 50.
+	reqs := fifteenPuzzles(4000, 200, 8)
 	o.prefetch(reqs)
 	start := time.Now()
 	sub, err := c.SubmitBatch(context.Background(), raw(reqs), "")
