@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,28 @@ func testServerSideChecks(t *testing.T) {
 	labels := kubectl(t, "get", "ns", ns, "-o", "jsonpath={.metadata.labels}")
 	if !strings.Contains(labels, `"pod-security.kubernetes.io/enforce":"restricted"`) {
 		t.Fatalf("namespace %s does not enforce restricted: %s", ns, labels)
+	}
+	// The checks can fail: the same overlays, each broken in one way the
+	// API server (and not our decoding) must catch.
+	for _, c := range []struct{ overlay, from, to, want string }{
+		{"dev", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "PodSecurity"},
+		{"prod", "pollingInterval: 5", `pollingInterval: "5"`, "pollingInterval"},
+		{"prod-hpa", "averageUtilization: 70", "averageUtilization: -1", "averageUtilization"},
+	} {
+		rendered := kubectl(t, "kustomize", repo+"/deploy/k8s/overlays/"+c.overlay)
+		if !strings.Contains(rendered, c.from) {
+			t.Fatalf("%s has no %q to break", c.overlay, c.from)
+		}
+		f := t.TempDir() + "/broken.yaml"
+		if err := os.WriteFile(f, []byte(strings.Replace(rendered, c.from, c.to, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kubectlErr("apply", "--dry-run=server", "--warnings-as-errors", "-f", f)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with %q: the server-side check said %v, want an error naming %s", c.overlay, c.to, err, c.want)
+		} else {
+			t.Logf("%s with %q refused: %.200s", c.overlay, c.to, err)
+		}
 	}
 }
 
