@@ -46,6 +46,7 @@ func down(e env) error {
 		step("delete bridge", err)
 	}
 	step("restore host", restoreHost(ctx, e))
+	step("verify", verifyClean(ctx, e))
 	// Keep the logs of the last run for whoever debugs it.
 	if _, err := os.Stat(e.path("logs")); err == nil {
 		last := filepath.Join(e.cache, "last-logs")
@@ -206,6 +207,40 @@ func unmountAll(e env) error {
 	}
 	if ms := ourMounts(e.state); len(ms) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v", ms))
+	}
+	return errors.Join(errs...)
+}
+
+// verifyClean checks that nothing of the cluster is left on the host:
+// no process of it, no chain of it in any table, no bridge, no pod
+// cgroup, no mount under the state directory.
+func verifyClean(ctx context.Context, e env) error {
+	var errs []error
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		out, err := output(ctx, "", fam+"-save")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if m := ourChain.FindString(out); m != "" {
+			errs = append(errs, fmt.Errorf("%s still has chain %s", fam, m))
+		}
+	}
+	if _, err := output(ctx, "", "ip", "link", "show", bridgeName); err == nil {
+		errs = append(errs, fmt.Errorf("bridge %s still exists", bridgeName))
+	}
+	if roots := cgroupRoots(); len(roots) > 0 {
+		errs = append(errs, fmt.Errorf("pod cgroups remain: %v", roots))
+	}
+	if ms := ourMounts(e.state); len(ms) > 0 {
+		errs = append(errs, fmt.Errorf("mounts remain: %v", ms))
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), e.state+"/") {
+			errs = append(errs, fmt.Errorf("process %s still runs: %.120s", filepath.Base(filepath.Dir(p)), strings.ReplaceAll(string(b), "\x00", " ")))
+		}
 	}
 	return errors.Join(errs...)
 }
