@@ -73,6 +73,9 @@ func kedaKustomization(ctx context.Context, e env) (string, error) {
 	if err := os.RemoveAll(dst); err != nil {
 		return "", err
 	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
 	if _, err := output(ctx, "", "cp", "-r", filepath.Join(src, "config"), filepath.Join(dst, "config")); err != nil {
 		return "", err
 	}
@@ -121,8 +124,15 @@ func installKEDA(ctx context.Context, e env) error {
 	if _, err := kubectl(ctx, e, "apply", "--server-side", "--force-conflicts", "-k", dir); err != nil {
 		return err
 	}
-	for _, d := range []string{"keda-operator", "keda-operator-metrics-apiserver", "keda-admission-webhooks"} {
-		if _, err := kubectl(ctx, e, "-n", "keda", "rollout", "status", "deploy/"+d, "--timeout=180s"); err != nil {
+	deps, err := kubectl(ctx, e, "-n", "keda", "get", "deploy", "-o", "name")
+	if err != nil {
+		return err
+	}
+	if len(strings.Fields(deps)) != len(kedaBinaries) {
+		return fmt.Errorf("KEDA's manifests made %q, want one Deployment per image (%d)", deps, len(kedaBinaries))
+	}
+	for _, d := range strings.Fields(deps) {
+		if _, err := kubectl(ctx, e, "-n", "keda", "rollout", "status", d, "--timeout=180s"); err != nil {
 			return err
 		}
 	}
