@@ -645,6 +645,11 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 		if lo == 0 && ptrOr(so.Spec.CooldownPeriod, 0) <= 0 {
 			bad("%s: minReplicaCount 0 and no cooldownPeriod", id)
 		}
+		// KEDA's admission webhook warns about both, which fails
+		// `kubectl apply --warnings-as-errors` (test/k8s).
+		if lo > 0 && (so.Spec.CooldownPeriod != nil || so.Spec.PollingInterval != nil) {
+			bad("%s: cooldownPeriod or pollingInterval set with minReplicaCount %d: KEDA ignores them for scaling and warns", id, lo)
+		}
 		if a := so.Spec.Advanced; a == nil || a.HorizontalPodAutoscalerConfig == nil || a.HorizontalPodAutoscalerConfig.Behavior == nil ||
 			a.HorizontalPodAutoscalerConfig.Behavior.ScaleDown == nil || a.HorizontalPodAutoscalerConfig.Behavior.ScaleDown.StabilizationWindowSeconds == nil {
 			bad("%s: no advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSeconds: the scale-down delay would be the HPA's unstated default", id)

@@ -54,7 +54,7 @@ func testServerSideChecks(t *testing.T) {
 	// API server (and not our decoding) must catch.
 	for _, c := range []struct{ overlay, from, to, want string }{
 		{"dev", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "PodSecurity"},
-		{"prod", "pollingInterval: 5", `pollingInterval: "5"`, "pollingInterval"},
+		{"prod", "maxReplicaCount: 20", `maxReplicaCount: "20"`, "maxReplicaCount"},
 		{"prod-hpa", "averageUtilization: 70", "averageUtilization: -1", "averageUtilization"},
 	} {
 		rendered := kubectl(t, "kustomize", repo+"/deploy/k8s/overlays/"+c.overlay)
