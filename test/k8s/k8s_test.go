@@ -29,6 +29,7 @@ func TestCluster(t *testing.T) {
 		{"Dev", func(t *testing.T) { testDev(t, o) }},
 		{"PromoteDevToProd", func(t *testing.T) { testPromote(t, o) }},
 		{"Hardening", testHardening},
+		{"ProdSmall", testProdSmall},
 		{"WorkerKilledMidBatch", func(t *testing.T) { testWorkerKilled(t, o) }},
 		{"RollingRestart", func(t *testing.T) { testRollingRestart(t, o) }},
 		{"Disruptions", testDisruptions},
@@ -147,6 +148,18 @@ func testPromote(t *testing.T, o *oracle) {
 		}
 	}
 	submitAndCheck(t, c, o, eightPuzzles(10, 4))
+}
+
+// testProdSmall applies test/k8s/overlays/prod-small over prod: the
+// same manifests with worker requests and a paused KEDA that fit this
+// node, for the stages that kill and roll pods.
+func testProdSmall(t *testing.T) {
+	d := deploy(t, "test/k8s/overlays/prod-small")
+	if err := poll(2*time.Minute, func() error { return workerReplicas(t, 2) }); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "-n", ns, "rollout", "status", "deploy/worker", "--timeout=3m")
+	figure(t, "prod-small (prod, workers paused at 2) Ready %.1fs after kubectl apply over prod", d.Seconds())
 }
 
 // testWorkerKilled force-deletes a worker pod (SIGKILL, no grace) while a
