@@ -169,7 +169,7 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 	ctx := context.Background()
 	// Enough 15-puzzle searches (about 15 ms each here) that the batch
 	// outlives the kill by far.
-	reqs := append(fifteenPuzzles(2000, 200, 5), eightPuzzles(5000, 6)...)
+	reqs := append(fifteenPuzzles(1200, 200, 5), eightPuzzles(5000, 6)...)
 	o.prefetch(reqs)
 	start := time.Now()
 	sub, err := c.SubmitBatch(ctx, raw(reqs), "")
@@ -218,11 +218,11 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 // every task must complete with its exact answer.
 func testRollingRestart(t *testing.T, o *oracle) {
 	// Clients go on until both restarts are over (at most 20,000 tasks);
-	// every fourth task is a 15-puzzle search, so workers are mid-task
+	// every eighth task is a 15-puzzle search, so workers are mid-task
 	// when they get SIGTERM.
-	reqs := eightPuzzles(15000, 7)
-	for i, r := range fifteenPuzzles(5000, 200, 17) {
-		reqs = append(reqs[:i*4+3], append([]string{r}, reqs[i*4+3:]...)...)
+	reqs := eightPuzzles(17500, 7)
+	for i, r := range fifteenPuzzles(2500, 200, 17) {
+		reqs = append(reqs[:i*8+7], append([]string{r}, reqs[i*8+7:]...)...)
 	}
 	var (
 		next, failed, retried, done atomic.Int64
