@@ -294,7 +294,7 @@ func testRollingRestart(t *testing.T, o *oracle) {
 	figure(t, "rolling restarts under load: %d tasks submitted and completed exactly, %d failed requests, %d client retries",
 		done.Load(), failed.Load(), retried.Load())
 	if failed.Load() > 0 {
-		t.Fatalf("%d failed requests during the rolling restarts:\n%s", failed.Load(), strings.Join(errs, "\n"))
+		t.Fatalf("%d failed requests during the rolling restarts: %s", failed.Load(), strings.Join(errs, " | "))
 	}
 	if done.Load() == 0 {
 		t.Fatal("no task completed during the restarts")
