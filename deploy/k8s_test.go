@@ -56,6 +56,13 @@ type scaledObject struct {
 		} `json:"scaleTargetRef"`
 		PollingInterval *int32 `json:"pollingInterval,omitempty"`
 		CooldownPeriod  *int32 `json:"cooldownPeriod,omitempty"`
+		Advanced        *struct {
+			HorizontalPodAutoscalerConfig *struct {
+				Name     string                                         `json:"name,omitempty"`
+				Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior,omitempty"`
+			} `json:"horizontalPodAutoscalerConfig,omitempty"`
+			RestoreToOriginalReplicaCount bool `json:"restoreToOriginalReplicaCount,omitempty"`
+		} `json:"advanced,omitempty"`
 		MinReplicaCount *int32 `json:"minReplicaCount,omitempty"`
 		MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
 		Triggers        []struct {
@@ -632,8 +639,20 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 		if so.Spec.MinReplicaCount == nil || so.Spec.MaxReplicaCount == nil || lo < 1 || hi < lo {
 			bad("%s: want minReplicaCount >= 1 and maxReplicaCount >= it, got %d and %d", id, lo, hi)
 		}
-		if ptrOr(so.Spec.CooldownPeriod, 0) <= 0 {
-			bad("%s: no cooldownPeriod", id)
+		// KEDA's cooldownPeriod governs only the step from 1 to 0; above
+		// minReplicaCount the HPA KEDA manages scales down after its own
+		// stabilization window, which the ScaledObject must state.
+		if lo == 0 && ptrOr(so.Spec.CooldownPeriod, 0) <= 0 {
+			bad("%s: minReplicaCount 0 and no cooldownPeriod", id)
+		}
+		// KEDA's admission webhook warns about both, which fails
+		// `kubectl apply --warnings-as-errors` (test/k8s).
+		if lo > 0 && (so.Spec.CooldownPeriod != nil || so.Spec.PollingInterval != nil) {
+			bad("%s: cooldownPeriod or pollingInterval set with minReplicaCount %d: KEDA ignores them for scaling and warns", id, lo)
+		}
+		if a := so.Spec.Advanced; a == nil || a.HorizontalPodAutoscalerConfig == nil || a.HorizontalPodAutoscalerConfig.Behavior == nil ||
+			a.HorizontalPodAutoscalerConfig.Behavior.ScaleDown == nil || a.HorizontalPodAutoscalerConfig.Behavior.ScaleDown.StabilizationWindowSeconds == nil {
+			bad("%s: no advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSeconds: the scale-down delay would be the HPA's unstated default", id)
 		}
 		var lists []string
 		for _, tr := range so.Spec.Triggers {
