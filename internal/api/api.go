@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -69,9 +70,21 @@ type Options struct {
 	ChunkSize int
 	// EnqueueParallelism bounds concurrent enqueues of one batch. Default 8.
 	EnqueueParallelism int
-	// MaxConcurrentBatches bounds batch submissions decoded at once, which
-	// bounds the memory that large bodies can take. Default 4.
-	MaxConcurrentBatches int
+	// MaxConcurrentDecodes bounds batch bodies decoded at once, which
+	// bounds the memory that decoding takes beyond the bodies themselves.
+	// A slot is taken once the body has arrived, so slow uploads hold
+	// none. Decoding is CPU work, so more slots than cores buy nothing.
+	// Default GOMAXPROCS.
+	MaxConcurrentDecodes int
+	// MaxBytesInFlight bounds the request bodies (and streamed results)
+	// held in memory at once, taken as the bytes arrive; the oldest
+	// request may exceed it by its own limit so that one always
+	// progresses. Default 32 MiB.
+	MaxBytesInFlight int64
+	// BodyReadTimeout bounds the time a request body may take to arrive;
+	// a slower one is answered 408. It does not apply to long polls,
+	// which have no body. Default 30s.
+	BodyReadTimeout time.Duration
 	// RequestTimeout bounds every request except the wait of a long poll.
 	// Default 10s.
 	RequestTimeout time.Duration
@@ -108,8 +121,14 @@ func (o *Options) setDefaults() {
 	if o.EnqueueParallelism <= 0 {
 		o.EnqueueParallelism = 8
 	}
-	if o.MaxConcurrentBatches <= 0 {
-		o.MaxConcurrentBatches = 4
+	if o.MaxConcurrentDecodes <= 0 {
+		o.MaxConcurrentDecodes = runtime.GOMAXPROCS(0)
+	}
+	if o.MaxBytesInFlight <= 0 {
+		o.MaxBytesInFlight = 32 << 20
+	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
@@ -130,16 +149,17 @@ func (o *Options) setDefaults() {
 
 // Server holds the API's dependencies. Create it with New.
 type Server struct {
-	enq      Enqueuer
-	store    Store
-	waiter   Waiter
-	opts     Options
-	log      *slog.Logger
-	metrics  *metrics
-	batchSem chan struct{}
-	keys     []keyEntry
-	draining atomic.Bool
-	engine   *gin.Engine
+	enq       Enqueuer
+	store     Store
+	waiter    Waiter
+	opts      Options
+	log       *slog.Logger
+	metrics   *metrics
+	decodeSem chan struct{}
+	admit     *pool
+	keys      []keyEntry
+	draining  atomic.Bool
+	engine    *gin.Engine
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics.
@@ -149,7 +169,8 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
-		metrics: newMetrics(reg), batchSem: make(chan struct{}, opts.MaxConcurrentBatches)}
+		metrics: newMetrics(reg), decodeSem: make(chan struct{}, opts.MaxConcurrentDecodes),
+		admit: newPool(opts.MaxBytesInFlight)}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
 	}
@@ -191,7 +212,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
 
-	v1 := e.Group("/v1", s.timeout(), s.Authenticate(), s.rateLimit())
+	v1 := e.Group("/v1", s.admitted(), s.timeout(), s.Authenticate(), s.rateLimit())
 	v1.POST("/tasks", s.createTask)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.DELETE("/tasks/:id", s.cancelTask)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,12 +47,18 @@ func resource(t *store.Task) apitype.Task {
 	return r
 }
 
-// timeout bounds a request. Long polls extend it by their wait.
+// timeout bounds a request. Long polls extend it by their wait, and
+// requests with a body by the time the body may take to arrive.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		d := s.opts.RequestTimeout
 		if w, err := s.parseWait(c); err == nil {
 			d += w
+		}
+		if c.Request.Body != nil && c.Request.Body != http.NoBody {
+			// The body's own deadline comes on top: the request's work
+			// starts once it is in.
+			d += s.opts.BodyReadTimeout
 		}
 		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
 		defer cancel()
@@ -62,29 +67,13 @@ func (s *Server) timeout() gin.HandlerFunc {
 	}
 }
 
-// readBody reads at most limit bytes, failing with 413 beyond that.
-func readBody(c *gin.Context, limit int64) ([]byte, error) {
-	if c.Request.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return nil, err
-		}
-		return nil, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "could not read the request body")
-	}
-	return b, nil
-}
-
 func (s *Server) createTask(c *gin.Context) {
 	wait, err := s.parseWait(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	body, err := readBody(c, s.opts.MaxBodyBytes)
+	body, err := s.readBody(c, s.opts.MaxBodyBytes)
 	if err != nil {
 		fail(c, err)
 		return
@@ -271,20 +260,16 @@ func (s *Server) cancelTask(c *gin.Context) {
 }
 
 func (s *Server) createBatch(c *gin.Context) {
-	// Bound how many large bodies are decoded at once.
-	select {
-	case s.batchSem <- struct{}{}:
-		defer func() { <-s.batchSem }()
-	case <-c.Request.Context().Done():
-		fail(c, c.Request.Context().Err())
-		return
-	}
-	body, err := readBody(c, s.opts.MaxBatchBodyBytes)
+	// The body's bytes are admitted as they arrive (readBody), and only
+	// then does it wait for one of the decode slots, which bound the
+	// memory a decode takes beyond its body: a slow upload holds its own
+	// bytes and nothing else.
+	body, err := s.readBody(c, s.opts.MaxBatchBodyBytes)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	reqs, format, err := s.decodeBatch(c.Query("format"), body)
+	reqs, format, err := s.decodeBatchSlot(c, body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -365,6 +350,17 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// decodeBatchSlot decodes a batch body in one of the decode slots.
+func (s *Server) decodeBatchSlot(c *gin.Context, body []byte) ([]*puzzle.Parsed, string, error) {
+	select {
+	case s.decodeSem <- struct{}{}:
+		defer func() { <-s.decodeSem }()
+	case <-c.Request.Context().Done():
+		return nil, "", c.Request.Context().Err()
+	}
+	return s.decodeBatch(c.Query("format"), body)
 }
 
 // decodeBatch decodes a batch body in the format named by the query
