@@ -43,6 +43,8 @@ type Store interface {
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
+	ItemInfos(ctx context.Context, ids []string) ([]store.ItemInfo, error)
+	Results(ctx context.Context, ids []string) ([]string, []bool, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReservePending(ctx context.Context, owner string, n, quota int) error
 	ReleasePending(ctx context.Context, owner string, n int) error
