@@ -79,6 +79,21 @@ func (t *ticket) take(ctx context.Context, n int64) error {
 	}
 }
 
+// put gives back n bytes of the share, which must hold them.
+func (t *ticket) put(n int64) {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, t.held)
+	if n <= 0 {
+		return
+	}
+	t.held -= n
+	p.used -= n
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
 // release gives back the whole share. The ticket may take again after.
 func (t *ticket) release() {
 	p := t.p
