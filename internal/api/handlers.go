@@ -362,20 +362,25 @@ const decodeFactor = 4
 // the memory the decode takes taken from the pool for its duration: a
 // large body decodes only when there is room for it (or when it is the
 // oldest request), so two 12 MB fill bodies are not blown up at once.
+//
+// The memory is taken before the slot, never while holding one: a request
+// waiting for room with a slot in hand would keep the oldest request,
+// whose room is certain, from decoding, and with it the pool from ever
+// emptying.
 func (s *Server) decodeBatchSlot(c *gin.Context, body []byte) ([]*puzzle.Parsed, string, error) {
 	ctx := c.Request.Context()
-	select {
-	case s.decodeSem <- struct{}{}:
-		defer func() { <-s.decodeSem }()
-	case <-ctx.Done():
-		return nil, "", ctx.Err()
-	}
 	if t, ok := c.Get(ctxTicket); ok {
 		n := decodeFactor * int64(len(body))
 		if err := t.(*ticket).take(ctx, n); err != nil {
 			return nil, "", err
 		}
 		defer t.(*ticket).put(n)
+	}
+	select {
+	case s.decodeSem <- struct{}{}:
+		defer func() { <-s.decodeSem }()
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
 	}
 	return s.decodeBatch(c.Query("format"), body)
 }
