@@ -151,17 +151,17 @@ func (o *Options) setDefaults() {
 
 // Server holds the API's dependencies. Create it with New.
 type Server struct {
-	enq       Enqueuer
-	store     Store
-	waiter    Waiter
-	opts      Options
-	log       *slog.Logger
-	metrics   *metrics
-	decodeSem chan struct{}
-	admit     *pool
-	keys      []keyEntry
-	draining  atomic.Bool
-	engine    *gin.Engine
+	enq      Enqueuer
+	store    Store
+	waiter   Waiter
+	opts     Options
+	log      *slog.Logger
+	metrics  *metrics
+	decodes  chan struct{} // the decode slots
+	admit    *pool         // bytes of bodies and results held at once
+	keys     []keyEntry
+	draining atomic.Bool
+	engine   *gin.Engine
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics.
@@ -171,7 +171,7 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
-		metrics: newMetrics(reg), decodeSem: make(chan struct{}, opts.MaxConcurrentDecodes),
+		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
 		admit: newPool(opts.MaxBytesInFlight)}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})

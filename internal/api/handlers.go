@@ -377,8 +377,8 @@ func (s *Server) decodeBatchSlot(c *gin.Context, body []byte) ([]*puzzle.Parsed,
 		defer t.(*ticket).put(n)
 	}
 	select {
-	case s.decodeSem <- struct{}{}:
-		defer func() { <-s.decodeSem }()
+	case s.decodes <- struct{}{}:
+		defer func() { <-s.decodes }()
 	case <-ctx.Done():
 		return nil, "", ctx.Err()
 	}
