@@ -185,15 +185,20 @@ func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
 	ctx, cancel := context.WithDeadline(c.Request.Context(), deadline)
 	defer cancel()
 	mb := &meteredBody{ctx: ctx, r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t}
-	var buf []byte
-	if n := c.Request.ContentLength; n > 0 {
-		// Sized once from the declared length (at most limit), rather
-		// than doubled as it grows, which would take up to 2x the body.
-		buf = make([]byte, 0, n+1)
-	}
+	// The buffer grows with what has arrived, never to the declared
+	// length ahead of the bytes: a client declaring 16 MiB and sending a
+	// byte every few seconds must not make us allocate 16 MiB. Growth
+	// doubles, capped at the declared length, so a body that does arrive
+	// ends in a buffer of its exact size.
+	declared := c.Request.ContentLength
+	buf := make([]byte, 0, min(max(declared+1, 512), readChunk))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			n := 2 * cap(buf)
+			if declared > 0 && int64(n) > declared+1 {
+				n = int(declared + 1)
+			}
+			buf = append(make([]byte, 0, max(n, cap(buf)+1)), buf...)
 		}
 		n, err := mb.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
