@@ -13,6 +13,9 @@ const (
 	CodeTooLarge = "too_large"
 	// CodeBodyTooLarge: the request body is over the server's byte limit.
 	CodeBodyTooLarge = "body_too_large"
+	// CodeRequestTimeout: the request body did not arrive within the
+	// server's read deadline (408); send it again, faster.
+	CodeRequestTimeout = "request_timeout"
 	// CodeNotFound: no such task, batch or route (or another key's).
 	CodeNotFound = "not_found"
 	// CodeMethodNotAllowed: the route exists with another method.
@@ -56,7 +59,7 @@ const (
 
 // ErrorCodes returns every code an Error may carry.
 func ErrorCodes() []string {
-	return []string{CodeInvalidRequest, CodeInvalidPuzzle, CodeTooLarge, CodeBodyTooLarge, CodeNotFound,
+	return []string{CodeInvalidRequest, CodeInvalidPuzzle, CodeTooLarge, CodeBodyTooLarge, CodeRequestTimeout, CodeNotFound,
 		CodeMethodNotAllowed, CodeConflict, CodeIncomplete, CodeUnauthorized, CodeRateLimited,
 		CodeQuotaExceeded, CodeIdempotencyKeyReused, CodeInProgress, CodeUnavailable, CodeInternal}
 }

@@ -62,6 +62,11 @@ func Decode(data []byte) (*Parsed, error) {
 // as strictly as Decode, in one pass over the envelope and every item.
 // A batch of more than maxItems tasks (maxItems > 0) is rejected before
 // any item is validated. Errors name the item: "tasks[17].puzzle.board".
+//
+// The items are Compact: a batch is decoded to be queued, and what a
+// queue needs of a large puzzle is its payload, not its grids. Each
+// item's raw JSON is dropped as soon as it is parsed, so the memory a
+// decode takes beyond the body is about one item's worth at a time.
 func DecodeBatch(data []byte, maxItems int) ([]*Parsed, error) {
 	var br wireBatch
 	if err := unmarshal(data, &br); err != nil {
@@ -74,12 +79,14 @@ func DecodeBatch(data []byte, maxItems int) ([]*Parsed, error) {
 		return nil, solvers.TooLarge("tasks", "a batch holds at most %d tasks, got %d", maxItems, len(br.Tasks))
 	}
 	reqs := make([]*Parsed, len(br.Tasks))
-	for i, r := range br.Tasks {
+	for i := range br.Tasks {
+		r := br.Tasks[i]
+		br.Tasks[i] = wireRequest{}
 		p, err := parse(r.Kind, r.Puzzle, r.Options)
 		if err != nil {
 			return nil, prefixField(err, "tasks["+strconv.Itoa(i)+"]")
 		}
-		reqs[i] = p
+		reqs[i] = p.Compact()
 	}
 	return reqs, nil
 }

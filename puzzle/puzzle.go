@@ -53,15 +53,19 @@ type Request struct {
 // Parsed is a decoded and validated request, ready to solve. It is
 // immutable and safe to share.
 type Parsed struct {
-	kind      Kind
-	sliding   sliding.Puzzle
-	slidingO  sliding.Options
-	sweep     sweep.Puzzle
-	sweepO    sweep.Options
-	fill      fill.Puzzle
-	fillO     fill.Options
-	canonical []byte // JSON of kind, puzzle and the options that change the answer
-	payload   []byte // JSON of the whole request, options included
+	kind     Kind
+	sliding  sliding.Puzzle
+	slidingO sliding.Options
+	sweep    sweep.Puzzle
+	sweepO   sweep.Options
+	fill     fill.Puzzle
+	fillO    fill.Options
+	key      string // hex SHA-256 of the canonical JSON: kind, puzzle and the options that change the answer
+	payload  []byte // JSON of the whole request, options included
+	cells    int    // cells of the board (the game board for fill)
+	// compact marks a Parsed that no longer holds its solver's input
+	// (see Compact); Solve and the accessors decode the payload again.
+	compact bool
 }
 
 // Kind returns the puzzle kind.
@@ -70,9 +74,36 @@ func (p *Parsed) Kind() Kind { return p.kind }
 // Key is the cache key: a hash of the kind, the canonical puzzle and every
 // option that changes the answer. Options that only bound the work (node
 // budgets) are left out, since only successful answers are cached.
-func (p *Parsed) Key() string {
-	sum := sha256.Sum256(p.canonical)
-	return hex.EncodeToString(sum[:])
+func (p *Parsed) Key() string { return p.key }
+
+// Compact returns p without its solver's input, when that input is much
+// larger than the payload (a fill puzzle's two grids take 16 bytes a cell
+// as [][]int, against 2 in the payload): Kind, Key, Payload, Cells and
+// Cheap are unchanged, and Solve and the puzzle accessors decode the
+// payload again. The API keeps batch items compact between decoding and
+// enqueueing, so a 12 MB body of 1000x1000 fills holds 12 MB of payloads
+// rather than 60 MB of grids.
+func (p *Parsed) Compact() *Parsed {
+	if p.kind != KindFill || p.compact {
+		return p
+	}
+	c := *p
+	c.fill, c.compact = fill.Puzzle{}, true
+	return &c
+}
+
+// full returns p with its solver's input, decoding the payload again for
+// a compact one. The payload was made by parse from a valid request, so
+// decoding it cannot fail short of memory corruption.
+func (p *Parsed) full() *Parsed {
+	if !p.compact {
+		return p
+	}
+	q, err := Decode(p.payload)
+	if err != nil {
+		panic(fmt.Sprintf("puzzle: the payload of a compact %s request does not decode: %v", p.kind, err))
+	}
+	return q
 }
 
 // Payload is the canonical JSON encoding of the whole request; Decode of
@@ -127,7 +158,9 @@ func (p *Parsed) WithProgress(fn func(bound int, nodes int64)) *Parsed {
 
 // Cells is the number of cells of the puzzle's board (the game board for
 // fill).
-func (p *Parsed) Cells() int {
+func (p *Parsed) Cells() int { return p.cells }
+
+func cellsOf(p *Parsed) int {
 	switch p.kind {
 	case KindSliding:
 		return len(p.sliding.Board) * len(p.sliding.Board[0])
@@ -141,6 +174,7 @@ func (p *Parsed) Cells() int {
 // Solve runs the solver for the request. The result is the solver's
 // Result encoded as compact JSON, identical to what the API serves.
 func (p *Parsed) Solve(ctx context.Context) (json.RawMessage, error) {
+	p = p.full()
 	var (
 		res any
 		err error
@@ -231,13 +265,6 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 		return nil, prefixField(verr, "puzzle")
 	}
 	var err error
-	if p.canonical, err = json.Marshal(struct {
-		Kind    Kind `json:"kind"`
-		Puzzle  any  `json:"puzzle"`
-		Options any  `json:"options"`
-	}{p.kind, canonP, canonO}); err != nil {
-		return nil, fmt.Errorf("puzzle: canonical form: %w", err)
-	}
 	if p.payload, err = json.Marshal(struct {
 		Kind    Kind `json:"kind"`
 		Puzzle  any  `json:"puzzle"`
@@ -245,6 +272,21 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 	}{p.kind, canonP, allO}); err != nil {
 		return nil, fmt.Errorf("puzzle: payload: %w", err)
 	}
+	canonical := p.payload
+	if kind != KindFill {
+		// Fill's options all change the answer, so its canonical form
+		// is its payload: one encoding of a large board, not two.
+		if canonical, err = json.Marshal(struct {
+			Kind    Kind `json:"kind"`
+			Puzzle  any  `json:"puzzle"`
+			Options any  `json:"options"`
+		}{p.kind, canonP, canonO}); err != nil {
+			return nil, fmt.Errorf("puzzle: canonical form: %w", err)
+		}
+	}
+	sum := sha256.Sum256(canonical)
+	p.key = hex.EncodeToString(sum[:])
+	p.cells = cellsOf(p)
 	return p, nil
 }
 
@@ -277,10 +319,10 @@ func fromValue(k Kind, pz, o any) (*Parsed, error) {
 }
 
 // SlidingPuzzle returns the sliding puzzle of a KindSliding request.
-func (p *Parsed) SlidingPuzzle() sliding.Puzzle { return p.sliding }
+func (p *Parsed) SlidingPuzzle() sliding.Puzzle { return p.full().sliding }
 
 // SweepPuzzle returns the board of a KindSweep request.
-func (p *Parsed) SweepPuzzle() sweep.Puzzle { return p.sweep }
+func (p *Parsed) SweepPuzzle() sweep.Puzzle { return p.full().sweep }
 
 // FillPuzzle returns the fill puzzle of a KindFill request.
-func (p *Parsed) FillPuzzle() fill.Puzzle { return p.fill }
+func (p *Parsed) FillPuzzle() fill.Puzzle { return p.full().fill }

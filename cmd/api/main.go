@@ -33,7 +33,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.NewAPI(cfg, cfg.Logger(logOut))
+	log := cfg.Logger(logOut)
+	app.SetMemoryLimit(os.Getenv, app.ReadFile, log)
+	a, err := app.NewAPI(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, err := app.NewWorker(cfg, cfg.Logger(logOut))
+	log := cfg.Logger(logOut)
+	app.SetMemoryLimit(os.Getenv, app.ReadFile, log)
+	w, err := app.NewWorker(cfg, log)
 	if err != nil {
 		return err
 	}

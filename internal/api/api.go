@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,8 @@ type Store interface {
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
+	ItemInfos(ctx context.Context, ids []string) ([]store.ItemInfo, error)
+	Results(ctx context.Context, ids []string) ([]string, []bool, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
@@ -75,10 +78,21 @@ type Options struct {
 	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
 	// not a setting of the binary; 0 means 8.
 	EnqueueParallelism int
-	// MaxConcurrentBatches bounds batch submissions decoded at once, which
-	// bounds the memory that large bodies can take. It is not a setting of
-	// the binary; 0 means 4.
-	MaxConcurrentBatches int
+	// MaxConcurrentDecodes bounds batch bodies decoded at once, which
+	// bounds the memory that decoding takes beyond the bodies themselves.
+	// A slot is taken once the body has arrived, so slow uploads hold
+	// none. Decoding is CPU work, so more slots than cores buy nothing.
+	// Default GOMAXPROCS.
+	MaxConcurrentDecodes int
+	// MaxBytesInFlight bounds the request bodies (and streamed results)
+	// held in memory at once, taken as the bytes arrive; the oldest
+	// request may exceed it by its own limit so that one always
+	// progresses. Its default is MAX_BYTES_IN_FLIGHT's.
+	MaxBytesInFlight int64
+	// BodyReadTimeout bounds the time a request body may take to arrive;
+	// a slower one is answered 408. It does not apply to long polls,
+	// which have no body. Its default is BODY_READ_TIMEOUT's.
+	BodyReadTimeout time.Duration
 	// RequestTimeout bounds every request except the wait of a long poll.
 	RequestTimeout time.Duration
 	// Limits are the per-kind deadlines and budgets put on tasks.
@@ -107,6 +121,7 @@ func (o *Options) check() {
 		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)},
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
+		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
 	} {
 		if v.n <= 0 {
 			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))
@@ -115,8 +130,8 @@ func (o *Options) check() {
 	if o.EnqueueParallelism <= 0 {
 		o.EnqueueParallelism = 8
 	}
-	if o.MaxConcurrentBatches <= 0 {
-		o.MaxConcurrentBatches = 4
+	if o.MaxConcurrentDecodes <= 0 {
+		o.MaxConcurrentDecodes = runtime.GOMAXPROCS(0)
 	}
 }
 
@@ -128,7 +143,8 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *metrics
-	batchSem chan struct{}
+	decodes  chan struct{} // the decode slots
+	admit    *pool         // bytes of bodies and results held at once
 	keys     []keyEntry
 	draining atomic.Bool
 	engine   *gin.Engine
@@ -142,7 +158,8 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
-		metrics: newMetrics(reg), batchSem: make(chan struct{}, opts.MaxConcurrentBatches)}
+		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
+		admit: newPool(opts.MaxBytesInFlight)}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
 	}
@@ -183,7 +200,7 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
 
-	v1 := e.Group("/v1", s.timeout(), s.Authenticate(), s.rateLimit())
+	v1 := e.Group("/v1", s.admitted(), s.timeout(), s.Authenticate(), s.rateLimit())
 	v1.POST("/tasks", s.createTask)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.DELETE("/tasks/:id", s.cancelTask)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -46,12 +45,18 @@ func resource(t *store.Task) apitype.Task {
 	return r
 }
 
-// timeout bounds a request. Long polls extend it by their wait.
+// timeout bounds a request. Long polls extend it by their wait, and
+// requests with a body by the time the body may take to arrive.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		d := s.opts.RequestTimeout
 		if w, err := s.parseWait(c); err == nil {
 			d += w
+		}
+		if c.Request.Body != nil && c.Request.Body != http.NoBody {
+			// The body's own deadline comes on top: the request's work
+			// starts once it is in.
+			d += s.opts.BodyReadTimeout
 		}
 		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
 		defer cancel()
@@ -60,29 +65,13 @@ func (s *Server) timeout() gin.HandlerFunc {
 	}
 }
 
-// readBody reads at most limit bytes, failing with 413 beyond that.
-func readBody(c *gin.Context, limit int64) ([]byte, error) {
-	if c.Request.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return nil, err
-		}
-		return nil, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "could not read the request body")
-	}
-	return b, nil
-}
-
 func (s *Server) createTask(c *gin.Context) {
 	wait, err := s.parseWait(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	body, err := readBody(c, s.opts.MaxBodyBytes)
+	body, err := s.readBody(c, s.opts.MaxBodyBytes)
 	if err != nil {
 		fail(c, err)
 		return
@@ -269,20 +258,16 @@ func (s *Server) cancelTask(c *gin.Context) {
 }
 
 func (s *Server) createBatch(c *gin.Context) {
-	// Bound how many large bodies are decoded at once.
-	select {
-	case s.batchSem <- struct{}{}:
-		defer func() { <-s.batchSem }()
-	case <-c.Request.Context().Done():
-		fail(c, c.Request.Context().Err())
-		return
-	}
-	body, err := readBody(c, s.opts.MaxBatchBodyBytes)
+	// The body's bytes are admitted as they arrive (readBody), and only
+	// then does it wait for one of the decode slots, which bound the
+	// memory a decode takes beyond its body: a slow upload holds its own
+	// bytes and nothing else.
+	body, err := s.readBody(c, s.opts.MaxBatchBodyBytes)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	reqs, format, err := s.decodeBatch(c.Query("format"), body)
+	reqs, format, err := s.decodeBatchSlot(c, body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -360,6 +345,39 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// decodeFactor is the memory a batch decode takes for a moment beyond its
+// body, per body byte: measured for 1000x1000 fills (the worst case:
+// each cell's two bytes of JSON become an 8-byte int while it is
+// validated), the raw items and the payloads being encoded.
+const decodeFactor = 4
+
+// decodeBatchSlot decodes a batch body in one of the decode slots, with
+// the memory the decode takes taken from the pool for its duration: a
+// large body decodes only when there is room for it (or when it is the
+// oldest request), so two 12 MB fill bodies are not blown up at once.
+//
+// The memory is taken before the slot, never while holding one: a request
+// waiting for room with a slot in hand would keep the oldest request,
+// whose room is certain, from decoding, and with it the pool from ever
+// emptying.
+func (s *Server) decodeBatchSlot(c *gin.Context, body []byte) ([]*puzzle.Parsed, string, error) {
+	ctx := c.Request.Context()
+	if t, ok := c.Get(ctxTicket); ok {
+		n := decodeFactor * int64(len(body))
+		if err := t.(*ticket).take(ctx, n); err != nil {
+			return nil, "", err
+		}
+		defer t.(*ticket).put(n)
+	}
+	select {
+	case s.decodes <- struct{}{}:
+		defer func() { <-s.decodes }()
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	return s.decodeBatch(c.Query("format"), body)
 }
 
 // decodeBatch decodes a batch body in the format named by the query
@@ -493,6 +511,14 @@ func (s *Server) cancelBatch(c *gin.Context) {
 
 // batchOutput renders a finished batch in its judge format (JSON lines of
 // results for a JSON batch), exactly as puzzlectl solve --local prints it.
+//
+// It is streamed: results are read a piece at a time, each piece's bytes
+// taken from the admission pool before they are read (their sizes come
+// first, without the results), written and let go, so forty clients
+// downloading 12 MB each hold the pool's bytes, not 480 MB. The judge
+// formats other than JSON lines need every result at once to render; they
+// take the pool for all of them, which for them is small (sweep boards) or
+// one case.
 func (s *Server) batchOutput(c *gin.Context) {
 	wait, err := s.parseWait(c)
 	if err != nil {
@@ -510,29 +536,120 @@ func (s *Server) batchOutput(c *gin.Context) {
 			b.Ended(), b.Total))
 		return
 	}
-	results := make([]json.RawMessage, 0, b.Total)
+	// Every item must have completed before the answer starts: once it
+	// has, it cannot become a 409. The states come without the results.
+	err = s.eachPage(ctx, b, func(start int, _ []string, infos []store.ItemInfo) error {
+		for i, it := range infos {
+			if it.State != apitype.TaskStateCompleted {
+				state := apitype.CodeExpired
+				if it.State != "" {
+					state = string(it.State)
+				}
+				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	t := s.admit.ticket()
+	defer t.release()
+	if b.Format != "" {
+		s.renderJudge(c, t, b)
+		return
+	}
+	c.Header("Content-Type", "text/plain; charset=utf-8")
+	c.Status(http.StatusOK)
+	err = s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
+		for i := 0; i < len(ids); {
+			// A piece is up to outputPiece bytes of results, or one.
+			j, n := i+1, infos[i].ResultBytes
+			for j < len(ids) && n+infos[j].ResultBytes <= outputPiece {
+				n += infos[j].ResultBytes
+				j++
+			}
+			// Reading a result takes about twice its size for a moment
+			// (the reply's buffer and the string).
+			if err := t.take(ctx, 2*n); err != nil {
+				return err
+			}
+			res, ok, err := s.store.Results(ctx, ids[i:j])
+			if err != nil {
+				return err
+			}
+			for k := range res {
+				if !ok[k] {
+					return fmt.Errorf("item %d: the result expired while the output was written", start+i+k)
+				}
+				c.Writer.WriteString(res[k])
+				c.Writer.WriteString("\n")
+			}
+			c.Writer.Flush()
+			t.release()
+			i = j
+		}
+		return nil
+	})
+	if err != nil {
+		// The answer has started: cut it, so that the client cannot take
+		// a short body for the whole output.
+		s.log.Warn("batch output cut off", "batch_id", b.ID, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// eachPage calls fn with each page of a batch's item IDs, in order, and
+// their states and result sizes; it stops at fn's first error.
+func (s *Server) eachPage(ctx context.Context, b *store.Batch, fn func(start int, ids []string, infos []store.ItemInfo) error) error {
 	for start := 0; start < b.Total; start += maxPageLimit {
 		ids, err := s.store.BatchItems(ctx, b.ID, start, maxPageLimit)
 		if err != nil {
-			fail(c, err)
-			return
+			return err
 		}
-		recs, err := s.store.GetMany(ctx, ids)
+		infos, err := s.store.ItemInfos(ctx, ids)
 		if err != nil {
-			fail(c, err)
-			return
+			return err
 		}
-		for i, r := range recs {
-			if r == nil || r.State != apitype.TaskStateCompleted {
-				state := apitype.CodeExpired
-				if r != nil {
-					state = string(r.State)
-				}
-				fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state))
-				return
+		if err := fn(start, ids, infos); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// outputPiece is how many bytes of results one read of batchOutput takes.
+const outputPiece = 256 << 10
+
+// renderJudge writes a judge-format batch's output, which its renderer
+// needs whole; it takes the pool for all of it.
+func (s *Server) renderJudge(c *gin.Context, t *ticket, b *store.Batch) {
+	ctx := c.Request.Context()
+	results := make([]json.RawMessage, 0, b.Total)
+	err := s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
+		var n int64
+		for _, it := range infos {
+			n += it.ResultBytes
+		}
+		if err := t.take(ctx, 3*n); err != nil {
+			return err
+		}
+		res, ok, err := s.store.Results(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for k := range res {
+			if !ok[k] {
+				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+k+1, apitype.CodeExpired)
 			}
-			results = append(results, r.Result)
+			results = append(results, json.RawMessage(res[k]))
 		}
+		return nil
+	})
+	if err != nil {
+		fail(c, err)
+		return
 	}
 	var buf bytes.Buffer
 	if err := puzzle.WriteResults(&buf, puzzle.Format(b.Format), results); err != nil {

@@ -18,6 +18,8 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	cacheHits prometheus.Counter
 	submitted *prometheus.CounterVec
+	// bodyTimeouts counts bodies cut off by BodyReadTimeout.
+	bodyTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,9 +37,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "puzzleq_submitted_total", Help: "Items accepted by the API, by kind.",
 		}, []string{"kind"}),
+		bodyTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "puzzleq_http_body_timeouts_total", Help: "Request bodies cut off (408) because they did not arrive within BODY_READ_TIMEOUT.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.cacheHits, m.submitted)
+		reg.MustRegister(m.requests, m.latency, m.cacheHits, m.submitted, m.bodyTimeouts)
 	}
 	return m
 }

@@ -276,6 +276,16 @@ type APIConfig struct {
 	// ShutdownTimeout is how long in-flight requests get to finish after
 	// SIGTERM. Default 15s.
 	ShutdownTimeout time.Duration
+	// BodyReadTimeout bounds the time a request body may take to arrive;
+	// a slower upload is answered 408. Long polls have no body and are
+	// not cut by it. Default 30s.
+	BodyReadTimeout time.Duration
+	// MaxBytesInFlight bounds the request bodies and streamed results the
+	// API holds in memory at once, counted as the bytes arrive; a request
+	// waits (reading nothing more) while it is full. Measured, 32Mi keeps
+	// the API under 256 MiB with eight 12 MB fill batches uploaded at once
+	// (RELIABILITY.md). Default 32Mi.
+	MaxBytesInFlight int64
 	// APIKeys is "name:key,name:key". With any key configured every /v1
 	// and /monitoring route needs "Authorization: Bearer <key>". Default
 	// "": auth off.
@@ -312,6 +322,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown")
+	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive (slower: 408)")
+	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
 	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
 	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits")
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
@@ -357,6 +369,12 @@ func (c *APIConfig) validate() error {
 	}
 	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
 		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)
+	}
+	if c.BodyReadTimeout <= 0 {
+		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)
+	}
+	if c.MaxBytesInFlight < 1<<20 {
+		return fmt.Errorf("MAX_BYTES_IN_FLIGHT: must be at least 1Mi, got %d", c.MaxBytesInFlight)
 	}
 	if c.HTTPAddr == "" {
 		return fmt.Errorf("HTTP_ADDR: required")

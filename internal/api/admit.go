@@ -1,0 +1,246 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/puzzleq/puzzleq/apitype"
+)
+
+// pool bounds the bytes that requests hold in the API's memory at once:
+// request bodies as they arrive, and results on their way out. A request
+// takes weight for each piece as it holds it, never ahead (a slow upload
+// that has sent ten bytes holds ten bytes), and gives it all back when it
+// ends.
+//
+// Taking weight bit by bit invites a deadlock that a plain weighted
+// semaphore (golang.org/x/sync/semaphore) cannot avoid: when every request
+// holds part of the pool and waits for more, none can finish. So the
+// oldest holder may always take more, beyond the capacity: it can never be
+// blocked, it finishes and gives back, and the next oldest goes on. The
+// memory bound is thus the capacity plus one request's own limit (its body
+// limit, or one result).
+type pool struct {
+	capacity int64
+
+	mu      sync.Mutex
+	used    int64
+	holders []*ticket     // in the order of their first take; holders[0] may overdraw
+	changed chan struct{} // closed and replaced whenever weight is given back
+}
+
+func newPool(capacity int64) *pool {
+	return &pool{capacity: capacity, changed: make(chan struct{})}
+}
+
+// ticket is one request's share of the pool.
+type ticket struct {
+	p    *pool
+	held int64
+}
+
+// ticket returns an empty share for one request; release it when the
+// request ends.
+func (p *pool) ticket() *ticket { return &ticket{p: p} }
+
+// take adds n bytes to the share, waiting while the pool is full and the
+// ticket is not the oldest holder. It fails only when ctx ends.
+func (t *ticket) take(ctx context.Context, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	p := t.p
+	for {
+		p.mu.Lock()
+		oldest := len(p.holders) == 0 || p.holders[0] == t
+		if p.used+n <= p.capacity || oldest {
+			if t.held == 0 {
+				p.holders = append(p.holders, t)
+			}
+			t.held += n
+			p.used += n
+			p.mu.Unlock()
+			return nil
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// put gives back n bytes of the share, which must hold them.
+func (t *ticket) put(n int64) {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, t.held)
+	if n <= 0 {
+		return
+	}
+	t.held -= n
+	p.used -= n
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// release gives back the whole share. The ticket may take again after.
+func (t *ticket) release() {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.held == 0 {
+		return
+	}
+	p.used -= t.held
+	t.held = 0
+	for i, h := range p.holders {
+		if h == t {
+			p.holders = append(p.holders[:i], p.holders[i+1:]...)
+			break
+		}
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// inUse reports the bytes held, for the metrics and tests.
+func (p *pool) inUse() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used
+}
+
+// readChunk is the most a body read takes from the connection at once, so
+// that weight follows the bytes closely.
+const readChunk = 32 << 10
+
+// meteredBody reads a request body under a read deadline, taking the
+// bytes it returns from the request's ticket.
+type meteredBody struct {
+	ctx context.Context
+	r   io.Reader
+	t   *ticket
+	err error // a failed take, reported instead of the read's error
+}
+
+func (b *meteredBody) Read(p []byte) (int, error) {
+	if len(p) > readChunk {
+		p = p[:readChunk]
+	}
+	n, err := b.r.Read(p)
+	if n > 0 {
+		if terr := b.t.take(b.ctx, int64(n)); terr != nil {
+			b.err = terr
+			return 0, terr
+		}
+	}
+	return n, err
+}
+
+// errBodyTimeout marks a body that did not arrive within the read deadline.
+var errBodyTimeout = newError(http.StatusRequestTimeout, apitype.CodeRequestTimeout, "",
+	"the request body did not arrive in time")
+
+// errAdmission marks a body that could not be admitted before its deadline
+// because others filled the API's memory.
+var errAdmission = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable, "",
+	"the server is busy reading other requests; retry later")
+
+// readBody reads at most limit bytes of the body within BodyReadTimeout,
+// counting them against the pool as they arrive. The ticket is released
+// when the request ends, so the bytes count for as long as the handler
+// holds what it made of them. Errors: 413 beyond limit, 408 when the body
+// is too slow, 503 when the pool stayed full until the deadline.
+//
+// The deadline is the connection's read deadline, set here for the body
+// alone and cleared once it is in (Go's server also clears it when it
+// starts reading the connection in the background), so a long poll is
+// never cut by it. A server-wide ReadTimeout would instead count the
+// headers too, and could not tell a batch body from a one-line task.
+func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
+	if c.Request.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	t := s.admit.ticket()
+	c.Set(ctxTicket, t)
+	deadline := time.Now().Add(s.opts.BodyReadTimeout)
+	rc := http.NewResponseController(c.Writer)
+	// Not every writer supports deadlines (httptest's recorder); the body
+	// then has none, and the pool still bounds the memory.
+	hasDeadline := rc.SetReadDeadline(deadline) == nil
+	if hasDeadline {
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	ctx, cancel := context.WithDeadline(c.Request.Context(), deadline)
+	defer cancel()
+	mb := &meteredBody{ctx: ctx, r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t}
+	// The buffer grows with what has arrived, never to the declared
+	// length ahead of the bytes: a client declaring 16 MiB and sending a
+	// byte every few seconds must not make us allocate 16 MiB. Growth
+	// doubles, capped at the declared length, so a body that does arrive
+	// ends in a buffer of its exact size.
+	declared := c.Request.ContentLength
+	buf := make([]byte, 0, min(max(declared+1, 512), readChunk))
+	for {
+		if len(buf) == cap(buf) {
+			n := 2 * cap(buf)
+			if declared > 0 && int64(n) > declared+1 {
+				n = int(declared + 1)
+			}
+			buf = append(make([]byte, 0, max(n, cap(buf)+1)), buf...)
+		}
+		n, err := mb.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, s.bodyError(c, mb, err)
+		}
+	}
+}
+
+// bodyError maps a failed body read to its answer.
+func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
+	var maxErr *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxErr):
+		return err
+	case mb.err != nil && c.Request.Context().Err() == nil:
+		// The pool stayed full: the client did nothing wrong.
+		c.Header("Connection", "close")
+		return errAdmission
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.Header("Connection", "close")
+		s.metrics.bodyTimeouts.Inc()
+		return errBodyTimeout
+	case c.Request.Context().Err() != nil:
+		return c.Request.Context().Err()
+	}
+	return newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "could not read the request body")
+}
+
+// ctxTicket is where readBody leaves the request's ticket, for the
+// middleware that releases it.
+const ctxTicket = "puzzleq.ticket"
+
+// admitted releases the request's share of the pool when it ends.
+func (s *Server) admitted() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Next()
+		if t, ok := c.Get(ctxTicket); ok {
+			t.(*ticket).release()
+		}
+	}
+}

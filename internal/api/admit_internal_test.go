@@ -1,0 +1,87 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Requests that each take their bytes bit by bit from a pool smaller
+// than their sum all finish: the oldest holder may always take more, so
+// holding part of the pool while waiting for the rest never deadlocks. A
+// plain weighted semaphore stops here with every request holding a share.
+func TestPoolNeverDeadlocks(t *testing.T) {
+	const capacity, requests, body, piece = 1000, 16, 600, 50
+	p := newPool(capacity)
+	var wg sync.WaitGroup
+	var peak int64
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk := p.ticket()
+			defer tk.release()
+			for got := 0; got < body; got += piece {
+				if err := tk.take(ctx, piece); err != nil {
+					t.Errorf("take: %v", err)
+					return
+				}
+				mu.Lock()
+				peak = max(peak, p.inUse())
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if p.inUse() != 0 {
+		t.Errorf("%d bytes still held after every request ended", p.inUse())
+	}
+	// The capacity, plus what the oldest may overdraw: one body.
+	if peak > capacity+body {
+		t.Errorf("peak %d bytes held, want at most %d", peak, capacity+body)
+	}
+	if peak <= body {
+		t.Errorf("peak %d: requests never overlapped; the test proves nothing", peak)
+	}
+}
+
+// A request that is not the oldest waits while the pool is full, and
+// goes on once weight comes back; its context ends the wait.
+func TestPoolWaitsAndGivesUp(t *testing.T) {
+	p := newPool(100)
+	first := p.ticket()
+	ctx := context.Background()
+	if err := first.take(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	// The oldest may go beyond the capacity.
+	if err := first.take(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	third := p.ticket()
+	if err := third.take(short, 10); err == nil {
+		t.Fatalf("took 10 from a full pool")
+	}
+	done := make(chan error, 1)
+	go func() { done <- third.take(ctx, 10) }()
+	time.Sleep(20 * time.Millisecond)
+	first.release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("take after release: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("take still waits after the pool emptied")
+	}
+	if got := p.inUse(); got != 10 {
+		t.Errorf("in use %d, want 10", got)
+	}
+}

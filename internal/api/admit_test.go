@@ -1,0 +1,281 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
+)
+
+// The tests in this file drive a real API (app.NewAPI on a real
+// redis-server) with real TCP clients on 127.0.0.1, some of them slow on
+// purpose: admission and body deadlines are about sockets, so a recorder
+// would prove nothing.
+
+// envOf serves a map as the environment a Config is loaded from.
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// run starts fn(ctx) in a goroutine and arranges for the test to stop it
+// and wait for it before the cleanups of resources it uses.
+func run(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("a server did not stop within 10s")
+		}
+	})
+}
+
+// admitAPI starts an API with no worker on its own Redis.
+func admitAPI(t *testing.T, extra map[string]string) *app.API {
+	t.Helper()
+	logs := stacktest.Logs(t)
+	rs := redistest.Start(t)
+	env := map[string]string{
+		"REDIS_URL": rs.URL(), "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2s",
+		"LOG_LEVEL": "warn", "KEY_PREFIX": "admit:", "PDB_PRELOAD": "false",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	cfg, err := app.LoadAPIConfig(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatalf("api config: %v", err)
+	}
+	a, err := app.NewAPI(cfg, cfg.Logger(logs))
+	if err != nil {
+		t.Fatalf("NewAPI: %v", err)
+	}
+	t.Cleanup(func() { a.Close() })
+	run(t, a.Run)
+	return a
+}
+
+// slowUpload is a raw TCP client that declares a body and then sends it
+// one byte per interval, like a client on a dying link (or an attacker).
+type slowUpload struct {
+	conn    net.Conn
+	started time.Time
+	answer  chan slowAnswer
+}
+
+type slowAnswer struct {
+	status int
+	body   []byte
+	after  time.Duration // since the headers were sent
+	err    error
+}
+
+// startSlowUpload sends the headers of a POST with a Content-Length of
+// declared bytes, then at most maxBytes of its body, one per interval,
+// and reads the answer whenever it comes.
+func startSlowUpload(t *testing.T, addr, path string, declared, maxBytes int, interval time.Duration) *slowUpload {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	u := &slowUpload{conn: conn, answer: make(chan slowAnswer, 1)}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, declared)
+	u.started = time.Now()
+	stop := make(chan struct{})
+	go func() {
+		body := []byte(`{"tasks":[` + strings.Repeat(" ", declared))
+		for i := 0; i < maxBytes && i < len(body); i++ {
+			if _, err := conn.Write(body[i : i+1]); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	go func() {
+		defer close(stop)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			u.answer <- slowAnswer{err: err, after: time.Since(u.started)}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		u.answer <- slowAnswer{status: resp.StatusCode, body: b, after: time.Since(u.started)}
+	}()
+	return u
+}
+
+// answered reports whether the server has answered the upload yet.
+func (u *slowUpload) answered() bool { return len(u.answer) > 0 }
+
+// eightPuzzles returns a batch body of n distinct solvable 8-puzzles
+// starting at the seed-th one.
+func eightPuzzles(n, seed int) []byte {
+	var items []string
+	perm := []int{1, 2, 3, 4, 5, 6, 7, 8, 0}
+	// Walk the blank around: every step gives another solvable board.
+	moves := []int{-1, -3, 1, 3}
+	blank := 8
+	for len(items) < n+seed {
+		m := moves[(len(items)*7+len(items)/3)%4]
+		nb := blank + m
+		if nb < 0 || nb > 8 || (m == -1 && blank%3 == 0) || (m == 1 && blank%3 == 2) {
+			m = -m
+			nb = blank + m
+			if nb < 0 || nb > 8 || (m == -1 && blank%3 == 0) || (m == 1 && blank%3 == 2) {
+				continue
+			}
+		}
+		perm[blank], perm[nb] = perm[nb], perm[blank]
+		blank = nb
+		items = append(items, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
+			perm[0], perm[1], perm[2], perm[3], perm[4], perm[5], perm[6], perm[7], perm[8]))
+	}
+	return []byte(`{"tasks":[` + strings.Join(items[seed:], ",") + `]}`)
+}
+
+func postBatch(t *testing.T, c *http.Client, addr string, body []byte) (int, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	resp, err := c.Post("http://"+addr+"/v1/batches", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST /v1/batches: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("POST /v1/batches: %d %s", resp.StatusCode, b)
+	}
+	return resp.StatusCode, time.Since(start)
+}
+
+// Four uploads that send one byte per interval take no slot from anyone:
+// batch submissions made while they trickle are answered while they are
+// still being read, and then each slow one is cut off with a 408 at its
+// deadline. Before admission by bytes, the four held the four decode
+// slots and every other batch waited for them and failed.
+func TestSlowUploadsDoNotBlockBatches(t *testing.T) {
+	const bodyTimeout = 4 * time.Second
+	a := admitAPI(t, map[string]string{"BODY_READ_TIMEOUT": bodyTimeout.String(), "REQUEST_TIMEOUT": "10s",
+		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
+	c := &http.Client{Timeout: 20 * time.Second}
+
+	// The same submissions' time on the idle server, for the log.
+	var quiet []time.Duration
+	for i := range 3 {
+		_, d := postBatch(t, c, a.Addr(), eightPuzzles(50, 100*i))
+		quiet = append(quiet, d)
+	}
+
+	var slow []*slowUpload
+	for range 4 {
+		// 1 MB declared, 40 bytes sent at most: never complete.
+		slow = append(slow, startSlowUpload(t, a.Addr(), "/v1/batches", 1<<20, 40, 250*time.Millisecond))
+	}
+	time.Sleep(500 * time.Millisecond) // the server is reading all four
+
+	var busy []time.Duration
+	for i := range 3 {
+		_, d := postBatch(t, c, a.Addr(), eightPuzzles(50, 1000+100*i))
+		busy = append(busy, d)
+	}
+	for i, u := range slow {
+		if u.answered() {
+			t.Fatalf("slow upload %d was answered before the normal batches were done; the test proves nothing", i)
+		}
+	}
+	t.Logf("batch of 50: %v on the idle server, %v beside 4 slow uploads", quiet, busy)
+
+	for i, u := range slow {
+		select {
+		case ans := <-u.answer:
+			if ans.err != nil {
+				t.Fatalf("slow upload %d: %v", i, ans.err)
+			}
+			if ans.status != http.StatusRequestTimeout {
+				t.Fatalf("slow upload %d: status %d %s, want 408", i, ans.status, ans.body)
+			}
+			var eb apitype.ErrorBody
+			if err := json.Unmarshal(ans.body, &eb); err != nil || eb.Error.Code != apitype.CodeRequestTimeout || eb.Error.Message == "" {
+				t.Errorf("slow upload %d: body %s, want an error with code %s", i, ans.body, apitype.CodeRequestTimeout)
+			}
+			if ans.after < bodyTimeout-100*time.Millisecond || ans.after > bodyTimeout+3*time.Second {
+				t.Errorf("slow upload %d cut off after %v, want about %v", i, ans.after, bodyTimeout)
+			}
+		case <-time.After(bodyTimeout + 10*time.Second):
+			t.Fatalf("slow upload %d was not cut off", i)
+		}
+	}
+}
+
+// The body deadline is the connection's read deadline, and Go's server
+// keeps reading a connection in the background while a handler runs, to
+// notice a client that leaves: were the deadline to reach that read, it
+// would cancel a long poll once it passed. Long polls longer than the body
+// deadline, on the same kept-alive connection as a body that was read
+// under it, run their whole wait.
+func TestLongPollOutlivesBodyDeadline(t *testing.T) {
+	const bodyTimeout, wait = time.Second, 3 * time.Second
+	a := admitAPI(t, map[string]string{"BODY_READ_TIMEOUT": bodyTimeout.String()})
+	tr := &http.Transport{MaxConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	base := "http://" + a.Addr()
+
+	// Submit and wait: the body is read under the deadline, then the
+	// handler waits 3 s for a task that no worker runs.
+	start := time.Now()
+	resp, err := c.Post(base+"/v1/tasks?wait="+wait.String(), "application/json",
+		strings.NewReader(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`))
+	if err != nil {
+		t.Fatalf("POST /v1/tasks?wait: %v", err)
+	}
+	var task apitype.Task
+	json.NewDecoder(resp.Body).Decode(&task)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || task.State != apitype.TaskStatePending {
+		t.Fatalf("POST /v1/tasks?wait=%v: %d %+v, want 202 pending", wait, resp.StatusCode, task)
+	}
+	if d := time.Since(start); d < wait {
+		t.Errorf("POST /v1/tasks?wait=%v answered after %v", wait, d)
+	}
+
+	// Then a long poll on the same connection, which had the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start = time.Now()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/tasks/"+task.ID+"?wait="+wait.String(), nil)
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/tasks/{id}?wait: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /v1/tasks/{id}?wait=%v: %d, want 200", wait, resp.StatusCode)
+	}
+	if d := time.Since(start); d < wait {
+		t.Errorf("GET /v1/tasks/{id}?wait=%v answered after %v", wait, d)
+	}
+}
