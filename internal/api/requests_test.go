@@ -65,7 +65,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 func TestLongPollWakesOnCompletion(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 0, nil) // no worker: the test ends the task itself
-	tk := s.submit(sample8, http.StatusAccepted)
+	tk := s.Submit(sample8, http.StatusAccepted)
 	type res struct {
 		tk  apitype.Task
 		err error
@@ -108,9 +108,9 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 	}
 
 	// A wait that runs out returns the pending task, not an error.
-	tk2 := s.submit(`{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`, http.StatusAccepted)
+	tk2 := s.Submit(`{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`, http.StatusAccepted)
 	start := time.Now()
-	if w := s.wait(tk2.ID, 300*time.Millisecond); w.State != apitype.TaskStatePending || time.Since(start) < 250*time.Millisecond {
+	if w := s.WaitTask(tk2.ID, 300*time.Millisecond); w.State != apitype.TaskStatePending || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("expired wait: %+v after %v", w, time.Since(start))
 	}
 }

@@ -2,9 +2,7 @@ package app_test
 
 import (
 	"testing"
-	"time"
 
-	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
@@ -24,13 +22,3 @@ func startStack(t *testing.T, workers int, env map[string]string) *stack {
 }
 
 func decode[T any](t *testing.T, b []byte) T { return stacktest.Decode[T](t, b) }
-
-// submit posts one request and returns the task resource.
-func (s *stack) submit(req string, wantStatus int) apitype.Task {
-	return decode[apitype.Task](s.t, s.Submit(req, wantStatus))
-}
-
-// wait long-polls a task until it ends (or the wait runs out).
-func (s *stack) wait(id string, d time.Duration) apitype.Task {
-	return decode[apitype.Task](s.t, s.WaitTask(id, d))
-}

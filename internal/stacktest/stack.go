@@ -25,6 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
@@ -308,24 +309,24 @@ func (s *Stack) DoH(method, path string, body any, header ...string) (int, []byt
 }
 
 // Submit posts one request to /v1/tasks, fails the test unless the answer
-// has status want, and returns the body.
-func (s *Stack) Submit(req string, want int) []byte {
+// has status want, and returns the task resource.
+func (s *Stack) Submit(req string, want int) apitype.Task {
 	s.t.Helper()
 	code, b := s.Do("POST", "/v1/tasks", req)
 	if code != want {
 		s.t.Fatalf("POST /v1/tasks %s: status %d, want %d: %s", req, code, want, b)
 	}
-	return b
+	return Decode[apitype.Task](s.t, b)
 }
 
-// WaitTask long-polls a task for up to d and returns the body of the 200.
-func (s *Stack) WaitTask(id string, d time.Duration) []byte {
+// WaitTask long-polls a task for up to d and returns the task of the 200.
+func (s *Stack) WaitTask(id string, d time.Duration) apitype.Task {
 	s.t.Helper()
 	code, b := s.Do("GET", fmt.Sprintf("/v1/tasks/%s?wait=%s", id, d), nil)
 	if code != http.StatusOK {
 		s.t.Fatalf("GET task %s: %d %s", id, code, b)
 	}
-	return b
+	return Decode[apitype.Task](s.t, b)
 }
 
 // Decode unmarshals a JSON body into a T, failing the test if it cannot.

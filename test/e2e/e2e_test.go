@@ -85,7 +85,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	if hdr.Get("Location") != "/v1/tasks/"+tk.ID || len(tk.ID) != 32 || tk.Kind != "sliding" || tk.CreatedAt == nil {
 		t.Fatalf("bad 202: location %q, %+v", hdr.Get("Location"), tk)
 	}
-	done := s.wait(tk.ID, 10*time.Second)
+	done := s.WaitTask(tk.ID, 10*time.Second)
 	if done.State != apitype.TaskStateCompleted || string(done.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` ||
 		done.Cached || done.Attempts != 1 || done.StartedAt == nil || done.CompletedAt == nil || done.Error != nil {
 		t.Fatalf("completed task: %+v %s", done, done.Result)
@@ -93,7 +93,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	queuedBefore := s.Queued("interactive")
 
 	// The same puzzle again is a cache hit: 200, completed, nothing queued.
-	hit := s.submit(sample8, http.StatusOK)
+	hit := s.Submit(sample8, http.StatusOK)
 	if !hit.Cached || hit.State != apitype.TaskStateCompleted || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
 		t.Fatalf("cache hit: %+v", hit)
 	}
@@ -101,14 +101,14 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 		t.Fatalf("a cache hit enqueued work: queue went from %d to %d", queuedBefore, q)
 	}
 	// An equivalent request spelt differently hits the same cache entry.
-	alt := s.submit(`{"puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"kind":"sliding","options":{}}`, http.StatusOK)
+	alt := s.Submit(`{"puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"kind":"sliding","options":{}}`, http.StatusOK)
 	if !alt.Cached {
 		t.Fatalf("canonical form missed the cache: %+v", alt)
 	}
 	// A fill request with allow_flip is a different puzzle from one without.
 	fillReq := `{"kind":"fill","puzzle":{"game_board":[[0,0,1],[1,1,1]],"table":[[1,1,0],[0,0,0]]}}`
-	a := s.wait(s.submit(fillReq, http.StatusAccepted).ID, 10*time.Second)
-	b := s.submit(strings.Replace(fillReq, `}}`, `},"options":{"allow_flip":true}}`, 1), http.StatusAccepted)
+	a := s.WaitTask(s.Submit(fillReq, http.StatusAccepted).ID, 10*time.Second)
+	b := s.Submit(strings.Replace(fillReq, `}}`, `},"options":{"allow_flip":true}}`, 1), http.StatusAccepted)
 	if a.State != apitype.TaskStateCompleted || b.Cached {
 		t.Fatalf("allow_flip must change the cache key: %+v %+v", a, b)
 	}
@@ -139,7 +139,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 0, nil)
-	tk := s.submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
+	tk := s.Submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
 	code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
 	if c := decode[apitype.Task](t, b); code != http.StatusOK || c.State != apitype.TaskStateCanceled {
 		t.Fatalf("cancel: %d %s", code, b)
@@ -158,7 +158,7 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	got := s.wait(tk.ID, 0)
+	got := s.WaitTask(tk.ID, 0)
 	if got.State != apitype.TaskStateCanceled || got.Attempts != 0 || got.Result != nil && string(got.Result) != "null" || got.Error == nil || got.Error.Code != "canceled" {
 		t.Fatalf("canceled task ran or changed: %+v", got)
 	}
@@ -315,8 +315,8 @@ func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	}
 	bid := decode[apitype.BatchCreated](t, b).ID
 	time.Sleep(50 * time.Millisecond) // the batch is now being worked on
-	single := s.submit(`{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`, http.StatusAccepted)
-	done := s.wait(single.ID, 30*time.Second)
+	single := s.Submit(`{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`, http.StatusAccepted)
+	done := s.WaitTask(single.ID, 30*time.Second)
 	code, b = s.Do("GET", "/v1/batches/"+bid, nil)
 	bt := decode[apitype.Batch](t, b)
 	if done.State != apitype.TaskStateCompleted {
@@ -347,7 +347,7 @@ func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 	}
 	wg.Wait()
 	for _, id := range ids {
-		if tk := s.wait(id, 10*time.Second); tk.State != apitype.TaskStateCompleted || !strings.Contains(string(tk.Result), `"moves":31`) {
+		if tk := s.WaitTask(id, 10*time.Second); tk.State != apitype.TaskStateCompleted || !strings.Contains(string(tk.Result), `"moves":31`) {
 			t.Fatalf("task %s: %+v %s", id, tk, tk.Result)
 		}
 	}
@@ -403,10 +403,10 @@ func TestCancelRunningSweep(t *testing.T) {
 	s := startStack(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
 	w := s.Workers[0]
 	for attempt, req := range slowSweeps(t) {
-		tk := s.submit(req, http.StatusAccepted)
+		tk := s.Submit(req, http.StatusAccepted)
 		deadline := time.Now().Add(10 * time.Second)
 		var state apitype.TaskState
-		for state = s.wait(tk.ID, 0).State; state == apitype.TaskStatePending; state = s.wait(tk.ID, 0).State {
+		for state = s.WaitTask(tk.ID, 0).State; state == apitype.TaskStatePending; state = s.WaitTask(tk.ID, 0).State {
 			if time.Now().After(deadline) {
 				t.Fatal("the sweep never started")
 			}
@@ -434,7 +434,7 @@ func TestCancelRunningSweep(t *testing.T) {
 			t.Errorf("solver saw the cancel after %v, want within 100ms", stopped)
 		}
 		time.Sleep(200 * time.Millisecond) // a retry, if one were scheduled, would show now
-		got := s.wait(tk.ID, 0)
+		got := s.WaitTask(tk.ID, 0)
 		if got.State != apitype.TaskStateCanceled || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
 			t.Fatalf("after cancel: %+v", got)
 		}
@@ -479,7 +479,7 @@ func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	// each new bound; the record must show it while the task runs.
 	board := [][]int{{14, 9, 10, 1, 5, 11, 8, 2}, {7, 15, 12, 3, 13, 0, 4, 6}}
 	req := `{"kind":"sliding","puzzle":{"board":[[14,9,10,1,5,11,8,2],[7,15,12,3,13,0,4,6]]}}`
-	tk := s.submit(req, http.StatusAccepted)
+	tk := s.Submit(req, http.StatusAccepted)
 	var running []byte
 	for deadline := time.Now().Add(60 * time.Second); running == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		_, b := s.Do("GET", "/v1/tasks/"+tk.ID, nil)
