@@ -50,8 +50,12 @@ func (s TaskState) Terminal() bool {
 // Task is the task resource: GET /v1/tasks/{id}, and the answer of
 // POST /v1/tasks and DELETE /v1/tasks/{id}.
 type Task struct {
-	// ID is 32 lowercase hex digits.
+	// ID is 32 lowercase hex digits for a single task; a batch item's ID
+	// is derived from its batch's (see ItemID).
 	ID string `json:"id"`
+	// CustomID is the caller's name for a batch item, as submitted; null
+	// for a single task and for an item submitted without one.
+	CustomID *string `json:"custom_id"`
 	// Kind is the puzzle kind: sliding, sweep or fill.
 	Kind  string    `json:"kind"`
 	State TaskState `json:"state"`
@@ -152,8 +156,25 @@ type Batch struct {
 type BatchCreated struct {
 	ID    string `json:"id"`
 	Total int    `json:"total"`
-	// TaskIDs are the tasks' IDs in submission order.
+	// TaskIDs are the items' IDs in submission order, for a batch of at
+	// most MaxListedIDs items; null for a larger one, whose IDs are
+	// ItemID(ID, 0) to ItemID(ID, Total-1).
 	TaskIDs []string `json:"task_ids"`
+}
+
+// MaxListedIDs is the largest batch whose 202 lists its items' IDs.
+const MaxListedIDs = 10000
+
+// ResultLine is one line of GET /v1/batches/{id}/results: one item, in
+// submission order. Result is set for a completed item and Error for a
+// failed or canceled one; an item that has not ended has neither.
+type ResultLine struct {
+	Index    int             `json:"index"`
+	ID       string          `json:"id"`
+	CustomID *string         `json:"custom_id"`
+	State    TaskState       `json:"state"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *TaskError      `json:"error,omitempty"`
 }
 
 // BatchCanceled is the answer of DELETE /v1/batches/{id}.

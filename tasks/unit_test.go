@@ -1,37 +1,30 @@
-package tasks_test
+package tasks
 
 import (
 	"testing"
 	"time"
-
-	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TestUnitRoundTrip: a unit read back from its outbox form builds the same
-// task, payload byte for byte, and a damaged one is refused.
-func TestUnitRoundTrip(t *testing.T) {
-	t.Parallel()
-	u := tasks.Unit{TaskID: tasks.ChunkTaskID("b", 3), Type: tasks.TypeChunk, Queue: tasks.QueueBulk,
-		Timeout: 90 * time.Second, Payload: []byte(`{"batch_id":"b","items":[{"id":"x","request":{"a":"line\nbreak"}}]}`)}
-	b, err := u.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
+func TestUnitNames(t *testing.T) {
+	r := UnitRef{BatchID: "0123456789abcdef0123456789abcdef", Unit: ChunkUnit(12), Timeout: 90 * time.Second}
+	got, err := ParseMember(r.Member())
+	if err != nil || got != r {
+		t.Fatalf("ParseMember(Member()) = %+v, %v; want %+v", got, err, r)
 	}
-	var got tasks.Unit
-	if err := got.UnmarshalBinary(b); err != nil {
-		t.Fatal(err)
+	if c, n, err := ParseUnit(OwnUnit(7)); err != nil || c || n != 7 {
+		t.Errorf("ParseUnit(x7) = %v %d %v", c, n, err)
 	}
-	if got.TaskID != u.TaskID || got.Type != u.Type || got.Queue != u.Queue || got.Timeout != u.Timeout ||
-		string(got.Payload) != string(u.Payload) {
-		t.Fatalf("read back %+v, want %+v", got, u)
-	}
-	if task := got.Task(); task.Type() != u.Type || string(task.Payload()) != string(u.Payload) {
-		t.Fatalf("task %s %s", task.Type(), task.Payload())
-	}
-	for _, bad := range []string{"", "no header", `{"id":""}` + "\n{}", "{\n"} {
-		var v tasks.Unit
-		if err := v.UnmarshalBinary([]byte(bad)); err == nil {
-			t.Errorf("%q decoded as %+v", bad, v)
+	for _, bad := range []string{"", "c", "y1", "c-1", "c01", "x1a"} {
+		if _, _, err := ParseUnit(bad); err == nil {
+			t.Errorf("ParseUnit(%q) accepted", bad)
 		}
+	}
+	for _, bad := range []string{"a/c1", "a/c1/0", "a/z1/5", "a/c1/5/6"} {
+		if _, err := ParseMember(bad); err == nil {
+			t.Errorf("ParseMember(%q) accepted", bad)
+		}
+	}
+	if k := PendingListKey(QueueBulk); k != "asynq:{bulk}:pending" {
+		t.Errorf("PendingListKey = %q", k)
 	}
 }

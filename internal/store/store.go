@@ -25,10 +25,12 @@ var ErrNotFound = errors.New("not found")
 
 // Task is a task record.
 type Task struct {
-	ID          string
-	Kind        string
-	Owner       string
-	BatchID     string
+	ID      string
+	Kind    string
+	Owner   string
+	BatchID string
+	// CustomID is a batch item's custom_id; nil when it has none.
+	CustomID    *string
 	State       apitype.TaskState
 	Result      json.RawMessage
 	ErrCode     string
@@ -76,10 +78,12 @@ type NewBatch struct {
 
 // Batch is a batch record with its counts per state.
 type Batch struct {
-	ID        string
-	Owner     string
-	Format    string
-	Total     int
+	ID     string
+	Owner  string
+	Format string
+	Total  int
+	// Stride is how many items each chunk holds (docs/batches.md).
+	Stride    int
 	Counts    map[apitype.TaskState]int
 	CreatedAt time.Time
 	DoneAt    time.Time
