@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -816,5 +818,83 @@ func TestCommandsPerItem(t *testing.T) {
 		n, calls, float64(calls)/n, evals, trips, float64(trips)/n)
 	if calls > 15*n {
 		t.Fatalf("%d commands for %d items", calls, n)
+	}
+}
+
+// TestConcurrentFinishAndCancel: duplicate deliveries of a unit finish
+// concurrently with cancels of its items and a batch cancel; each item
+// ends exactly once, and counts, quota and the scripts' replies agree.
+func TestConcurrentFinishAndCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	for _, tc := range []struct {
+		name        string
+		cancelBatch bool
+	}{{"items", false}, {"batch", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := bid("conc-" + tc.name)
+			const n = 64
+			items := make([]store.StagedItem, n)
+			for i := range items {
+				items[i] = cheap(`{}`)
+			}
+			b := e.commit(t, store.CommitBatch{ID: id, Owner: tc.name}, n, items)
+			c0 := tasks.UnitRef{BatchID: id, Unit: "c0"}
+			outs := make([]tasks.ItemOutcome, n)
+			for i := range outs {
+				outs[i] = tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}
+			}
+			var (
+				wg              sync.WaitGroup
+				finished, cncld atomic.Int64
+			)
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := e.s.StartUnit(e.ctx, c0); err != nil {
+						t.Error(err)
+					}
+					k, err := e.s.FinishUnit(e.ctx, c0, outs)
+					if err != nil {
+						t.Error(err)
+					}
+					finished.Add(int64(k))
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if tc.cancelBatch {
+					k, err := e.s.CancelBatch(e.ctx, id, tc.name)
+					if err != nil {
+						t.Error(err)
+					}
+					cncld.Add(int64(k))
+					return
+				}
+				for i := n - 1; i >= 0; i-- {
+					prev, err := e.s.CancelItem(e.ctx, b, i)
+					if err != nil {
+						t.Error(err)
+					}
+					if prev == apitype.TaskStatePending || prev == apitype.TaskStateActive {
+						cncld.Add(1)
+					}
+				}
+			}()
+			wg.Wait()
+			if finished.Load()+cncld.Load() != n {
+				t.Fatalf("finish ended %d and cancel %d of %d items", finished.Load(), cncld.Load(), n)
+			}
+			e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: int(finished.Load()), apitype.TaskStateCanceled: int(cncld.Load())})
+			if got, _ := e.s.GetBatch(e.ctx, id); got.Ended() != n || got.DoneAt.IsZero() {
+				t.Fatalf("batch %+v", got)
+			}
+			if ended := e.rdb.HGet(e.ctx, e.prefix+"batch:"+id, "ended").Val(); ended != fmt.Sprint(n) {
+				t.Fatalf("ended %s", ended)
+			}
+			e.pending(t, tc.name, 0)
+		})
 	}
 }
