@@ -160,7 +160,8 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 	if it.Own {
 		w.lines = append(w.lines, '-')
 		w.kinds = append(w.kinds, kb-'a'+'A')
-		w.own = append(w.own, "x"+strconv.Itoa(i), it.Request)
+		// A copy: the caller may reuse its buffer for the next item.
+		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
 	} else {
@@ -375,7 +376,9 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 // BatchAbandoned or BatchKept. A batch that was not written has its
 // staged keys deleted.
 func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatch) (int, error) {
-	w.wait()
+	if w != nil {
+		w.wait() // a chunk landing after the script would outlive it
+	}
 	_, claim := s.claimOf(cb)
 	owned := "0"
 	if cb.Owner != "" {

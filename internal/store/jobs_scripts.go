@@ -479,17 +479,21 @@ return out
 `)
 
 // markCanceledScript marks a batch canceled, so that the feed drops its
-// units and no unit of it starts, before its chunks are canceled.
+// units and no unit of it starts, before its chunks are canceled. A batch
+// whose items have all ended is left as it is: nothing of it was
+// canceled.
 //
 // KEYS[1] batch hash
 // ARGV[1] now, Unix milliseconds
 //
-// Returns the batch's number of chunks, -1 when it does not exist.
+// Returns the number of chunks to cancel: 0 when the batch is done, -1
+// when it does not exist.
 var markCanceledScript = redis.NewScript(`
-local c = redis.call('HGET', KEYS[1], 'chunks')
-if not c then return -1 end
+local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended')
+if not b[1] then return -1 end
+if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
-return tonumber(c)
+return tonumber(b[1])
 `)
 
 // itemProgressScript records a batch item's progress while it has not

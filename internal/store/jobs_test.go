@@ -541,6 +541,12 @@ func TestUnitLifecycle(t *testing.T) {
 		t.Fatalf("batch not done: %+v", fb)
 	}
 	e.pending(t, "alice", 0)
+	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); err != nil || n != 0 {
+		t.Fatalf("cancel of a done batch: %d %v", n, err)
+	}
+	if fb, _ := e.s.GetBatch(e.ctx, id); !fb.CanceledAt.IsZero() {
+		t.Fatal("a done batch was marked canceled")
+	}
 
 	// Every item reads back.
 	for _, tc := range []struct {

@@ -105,6 +105,14 @@ func (b *Batch) Ended() int {
 	return n
 }
 
+// Chunks is how many chunks the batch's items are cut into.
+func (b *Batch) Chunks() int {
+	if b.Stride <= 0 {
+		return 0
+	}
+	return (b.Total + b.Stride - 1) / b.Stride
+}
+
 // Done reports whether every item of the batch has ended.
 func (b *Batch) Done() bool { return b.Ended() >= b.Total }
 
