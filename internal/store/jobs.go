@@ -46,6 +46,14 @@ const stagingTTL = 15 * time.Minute
 // like tasks' timeoutMargin: the handler's deadlines must fire first.
 const unitMargin = 30 * time.Second
 
+// feedWindow is how many of a batch's units move into the feed at a time
+// (see feedLua): a commit or a feed call moves at most a few windows, so
+// neither blocks Redis for long however large the batch.
+const feedWindow = 1000
+
+// maxRefills bounds how many windows one Feed call moves.
+const maxRefills = 2
+
 // maxFeedDrops bounds how many members of gone or canceled batches one
 // Feed call pops and drops, so one call stays short; the next call drops
 // more.
@@ -355,7 +363,7 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 	chunks := (w.total + w.stride - 1) / w.stride
 	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
 		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
-		w.total, w.stride, chunks, w.units, stagingTTL.Milliseconds()).Int()
+		w.total, w.stride, chunks, w.units, feedWindow).Int()
 	if err != nil {
 		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
 	}
@@ -401,9 +409,10 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 	if max <= 0 || depth <= 0 {
 		return nil, nil
 	}
+	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
 		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue)},
-		depth, max, ms(s.now()), s.k.batch(""), maxFeedDrops).StringSlice()
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1]).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}

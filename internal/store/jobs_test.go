@@ -112,14 +112,22 @@ func units(refs []tasks.UnitRef) []string {
 }
 
 // feedAll takes every unit from the feed (no asynq queue: depth is
-// large).
+// large), in as many Feed calls as it takes.
 func (e *env) feedAll(t *testing.T) []tasks.UnitRef {
 	t.Helper()
-	refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
-	if err != nil {
-		t.Fatal(err)
+	var all []tasks.UnitRef
+	for range 1000 {
+		refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, refs...)
+		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 {
+			return all
+		}
 	}
-	return refs
+	t.Fatal("the feed did not drain in 1000 calls")
+	return nil
 }
 
 // TestStageCommitReadBack: staged items are invisible until the commit,
@@ -280,19 +288,25 @@ func TestCommitRefusals(t *testing.T) {
 func TestAbandonCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Hour, time.Hour)
-	items := []store.StagedItem{cheap(`{}`), own(`{}`), own(`{}`)}
 	for _, tc := range []struct {
 		name           string
+		items          int // own items, beyond one cheap one
 		commit, feed   bool
 		want           int
 		batchRemains   bool
 		pendingRemains int
 	}{
-		{"not written", false, false, store.BatchNotWritten, false, 0},
-		{"abandoned", true, false, store.BatchAbandoned, false, 0},
-		{"kept", true, true, store.BatchKept, true, 3},
+		{"not written", 2, false, false, store.BatchNotWritten, false, 0},
+		{"abandoned", 2, true, false, store.BatchAbandoned, false, 0},
+		{"kept", 2, true, true, store.BatchKept, true, 3},
+		{"abandoned past the first window", 1500, true, false, store.BatchAbandoned, false, 0},
+		{"kept past the first window", 1500, true, true, store.BatchKept, true, 1501},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			items := []store.StagedItem{cheap(`{}`)}
+			for range tc.items {
+				items = append(items, own(`{}`))
+			}
 			id := bid(tc.name)
 			owner := "o-" + tc.name
 			key := "k-" + tc.name
@@ -336,7 +350,7 @@ func TestAbandonCommit(t *testing.T) {
 				if refs := e.feedAll(t); len(refs) != 0 {
 					t.Fatalf("an abandoned batch's units are fed: %v", refs)
 				}
-			} else if left := e.feedAll(t); len(left)+len(fed) != 3 {
+			} else if left := e.feedAll(t); len(left)+len(fed) != 1+tc.items {
 				t.Fatalf("a kept batch lost units: fed %v then %v", fed, left)
 			}
 		})
@@ -902,5 +916,59 @@ func TestConcurrentFinishAndCancel(t *testing.T) {
 			}
 			e.pending(t, tc.name, 0)
 		})
+	}
+}
+
+// TestFeedWindows: a batch's units enter the feed a window at a time, yet
+// come out all, once each and in order; a canceled batch's units still
+// waiting in its list are dropped with the list.
+func TestFeedWindows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	const n = 2500
+	items := make([]store.StagedItem, n)
+	for i := range items {
+		items[i] = own(`{}`)
+	}
+	id := bid("windows")
+	e.commit(t, store.CommitBatch{ID: id, Owner: "w"}, 64, items)
+	list := e.prefix + "batch:" + id + ":units"
+	if in, left := e.rdb.ZCard(e.ctx, e.prefix+"feed").Val(), e.rdb.LLen(e.ctx, list).Val(); in > 1001 || in+left != n+1 {
+		t.Fatalf("after commit: %d members in the feed, %d units in the list", in, left)
+	}
+	// Another owner's batch, committed now, is not behind all 2500.
+	e.commit(t, store.CommitBatch{ID: bid("other"), Owner: "o"}, 64, []store.StagedItem{own(`{}`)})
+	refs := e.feedAll(t)
+	if len(refs) != n+1 {
+		t.Fatalf("fed %d units, want %d", len(refs), n+1)
+	}
+	next, otherAt := 0, -1
+	for i, r := range refs {
+		if r.BatchID != id {
+			otherAt = i
+			continue
+		}
+		if r.Unit != tasks.OwnUnit(next) {
+			t.Fatalf("unit %d came out as %s, want %s", i, r.Unit, tasks.OwnUnit(next))
+		}
+		next++
+	}
+	if otherAt < 0 || otherAt > 2 {
+		t.Fatalf("the other owner's unit came out at %d", otherAt)
+	}
+	if e.rdb.Exists(e.ctx, list).Val() != 0 {
+		t.Fatal("the units list outlived its last window")
+	}
+
+	cid := bid("canceled-windows")
+	e.commit(t, store.CommitBatch{ID: cid, Owner: "w"}, 64, items)
+	if _, err := e.s.CancelBatch(e.ctx, cid, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if refs := e.feedAll(t); len(refs) != 0 {
+		t.Fatalf("fed %d units of a canceled batch", len(refs))
+	}
+	if e.rdb.Exists(e.ctx, e.prefix+"batch:"+cid+":units").Val() != 0 {
+		t.Fatal("a canceled batch's waiting units were kept")
 	}
 }
