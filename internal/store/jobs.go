@@ -126,8 +126,9 @@ type BatchWriter struct {
 }
 
 // maxStride bounds a chunk's items: the scripts pass a chunk's fields to
-// one command (Lua's unpack takes a few thousand values at most).
-const maxStride = 4096
+// one command (Lua's unpack takes fewer than 8000 values: a chunk's
+// entries are twice its items).
+const maxStride = 2048
 
 // maxOutcomesPerCall bounds the outcomes one finishUnitScript call takes,
 // for the same reason; FinishUnit splits a longer list.

@@ -275,7 +275,7 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
         live[id] = ok
       end
     end
-    if string.sub(m, -2) == '/+' then
+    if id and string.sub(m, -2) == '/+' then
       local list = ARGV[4] .. id .. ARGV[8]
       if ok then
         local bk = ARGV[4] .. id

@@ -972,3 +972,30 @@ func TestFeedWindows(t *testing.T) {
 		t.Fatal("a canceled batch's waiting units were kept")
 	}
 }
+
+// TestLargestStride: a stride past the bound is clamped, and a full chunk
+// of the largest stride starts, cancels and reads back within the
+// scripts' limits.
+func TestLargestStride(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	id := bid("stride")
+	items := make([]store.StagedItem, 2100)
+	for i := range items {
+		items[i] = cheap(`{}`)
+	}
+	b := e.commit(t, store.CommitBatch{ID: id}, 1<<20, items)
+	if b.Stride != 2048 || b.Chunks() != 2 {
+		t.Fatalf("stride %d, chunks %d", b.Stride, b.Chunks())
+	}
+	w, err := e.s.StartUnit(e.ctx, tasks.UnitRef{BatchID: id, Unit: "c0"})
+	if err != nil || len(w.Items) != 2048 {
+		t.Fatalf("start: %d items, %v", len(w.Items), err)
+	}
+	if n, err := e.s.CancelBatch(e.ctx, id, ""); err != nil || n != 2100 {
+		t.Fatalf("cancel: %d %v", n, err)
+	}
+	if infos, err := e.s.ChunkInfos(e.ctx, b, 0); err != nil || len(infos) != 2048 || infos[2047].State != apitype.TaskStateCanceled {
+		t.Fatalf("infos: %d %v", len(infos), err)
+	}
+}
