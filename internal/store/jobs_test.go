@@ -999,3 +999,38 @@ func TestLargestStride(t *testing.T) {
 		t.Fatalf("infos: %d %v", len(infos), err)
 	}
 }
+
+// TestWriterErrorsAndDiscard: a write that fails in flight surfaces from
+// the writer, and Discard removes what was staged.
+func TestWriterErrorsAndDiscard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	w := e.stage(t, bid("discard"), 2, []store.StagedItem{cheap(`{}`), cheap(`{}`), cheap(`{}`)})
+	if n := e.rdb.Exists(e.ctx, e.prefix+"batch:"+bid("discard")+":req", e.prefix+"batch:"+bid("discard")+":units").Val(); n != 2 {
+		t.Fatalf("%d staged keys", n)
+	}
+	if err := w.Discard(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.rdb.Exists(e.ctx, e.prefix+"batch:"+bid("discard")+":req", e.prefix+"batch:"+bid("discard")+":units").Val(); n != 0 {
+		t.Fatalf("%d staged keys after discard", n)
+	}
+
+	dead := redis.NewClient(&redis.Options{Addr: sharedServer(t).Addr})
+	dead.Close()
+	s := store.New(dead, store.Options{Prefix: e.prefix, TaskTTL: time.Hour, ResultTTL: time.Hour})
+	w = s.NewBatchWriter(bid("dead"), 1)
+	var err error
+	for i := 0; i < 3 && err == nil; i++ {
+		err = w.Add(e.ctx, cheap(`{}`))
+	}
+	if err == nil {
+		err = w.Close(e.ctx)
+	}
+	if err == nil {
+		t.Fatal("writes to a closed client reported no error")
+	}
+	if err := w.Close(e.ctx); err == nil {
+		t.Fatal("Close after a failed write reported no error")
+	}
+}
