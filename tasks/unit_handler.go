@@ -159,8 +159,8 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		if chunk || p.Cheap() {
 			continue // solved faster than a cache entry is read (docs/batches.md)
 		}
-		// The API looked the cache up when it accepted the batch, but an
-		// identical search may have been solved since.
+		// An identical search may have been solved since the batch was
+		// accepted, by another batch or a single task: never run it twice.
 		it.cacheKey = p.Key()
 		hit, err := h.store.Cached(ctx, it.cacheKey)
 		if err != nil {
