@@ -46,6 +46,14 @@ const stagingTTL = 15 * time.Minute
 // like tasks' timeoutMargin: the handler's deadlines must fire first.
 const unitMargin = 30 * time.Second
 
+// feedWindow is how many of a batch's units move into the feed at a time
+// (see feedLua): a commit or a feed call moves at most a few windows, so
+// neither blocks Redis for long however large the batch.
+const feedWindow = 1000
+
+// maxRefills bounds how many windows one Feed call moves.
+const maxRefills = 2
+
 // maxFeedDrops bounds how many members of gone or canceled batches one
 // Feed call pops and drops, so one call stays short; the next call drops
 // more.
@@ -117,11 +125,19 @@ type BatchWriter struct {
 	closed        bool
 }
 
-// NewBatchWriter starts staging batch id, stride items to a chunk.
+// maxStride bounds a chunk's items: the scripts pass a chunk's fields to
+// one command (Lua's unpack takes a few thousand values at most).
+const maxStride = 4096
+
+// maxOutcomesPerCall bounds the outcomes one finishUnitScript call takes,
+// for the same reason; FinishUnit splits a longer list.
+const maxOutcomesPerCall = 1000
+
+// NewBatchWriter starts staging batch id, stride items to a chunk. A
+// stride outside [1, maxStride] is clamped into it (the batch records the
+// stride it was written with).
 func (s *Store) NewBatchWriter(id string, stride int) *BatchWriter {
-	if stride <= 0 {
-		stride = 1
-	}
+	stride = max(1, min(stride, maxStride))
 	return &BatchWriter{s: s, id: id, stride: stride}
 }
 
@@ -152,7 +168,8 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 	if it.Own {
 		w.lines = append(w.lines, '-')
 		w.kinds = append(w.kinds, kb-'a'+'A')
-		w.own = append(w.own, "x"+strconv.Itoa(i), it.Request)
+		// A copy: the caller may reuse its buffer for the next item.
+		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
 	} else {
@@ -346,7 +363,7 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 	chunks := (w.total + w.stride - 1) / w.stride
 	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
 		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
-		w.total, w.stride, chunks, w.units, stagingTTL.Milliseconds()).Int()
+		w.total, w.stride, chunks, w.units, feedWindow).Int()
 	if err != nil {
 		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
 	}
@@ -367,7 +384,9 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 // BatchAbandoned or BatchKept. A batch that was not written has its
 // staged keys deleted.
 func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatch) (int, error) {
-	w.wait()
+	if w != nil {
+		w.wait() // a chunk landing after the script would outlive it
+	}
 	_, claim := s.claimOf(cb)
 	owned := "0"
 	if cb.Owner != "" {
@@ -390,9 +409,10 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 	if max <= 0 || depth <= 0 {
 		return nil, nil
 	}
+	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
 		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue)},
-		depth, max, ms(s.now()), s.k.batch(""), maxFeedDrops).StringSlice()
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1]).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}
@@ -481,6 +501,16 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 // event and, when it ended the batch's last item, sets done_at and
 // publishes the batch's. It returns how many items it ended.
 func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+	if len(outs) > maxOutcomesPerCall {
+		// Each call is exact on its own (an ended item is never counted
+		// twice), so splitting keeps the counts exact.
+		n, err := s.FinishUnit(ctx, ref, outs[:maxOutcomesPerCall])
+		if err != nil {
+			return n, err
+		}
+		m, err := s.FinishUnit(ctx, ref, outs[maxOutcomesPerCall:])
+		return n + m, err
+	}
 	if len(outs) == 0 {
 		return 0, nil
 	}
