@@ -22,6 +22,94 @@ type fakeStore struct {
 	state     map[string]apitype.TaskState
 	finishErr error
 	finished  []tasks.Transition
+
+	// The unit layout, as internal/store keeps it: each unit's items (by
+	// the unit's task ID) and each ended item's entry (by item ID).
+	units map[string][]tasks.UnitItem
+	ended map[string]tasks.ItemOutcome
+	cache map[string]json.RawMessage
+	// unitFinishes holds the outs of every FinishUnit call that wrote.
+	unitFinishes [][]tasks.ItemOutcome
+	starts       int
+	cacheReads   []string
+	// onStart, when set, runs inside StartUnit before it reads: a test's
+	// way to land a cancel between registration and the read.
+	onStart func(tasks.UnitRef)
+}
+
+// newUnitStore returns a fake holding units of batch "b": units maps a
+// unit name to its items' indexes, each item's request being reqs[index].
+func newUnitStore(units map[string][]int, reqs map[int]string) *fakeStore {
+	f := &fakeStore{state: map[string]apitype.TaskState{}, units: map[string][]tasks.UnitItem{},
+		ended: map[string]tasks.ItemOutcome{}, cache: map[string]json.RawMessage{}}
+	for u, idx := range units {
+		ref := tasks.UnitRef{BatchID: "b", Unit: u}
+		for _, i := range idx {
+			f.units[ref.TaskID()] = append(f.units[ref.TaskID()], tasks.UnitItem{Index: i, Request: []byte(reqs[i])})
+		}
+	}
+	return f
+}
+
+func (f *fakeStore) StartUnit(_ context.Context, ref tasks.UnitRef) (*tasks.UnitWork, error) {
+	if f.onStart != nil {
+		f.onStart(ref)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts++
+	w := &tasks.UnitWork{}
+	for _, it := range f.units[ref.TaskID()] {
+		if _, done := f.ended[apitype.ItemID(ref.BatchID, it.Index)]; !done {
+			w.Items = append(w.Items, it)
+		}
+	}
+	return w, nil
+}
+
+func (f *fakeStore) FinishUnit(_ context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.finishErr != nil {
+		return 0, f.finishErr
+	}
+	n := 0
+	for _, o := range outs {
+		id := apitype.ItemID(ref.BatchID, o.Index)
+		if _, done := f.ended[id]; !done {
+			f.ended[id] = o
+			n++
+		}
+	}
+	f.unitFinishes = append(f.unitFinishes, outs)
+	return n, nil
+}
+
+func (f *fakeStore) Cached(_ context.Context, key string) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cacheReads = append(f.cacheReads, key)
+	return f.cache[key], nil
+}
+
+// cancelItem ends item index of batch "b" as canceled, as the API's cancel
+// does in the store before it publishes the cancel.
+func (f *fakeStore) cancelItem(index int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := apitype.ItemID("b", index)
+	if _, done := f.ended[id]; !done {
+		f.ended[id] = tasks.ItemOutcome{Index: index, State: apitype.TaskStateCanceled}
+	}
+}
+
+// entry returns how item index of batch "b" ended; ok is false while it
+// has not.
+func (f *fakeStore) entry(index int) (o tasks.ItemOutcome, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok = f.ended[apitype.ItemID("b", index)]
+	return o, ok
 }
 
 func (f *fakeStore) Start(_ context.Context, ts []tasks.Transition, _ []string) ([]apitype.TaskState, []json.RawMessage, error) {

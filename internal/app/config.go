@@ -48,6 +48,14 @@ type Common struct {
 	// SweepMaxNodes caps the sweep search's nodes; 0 keeps the solver's
 	// default. Requests may lower it, never raise it. Default 0.
 	SweepMaxNodes int64
+	// FeedDepth is how many batch units asynq's bulk queue holds waiting
+	// at most: the API (after a commit), every worker (after a unit) and
+	// the reconciler move units from the fair feed onto the queue only
+	// while it is shorter (docs/batches.md). Shallow, a key's new batch
+	// waits behind at most this many units of another key's big one;
+	// deep enough that no idle worker finds the queue empty between two
+	// feeds. Default 64.
+	FeedDepth int
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -64,6 +72,7 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.SweepDeadline, "SWEEP_DEADLINE", "60s", "deadline of one sweep solve")
 	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
+	s.Int(&c.FeedDepth, "FEED_DEPTH", "64", "most batch units waiting on the bulk queue")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -91,6 +100,9 @@ func (c *Common) validate() error {
 	}
 	if c.SlidingMaxNodes < 0 {
 		return fmt.Errorf("SLIDING_MAX_NODES: must not be negative")
+	}
+	if c.FeedDepth <= 0 {
+		return fmt.Errorf("FEED_DEPTH: must be positive, got %d", c.FeedDepth)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %v", err)

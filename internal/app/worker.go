@@ -77,6 +77,10 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
 	m := tasks.NewMetrics(reg)
 	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
+	// A worker that finishes a unit refills the bulk queue from the feed,
+	// so it never runs dry while a batch waits. The client shares the
+	// worker's connection, so it has nothing of its own to close.
+	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
