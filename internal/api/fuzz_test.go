@@ -36,7 +36,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 	srv := api.New(client, store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
 		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50, MaxWait: time.Minute, ChunkSize: 64,
 			RequestTimeout: 10 * time.Second, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-			MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second})
+			MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, FeedDepth: 64})
 	h := srv.Handler()
 
 	for _, s := range []string{

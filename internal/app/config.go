@@ -48,6 +48,12 @@ type Common struct {
 	// SweepMaxNodes caps the sweep search's nodes; 0 keeps the solver's
 	// default. Requests may lower it, never raise it. Default 0.
 	SweepMaxNodes int64
+	// FeedDepth is how many units of batches the bulk queue holds
+	// waiting, at most: the API (after a commit) and the workers (after
+	// a unit) feed it from the fair feed up to this depth (see
+	// docs/batches.md). Deeper means fewer feeds, but a small batch may
+	// wait behind that many units of a large one. Default 64.
+	FeedDepth int
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -64,6 +70,7 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.SweepDeadline, "SWEEP_DEADLINE", "60s", "deadline of one sweep solve")
 	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
+	s.Int(&c.FeedDepth, "FEED_DEPTH", "64", "most batch units waiting on the bulk queue")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -85,6 +92,9 @@ func (c *Common) validate() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
 		}
+	}
+	if c.FeedDepth <= 0 {
+		return fmt.Errorf("FEED_DEPTH: must be positive, got %d", c.FeedDepth)
 	}
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
@@ -261,9 +271,10 @@ type APIConfig struct {
 	MetricsAddr string
 	// MaxBodyBytes bounds a single-task body. Default 1Mi.
 	MaxBodyBytes int64
-	// MaxBatchBodyBytes bounds a batch body. Default 16Mi.
+	// MaxBatchBodyBytes bounds a batch body. It is read as a stream, so
+	// the bound is on the upload, not on the API's memory. Default 256Mi.
 	MaxBatchBodyBytes int64
-	// MaxBatchItems bounds the tasks of one batch. Default 10000.
+	// MaxBatchItems bounds the items of one batch. Default 1000000.
 	MaxBatchItems int
 	// MaxWait bounds ?wait= of long polls. Default 60s.
 	MaxWait time.Duration
@@ -316,8 +327,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "separate listen address for /metrics (default: on HTTP_ADDR)")
 	s.Int64(&c.MaxBodyBytes, "MAX_BODY_BYTES", "1Mi", "largest single-task request body")
-	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "16Mi", "largest batch request body")
-	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "10000", "most tasks in one batch")
+	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "256Mi", "largest batch request body")
+	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "1000000", "most items in one batch")
 	s.Duration(&c.MaxWait, "MAX_WAIT", "60s", "longest ?wait= of a long poll")
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
