@@ -102,6 +102,11 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
 			"this request took longer than its Idempotency-Key claim; retry shortly"))
 		return
+	case errors.Is(err, store.ErrStagedGone):
+		// Nothing committed: the staged items expired or a chunk's
+		// write was lost. The client may send the batch again.
+		fail(c, err)
+		return
 	default:
 		// The script may have run and only its reply been lost. Undo it
 		// (record, feed, quota, claim) unless a unit has been fed (a
