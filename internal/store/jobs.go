@@ -117,11 +117,19 @@ type BatchWriter struct {
 	closed        bool
 }
 
-// NewBatchWriter starts staging batch id, stride items to a chunk.
+// maxStride bounds a chunk's items: the scripts pass a chunk's fields to
+// one command (Lua's unpack takes a few thousand values at most).
+const maxStride = 4096
+
+// maxOutcomesPerCall bounds the outcomes one finishUnitScript call takes,
+// for the same reason; FinishUnit splits a longer list.
+const maxOutcomesPerCall = 1000
+
+// NewBatchWriter starts staging batch id, stride items to a chunk. A
+// stride outside [1, maxStride] is clamped into it (the batch records the
+// stride it was written with).
 func (s *Store) NewBatchWriter(id string, stride int) *BatchWriter {
-	if stride <= 0 {
-		stride = 1
-	}
+	stride = max(1, min(stride, maxStride))
 	return &BatchWriter{s: s, id: id, stride: stride}
 }
 
@@ -152,7 +160,8 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 	if it.Own {
 		w.lines = append(w.lines, '-')
 		w.kinds = append(w.kinds, kb-'a'+'A')
-		w.own = append(w.own, "x"+strconv.Itoa(i), it.Request)
+		// A copy: the caller may reuse its buffer for the next item.
+		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
 	} else {
@@ -367,7 +376,9 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 // BatchAbandoned or BatchKept. A batch that was not written has its
 // staged keys deleted.
 func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatch) (int, error) {
-	w.wait()
+	if w != nil {
+		w.wait() // a chunk landing after the script would outlive it
+	}
 	_, claim := s.claimOf(cb)
 	owned := "0"
 	if cb.Owner != "" {
@@ -481,6 +492,16 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 // event and, when it ended the batch's last item, sets done_at and
 // publishes the batch's. It returns how many items it ended.
 func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+	if len(outs) > maxOutcomesPerCall {
+		// Each call is exact on its own (an ended item is never counted
+		// twice), so splitting keeps the counts exact.
+		n, err := s.FinishUnit(ctx, ref, outs[:maxOutcomesPerCall])
+		if err != nil {
+			return n, err
+		}
+		m, err := s.FinishUnit(ctx, ref, outs[maxOutcomesPerCall:])
+		return n + m, err
+	}
 	if len(outs) == 0 {
 		return 0, nil
 	}

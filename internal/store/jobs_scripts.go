@@ -352,16 +352,22 @@ local m = redis.call('HGET', KEYS[2], 'm' .. j)
 if not m then return 0 end
 local markers, delta, ended = {}, {}, 0
 local rttl = tonumber(ARGV[11])
-for i = 1, #KEYS - 2 do
+local nout = #KEYS - 2
+local fields = {}
+for i = 1, nout do fields[i] = tonumber(ARGV[12 + 4 * (i - 1)]) - j * stride end
+local have = redis.call('HMGET', rk, unpack(fields))
+local hs, hd, seen = {}, {}, {}
+for i = 1, nout do
   local a = 12 + 4 * (i - 1)
   local idx = tonumber(ARGV[a])
-  local k = idx - j * stride
-  local ok = idx < total and k >= 0 and k < #m
+  local k = fields[i]
+  local ok = idx < total and k >= 0 and k < #m and not have[i] and not seen[k]
   local kb = ok and string.sub(m, k + 1, k + 1) or ''
   if ok then
     if chunk then ok = not is_own(kb) else ok = idx == n and is_own(kb) end
   end
-  if ok and redis.call('HEXISTS', rk, k) == 0 then
+  if ok then
+    seen[k] = true
     local f = marker_field(kb, k)
     local mv = markers[f]
     if mv == nil then
@@ -380,14 +386,17 @@ for i = 1, #KEYS - 2 do
       redis.call('PEXPIREAT', ck, math.max(exp, clock() + rttl), 'GT')
       res = ''
     end
-    redis.call('HSET', rk, k, entry(st, started, attempts, ARGV[5], ARGV[a + 2], res))
-    redis.call('HDEL', rk, 'p' .. k)
+    hs[#hs + 1] = k
+    hs[#hs + 1] = entry(st, started, attempts, ARGV[5], ARGV[a + 2], res)
+    hd[#hd + 1] = 'p' .. k
     delta[prev] = (delta[prev] or 0) - 1
     delta[st] = (delta[st] or 0) + 1
     ended = ended + 1
   end
 end
 if ended > 0 then
+  redis.call('HSET', rk, unpack(hs))
+  redis.call('HDEL', rk, unpack(hd))
   redis.call('PEXPIREAT', rk, exp)
   settle(KEYS[1], ARGV[7], owner, j, delta, ended, ARGV[6], ARGV[5])
 end
@@ -470,17 +479,21 @@ return out
 `)
 
 // markCanceledScript marks a batch canceled, so that the feed drops its
-// units and no unit of it starts, before its chunks are canceled.
+// units and no unit of it starts, before its chunks are canceled. A batch
+// whose items have all ended is left as it is: nothing of it was
+// canceled.
 //
 // KEYS[1] batch hash
 // ARGV[1] now, Unix milliseconds
 //
-// Returns the batch's number of chunks, -1 when it does not exist.
+// Returns the number of chunks to cancel: 0 when the batch is done, -1
+// when it does not exist.
 var markCanceledScript = redis.NewScript(`
-local c = redis.call('HGET', KEYS[1], 'chunks')
-if not c then return -1 end
+local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended')
+if not b[1] then return -1 end
+if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
-return tonumber(c)
+return tonumber(b[1])
 `)
 
 // itemProgressScript records a batch item's progress while it has not

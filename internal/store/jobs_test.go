@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -538,6 +541,12 @@ func TestUnitLifecycle(t *testing.T) {
 		t.Fatalf("batch not done: %+v", fb)
 	}
 	e.pending(t, "alice", 0)
+	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); err != nil || n != 0 {
+		t.Fatalf("cancel of a done batch: %d %v", n, err)
+	}
+	if fb, _ := e.s.GetBatch(e.ctx, id); !fb.CanceledAt.IsZero() {
+		t.Fatal("a done batch was marked canceled")
+	}
 
 	// Every item reads back.
 	for _, tc := range []struct {
@@ -722,4 +731,176 @@ func TestBatchQuotaExact(t *testing.T) {
 		t.Fatalf("a late finish ended %d", n)
 	}
 	e.pending(t, "carol", 5)
+}
+
+// TestCommandsPerItem runs a 10,000-item batch (one item in ten its own
+// unit) through stage, commit, feed, start and finish on a Redis of its
+// own and logs what Redis executed per item (INFO commandstats, which
+// counts the commands scripts call too), and the round trips. It fails
+// when the layout costs more than a bound well above today's figure, so
+// a change that goes per-item in Redis is noticed.
+func TestCommandsPerItem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 10,000 items")
+	}
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	s := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	ctx := context.Background()
+	const n = 10000
+	id := bid("count")
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewBatchWriter(id, 64)
+	for i := range n {
+		it := cheap(`{"puzzle":[[1,2,3],[4,5,6],[7,8,0]]}`)
+		if i%10 == 9 {
+			it = own(`{"puzzle":[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13,14,15,0]]}`)
+		}
+		if err := w.Add(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CommitBatch(ctx, w, store.CommitBatch{ID: id, Owner: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	trips := 0
+	for {
+		refs, err := s.Feed(ctx, "none", 100, 100)
+		trips++
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refs) == 0 {
+			break
+		}
+		s.AckFed(ctx, refs)
+		trips++
+		for _, r := range refs {
+			work, err := s.StartUnit(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs := make([]tasks.ItemOutcome, len(work.Items))
+			for i, it := range work.Items {
+				outs[i] = tasks.ItemOutcome{Index: it.Index, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":22}`)}
+				if r.Unit[0] == 'x' {
+					outs[i].CacheKey = fmt.Sprintf("h%d", it.Index)
+				}
+			}
+			if _, err := s.FinishUnit(ctx, r, outs); err != nil {
+				t.Fatal(err)
+			}
+			trips += 2
+		}
+	}
+	b, err := s.GetBatch(ctx, id)
+	if err != nil || b.Counts[apitype.TaskStateCompleted] != n || b.DoneAt.IsZero() {
+		t.Fatalf("batch %+v %v", b, err)
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, evals := 0, 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		c, _, _ := strings.Cut(rest, ",")
+		var v int
+		fmt.Sscan(c, &v)
+		if name == "cmdstat_getbatch" || name == "cmdstat_info" || name == "cmdstat_config|resetstat" {
+			continue
+		}
+		calls += v
+		if strings.HasPrefix(name, "cmdstat_eval") {
+			evals += v
+		}
+	}
+	t.Logf("%d items: %d Redis commands (%.2f per item), %d of them script calls; %d round trips after staging (%.3f per item)",
+		n, calls, float64(calls)/n, evals, trips, float64(trips)/n)
+	if calls > 15*n {
+		t.Fatalf("%d commands for %d items", calls, n)
+	}
+}
+
+// TestConcurrentFinishAndCancel: duplicate deliveries of a unit finish
+// concurrently with cancels of its items and a batch cancel; each item
+// ends exactly once, and counts, quota and the scripts' replies agree.
+func TestConcurrentFinishAndCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	for _, tc := range []struct {
+		name        string
+		cancelBatch bool
+	}{{"items", false}, {"batch", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := bid("conc-" + tc.name)
+			const n = 64
+			items := make([]store.StagedItem, n)
+			for i := range items {
+				items[i] = cheap(`{}`)
+			}
+			b := e.commit(t, store.CommitBatch{ID: id, Owner: tc.name}, n, items)
+			c0 := tasks.UnitRef{BatchID: id, Unit: "c0"}
+			outs := make([]tasks.ItemOutcome, n)
+			for i := range outs {
+				outs[i] = tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}
+			}
+			var (
+				wg              sync.WaitGroup
+				finished, cncld atomic.Int64
+			)
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := e.s.StartUnit(e.ctx, c0); err != nil {
+						t.Error(err)
+					}
+					k, err := e.s.FinishUnit(e.ctx, c0, outs)
+					if err != nil {
+						t.Error(err)
+					}
+					finished.Add(int64(k))
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if tc.cancelBatch {
+					k, err := e.s.CancelBatch(e.ctx, id, tc.name)
+					if err != nil {
+						t.Error(err)
+					}
+					cncld.Add(int64(k))
+					return
+				}
+				for i := n - 1; i >= 0; i-- {
+					prev, err := e.s.CancelItem(e.ctx, b, i)
+					if err != nil {
+						t.Error(err)
+					}
+					if prev == apitype.TaskStatePending || prev == apitype.TaskStateActive {
+						cncld.Add(1)
+					}
+				}
+			}()
+			wg.Wait()
+			if finished.Load()+cncld.Load() != n {
+				t.Fatalf("finish ended %d and cancel %d of %d items", finished.Load(), cncld.Load(), n)
+			}
+			e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: int(finished.Load()), apitype.TaskStateCanceled: int(cncld.Load())})
+			if got, _ := e.s.GetBatch(e.ctx, id); got.Ended() != n || got.DoneAt.IsZero() {
+				t.Fatalf("batch %+v", got)
+			}
+			if ended := e.rdb.HGet(e.ctx, e.prefix+"batch:"+id, "ended").Val(); ended != fmt.Sprint(n) {
+				t.Fatalf("ended %s", ended)
+			}
+			e.pending(t, tc.name, 0)
+		})
+	}
 }
