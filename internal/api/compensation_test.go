@@ -69,12 +69,12 @@ type faultyStore struct {
 	// arrives; with fedBeforeLoss a feeder (a worker finishing a unit)
 	// takes one of its units in between.
 	commitLost, fedBeforeLoss bool
-	submitted                 []string       // task IDs SubmitTask recorded
-	batches                   map[string]int // batch ID -> items CommitBatch was given
-	abandoned                 map[string]int // batch ID -> what AbandonCommit answered
-	deleted         map[string][]string // DeleteTasks calls: batch ID -> IDs
-	released        map[string]int      // owner -> units ReleasePending gave back
-	idemReleased    []string            // Idempotency-Keys released
+	submitted                 []string            // task IDs SubmitTask recorded
+	batches                   map[string]int      // batch ID -> items CommitBatch was given
+	abandoned                 map[string]int      // batch ID -> what AbandonCommit answered
+	deleted                   map[string][]string // DeleteTasks calls: batch ID -> IDs
+	released                  map[string]int      // owner -> units ReleasePending gave back
+	idemReleased              []string            // Idempotency-Keys released
 }
 
 func (f *faultyStore) SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error) {
