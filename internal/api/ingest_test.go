@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -340,4 +341,37 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// An NDJSON upload that stalls after a few chunks were staged is cut off
+// at its body deadline with a 408, and what it staged is deleted.
+func TestSlowNDJSONUploadIsCutOff(t *testing.T) {
+	t.Parallel()
+	opts := ingestOptions()
+	opts.BodyReadTimeout = time.Second
+	r := newIngestRig(t, opts)
+	srv := httptest.NewServer(r.h)
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() {
+		pw.Write([]byte(lines(7))) // three chunks staged, then silence
+	}()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
+	req.Header.Set("Content-Type", ndjson)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e apitype.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
+		t.Fatalf("stalled upload: %d %+v %v, want 408", resp.StatusCode, e, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("cut off after %s, want about 1s", took)
+	}
+	r.nothingLeft("stalled upload")
 }
