@@ -89,7 +89,11 @@ type BatchDecoder struct {
 // NewBatchDecoder reads a batch body from r; more than maxItems items
 // (maxItems > 0) is a too_large error at the first item past it.
 func NewBatchDecoder(r io.Reader, maxItems int) *BatchDecoder {
-	return &BatchDecoder{dec: jsontext.NewDecoder(r, strict), maxItems: maxItems}
+	// The stream checks syntax only: names and UTF-8 inside an item are
+	// DecodeItem's to check, so that its errors name the place as
+	// Decode's do (the stream's pointer inside a raw value is not kept).
+	// The envelope's one name is checked by open and close.
+	return &BatchDecoder{dec: jsontext.NewDecoder(r, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)), maxItems: maxItems}
 }
 
 // Index is the index the next item returned by Next will have.

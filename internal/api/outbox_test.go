@@ -240,7 +240,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 // Idempotency-Key claim, as when a request outlives its claim.
 type claimLosingStore struct{ *store.Store }
 
-func (claimLosingStore) CreateBatch(context.Context, store.NewBatch, []store.NewTask) error {
+func (claimLosingStore) CommitBatch(context.Context, *store.BatchWriter, store.CommitBatch) error {
 	return store.ErrClaimLost
 }
 
