@@ -93,8 +93,26 @@ func NewBatchDecoder(r io.Reader, maxItems int) *BatchDecoder {
 	// DecodeItem's to check, so that its errors name the place as
 	// Decode's do (the stream's pointer inside a raw value is not kept).
 	// The envelope's one name is checked by open and close.
-	return &BatchDecoder{dec: jsontext.NewDecoder(r, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)), maxItems: maxItems}
+	return &BatchDecoder{dec: jsontext.NewDecoder(sourceReader{r}, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)), maxItems: maxItems}
 }
+
+// sourceReader marks the errors of the body's reader: the JSON decoder
+// wraps one that comes in the middle of a value in a syntax error, and it
+// must reach the caller as what it is (a body too large, a deadline).
+type sourceReader struct{ r io.Reader }
+
+func (s sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &sourceError{err}
+	}
+	return n, err
+}
+
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
 
 // Index is the index the next item returned by Next will have.
 func (d *BatchDecoder) Index() int { return d.n }
@@ -226,6 +244,10 @@ func (d *BatchDecoder) close() error {
 // reader (a body cut off, a limit) is returned as it is, for the caller
 // to answer.
 func (d *BatchDecoder) syntaxError(err error) error {
+	var src *sourceError
+	if errors.As(err, &src) {
+		return src.err
+	}
 	var syn *jsontext.SyntacticError
 	if !errors.As(err, &syn) {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -115,16 +115,19 @@ func TestBatchDecoder(t *testing.T) {
 func TestBatchDecoderPassesReadErrors(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
-	r := io.MultiReader(strings.NewReader(`{"tasks":[`+sweep1+`,`), &failReader{boom})
-	d := puzzle.NewBatchDecoder(r, 0)
-	var err error
-	for range 3 {
-		if _, _, err = d.Next(); err != nil {
-			break
+	for _, head := range []string{`{"tasks":[` + sweep1 + `,`, `{"tasks":[` + sweep1 + `,{"kind":"swe`, `{"ta`} {
+		r := io.MultiReader(strings.NewReader(head), &failReader{boom})
+		d := puzzle.NewBatchDecoder(r, 0)
+		var err error
+		for range 3 {
+			if _, _, err = d.Next(); err != nil {
+				break
+			}
 		}
-	}
-	if !errors.Is(err, boom) {
-		t.Fatalf("read error became %v (%T)", err, err)
+		var ie *solvers.InputError
+		if !errors.Is(err, boom) || errors.As(err, &ie) {
+			t.Errorf("read error after %q became %v (%T)", head, err, err)
+		}
 	}
 }
 

@@ -111,7 +111,7 @@ func (s *Server) ingest(c *gin.Context, w stager, withHash bool) (*ingested, err
 	}
 	defer done()
 	g.body = body
-	var r io.Reader = body
+	var r io.Reader = bodyReader{body}
 	if withHash {
 		g.hash = sha256.New()
 		g.hash.Write([]byte(form + "\n"))
@@ -188,7 +188,10 @@ func (g *ingestRun) lines(r io.Reader) error {
 		if err != nil && err != io.EOF {
 			return err
 		}
-		if t := bytes.TrimSpace(b); len(t) > 0 {
+		// Only JSON's own whitespace makes a line blank: a line that
+		// another reader would not take as blank is an item, and fails
+		// as one.
+		if t := bytes.Trim(b, " \t\r\n"); len(t) > 0 {
 			if len(t) > puzzle.MaxJSONLine {
 				return &solvers.InputError{Code: apitype.CodeTooLarge, Line: line,
 					Msg: fmt.Sprintf("longer than %d bytes", puzzle.MaxJSONLine)}
@@ -422,27 +425,41 @@ func (s *Server) openBody(c *gin.Context, limit int64) (*meteredBody, func(), er
 	}, nil
 }
 
+// bodyReader marks the errors of reading the body, so that they are told
+// from those of staging (Redis), which may look alike (a timeout).
+type bodyReader struct{ r io.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyReadError{err}
+	}
+	return n, err
+}
+
+// bodyReadError is an error of reading the request body.
+type bodyReadError struct{ err error }
+
+func (e *bodyReadError) Error() string { return "read request body: " + e.err.Error() }
+func (e *bodyReadError) Unwrap() error { return e.err }
+
 // streamError maps an error of a streamed body to its answer: the
-// body's own failures (too large, too slow, no room) as readBody answers
-// them, the items' as they are.
+// body's own failures (too large, too slow, cut off, no room in the pool)
+// as readBody answers them, the items' and the store's as they are.
 func (s *Server) streamError(c *gin.Context, mb *meteredBody, err error) error {
 	var (
 		ie *solvers.InputError
 		ae *apiError
+		re *bodyReadError
 	)
-	if errors.As(err, &ie) || errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ie) || errors.As(err, &ae):
 		return err
-	}
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) || mb.err != nil || isReadError(err) {
-		return s.bodyError(c, mb, err)
+	case errors.As(err, &re):
+		return s.bodyError(c, mb, re.err)
+	case mb.err != nil:
+		// Taking the memory of an item from the pool failed.
+		return s.bodyError(c, mb, mb.err)
 	}
 	return err
-}
-
-// isReadError reports whether err came from reading the connection rather
-// than from staging (Redis).
-func isReadError(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, http.ErrBodyReadAfterClose)
 }

@@ -375,3 +375,29 @@ func TestSlowNDJSONUploadIsCutOff(t *testing.T) {
 	}
 	r.nothingLeft("stalled upload")
 }
+
+// A body over MAX_BATCH_BODY_BYTES without a Content-Length is cut off
+// while it streams, in the middle of an item or between two, with a 413;
+// what was staged is deleted.
+func TestBodyTooLargeWhileStreaming(t *testing.T) {
+	t.Parallel()
+	opts := ingestOptions()
+	opts.MaxBatchItems = 1 << 20
+	r := newIngestRig(t, opts)
+	item := `{"kind":"sweep","puzzle":{"board":["` + strings.Repeat(".", 29) + `"]}}`
+	for _, tc := range []struct{ name, ct, body string }{
+		{"JSON", "application/json", `{"tasks":[` + strings.Repeat(item+",", 1<<20/len(item)) + item + `]}`},
+		{"NDJSON", ndjson, strings.Repeat(item+"\n", 1<<20/len(item)+1)},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/batches", struct{ io.Reader }{strings.NewReader(tc.body)})
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		req.Header.Set("Content-Type", tc.ct)
+		rec := httptest.NewRecorder()
+		r.h.ServeHTTP(rec, req)
+		var e apitype.ErrorBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusRequestEntityTooLarge || e.Error.Code != "body_too_large" {
+			t.Errorf("%s: %d %s, want 413 body_too_large", tc.name, rec.Code, rec.Body.Bytes())
+		}
+		r.nothingLeft(tc.name)
+	}
+}
