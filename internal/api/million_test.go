@@ -8,8 +8,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,7 +115,26 @@ func BenchmarkMillionItemNDJSON(b *testing.B) {
 		b.ReportMetric(mib(peakHeap.Load(), base.heap), "peak-heap-MiB")
 		b.ReportMetric(mib(peakHeld.Load(), base.held), "peak-held-MiB")
 		b.ReportMetric(float64(sent.Load())/(1<<20), "body-MiB")
+		if hwm, ok := vmHWM(); ok {
+			b.ReportMetric(hwm, "process-VmHWM-MiB")
+		}
 	}
+}
+
+// vmHWM is the process's peak RSS (Linux), in MiB: the test binary's, the
+// body's writer included, so an upper bound of the API's.
+func vmHWM() (float64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return float64(kb) / 1024, err == nil
+		}
+	}
+	return 0, false
 }
 
 type memSample struct{ heap, held uint64 }
