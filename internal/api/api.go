@@ -35,8 +35,7 @@ type Enqueuer interface {
 type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
-	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
-	AbandonBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) (int, error)
+	batchStore
 	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
@@ -75,6 +74,9 @@ type Options struct {
 	MaxWait time.Duration
 	// ChunkSize is how many cheap items go into one chunk task.
 	ChunkSize int
+	// FeedDepth is how many units the bulk queue holds waiting, at most,
+	// when the API feeds it after a commit (see docs/batches.md).
+	FeedDepth int
 	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
 	// not a setting of the binary; 0 means 8.
 	EnqueueParallelism int
@@ -122,6 +124,7 @@ func (o *Options) check() {
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
+		{"FeedDepth", int64(o.FeedDepth)},
 	} {
 		if v.n <= 0 {
 			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))

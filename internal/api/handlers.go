@@ -3,14 +3,11 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -255,96 +252,6 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	s.respondTask(c, http.StatusOK, t.ID)
-}
-
-func (s *Server) createBatch(c *gin.Context) {
-	// The body's bytes are admitted as they arrive (readBody), and only
-	// then does it wait for one of the decode slots, which bound the
-	// memory a decode takes beyond its body: a slow upload holds its own
-	// bytes and nothing else.
-	body, err := s.readBody(c, s.opts.MaxBatchBodyBytes)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	reqs, format, err := s.decodeBatchSlot(c, body)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if len(reqs) == 0 {
-		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "tasks", "a batch needs at least one task"))
-		return
-	}
-	if len(reqs) > s.opts.MaxBatchItems {
-		fail(c, newError(http.StatusBadRequest, apitype.CodeTooLarge, "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(reqs)))
-		return
-	}
-	batchID := newID()
-	var idemKey, hash string
-	if key := c.GetHeader("Idempotency-Key"); key != "" {
-		if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
-			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
-			return
-		}
-		sum := sha256.Sum256(append([]byte(format+"\n"), body...))
-		hash = hex.EncodeToString(sum[:])
-		claimed, prevID, prevHash, err := s.store.ClaimIdempotency(c.Request.Context(), ownerOf(c), key, batchID, hash)
-		if err != nil {
-			fail(c, err)
-			return
-		}
-		if !claimed {
-			if prevHash != hash {
-				fail(c, newError(http.StatusUnprocessableEntity, apitype.CodeIdempotencyKeyReused, "Idempotency-Key",
-					"this Idempotency-Key was used for a different request body"))
-				return
-			}
-			s.replayBatch(c, prevID)
-			return
-		}
-		idemKey = key
-	}
-	ids, err := s.submitBatch(c, batchID, format, reqs, idemKey, hash)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.Header("Location", "/v1/batches/"+batchID)
-	c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: batchID, Total: len(ids), TaskIDs: ids})
-}
-
-// replayBatch answers a retried submission with the batch the first one
-// created, so a client that lost the response does not double the work.
-// The first request may still be writing it; wait a little for it.
-func (s *Server) replayBatch(c *gin.Context, id string) {
-	ctx := c.Request.Context()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := s.store.GetBatch(ctx, id)
-		if err == nil && b.Owner == ownerOf(c) {
-			ids, err := s.store.BatchItems(ctx, id, 0, b.Total)
-			if err != nil {
-				fail(c, err)
-				return
-			}
-			c.Header("Location", "/v1/batches/"+id)
-			c.Header("Idempotent-Replayed", "true")
-			c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: id, Total: b.Total, TaskIDs: ids})
-			return
-		}
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			fail(c, err)
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			c.Header("Retry-After", "1")
-			fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
-				"a request with this Idempotency-Key is still being processed; retry shortly"))
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // decodeFactor is the memory a batch decode takes for a moment beyond its

@@ -401,6 +401,7 @@ const protobufMetrics = "application/vnd.google.protobuf;proto=io.prometheus.cli
 
 func init() {
 	openapi3filter.RegisterBodyDecoder("application/vnd.google.protobuf", openapi3filter.FileBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
 }
 
 func TestOpenAPIConformance(t *testing.T) {
@@ -462,6 +463,9 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantJSON(t, "error", task["error"], `{"code":"canceled","message":"canceled by request"}`)
 		wantError(t, c.do(call{method: "DELETE", path: "/v1/tasks/" + pendingTask, want: 409}), "conflict", "")
 
+		r = c.do(call{method: "POST", path: "/v1/batches", want: 202, contentType: "application/x-ndjson",
+			body: []byte(`{"custom_id":"first",` + sample[1:] + "\n" + sweepTask + "\n")})
+		wantEqual(t, "NDJSON total", r.json(t)["total"], 2)
 		r = c.do(call{method: "POST", path: "/v1/batches", want: 202,
 			body: []byte(`{"tasks":[` + sample + `,` + sweepTask + `,` + fillTask + `]}`)})
 		b := r.json(t)
@@ -520,6 +524,13 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, post("/v1/batches", `{"tasks":[`+sample+`],"priority":1}`, 400, reqInvalid), "invalid_request", "priority")
 		// Over MAX_BATCH_ITEMS, which this server sets below the documented default.
 		wantError(t, post("/v1/batches", `{"tasks":[`+strings.Repeat(sample+",", 5)+sample+`]}`, 400, reqValid), "too_large", "tasks")
+		// NDJSON: the document takes any text; the server names the line.
+		nd := func(body string) call {
+			return call{method: "POST", path: "/v1/batches", body: []byte(body), contentType: "application/x-ndjson", want: 400}
+		}
+		wantError(t, c.do(nd(sample+"\n"+`{"kind":"sliding","puzzle":{}}`+"\n")), "invalid_puzzle", "puzzle.board")
+		wantError(t, c.do(nd(`{"custom_id":"a",`+sample[1:]+"\n"+`{"custom_id":"a",`+sample[1:]+"\n")), "invalid_request", "custom_id")
+		wantError(t, c.do(nd(strings.Repeat(sample+"\n", 6))), "too_large", "")
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1234", body: []byte("1 2 3\n"),
 			contentType: "text/plain", want: 400, req: reqInvalid}), "invalid_request", "format")
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches?format=boj1525", body: []byte("1 0 3\n4 2\n7 8 6\n"),

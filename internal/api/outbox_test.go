@@ -58,7 +58,7 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
 		ChunkSize: 10, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
-		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
+		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, FeedDepth: 64,
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 	})
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
@@ -240,7 +240,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 // Idempotency-Key claim, as when a request outlives its claim.
 type claimLosingStore struct{ *store.Store }
 
-func (claimLosingStore) CreateBatch(context.Context, store.NewBatch, []store.NewTask) error {
+func (claimLosingStore) CommitBatch(context.Context, *store.BatchWriter, store.CommitBatch) error {
 	return store.ErrClaimLost
 }
 

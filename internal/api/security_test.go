@@ -172,7 +172,7 @@ func TestIdempotentBatchRetries(t *testing.T) {
 			t.Fatalf("concurrent retries made different batches: %v", ids)
 		}
 	}
-	if n := s.Keys("pq:batch:*:items"); n != 2 {
+	if n := s.Keys("pq:batch:*:req"); n != 2 {
 		t.Fatalf("%d batches stored, want 2", n)
 	}
 }

@@ -95,14 +95,14 @@ func (c *Common) validate() error {
 			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
 		}
 	}
+	if c.FeedDepth <= 0 {
+		return fmt.Errorf("FEED_DEPTH: must be positive, got %d", c.FeedDepth)
+	}
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
 	}
 	if c.SlidingMaxNodes < 0 {
 		return fmt.Errorf("SLIDING_MAX_NODES: must not be negative")
-	}
-	if c.FeedDepth <= 0 {
-		return fmt.Errorf("FEED_DEPTH: must be positive, got %d", c.FeedDepth)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %v", err)
@@ -273,9 +273,10 @@ type APIConfig struct {
 	MetricsAddr string
 	// MaxBodyBytes bounds a single-task body. Default 1Mi.
 	MaxBodyBytes int64
-	// MaxBatchBodyBytes bounds a batch body. Default 16Mi.
+	// MaxBatchBodyBytes bounds a batch body. It is read as a stream, so
+	// the bound is on the upload, not on the API's memory. Default 256Mi.
 	MaxBatchBodyBytes int64
-	// MaxBatchItems bounds the tasks of one batch. Default 10000.
+	// MaxBatchItems bounds the items of one batch. Default 1000000.
 	MaxBatchItems int
 	// MaxWait bounds ?wait= of long polls. Default 60s.
 	MaxWait time.Duration
@@ -328,8 +329,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "separate listen address for /metrics (default: on HTTP_ADDR)")
 	s.Int64(&c.MaxBodyBytes, "MAX_BODY_BYTES", "1Mi", "largest single-task request body")
-	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "16Mi", "largest batch request body")
-	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "10000", "most tasks in one batch")
+	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "256Mi", "largest batch request body")
+	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "1000000", "most items in one batch")
 	s.Duration(&c.MaxWait, "MAX_WAIT", "60s", "longest ?wait= of a long poll")
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")

@@ -34,7 +34,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 10000 || a.MaxWait != time.Minute || a.RedisURL != "" {
+	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
