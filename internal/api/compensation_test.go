@@ -153,7 +153,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	q := &fakeQueue{okCalls: -1}
 	srv := api.New(q, st, store.NewHub(), nil, nil, api.Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
-		ChunkSize: 2, EnqueueParallelism: 1, MaxConcurrentDecodes: 1, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second,
+		ChunkSize: 2, FeedDepth: 64, EnqueueParallelism: 1, MaxConcurrentDecodes: 1, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second,
 		Limits: testLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
 	})

@@ -57,7 +57,7 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	enq.left.Store(int64(enqueued))
 	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
-		ChunkSize: 10, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
+		ChunkSize: 10, FeedDepth: 64, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
 		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 	})

@@ -150,6 +150,14 @@ type WorkerSettings struct {
 	// starts, and readiness waits for them. Off, the first large sliding
 	// board builds them on demand. Default true.
 	PDBPreload bool
+	// FeedDepth is how many batch units the bulk queue holds waiting at
+	// most; the rest wait in the store's fair feed, which the API (after
+	// a commit), the workers (after each unit) and the API's reconciler
+	// top the queue up from. Shallow, so a key's new batch waits behind
+	// at most this many units of another key's large one
+	// (docs/batches.md); deep enough that workers never wait for the
+	// next unit. Default 64.
+	FeedDepth int
 }
 
 func (w *WorkerSettings) bind(s *envflag.Set) {
@@ -158,11 +166,15 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
+	s.Int(&w.FeedDepth, "FEED_DEPTH", "64", "batch units waiting on the bulk queue at most; the rest wait in the fair feed")
 }
 
 func (w *WorkerSettings) validate() error {
 	if w.Concurrency < 0 {
 		return fmt.Errorf("WORKER_CONCURRENCY: must not be negative, got %d", w.Concurrency)
+	}
+	if w.FeedDepth < 1 || w.FeedDepth > 100000 {
+		return fmt.Errorf("FEED_DEPTH: must be between 1 and 100000, got %d", w.FeedDepth)
 	}
 	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
 		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)
