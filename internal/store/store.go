@@ -87,6 +87,11 @@ type Batch struct {
 	Counts    map[apitype.TaskState]int
 	CreatedAt time.Time
 	DoneAt    time.Time
+	// ExpiresAt is when every key of the batch expires; zero for a batch
+	// of the old layout.
+	ExpiresAt time.Time
+	// CanceledAt is when the batch was canceled; zero when it was not.
+	CanceledAt time.Time
 }
 
 // Ended returns how many items of the batch have ended.
@@ -246,11 +251,14 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	}
 	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[apitype.TaskState]int{}}
 	b.Total, _ = strconv.Atoi(m["total"])
+	b.Stride, _ = strconv.Atoi(m["stride"])
 	for _, st := range apitype.TaskStates() {
 		b.Counts[st], _ = strconv.Atoi(m[string(st)])
 	}
 	b.CreatedAt = msTime(m["created_at"])
 	b.DoneAt = msTime(m["done_at"])
+	b.ExpiresAt = msTime(m["expires_at"])
+	b.CanceledAt = msTime(m["canceled_at"])
 	return b, nil
 }
 
@@ -460,7 +468,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript} {
+		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript, cancelItemsScript, readItemsScript} {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
@@ -491,37 +499,39 @@ func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.
 	return prev[0], nil
 }
 
-// CancelBatch cancels every item of a batch that has not ended. It returns
-// how many were canceled.
+// CancelBatch cancels every item of a batch that has not ended. It marks
+// the batch canceled first (the feed then drops its units, and none of
+// them starts), then cancels each chunk's unended items with one script
+// call per chunk, cancelChunksPerTrip chunks to a round trip. It returns
+// how many items it canceled. owner is unused: the scripts read the
+// batch's owner from its record.
 func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
-	ids, err := s.rdb.LRange(ctx, s.k.batchItems(batchID), 0, -1).Result()
+	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID)}, ms(s.now())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
-	ts := make([]tasks.Transition, len(ids))
-	for i, id := range ids {
-		ts[i] = tasks.Transition{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
-	}
 	n := 0
-	for start := 0; start < len(ts); start += 1000 {
-		part := ts[start:min(start+1000, len(ts))]
-		prev, err := s.Finish(ctx, part, nil)
+	for first := 0; first < chunks; first += cancelChunksPerTrip {
+		last := min(chunks, first+cancelChunksPerTrip)
+		cmds := make([]*redis.Cmd, 0, last-first)
+		err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+			cmds = cmds[:0]
+			for j := first; j < last; j++ {
+				cmds = append(cmds, cancelItemsScript.EvalSha(ctx, p,
+					[]string{s.k.batch(batchID), s.k.batchReq(batchID), s.k.batchRes(batchID, j)},
+					s.cancelArgs(batchID, j, "batch canceled by request")...))
+			}
+		})
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("store: cancel batch: %w", err)
 		}
-		var running []any
-		for i, p := range prev {
-			if p == apitype.TaskStatePending || p == apitype.TaskStateActive {
-				n++
+		for _, c := range cmds {
+			v, err := c.StringSlice()
+			if err != nil || len(v) == 0 {
+				return n, fmt.Errorf("store: cancel batch chunk: %v", err)
 			}
-			if p == apitype.TaskStateActive {
-				running = append(running, part[i].ID)
-			}
-		}
-		for _, id := range running {
-			if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
-				return n, fmt.Errorf("store: announce cancel: %w", err)
-			}
+			k, _ := strconv.Atoi(v[0])
+			n += k
 		}
 	}
 	return n, nil
