@@ -443,7 +443,16 @@ func TestResultsInPieces(t *testing.T) {
 		}
 		s.run(t, id, j, outs...)
 	}
-	got := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey).Body.Bytes())
+	plain := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey).Body.Bytes()
+	zw := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey, "Accept-Encoding", "gzip")
+	zr, err := gzip.NewReader(zw.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inflated, err := io.ReadAll(zr); err != nil || !bytes.Equal(inflated, plain) {
+		t.Fatalf("gzipped results: %v, %d bytes inflated, want the %d plain ones", err, len(inflated), len(plain))
+	}
+	got := lines(t, plain)
 	if len(got) != n {
 		t.Fatalf("%d lines, want %d", len(got), n)
 	}
