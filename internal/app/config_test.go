@@ -64,6 +64,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "SWEEP_DEADLINE": "0s"}, nil, "SWEEP_DEADLINE"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "FEED_DEPTH": "0"}, nil, "FEED_DEPTH"},
+		{false, map[string]string{"FEED_DEPTH": "1000001"}, nil, "FEED_DEPTH"},
 		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
