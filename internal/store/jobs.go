@@ -46,6 +46,14 @@ const stagingTTL = 15 * time.Minute
 // like tasks' timeoutMargin: the handler's deadlines must fire first.
 const unitMargin = 30 * time.Second
 
+// feedWindow is how many of a batch's units move into the feed at a time
+// (see feedLua): a commit or a feed call moves at most a few windows, so
+// neither blocks Redis for long however large the batch.
+const feedWindow = 1000
+
+// maxRefills bounds how many windows one Feed call moves.
+const maxRefills = 2
+
 // maxFeedDrops bounds how many members of gone or canceled batches one
 // Feed call pops and drops, so one call stays short; the next call drops
 // more.
@@ -118,8 +126,9 @@ type BatchWriter struct {
 }
 
 // maxStride bounds a chunk's items: the scripts pass a chunk's fields to
-// one command (Lua's unpack takes a few thousand values at most).
-const maxStride = 4096
+// one command (Lua's unpack takes fewer than 8000 values: a chunk's
+// entries are twice its items).
+const maxStride = 2048
 
 // maxOutcomesPerCall bounds the outcomes one finishUnitScript call takes,
 // for the same reason; FinishUnit splits a longer list.
@@ -160,7 +169,8 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 	if it.Own {
 		w.lines = append(w.lines, '-')
 		w.kinds = append(w.kinds, kb-'a'+'A')
-		w.own = append(w.own, "x"+strconv.Itoa(i), it.Request)
+		// A copy: the caller may reuse its buffer for the next item.
+		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
 	} else {
@@ -354,7 +364,7 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 	chunks := (w.total + w.stride - 1) / w.stride
 	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
 		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
-		w.total, w.stride, chunks, w.units, stagingTTL.Milliseconds()).Int()
+		w.total, w.stride, chunks, w.units, feedWindow).Int()
 	if err != nil {
 		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
 	}
@@ -375,7 +385,9 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 // BatchAbandoned or BatchKept. A batch that was not written has its
 // staged keys deleted.
 func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatch) (int, error) {
-	w.wait()
+	if w != nil {
+		w.wait() // a chunk landing after the script would outlive it
+	}
 	_, claim := s.claimOf(cb)
 	owned := "0"
 	if cb.Owner != "" {
@@ -398,9 +410,10 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 	if max <= 0 || depth <= 0 {
 		return nil, nil
 	}
+	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
 		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue)},
-		depth, max, ms(s.now()), s.k.batch(""), maxFeedDrops).StringSlice()
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1]).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}

@@ -75,12 +75,47 @@ local function lines_of(s)
 end
 `
 
+// feedLua holds refill, shared by the commit and feed scripts. A batch's
+// units enter the feed a window at a time, so that no script moves a
+// million of them at once (Redis would stall every tenant for seconds):
+// the commit moves the first window, and a refill mark "<batch>/+",
+// scored halfway through each window, moves the next one when the feed
+// script pops it. Unit k of a batch (1-based) is scored base+k however
+// late it moves, so the order is the one a single move would give, and
+// a batch with units waiting keeps between half a window and one and a
+// half in the feed (what a ZCARD of the feed sees of it).
+//
+// refill(list, feed, batch, base, moved, units, w) pops up to w units
+// from the batch's list into the feed, puts the next refill mark when
+// units remain, and returns how many units have moved.
+const feedLua = `
+local function refill(list, feed, batch, base, moved, units, w)
+  local take = math.min(w, units - moved)
+  local done = 0
+  while done < take do
+    local ms = redis.call('LPOP', list, math.min(1000, take - done))
+    if not ms then break end
+    local z = {}
+    for i = 1, #ms do
+      z[#z + 1] = string.format('%d', base + moved + done + i)
+      z[#z + 1] = ms[i]
+    end
+    redis.call('ZADD', feed, unpack(z))
+    done = done + #ms
+  end
+  if done > 0 and moved + done < units then
+    redis.call('ZADD', feed, string.format('%d.5', base + moved + math.ceil(done / 2)), batch .. '/+')
+  end
+  return moved + done
+end
+`
+
 // commitBatchScript makes a staged batch: it checks the Idempotency-Key
 // claim, admits the batch's items against the owner's quota (the batch is
 // one quota unit), writes the batch record, gives the staged keys the
-// batch's expiry and moves the staged units into the feed with fair
-// scores (docs/batches.md, Fairness), reading them from the staged list a
-// slice at a time rather than from ARGV.
+// batch's expiry and gives the staged units fair scores (docs/batches.md,
+// Fairness), moving the first window of them into the feed (see
+// feedLua) from the staged list rather than from ARGV.
 //
 // KEYS[1] batch hash
 // KEYS[2] batch req hash
@@ -105,13 +140,13 @@ end
 // ARGV[9] stride
 // ARGV[10] chunks
 // ARGV[11] units
-// ARGV[12] how long the units list is kept after the commit, ms
+// ARGV[12] the feed window: how many units move at a time
 //
 // Returns 1 when committed, 0 when the batch already exists (nothing
 // changes), -1 when the quota would be passed, -2 when the claim is no
 // longer ARGV[6] and -3 when the staged keys are gone or incomplete (for
 // the last three, nothing is written).
-var commitBatchScript = redis.NewScript(quotaLua + `
+var commitBatchScript = redis.NewScript(quotaLua + feedLua + `
 local ttl, batch, owner, claim = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[6]
 local quota, total, units = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[11])
 if claim ~= '' and redis.call('GET', KEYS[4]) ~= claim then return -2 end
@@ -133,18 +168,11 @@ if total == 0 then bf[#bf + 1] = 'done_at'; bf[#bf + 1] = ARGV[1] end
 redis.call('HSET', KEYS[1], unpack(bf))
 redis.call('PEXPIREAT', KEYS[1], exp)
 if total > 0 then redis.call('PEXPIREAT', KEYS[2], exp) end
-local base = math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0'))
-for from = 0, units - 1, 1000 do
-  local ms = redis.call('LRANGE', KEYS[3], from, from + 999)
-  local z = {}
-  for i = 1, #ms do
-    z[#z + 1] = string.format('%d', base + from + i)
-    z[#z + 1] = ms[i]
-  end
-  if #z > 0 then redis.call('ZADD', KEYS[8], unpack(z)) end
-end
+local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0')))
+local moved = refill(KEYS[3], KEYS[8], batch, base, 0, units, tonumber(ARGV[12]))
+redis.call('HSET', KEYS[1], 'base', base, 'moved', moved)
 if units > 0 then
-  redis.call('PEXPIREAT', KEYS[3], math.min(exp, t + tonumber(ARGV[12])))
+  redis.call('PEXPIREAT', KEYS[3], exp)
   redis.call('SET', KEYS[9], string.format('%d', base + units), 'PXAT', exp)
 end
 if claim ~= '' then redis.call('SET', KEYS[4], claim, 'PXAT', exp) end
@@ -154,6 +182,9 @@ return 1
 // abandonCommitScript undoes a commit whose reply was lost, unless one of
 // the batch's units has left the feed (it is being run, so the batch is
 // kept). A batch that was never committed has its staged keys deleted.
+// The batch's units in the feed are the ones it moved (see feedLua),
+// found by their scores base+1..base+moved and their batch ID, and its
+// refill mark when units remain in its list.
 //
 // KEYS[1] batch hash
 // KEYS[2] batch req hash
@@ -176,20 +207,23 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[2], KEYS[3])
   return 0
 end
-local b = redis.call('HMGET', KEYS[1], 'units', 'chunks')
+local b = redis.call('HMGET', KEYS[1], 'units', 'chunks', 'base', 'moved')
 local units, chunks = tonumber(b[1]) or 0, tonumber(b[2]) or 0
-if redis.call('LLEN', KEYS[3]) ~= units then return -1 end
-for from = 0, units - 1, 1000 do
-  local ms = redis.call('LRANGE', KEYS[3], from, from + 999)
-  local sc = redis.call('ZMSCORE', KEYS[8], unpack(ms))
-  for i = 1, #sc do
-    if not sc[i] then return -1 end
+local base, moved = tonumber(b[3]) or 0, tonumber(b[4]) or 0
+local mark = ARGV[1] .. '/+'
+if moved < units and not redis.call('ZSCORE', KEYS[8], mark) then return -1 end
+local mine, pre = {}, ARGV[1] .. '/'
+if moved > 0 then
+  local got = redis.call('ZRANGEBYSCORE', KEYS[8], string.format('%d', base + 1), string.format('%d', base + moved))
+  for i = 1, #got do
+    if string.sub(got[i], 1, #pre) == pre and got[i] ~= mark then mine[#mine + 1] = got[i] end
   end
 end
-for from = 0, units - 1, 1000 do
-  local ms = redis.call('LRANGE', KEYS[3], from, from + 999)
-  redis.call('ZREM', KEYS[8], unpack(ms))
+if #mine < moved then return -1 end
+for from = 1, #mine, 1000 do
+  redis.call('ZREM', KEYS[8], unpack(mine, from, math.min(#mine, from + 999)))
 end
+redis.call('ZREM', KEYS[8], mark)
 for j = 0, chunks - 1 do redis.call('DEL', ARGV[4] .. j) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('DEL', KEYS[4]) end
@@ -199,7 +233,9 @@ return 1
 
 // feedScript takes units from the feed in score order while the bulk
 // queue's pending list is short, dropping those of batches that are gone
-// or canceled, and moves the rest to the feeding set.
+// or canceled, and moves the rest to the feeding set. A refill mark it
+// pops moves its batch's next window of units into the feed (see
+// feedLua), or, for a batch gone or canceled, deletes the batch's list.
 //
 // KEYS[1] feed
 // KEYS[2] feeding
@@ -211,15 +247,18 @@ return 1
 // ARGV[3] now, Unix milliseconds (the feeding score)
 // ARGV[4] the batch key without the batch ID
 // ARGV[5] the most dropped members to pop in one call
+// ARGV[6] the feed window
+// ARGV[7] the most refills in one call
+// ARGV[8] the batch units list's key after the batch ID
 //
 // Returns the members taken.
-var feedScript = redis.NewScript(`
+var feedScript = redis.NewScript(feedLua + `
 local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - redis.call('LLEN', KEYS[4]))
 local out = {}
 if n <= 0 then return out end
-local live, dropped, last = {}, 0, nil
-local maxDrop = tonumber(ARGV[5])
-while #out < n and dropped < maxDrop do
+local live, dropped, last, refills = {}, 0, nil, 0
+local maxDrop, window, maxRefills = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+while #out < n and dropped < maxDrop and refills <= maxRefills do
   local got = redis.call('ZPOPMIN', KEYS[1], n - #out)
   if #got == 0 then break end
   local z = {}
@@ -236,7 +275,19 @@ while #out < n and dropped < maxDrop do
         live[id] = ok
       end
     end
-    if ok then
+    if id and string.sub(m, -2) == '/+' then
+      local list = ARGV[4] .. id .. ARGV[8]
+      if ok then
+        local bk = ARGV[4] .. id
+        local f = redis.call('HMGET', bk, 'base', 'moved', 'units')
+        local moved = refill(list, KEYS[1], id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), window)
+        redis.call('HSET', bk, 'moved', moved)
+        refills = refills + 1
+      else
+        redis.call('UNLINK', list)
+        dropped = dropped + 1
+      end
+    elseif ok then
       out[#out + 1] = m
       z[#z + 1] = ARGV[3]
       z[#z + 1] = m
@@ -442,12 +493,16 @@ local out = {'0'}
 if #offs == 0 then return out end
 local ents = redis.call('HMGET', KEYS[3], unpack(offs))
 local markers, delta, ended = {}, {}, 0
+local hs, hd, seen = {}, {}, {}
 for i = 1, #offs do
   local k = offs[i]
   local prior = ''
-  if ents[i] then
+  if seen[k] then
+    prior = 'canceled'
+  elseif ents[i] then
     prior = string.match(ents[i], '^{"state":"(%a+)"') or ''
   elseif k >= 0 and k < #m and j * stride + k < total then
+    seen[k] = true
     local kb = string.sub(m, k + 1, k + 1)
     local f = marker_field(kb, k)
     local mv = markers[f]
@@ -462,8 +517,9 @@ for i = 1, #offs do
       prior = 'active'
       redis.call('PUBLISH', ARGV[9], ARGV[7] .. '-' .. (j * stride + k))
     end
-    redis.call('HSET', KEYS[3], k, entry('canceled', started, attempts, ARGV[5], ARGV[10], ''))
-    redis.call('HDEL', KEYS[3], 'p' .. k)
+    hs[#hs + 1] = k
+    hs[#hs + 1] = entry('canceled', started, attempts, ARGV[5], ARGV[10], '')
+    hd[#hd + 1] = 'p' .. k
     delta[prior] = (delta[prior] or 0) - 1
     delta['canceled'] = (delta['canceled'] or 0) + 1
     ended = ended + 1
@@ -471,6 +527,8 @@ for i = 1, #offs do
   out[#out + 1] = prior
 end
 if ended > 0 then
+  redis.call('HSET', KEYS[3], unpack(hs))
+  redis.call('HDEL', KEYS[3], unpack(hd))
   redis.call('PEXPIREAT', KEYS[3], exp)
   settle(KEYS[1], ARGV[7], owner, j, delta, ended, ARGV[6], ARGV[5])
 end
@@ -479,17 +537,21 @@ return out
 `)
 
 // markCanceledScript marks a batch canceled, so that the feed drops its
-// units and no unit of it starts, before its chunks are canceled.
+// units and no unit of it starts, before its chunks are canceled. A batch
+// whose items have all ended is left as it is: nothing of it was
+// canceled.
 //
 // KEYS[1] batch hash
 // ARGV[1] now, Unix milliseconds
 //
-// Returns the batch's number of chunks, -1 when it does not exist.
+// Returns the number of chunks to cancel: 0 when the batch is done, -1
+// when it does not exist.
 var markCanceledScript = redis.NewScript(`
-local c = redis.call('HGET', KEYS[1], 'chunks')
-if not c then return -1 end
+local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended')
+if not b[1] then return -1 end
+if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
-return tonumber(c)
+return tonumber(b[1])
 `)
 
 // itemProgressScript records a batch item's progress while it has not

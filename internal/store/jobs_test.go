@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,14 +112,22 @@ func units(refs []tasks.UnitRef) []string {
 }
 
 // feedAll takes every unit from the feed (no asynq queue: depth is
-// large).
+// large), in as many Feed calls as it takes.
 func (e *env) feedAll(t *testing.T) []tasks.UnitRef {
 	t.Helper()
-	refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
-	if err != nil {
-		t.Fatal(err)
+	var all []tasks.UnitRef
+	for range 1000 {
+		refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, refs...)
+		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 {
+			return all
+		}
 	}
-	return refs
+	t.Fatal("the feed did not drain in 1000 calls")
+	return nil
 }
 
 // TestStageCommitReadBack: staged items are invisible until the commit,
@@ -278,19 +288,25 @@ func TestCommitRefusals(t *testing.T) {
 func TestAbandonCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Hour, time.Hour)
-	items := []store.StagedItem{cheap(`{}`), own(`{}`), own(`{}`)}
 	for _, tc := range []struct {
 		name           string
+		items          int // own items, beyond one cheap one
 		commit, feed   bool
 		want           int
 		batchRemains   bool
 		pendingRemains int
 	}{
-		{"not written", false, false, store.BatchNotWritten, false, 0},
-		{"abandoned", true, false, store.BatchAbandoned, false, 0},
-		{"kept", true, true, store.BatchKept, true, 3},
+		{"not written", 2, false, false, store.BatchNotWritten, false, 0},
+		{"abandoned", 2, true, false, store.BatchAbandoned, false, 0},
+		{"kept", 2, true, true, store.BatchKept, true, 3},
+		{"abandoned past the first window", 1500, true, false, store.BatchAbandoned, false, 0},
+		{"kept past the first window", 1500, true, true, store.BatchKept, true, 1501},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			items := []store.StagedItem{cheap(`{}`)}
+			for range tc.items {
+				items = append(items, own(`{}`))
+			}
 			id := bid(tc.name)
 			owner := "o-" + tc.name
 			key := "k-" + tc.name
@@ -334,7 +350,7 @@ func TestAbandonCommit(t *testing.T) {
 				if refs := e.feedAll(t); len(refs) != 0 {
 					t.Fatalf("an abandoned batch's units are fed: %v", refs)
 				}
-			} else if left := e.feedAll(t); len(left)+len(fed) != 3 {
+			} else if left := e.feedAll(t); len(left)+len(fed) != 1+tc.items {
 				t.Fatalf("a kept batch lost units: fed %v then %v", fed, left)
 			}
 		})
@@ -539,6 +555,12 @@ func TestUnitLifecycle(t *testing.T) {
 		t.Fatalf("batch not done: %+v", fb)
 	}
 	e.pending(t, "alice", 0)
+	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); err != nil || n != 0 {
+		t.Fatalf("cancel of a done batch: %d %v", n, err)
+	}
+	if fb, _ := e.s.GetBatch(e.ctx, id); !fb.CanceledAt.IsZero() {
+		t.Fatal("a done batch was marked canceled")
+	}
 
 	// Every item reads back.
 	for _, tc := range []struct {
@@ -816,5 +838,199 @@ func TestCommandsPerItem(t *testing.T) {
 		n, calls, float64(calls)/n, evals, trips, float64(trips)/n)
 	if calls > 15*n {
 		t.Fatalf("%d commands for %d items", calls, n)
+	}
+}
+
+// TestConcurrentFinishAndCancel: duplicate deliveries of a unit finish
+// concurrently with cancels of its items and a batch cancel; each item
+// ends exactly once, and counts, quota and the scripts' replies agree.
+func TestConcurrentFinishAndCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	for _, tc := range []struct {
+		name        string
+		cancelBatch bool
+	}{{"items", false}, {"batch", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := bid("conc-" + tc.name)
+			const n = 64
+			items := make([]store.StagedItem, n)
+			for i := range items {
+				items[i] = cheap(`{}`)
+			}
+			b := e.commit(t, store.CommitBatch{ID: id, Owner: tc.name}, n, items)
+			c0 := tasks.UnitRef{BatchID: id, Unit: "c0"}
+			outs := make([]tasks.ItemOutcome, n)
+			for i := range outs {
+				outs[i] = tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}
+			}
+			var (
+				wg              sync.WaitGroup
+				finished, cncld atomic.Int64
+			)
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := e.s.StartUnit(e.ctx, c0); err != nil {
+						t.Error(err)
+					}
+					k, err := e.s.FinishUnit(e.ctx, c0, outs)
+					if err != nil {
+						t.Error(err)
+					}
+					finished.Add(int64(k))
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if tc.cancelBatch {
+					k, err := e.s.CancelBatch(e.ctx, id, tc.name)
+					if err != nil {
+						t.Error(err)
+					}
+					cncld.Add(int64(k))
+					return
+				}
+				for i := n - 1; i >= 0; i-- {
+					prev, err := e.s.CancelItem(e.ctx, b, i)
+					if err != nil {
+						t.Error(err)
+					}
+					if prev == apitype.TaskStatePending || prev == apitype.TaskStateActive {
+						cncld.Add(1)
+					}
+				}
+			}()
+			wg.Wait()
+			if finished.Load()+cncld.Load() != n {
+				t.Fatalf("finish ended %d and cancel %d of %d items", finished.Load(), cncld.Load(), n)
+			}
+			e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: int(finished.Load()), apitype.TaskStateCanceled: int(cncld.Load())})
+			if got, _ := e.s.GetBatch(e.ctx, id); got.Ended() != n || got.DoneAt.IsZero() {
+				t.Fatalf("batch %+v", got)
+			}
+			if ended := e.rdb.HGet(e.ctx, e.prefix+"batch:"+id, "ended").Val(); ended != fmt.Sprint(n) {
+				t.Fatalf("ended %s", ended)
+			}
+			e.pending(t, tc.name, 0)
+		})
+	}
+}
+
+// TestFeedWindows: a batch's units enter the feed a window at a time, yet
+// come out all, once each and in order; a canceled batch's units still
+// waiting in its list are dropped with the list.
+func TestFeedWindows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	const n = 2500
+	items := make([]store.StagedItem, n)
+	for i := range items {
+		items[i] = own(`{}`)
+	}
+	id := bid("windows")
+	e.commit(t, store.CommitBatch{ID: id, Owner: "w"}, 64, items)
+	list := e.prefix + "batch:" + id + ":units"
+	if in, left := e.rdb.ZCard(e.ctx, e.prefix+"feed").Val(), e.rdb.LLen(e.ctx, list).Val(); in > 1001 || in+left != n+1 {
+		t.Fatalf("after commit: %d members in the feed, %d units in the list", in, left)
+	}
+	// Another owner's batch, committed now, is not behind all 2500.
+	e.commit(t, store.CommitBatch{ID: bid("other"), Owner: "o"}, 64, []store.StagedItem{own(`{}`)})
+	refs := e.feedAll(t)
+	if len(refs) != n+1 {
+		t.Fatalf("fed %d units, want %d", len(refs), n+1)
+	}
+	next, otherAt := 0, -1
+	for i, r := range refs {
+		if r.BatchID != id {
+			otherAt = i
+			continue
+		}
+		if r.Unit != tasks.OwnUnit(next) {
+			t.Fatalf("unit %d came out as %s, want %s", i, r.Unit, tasks.OwnUnit(next))
+		}
+		next++
+	}
+	if otherAt < 0 || otherAt > 2 {
+		t.Fatalf("the other owner's unit came out at %d", otherAt)
+	}
+	if e.rdb.Exists(e.ctx, list).Val() != 0 {
+		t.Fatal("the units list outlived its last window")
+	}
+
+	cid := bid("canceled-windows")
+	e.commit(t, store.CommitBatch{ID: cid, Owner: "w"}, 64, items)
+	if _, err := e.s.CancelBatch(e.ctx, cid, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if refs := e.feedAll(t); len(refs) != 0 {
+		t.Fatalf("fed %d units of a canceled batch", len(refs))
+	}
+	if e.rdb.Exists(e.ctx, e.prefix+"batch:"+cid+":units").Val() != 0 {
+		t.Fatal("a canceled batch's waiting units were kept")
+	}
+}
+
+// TestLargestStride: a stride past the bound is clamped, and a full chunk
+// of the largest stride starts, cancels and reads back within the
+// scripts' limits.
+func TestLargestStride(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	id := bid("stride")
+	items := make([]store.StagedItem, 2100)
+	for i := range items {
+		items[i] = cheap(`{}`)
+	}
+	b := e.commit(t, store.CommitBatch{ID: id}, 1<<20, items)
+	if b.Stride != 2048 || b.Chunks() != 2 {
+		t.Fatalf("stride %d, chunks %d", b.Stride, b.Chunks())
+	}
+	w, err := e.s.StartUnit(e.ctx, tasks.UnitRef{BatchID: id, Unit: "c0"})
+	if err != nil || len(w.Items) != 2048 {
+		t.Fatalf("start: %d items, %v", len(w.Items), err)
+	}
+	if n, err := e.s.CancelBatch(e.ctx, id, ""); err != nil || n != 2100 {
+		t.Fatalf("cancel: %d %v", n, err)
+	}
+	if infos, err := e.s.ChunkInfos(e.ctx, b, 0); err != nil || len(infos) != 2048 || infos[2047].State != apitype.TaskStateCanceled {
+		t.Fatalf("infos: %d %v", len(infos), err)
+	}
+}
+
+// TestWriterErrorsAndDiscard: a write that fails in flight surfaces from
+// the writer, and Discard removes what was staged.
+func TestWriterErrorsAndDiscard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	w := e.stage(t, bid("discard"), 2, []store.StagedItem{cheap(`{}`), cheap(`{}`), cheap(`{}`)})
+	if n := e.rdb.Exists(e.ctx, e.prefix+"batch:"+bid("discard")+":req", e.prefix+"batch:"+bid("discard")+":units").Val(); n != 2 {
+		t.Fatalf("%d staged keys", n)
+	}
+	if err := w.Discard(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.rdb.Exists(e.ctx, e.prefix+"batch:"+bid("discard")+":req", e.prefix+"batch:"+bid("discard")+":units").Val(); n != 0 {
+		t.Fatalf("%d staged keys after discard", n)
+	}
+
+	dead := redis.NewClient(&redis.Options{Addr: sharedServer(t).Addr})
+	dead.Close()
+	s := store.New(dead, store.Options{Prefix: e.prefix, TaskTTL: time.Hour, ResultTTL: time.Hour})
+	w = s.NewBatchWriter(bid("dead"), 1)
+	var err error
+	for i := 0; i < 3 && err == nil; i++ {
+		err = w.Add(e.ctx, cheap(`{}`))
+	}
+	if err == nil {
+		err = w.Close(e.ctx)
+	}
+	if err == nil {
+		t.Fatal("writes to a closed client reported no error")
+	}
+	if err := w.Close(e.ctx); err == nil {
+		t.Fatal("Close after a failed write reported no error")
 	}
 }

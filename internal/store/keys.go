@@ -80,10 +80,17 @@ func (k keys) ownerVT(owner string) string { return k.prefix + "owner:" + owner 
 // chunk and per own-unit item (docs/batches.md).
 func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":req" }
 
-// batchUnits is a list of a batch's units (tasks.UnitRef.Member), staged
-// with its chunks so that the commit script moves them into the feed
-// without the API passing them, and kept a while after for AbandonCommit.
-func (k keys) batchUnits(id string) string { return k.prefix + "batch:" + id + ":units" }
+// batchUnits is a list of a batch's units (tasks.UnitRef.Member) not yet
+// in the feed: staged with its chunks, so that the commit script and then
+// the feed script move them into the feed a window at a time without the
+// API passing them.
+func (k keys) batchUnits(id string) string { return k.batch(id) + suffixUnits }
+
+const suffixUnits = ":units"
+
+// batchUnitsAffixes returns the text around the batch ID in batchUnits,
+// for the feed script, which learns batch IDs from the feed's members.
+func (k keys) batchUnitsAffixes() []any { return []any{k.batch(""), suffixUnits} }
 
 // batchRes is a hash of chunk j's ended entries, active markers and
 // progress (docs/batches.md).

@@ -105,6 +105,14 @@ func (b *Batch) Ended() int {
 	return n
 }
 
+// Chunks is how many chunks the batch's items are cut into.
+func (b *Batch) Chunks() int {
+	if b.Stride <= 0 {
+		return 0
+	}
+	return (b.Total + b.Stride - 1) / b.Stride
+}
+
 // Done reports whether every item of the batch has ended.
 func (b *Batch) Done() bool { return b.Ended() >= b.Total }
 
@@ -404,7 +412,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for i, t := range ts {
 			if t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
-				p.Set(ctx, s.k.cache(cacheKeys[i]), []byte(t.Result), s.resultTTL)
+				// Never shorten an entry's life: batch items refer to
+				// cache entries whose TTL finishUnitScript raised to
+				// their batch's, so a SET with a shorter TTL would expire
+				// their results early. An existing entry is the same
+				// puzzle's answer.
+				ck := s.k.cache(cacheKeys[i])
+				p.SetNX(ctx, ck, []byte(t.Result), s.resultTTL)
+				p.ExpireGT(ctx, ck, s.resultTTL)
 			}
 		}
 		for g, idx := range groups {
