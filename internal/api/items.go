@@ -47,14 +47,6 @@ func chunkOf(b *store.Batch, i int) (int, error) {
 	return i / b.Stride, nil
 }
 
-// chunks is how many chunks b's items fill.
-func chunks(b *store.Batch) int {
-	if b.Stride <= 0 {
-		return 0
-	}
-	return (b.Total + b.Stride - 1) / b.Stride
-}
-
 // loadItem reads the batch of an item ID for the caller, and the item. As
 // with loadOwned, another owner's item, and an index beyond the batch,
 // are "not found", so IDs reveal nothing.

@@ -115,7 +115,7 @@ func (s *Server) eachChunk(ctx context.Context, b *store.Batch, fn func(j int, i
 	if b.Stride <= 0 && b.Total > 0 {
 		return fmt.Errorf("batch %s has no stride", b.ID)
 	}
-	for j := range chunks(b) {
+	for j := range b.Chunks() {
 		infos, err := s.store.ChunkInfos(ctx, b, j)
 		if err != nil {
 			return err

@@ -122,7 +122,7 @@ func onlyParams(c *gin.Context, allowed []string) error {
 // results at a time.
 func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, t *ticket, w *lazyResponse) error {
 	var line []byte
-	for j := range chunks(b) {
+	for j := range b.Chunks() {
 		infos, err := s.store.ChunkInfos(ctx, b, j)
 		if err != nil {
 			return err
