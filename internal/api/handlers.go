@@ -45,9 +45,15 @@ func resource(t *store.Task) apitype.Task {
 }
 
 // timeout bounds a request. Long polls extend it by their wait, and
-// requests with a body by the time the body may take to arrive.
+// requests with a body by the time the body may take to arrive. Streamed
+// answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if streamedRoutes[c.FullPath()] {
+			// Bounded by progress instead (see streamContext).
+			c.Next()
+			return
+		}
 		d := s.opts.RequestTimeout
 		if w, err := s.parseWait(c); err == nil {
 			d += w

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -29,12 +30,13 @@ func (s *Server) batchOutput(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	b, err := s.loadBatchWaiting(c, wait)
+	b, err := s.loadStreamed(c, wait)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	ctx := c.Request.Context()
+	ctx, progressed, stop := s.streamContext(c)
+	defer stop()
 	if !b.Done() {
 		fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "batch is not done: %d of %d tasks have ended; GET /v1/batches/%s/results shows each task's state",
 			b.Ended(), b.Total, b.ID))
@@ -48,6 +50,7 @@ func (s *Server) batchOutput(c *gin.Context) {
 				return s.incomplete(b, it.Index, it.State)
 			}
 		}
+		progressed()
 		return nil
 	})
 	if err != nil {
@@ -57,11 +60,12 @@ func (s *Server) batchOutput(c *gin.Context) {
 	t := s.admit.ticket()
 	defer t.release()
 	if b.Format != "" {
-		s.renderJudge(c, t, b)
+		s.renderJudge(ctx, c, t, b, progressed)
 		return
 	}
 	c.Header("Content-Type", "text/plain; charset=utf-8")
 	c.Status(http.StatusOK)
+	body := progressWriter{c.Writer, progressed}
 	err = s.eachChunk(ctx, b, func(j int, infos []store.ChunkInfo) error {
 		for i := 0; i < len(infos); {
 			// A piece is up to resultPiece bytes of results, or one.
@@ -80,11 +84,16 @@ func (s *Server) batchOutput(c *gin.Context) {
 				return err
 			}
 			for _, r := range res {
-				c.Writer.WriteString(r)
-				c.Writer.WriteString("\n")
+				if _, err := io.WriteString(body, r); err != nil {
+					return err
+				}
+				if _, err := io.WriteString(body, "\n"); err != nil {
+					return err
+				}
 			}
 			c.Writer.Flush()
 			t.put(2 * n)
+			progressed()
 			i = k
 		}
 		return nil
@@ -154,8 +163,7 @@ func (s *Server) chunkResults(ctx context.Context, b *store.Batch, j int, infos 
 
 // renderJudge writes a judge-format batch's output, which its renderer
 // needs whole; it takes the pool for all of it.
-func (s *Server) renderJudge(c *gin.Context, t *ticket, b *store.Batch) {
-	ctx := c.Request.Context()
+func (s *Server) renderJudge(ctx context.Context, c *gin.Context, t *ticket, b *store.Batch, progressed func()) {
 	results := make([]json.RawMessage, 0, b.Total)
 	err := s.eachChunk(ctx, b, func(j int, infos []store.ChunkInfo) error {
 		var n int64
@@ -172,6 +180,7 @@ func (s *Server) renderJudge(c *gin.Context, t *ticket, b *store.Batch) {
 		for _, r := range res {
 			results = append(results, json.RawMessage(r))
 		}
+		progressed()
 		return nil
 	})
 	if err != nil {

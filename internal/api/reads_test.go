@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -44,7 +46,7 @@ type readStack struct {
 	insp *asynq.Inspector
 }
 
-func newReadStack(t *testing.T) *readStack {
+func newReadStack(t *testing.T, tune ...func(*Options)) *readStack {
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
@@ -55,13 +57,17 @@ func newReadStack(t *testing.T) *readStack {
 	go func() { defer close(done); st.ListenEvents(ctx, hub) }()
 	t.Cleanup(func() { cancel(); <-done })
 	enq := asynq.NewClientFromRedisClient(rdb)
-	srv := New(enq, st, hub, prometheus.NewRegistry(), nil, Options{
+	opts := Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
 		ChunkSize: 2, FeedDepth: 64, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
 		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
 		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 		Keys: []APIKey{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}},
-	})
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	srv := New(enq, st, hub, prometheus.NewRegistry(), nil, opts)
 	// Wait until the subscription is up, so no event of the test is lost.
 	for i := 0; ; i++ {
 		n, err := rdb.PubSubNumSub(context.Background(), "rd:events").Result()
@@ -467,6 +473,123 @@ func TestResultsInPieces(t *testing.T) {
 	}
 	if n := s.srv.admit.inUse(); n != 0 {
 		t.Fatalf("the pool holds %d bytes after the downloads", n)
+	}
+}
+
+// bigBatch stages and completes alice's batch of n items of size bytes
+// of result each, stride to a chunk, and returns its ID.
+func (s *readStack) bigBatch(t *testing.T, n, stride, size int) string {
+	t.Helper()
+	id := s.stage(t, n, stride, nil)
+	for j := 0; j*stride < n; j++ {
+		var outs []tasks.ItemOutcome
+		for i := j * stride; i < min(n, (j+1)*stride); i++ {
+			outs = append(outs, completed(i, fmt.Sprintf(`{"moves":%d,"solvable":true,"path":"%s"}`, i, strings.Repeat("L", size))))
+		}
+		s.run(t, id, j, outs...)
+	}
+	return id
+}
+
+// smallBuffers serves h over TCP with socket buffers so small that a
+// stream of megabytes goes only as fast as its client reads, and returns
+// a client whose connections have small buffers too. Not smaller than
+// these: below loopback's 64 KiB segment, TCP's silly-window avoidance
+// stalls a connection for its 200 ms probe timer.
+func smallBuffers(t *testing.T, h http.Handler) (*httptest.Server, *http.Client) {
+	t.Helper()
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
+			_ = tc.SetWriteBuffer(128 << 10)
+		}
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	d := &net.Dialer{}
+	tr := &http.Transport{DisableCompression: true, ReadBufferSize: 4 << 10,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetReadBuffer(256 << 10)
+			}
+			return c, err
+		}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return hs, &http.Client{Transport: tr}
+}
+
+// TestSlowDownloadIsNotCut: a download that takes several times
+// REQUEST_TIMEOUT, because its client reads slowly but steadily, is not
+// cut: the deadline of a stream is on its progress, not its length.
+func TestSlowDownloadIsNotCut(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
+	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results, several times the buffers
+	hs, client := smallBuffers(t, s.srv.Handler())
+	for _, path := range []string{"/results", "/output"} {
+		req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			got.Write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		resp.Body.Close()
+		took := time.Since(start)
+		if took < 2*timeout {
+			// The client was not slow enough for the test to mean
+			// anything: the buffers took the whole answer.
+			t.Fatalf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
+		}
+		if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
+			t.Fatalf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
+		}
+	}
+}
+
+// TestStalledDownloadIsCut: a client that stops reading holds its piece
+// of the pool for REQUEST_TIMEOUT, not for ever: then the stream is cut
+// and gives its bytes back.
+func TestStalledDownloadIsCut(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
+	id := s.bigBatch(t, 16, 4, 256<<10)
+	hs, client := smallBuffers(t, s.srv.Handler())
+	req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+"/results", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if s.srv.admit.inUse() == 0 {
+		t.Fatalf("the stream holds nothing of the pool while it writes")
+	}
+	// Read nothing more, and wait (bounded) for the server to give up.
+	for i := 0; s.srv.admit.inUse() != 0; i++ {
+		if i == 100 {
+			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.inUse())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("the stalled stream ended as if complete")
 	}
 }
 

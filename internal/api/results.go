@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/klauspost/compress/gzip"
@@ -49,6 +50,76 @@ const gzipCost = 2 * gzipBlock
 // mistake (a misspelt "state" would silently return everything).
 var resultsParams = []string{"wait", "state"}
 
+// streamedRoutes answer with a stream that a large batch makes longer
+// than REQUEST_TIMEOUT: 1,000,000 result lines take longer than 10 s to
+// reach most clients. The timeout middleware leaves them alone; they
+// bound the wait and the work before their first byte as it would, and
+// after it every step (streamContext), so a client that stops reading is
+// cut within REQUEST_TIMEOUT and a slow one that keeps reading is not.
+var streamedRoutes = map[string]bool{"/v1/batches/:id/results": true, "/v1/batches/:id/output": true}
+
+// loadStreamed reads a batch the caller may see, holding for ?wait= as
+// loadBatchWaiting does, under the deadline the timeout middleware gives
+// any request: RequestTimeout beyond the wait.
+func (s *Server) loadStreamed(c *gin.Context, wait time.Duration) (*store.Batch, error) {
+	req := c.Request
+	ctx, cancel := context.WithTimeout(req.Context(), s.opts.RequestTimeout+wait)
+	defer cancel()
+	c.Request = req.WithContext(ctx)
+	defer func() { c.Request = req }()
+	return s.loadBatchWaiting(c, wait)
+}
+
+// streamContext is the context of a stream's work after its head: it
+// ends when RequestTimeout passes without progress, and the
+// connection's writes get the same deadline. progressed, called at every
+// step (a piece read, every progressBytes written: see progressWriter),
+// moves both on; stop ends them. So a client must take progressBytes per
+// REQUEST_TIMEOUT (3 KiB/s by default), not the whole answer.
+func (s *Server) streamContext(c *gin.Context) (ctx context.Context, progressed, stop func()) {
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	d := s.opts.RequestTimeout
+	rc := http.NewResponseController(c.Writer)
+	timer := time.AfterFunc(d, cancel)
+	progressed = func() {
+		timer.Reset(d)
+		// Not every writer has deadlines (httptest's recorder); the
+		// context still bounds the reads and the pool's waits.
+		_ = rc.SetWriteDeadline(time.Now().Add(d))
+	}
+	progressed()
+	return ctx, progressed, func() {
+		timer.Stop()
+		cancel()
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// progressBytes is how much written counts as progress.
+const progressBytes = 32 << 10
+
+// progressWriter writes to w progressBytes at a time, calling progressed
+// after each, so that one large result (a 1000x1000 fill's is megabytes)
+// is not one step that a slow client must take within REQUEST_TIMEOUT.
+type progressWriter struct {
+	w          io.Writer
+	progressed func()
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		k, err := p.w.Write(b[:min(len(b), progressBytes)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		p.progressed()
+		b = b[k:]
+	}
+	return n, nil
+}
+
 // errResultGone marks a result that expired between its item's state and
 // its read.
 var errResultGone = errors.New("a result expired while the results were written")
@@ -72,7 +143,7 @@ func (s *Server) batchResults(c *gin.Context) {
 			return
 		}
 	}
-	b, err := s.loadBatchWaiting(c, wait)
+	b, err := s.loadStreamed(c, wait)
 	if err != nil {
 		fail(c, err)
 		return
@@ -81,10 +152,13 @@ func (s *Server) batchResults(c *gin.Context) {
 		fail(c, fmt.Errorf("batch %s has no stride", b.ID))
 		return
 	}
+	ctx, progressed, stop := s.streamContext(c)
+	defer stop()
 	t := s.admit.ticket()
 	defer t.release()
-	out := &lazyResponse{c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding"))}
-	err = s.streamResults(c.Request.Context(), b, state, t, out)
+	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
+		body: progressWriter{c.Writer, progressed}}
+	err = s.streamResults(ctx, b, state, t, out, progressed)
 	if err == nil {
 		err = out.close()
 	}
@@ -120,7 +194,7 @@ func onlyParams(c *gin.Context, allowed []string) error {
 // streamResults writes b's items, those in state only when it is set, as
 // NDJSON lines to w, chunk by chunk and, within a chunk, a piece of
 // results at a time.
-func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, t *ticket, w *lazyResponse) error {
+func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, t *ticket, w *lazyResponse, progressed func()) error {
 	var line []byte
 	for j := range b.Chunks() {
 		infos, err := s.store.ChunkInfos(ctx, b, j)
@@ -187,6 +261,10 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 				return err
 			}
 			t.put(2 * n)
+			progressed()
+		}
+		if len(infos) == 0 {
+			progressed()
 		}
 	}
 	return nil
@@ -215,7 +293,9 @@ func appendResultLine(dst []byte, batchID string, in *store.ChunkInfo, result st
 // that a failure before any line (Redis down, the batch gone) is still an
 // ordinary error answer, and gzipped when the client accepts it.
 type lazyResponse struct {
+	ctx     context.Context
 	c       *gin.Context
+	body    io.Writer // c.Writer, with progress
 	t       *ticket
 	gzip    bool
 	started bool
@@ -231,13 +311,13 @@ func (r *lazyResponse) begin() error {
 	h := r.c.Writer.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Add("Vary", "Accept-Encoding")
-	r.w = r.c.Writer
+	r.w = r.body
 	if r.gzip {
-		if err := r.t.take(r.c.Request.Context(), gzipCost); err != nil {
+		if err := r.t.take(r.ctx, gzipCost); err != nil {
 			return err
 		}
 		h.Set("Content-Encoding", "gzip")
-		gz, err := gzip.NewWriterLevel(r.c.Writer, gzip.StatelessCompression)
+		gz, err := gzip.NewWriterLevel(r.body, gzip.StatelessCompression)
 		if err != nil {
 			return err
 		}
