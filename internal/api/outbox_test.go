@@ -176,7 +176,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 		t.Fatalf("replay answered %s, want %s", again.Body, first.Body)
 	}
 	// The batch is queued by the reconciler: the replay did not lie.
-	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond})
+	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
 	if n, err := r.RunOnce(context.Background()); err != nil || n != 3 {
 		t.Fatalf("reconcile: %d %v, want 3 chunks", n, err)
 	}

@@ -39,8 +39,8 @@ type ReconcilerOptions struct {
 	// Parallelism bounds concurrent enqueues. Default 8.
 	Parallelism int
 	// FeedDepth is how many units the bulk queue may hold waiting
-	// (FEED_DEPTH); the reconciler tops it up to that. Default 64, the
-	// setting's default, for tests that do not set it.
+	// (FEED_DEPTH, whose default is stated there); the reconciler tops it
+	// up to that. Required: NewReconciler panics without it.
 	FeedDepth int
 }
 
@@ -85,7 +85,7 @@ func NewReconciler(st OutboxStore, enq Enqueuer, log *slog.Logger, o ReconcilerO
 		o.Parallelism = 8
 	}
 	if o.FeedDepth <= 0 {
-		o.FeedDepth = 64
+		panic(fmt.Sprintf("api: ReconcilerOptions.FeedDepth must be positive, got %d", o.FeedDepth))
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

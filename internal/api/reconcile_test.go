@@ -55,8 +55,8 @@ func TestReconcilerReenqueuesStaleUnits(t *testing.T) {
 	if err := enqueueUnit(ctx, s.enq, refs[0]); err != nil {
 		t.Fatal(err)
 	}
-	r1 := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond})
-	r2 := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond})
+	r1 := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
+	r2 := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
 	if n, err := r1.RunOnce(ctx); err != nil || n != 3 {
 		t.Fatalf("reconcile: %d units, %v; want the 3 stale ones", n, err)
 	}
