@@ -54,7 +54,7 @@ func (s *Server) batchOutput(c *gin.Context) {
 		return nil
 	})
 	if err != nil {
-		fail(c, err)
+		fail(c, streamError(c, ctx, err))
 		return
 	}
 	t := s.admit.ticket()
@@ -98,6 +98,13 @@ func (s *Server) batchOutput(c *gin.Context) {
 		}
 		return nil
 	})
+	if err != nil && !c.Writer.Written() {
+		// Nothing was sent (gin sends the status with the first byte):
+		// an ordinary error answer still can be.
+		c.Header("Content-Type", "")
+		fail(c, streamError(c, ctx, err))
+		return
+	}
 	if err != nil {
 		// The answer has started: cut it, so that the client cannot take
 		// a short body for the whole output.
@@ -184,7 +191,7 @@ func (s *Server) renderJudge(ctx context.Context, c *gin.Context, t *ticket, b *
 		return nil
 	})
 	if err != nil {
-		fail(c, err)
+		fail(c, streamError(c, ctx, err))
 		return
 	}
 	var buf bytes.Buffer

@@ -593,6 +593,27 @@ func TestStalledDownloadIsCut(t *testing.T) {
 	}
 }
 
+// TestFullPoolIsBusy: a download that cannot get room in the pool within
+// REQUEST_TIMEOUT, because others hold it, is told to retry (503), not
+// hung or cut.
+func TestFullPoolIsBusy(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = 200 * time.Millisecond; o.MaxBytesInFlight = 1 << 20 })
+	id := s.bigBatch(t, 2, 2, 1<<10)
+	other := s.srv.admit.ticket() // the oldest holder, which never lets go
+	if err := other.take(context.Background(), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	defer other.release()
+	for _, path := range []string{"/results", "/output"} {
+		w := s.do(t, "GET", "/v1/batches/"+id+path, aliceKey)
+		wantError(t, w, 503, apitype.CodeUnavailable, "")
+		if w.Header().Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", path)
+		}
+	}
+}
+
 func TestOutputPointsToResults(t *testing.T) {
 	t.Parallel()
 	s := newReadStack(t)

@@ -95,6 +95,22 @@ func (s *Server) streamContext(c *gin.Context) (ctx context.Context, progressed,
 	}
 }
 
+// errStalled answers a stream that made no progress for RequestTimeout
+// before its first byte: it waited that long for room in the pool, which
+// other downloads filled. The client did nothing wrong and may retry.
+var errStalled = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable, "",
+	"the server is busy sending other results; retry later")
+
+// streamError is the answer to a stream that failed before its first
+// byte: errStalled when its progress deadline passed while the client was
+// still there.
+func streamError(c *gin.Context, ctx context.Context, err error) error {
+	if ctx.Err() != nil && c.Request.Context().Err() == nil {
+		return errStalled
+	}
+	return err
+}
+
 // progressBytes is how much written counts as progress.
 const progressBytes = 32 << 10
 
@@ -169,7 +185,7 @@ func (s *Server) batchResults(c *gin.Context) {
 				// request, as if it had a moment earlier.
 				err = store.ErrNotFound
 			}
-			fail(c, err)
+			fail(c, streamError(c, ctx, err))
 			return
 		}
 		// The answer has started: cut it, so that the client cannot
