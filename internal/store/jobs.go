@@ -712,12 +712,13 @@ func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*T
 	}
 	var parts []part
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+		parts = parts[:0] // a rerun after NOSCRIPT fills it again
 		for i := start; i < end; {
 			next := min(end, (i/b.Stride+1)*b.Stride)
 			parts = append(parts, part{i, s.readItems(ctx, p, b.ID, i, next-i, "full")})
 			i = next
 		}
-	})
+	}, readItemsScript)
 	if err != nil {
 		return nil, fmt.Errorf("store: items page: %w", err)
 	}

@@ -1034,3 +1034,28 @@ func TestWriterErrorsAndDiscard(t *testing.T) {
 		t.Fatal("Close after a failed write reported no error")
 	}
 }
+
+// TestPipelinesAfterScriptFlush: the pipelined reads and cancels work on
+// a Redis that has forgotten its scripts (a restart), and return each
+// item once.
+func TestPipelinesAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	s := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	e := &env{s: s, rdb: rdb, prefix: "pq:", ctx: context.Background()}
+	id := bid("flush")
+	items := make([]store.StagedItem, 10)
+	for i := range items {
+		items[i] = cheap(`{}`)
+	}
+	b := e.commit(t, store.CommitBatch{ID: id}, 4, items)
+	rdb.ScriptFlush(e.ctx)
+	page, err := s.ItemsPage(e.ctx, b, 0, 10)
+	if err != nil || len(page) != 10 || page[9].ID != apitype.ItemID(id, 9) {
+		t.Fatalf("page after a script flush: %d items, %v", len(page), err)
+	}
+	rdb.ScriptFlush(e.ctx)
+	if n, err := s.CancelBatch(e.ctx, id, ""); err != nil || n != 10 {
+		t.Fatalf("cancel after a script flush: %d %v", n, err)
+	}
+}

@@ -468,7 +468,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 // every script, so on NOSCRIPT it loads the scripts and runs the pipeline
 // again. Rerunning is safe: a script that did run is not rerun, because
 // NOSCRIPT means no call of it ran.
-func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner)) error {
+//
+// scripts are the scripts fill may run; none means the task scripts
+// (startManyScript, finishManyScript, submitScript). Only those are
+// loaded, so a pipeline never depends on a script it does not run.
+func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner), scripts ...*redis.Script) error {
+	if len(scripts) == 0 {
+		scripts = []*redis.Script{startManyScript, finishManyScript, submitScript}
+	}
 	for attempt := 0; ; attempt++ {
 		cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
 		noscript := false
@@ -483,7 +490,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript, cancelItemsScript, readItemsScript} {
+		for _, sc := range scripts {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
@@ -536,7 +543,7 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 					[]string{s.k.batch(batchID), s.k.batchReq(batchID), s.k.batchRes(batchID, j)},
 					s.cancelArgs(batchID, j, "batch canceled by request")...))
 			}
-		})
+		}, cancelItemsScript)
 		if err != nil {
 			return n, fmt.Errorf("store: cancel batch: %w", err)
 		}
