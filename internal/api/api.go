@@ -39,18 +39,16 @@ type Store interface {
 	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
-	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
-	ItemInfos(ctx context.Context, ids []string) ([]store.ItemInfo, error)
-	Results(ctx context.Context, ids []string) ([]string, []bool, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key string) error
+	ItemStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -74,8 +72,8 @@ type Options struct {
 	MaxWait time.Duration
 	// ChunkSize is how many cheap items go into one chunk task.
 	ChunkSize int
-	// FeedDepth is how many units the bulk queue holds waiting, at most,
-	// when the API feeds it after a commit (see docs/batches.md).
+	// FeedDepth is how many batch units the bulk queue may hold waiting;
+	// the rest wait in the store's fair feed (docs/batches.md).
 	FeedDepth int
 	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
 	// not a setting of the binary; 0 means 8.
@@ -120,7 +118,7 @@ func (o *Options) check() {
 		n    int64
 	}{
 		{"MaxBodyBytes", o.MaxBodyBytes}, {"MaxBatchBodyBytes", o.MaxBatchBodyBytes},
-		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)},
+		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
@@ -211,6 +209,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id", s.getBatch)
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
+	v1.GET("/batches/:id/results", s.batchResults)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, s.Authenticate())
 	}
@@ -242,15 +241,10 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// validID rejects path IDs that could not have come from newID, before
-// they reach Redis.
-func validID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(id)
-	return err == nil
-}
+// validID rejects path IDs of single tasks and batches that could not
+// have come from newID, before they reach Redis. Item IDs are told apart
+// (apitype.ParseItemID) before it is asked.
+func validID(id string) bool { return apitype.IsID(id) }
 
 // parseWait reads ?wait= as a Go duration ("30s") or whole seconds ("30").
 func (s *Server) parseWait(c *gin.Context) (time.Duration, error) {

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,7 +27,7 @@ func timePtr(t time.Time) *time.Time {
 // resource renders a task record as the wire resource.
 func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
-		ID: t.ID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
+		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
 		Attempts: t.Attempts, Progress: t.Progress,
 	}
@@ -43,9 +42,15 @@ func resource(t *store.Task) apitype.Task {
 }
 
 // timeout bounds a request. Long polls extend it by their wait, and
-// requests with a body by the time the body may take to arrive.
+// requests with a body by the time the body may take to arrive. Streamed
+// answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if streamedRoutes[c.FullPath()] {
+			// Bounded by progress instead (see streamContext).
+			c.Next()
+			return
+		}
 		d := s.opts.RequestTimeout
 		if w, err := s.parseWait(c); err == nil {
 			d += w
@@ -174,6 +179,10 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+		s.getItem(c, batchID, index, wait)
+		return
+	}
 	t, err := s.loadTask(c)
 	if err != nil {
 		fail(c, err)
@@ -233,13 +242,17 @@ func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duratio
 }
 
 func (s *Server) cancelTask(c *gin.Context) {
+	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+		s.cancelItem(c, batchID, index)
+		return
+	}
 	t, err := s.loadTask(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	if t.State.Terminal() {
-		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", t.State))
+		fail(c, errEnded(t.State))
 		return
 	}
 	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID, t.Owner)
@@ -248,7 +261,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if prev.Terminal() {
-		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", prev))
+		fail(c, errEnded(prev))
 		return
 	}
 	s.respondTask(c, http.StatusOK, t.ID)
@@ -346,16 +359,13 @@ func (s *Server) getBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	ctx := c.Request.Context()
-	ids, err := s.store.BatchItems(ctx, b.ID, cursor, limit)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	recs, err := s.store.GetMany(ctx, ids)
-	if err != nil {
-		fail(c, err)
-		return
+	var recs []*store.Task
+	if cursor < b.Total {
+		recs, err = s.store.ItemsPage(c.Request.Context(), b, cursor, min(limit, b.Total-cursor))
+		if err != nil {
+			fail(c, err)
+			return
+		}
 	}
 	res := apitype.Batch{ID: b.ID, Total: b.Total, Done: b.Done(),
 		Counts: apitype.Counts{Pending: b.Counts[apitype.TaskStatePending], Active: b.Counts[apitype.TaskStateActive],
@@ -368,11 +378,11 @@ func (s *Server) getBatch(c *gin.Context) {
 	}
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
-			r = &store.Task{ID: ids[i], BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the task record has expired"}
+			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}
 		}
 		res.Tasks = append(res.Tasks, resource(r))
 	}
-	if next := cursor + len(ids); next < b.Total {
+	if next := cursor + len(recs); next < b.Total {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
@@ -414,154 +424,4 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, apitype.BatchCanceled{ID: b.ID, Canceled: n})
-}
-
-// batchOutput renders a finished batch in its judge format (JSON lines of
-// results for a JSON batch), exactly as puzzlectl solve --local prints it.
-//
-// It is streamed: results are read a piece at a time, each piece's bytes
-// taken from the admission pool before they are read (their sizes come
-// first, without the results), written and let go, so forty clients
-// downloading 12 MB each hold the pool's bytes, not 480 MB. The judge
-// formats other than JSON lines need every result at once to render; they
-// take the pool for all of them, which for them is small (sweep boards) or
-// one case.
-func (s *Server) batchOutput(c *gin.Context) {
-	wait, err := s.parseWait(c)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	b, err := s.loadBatchWaiting(c, wait)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	ctx := c.Request.Context()
-	if !b.Done() {
-		fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
-			b.Ended(), b.Total))
-		return
-	}
-	// Every item must have completed before the answer starts: once it
-	// has, it cannot become a 409. The states come without the results.
-	err = s.eachPage(ctx, b, func(start int, _ []string, infos []store.ItemInfo) error {
-		for i, it := range infos {
-			if it.State != apitype.TaskStateCompleted {
-				state := apitype.CodeExpired
-				if it.State != "" {
-					state = string(it.State)
-				}
-				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	t := s.admit.ticket()
-	defer t.release()
-	if b.Format != "" {
-		s.renderJudge(c, t, b)
-		return
-	}
-	c.Header("Content-Type", "text/plain; charset=utf-8")
-	c.Status(http.StatusOK)
-	err = s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
-		for i := 0; i < len(ids); {
-			// A piece is up to outputPiece bytes of results, or one.
-			j, n := i+1, infos[i].ResultBytes
-			for j < len(ids) && n+infos[j].ResultBytes <= outputPiece {
-				n += infos[j].ResultBytes
-				j++
-			}
-			// Reading a result takes about twice its size for a moment
-			// (the reply's buffer and the string).
-			if err := t.take(ctx, 2*n); err != nil {
-				return err
-			}
-			res, ok, err := s.store.Results(ctx, ids[i:j])
-			if err != nil {
-				return err
-			}
-			for k := range res {
-				if !ok[k] {
-					return fmt.Errorf("item %d: the result expired while the output was written", start+i+k)
-				}
-				c.Writer.WriteString(res[k])
-				c.Writer.WriteString("\n")
-			}
-			c.Writer.Flush()
-			t.release()
-			i = j
-		}
-		return nil
-	})
-	if err != nil {
-		// The answer has started: cut it, so that the client cannot take
-		// a short body for the whole output.
-		s.log.Warn("batch output cut off", "batch_id", b.ID, "err", err)
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// eachPage calls fn with each page of a batch's item IDs, in order, and
-// their states and result sizes; it stops at fn's first error.
-func (s *Server) eachPage(ctx context.Context, b *store.Batch, fn func(start int, ids []string, infos []store.ItemInfo) error) error {
-	for start := 0; start < b.Total; start += maxPageLimit {
-		ids, err := s.store.BatchItems(ctx, b.ID, start, maxPageLimit)
-		if err != nil {
-			return err
-		}
-		infos, err := s.store.ItemInfos(ctx, ids)
-		if err != nil {
-			return err
-		}
-		if err := fn(start, ids, infos); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// outputPiece is how many bytes of results one read of batchOutput takes.
-const outputPiece = 256 << 10
-
-// renderJudge writes a judge-format batch's output, which its renderer
-// needs whole; it takes the pool for all of it.
-func (s *Server) renderJudge(c *gin.Context, t *ticket, b *store.Batch) {
-	ctx := c.Request.Context()
-	results := make([]json.RawMessage, 0, b.Total)
-	err := s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
-		var n int64
-		for _, it := range infos {
-			n += it.ResultBytes
-		}
-		if err := t.take(ctx, 3*n); err != nil {
-			return err
-		}
-		res, ok, err := s.store.Results(ctx, ids)
-		if err != nil {
-			return err
-		}
-		for k := range res {
-			if !ok[k] {
-				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+k+1, apitype.CodeExpired)
-			}
-			results = append(results, json.RawMessage(res[k]))
-		}
-		return nil
-	})
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	var buf bytes.Buffer
-	if err := puzzle.WriteResults(&buf, puzzle.Format(b.Format), results); err != nil {
-		fail(c, err)
-		return
-	}
-	c.Data(http.StatusOK, "text/plain; charset=utf-8", buf.Bytes())
 }

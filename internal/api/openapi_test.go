@@ -117,8 +117,8 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 		}
 	}
 	// The check above must have had something to check.
-	if v1 != 7 || len(documented) < 11 {
-		t.Errorf("served %d /v1 routes and documented %d in all, want 7 and at least 11: %v", v1, len(documented), a.Routes())
+	if v1 != 8 || len(documented) < 12 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 8 and at least 12: %v", v1, len(documented), a.Routes())
 	}
 	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
 		if !documented[r] {
@@ -401,7 +401,40 @@ const protobufMetrics = "application/vnd.google.protobuf;proto=io.prometheus.cli
 
 func init() {
 	openapi3filter.RegisterBodyDecoder("application/vnd.google.protobuf", openapi3filter.FileBodyDecoder)
-	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonDecoder)
+}
+
+// ndjsonDecoder holds every line of an NDJSON answer (/results) to the
+// document's schema, which describes one line, and hands the validator the
+// first line. An empty answer has no line to hand it, so the requests
+// below never ask for one.
+func ndjsonDecoder(body io.Reader, h http.Header, schema *openapi3.SchemaRef, enc openapi3filter.EncodingFn) (any, error) {
+	if schema.Value.Type.Is("string") {
+		// A request body documented as text (POST /v1/batches' NDJSON
+		// upload, whose lines the server itself validates).
+		return openapi3filter.PlainBodyDecoder(body, h, schema, enc)
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		return nil, fmt.Errorf("an NDJSON answer must be lines, each ended by a newline; got %d bytes", len(b))
+	}
+	var first any
+	for i, line := range bytes.Split(b[:len(b)-1], []byte("\n")) {
+		var v any
+		if err := json.Unmarshal(line, &v); err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		if err := schema.Value.VisitJSON(v); err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		if i == 0 {
+			first = v
+		}
+	}
+	return first, nil
 }
 
 func TestOpenAPIConformance(t *testing.T) {
@@ -699,6 +732,21 @@ func TestOpenAPIConformance(t *testing.T) {
 		fid := r.json(t)["id"].(string)
 		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/output?wait=10s", want: 409})
 		wantError(t, r, "incomplete", "")
+		if msg, _ := r.errorOf(t)["message"].(string); !strings.Contains(msg, "/v1/batches/"+fid+"/results") {
+			t.Errorf("the 409 of /output does not point to /results: %q", msg)
+		}
+		// /results lists every item, whatever its state, and filters.
+		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/results", want: 200})
+		if rl := strings.Split(strings.TrimSuffix(string(r.body), "\n"), "\n"); len(rl) != 2 ||
+			!strings.Contains(rl[0], `"state":"completed"`) || !strings.Contains(rl[1], `"state":"failed"`) {
+			t.Errorf("results of a batch with a failed item:\n%s", r.body)
+		}
+		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/results?state=failed&wait=1s", want: 200})
+		if rl := strings.Split(strings.TrimSuffix(string(r.body), "\n"), "\n"); len(rl) != 1 || !strings.Contains(rl[0], `"index":1,`) {
+			t.Errorf("results?state=failed:\n%s", r.body)
+		}
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/results?state=done", want: 400, req: reqInvalid}), "invalid_request", "state")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/results", want: 404}), "not_found", "")
 		b = c.do(call{method: "GET", path: "/v1/batches/" + fid, want: 200}).json(t)
 		wantEqual(t, "failed count", b["counts"].(map[string]any)["failed"], 1)
 	})

@@ -128,60 +128,6 @@ func eightPuzzles(n int) string {
 	return b.String()
 }
 
-// TestInterruptedEnqueueIsFinished: the API's enqueue is cut off after at
-// most 3 of a batch's 30 chunks. The batch was recorded with its outbox in
-// one step, so it is accepted (202); the reconciler then queues what the
-// outbox holds, each of the 30 chunks exactly once, and a second pass, or
-// a second replica without the lease, queues nothing more.
-func TestInterruptedEnqueueIsFinished(t *testing.T) {
-	t.Parallel()
-	s := newOutboxStack(t, 3)
-	w := s.post(t, eightPuzzles(300), nil)
-	if w.Code != http.StatusAccepted {
-		t.Fatalf("POST: %d %s", w.Code, w.Body)
-	}
-	// Up to 3 got through (the failure cancels enqueues in flight); every
-	// chunk is either queued or still in the outbox, or both (queued, but
-	// its acknowledgement cut off).
-	before := len(s.queued(t))
-	ctx := context.Background()
-	batches, err := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10)
-	if err != nil || len(batches) != 1 {
-		t.Fatalf("outbox index: %v %v, want the one batch", batches, err)
-	}
-	idx, _, _, _ := s.store.OutboxUnits(ctx, batches[0])
-	left := len(idx)
-	if before > 3 || left < 27 || before+left < 30 {
-		t.Fatalf("%d chunks queued and %d in the outbox before the reconciler, want at most 3 and the rest", before, left)
-	}
-
-	// Grace 1ns: the batch counts as abandoned at once.
-	r1 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
-	r2 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
-	n, err := r1.RunOnce(ctx)
-	if err != nil || n != left {
-		t.Fatalf("reconcile: %d units, %v; want the %d in the outbox", n, err, left)
-	}
-	if n, err := r2.RunOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("a second replica, without the lease: %d units, %v; want 0", n, err)
-	}
-	q := s.queued(t)
-	if len(q) != 30 {
-		t.Fatalf("%d chunks queued, want 30", len(q))
-	}
-	for i := range 30 {
-		if !q[tasks.ChunkTaskID(batches[0], i)] {
-			t.Errorf("chunk %d not queued under its derived ID", i)
-		}
-	}
-	if b, _ := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10); len(b) != 0 {
-		t.Fatalf("outbox index still lists %v", b)
-	}
-	if n, err := r1.RunOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("second pass: %d, %v", n, err)
-	}
-}
-
 // TestEnqueueTwiceMakesOneTask: a unit enqueued again, as after a crash
 // between its enqueue and its acknowledgement, is one task, and the
 // second enqueue counts as landed.
@@ -230,7 +176,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 		t.Fatalf("replay answered %s, want %s", again.Body, first.Body)
 	}
 	// The batch is queued by the reconciler: the replay did not lie.
-	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond})
+	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
 	if n, err := r.RunOnce(context.Background()); err != nil || n != 3 {
 		t.Fatalf("reconcile: %d %v, want 3 chunks", n, err)
 	}

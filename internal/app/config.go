@@ -95,8 +95,8 @@ func (c *Common) validate() error {
 			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
 		}
 	}
-	if c.FeedDepth <= 0 {
-		return fmt.Errorf("FEED_DEPTH: must be positive, got %d", c.FeedDepth)
+	if c.FeedDepth < 1 || c.FeedDepth > 100000 {
+		return fmt.Errorf("FEED_DEPTH: must be between 1 and 100000, got %d", c.FeedDepth)
 	}
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
