@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -29,18 +31,20 @@ func decodeItem(line []byte) (customID string, has bool, err error) {
 		_, err := puzzle.Decode(line)
 		return "", false, err
 	}
-	rest, customID, has, ok := withoutCustomID(line)
-	if has && !ok {
-		return "", false, invalidItem("custom_id", "%s", customID)
-	}
-	if !ok {
-		// Not an object of unique names: puzzle.Decode says what is wrong
-		// with it the way the API would.
-		_, err := puzzle.Decode(line)
-		if err == nil {
-			err = invalidItem("", "not a valid request")
+	rest, customID, has, err := withoutCustomID(line)
+	var ie *solvers.InputError
+	switch {
+	case errors.As(err, &ie):
+		return "", false, err // the custom_id's own fault
+	case err != nil:
+		// Not one object of unique names. puzzle.Decode says what is
+		// wrong the way the API would, unless it stops at the custom_id
+		// it does not know.
+		_, perr := puzzle.Decode(line)
+		if perr == nil || errors.As(perr, &ie) && ie.Field == "custom_id" {
+			return "", false, err2input(err)
 		}
-		return "", false, err
+		return "", false, perr
 	}
 	if has {
 		switch {
@@ -56,39 +60,46 @@ func decodeItem(line []byte) (customID string, has bool, err error) {
 	return customID, has, nil
 }
 
+// errTrailing is a line with more than one JSON value.
+var errTrailing = errors.New("unexpected data after the request's object")
+
 // withoutCustomID returns the object of line without its custom_id
-// member, and that member's value. ok is false when line is not one JSON
-// object with unique names; when that is custom_id's fault, has is true
-// and customID says what is wrong.
-func withoutCustomID(line []byte) (rest []byte, customID string, has, ok bool) {
+// member, and that member's value. The error is an *InputError when the
+// custom_id is at fault, else the tokenizer's: line is not one JSON object
+// of unique names.
+func withoutCustomID(line []byte) (rest []byte, customID string, has bool, err error) {
 	dec := jsontext.NewDecoder(bytes.NewReader(line)) // rejects repeated names and invalid UTF-8
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return nil, "", false, false
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, "", false, err
+	}
+	if tok.Kind() != '{' {
+		return nil, "", false, fmt.Errorf("expected a JSON object, got %s", tok.Kind())
 	}
 	out := make([]byte, 0, len(line))
 	out = append(out, '{')
 	members := 0
 	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
+		tok, err := dec.ReadToken()
 		var se *jsontext.SyntacticError
 		if errors.As(err, &se) && errors.Is(err, jsontext.ErrDuplicateName) && se.JSONPointer == "/custom_id" {
-			return nil, `"custom_id" appears twice`, true, false
+			return nil, "", false, invalidItem("custom_id", `"custom_id" appears twice`)
 		}
 		if err != nil {
-			return nil, "", false, false
+			return nil, "", false, err
 		}
+		name := tok.String() // before the next read voids tok
 		val, err := dec.ReadValue()
 		if err != nil {
-			return nil, "", false, false
+			return nil, "", false, err
 		}
-		if name.String() == "custom_id" {
+		if name == "custom_id" {
 			if val.Kind() != '"' {
-				return nil, "custom_id must be a string, got " + val.Kind().String(), true, false
+				return nil, "", false, invalidItem("custom_id", "custom_id must be a string, got %s", val.Kind())
 			}
-			var tok jsontext.Token
-			d := jsontext.NewDecoder(bytes.NewReader(val))
-			if tok, err = d.ReadToken(); err != nil {
-				return nil, "", false, false
+			tok, err := jsontext.NewDecoder(bytes.NewReader(val)).ReadToken()
+			if err != nil {
+				return nil, "", false, err
 			}
 			customID, has = tok.String(), true
 			continue
@@ -97,20 +108,32 @@ func withoutCustomID(line []byte) (rest []byte, customID string, has, ok bool) {
 			out = append(out, ',')
 		}
 		members++
-		out, err = jsontext.AppendQuote(out, name.String())
-		if err != nil {
-			return nil, "", false, false
+		if out, err = jsontext.AppendQuote(out, name); err != nil {
+			return nil, "", false, err
 		}
 		out = append(out, ':')
 		out = append(out, val...)
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, "", false, false
+		return nil, "", false, err
 	}
 	if _, err := dec.ReadValue(); err != io.EOF {
-		return nil, "", false, false // something after the object
+		return nil, "", false, errTrailing
 	}
-	return append(out, '}'), customID, has, true
+	return append(out, '}'), customID, has, nil
+}
+
+// err2input words a tokenizer's error as an InputError at its place.
+func err2input(err error) error {
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		return invalidItem("", "%v", err)
+	}
+	field := strings.ReplaceAll(strings.TrimPrefix(string(se.JSONPointer), "/"), "/", ".")
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		return invalidItem(field, "%q appears twice", se.JSONPointer.LastToken())
+	}
+	return invalidItem(field, "invalid JSON at byte %d: %v", se.ByteOffset, se.Err)
 }
 
 func invalidItem(field, format string, args ...any) error {

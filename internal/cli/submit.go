@@ -237,9 +237,9 @@ func writeResultRow(w io.Writer, j *job, customIDs bool, l *client.ResultLine) {
 	fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", j.line, l.ID, l.State, what)
 }
 
-// readJobs reads every non-blank line and validates it as the API would,
-// in parallel, before anything is submitted. The first bad line (by
-// number) is the error.
+// readJobs reads every non-blank line and validates it as the API would
+// (decodeItem: the request and its custom_id), in parallel, before
+// anything is submitted. The first bad line (by number) is the error.
 func readJobs(in io.Reader) ([]job, error) {
 	data, err := io.ReadAll(in)
 	if err != nil {
@@ -269,8 +269,10 @@ func readJobs(in io.Reader) ([]job, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, j := range jobs[lo:hi] {
-				if _, err := puzzle.Decode(j.raw); err != nil {
+			for i := range jobs[lo:hi] {
+				j := &jobs[lo+i]
+				var err error
+				if j.customID, j.hasCustomID, err = decodeItem(j.raw); err != nil {
 					errs[w] = puzzle.LineError(err, j.line)
 					return
 				}

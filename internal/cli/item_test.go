@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// decodeItem accepts a custom_id wherever it is in the object and holds
+// the rest of the line to puzzle.Decode's rules.
+func TestDecodeItem(t *testing.T) {
+	t.Parallel()
+	const req = `"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}`
+	long := strings.Repeat("x", 65)
+	for _, tc := range []struct {
+		line, customID string
+		has            bool
+		errHas         string
+	}{
+		{line: `{` + req + `}`},
+		{line: `{"custom_id":"a",` + req + `}`, customID: "a", has: true},
+		{line: `{` + req + `,"custom_id":"b"}`, customID: "b", has: true},
+		{line: `{"kind":"sliding","custom_id":"c","puzzle":{"board":[[1,0],[3,2]]}}`, customID: "c", has: true},
+		{line: `{"custom\u005fid":"esc",` + req + `}`, customID: "esc", has: true},
+		{line: `{"custom_id":"",` + req + `}`, customID: "", has: true},
+		{line: `{"custom_id":"` + long[:64] + `",` + req + `}`, customID: long[:64], has: true},
+		{line: `{"custom_id":"` + long + `",` + req + `}`, errHas: "65 bytes"},
+		{line: `{"custom_id":7,` + req + `}`, errHas: "custom_id must be a string, got number"},
+		{line: `{"custom_id":null,` + req + `}`, errHas: "custom_id must be a string"},
+		{line: `{"custom_id":"a","custom_id":"b",` + req + `}`, errHas: `"custom_id" appears twice`},
+		{line: `{"custom_id":"a",` + req + `,"kind":"sweep"}`, errHas: `"kind" appears twice`},
+		{line: `{"custom_id":"a","KIND":"sweep",` + req + `}`, errHas: `unknown field "KIND"`},
+		{line: `{"custom_id":"a",` + req + `} {}`, errHas: "after the request"},
+		{line: `{"custom_id":"a","kind":"sliding","puzzle":{"board":[[1,2],[3,3]]}}`, errHas: "tile 3 appears twice"},
+		{line: `["custom_id"]`, errHas: "expected an object"},
+		{line: `{"custom_id":"a",` + req + `,}`, errHas: "invalid"},
+		{line: `{"custom_id":"a",` + "\xff" + `}`, errHas: "invalid"},
+		{line: `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"options":{"note":"a\"b"}}`, errHas: `unknown field "note"`},
+	} {
+		id, has, err := decodeItem([]byte(tc.line))
+		switch {
+		case tc.errHas != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("%s: err %v, want one with %q", tc.line, err, tc.errHas)
+			}
+		case err != nil || id != tc.customID || has != tc.has:
+			t.Errorf("%s: %q, %v, %v; want %q, %v", tc.line, id, has, err, tc.customID, tc.has)
+		}
+	}
+}
