@@ -35,6 +35,8 @@ type fakeAPI struct {
 	cutResults int
 	// never: items never end (no workers).
 	never bool
+	// hold is how long each /results request is held, as a ?wait would.
+	hold time.Duration
 	// rejectLine > 0 refuses every batch that has that many lines with a
 	// 400 naming its last line, as the API names a bad line.
 	rejectLine int
@@ -197,6 +199,13 @@ func (f *fakeAPI) batch(w http.ResponseWriter, id string) {
 }
 
 func (f *fakeAPI) results(w http.ResponseWriter, r *http.Request, id string) {
+	if f.hold > 0 {
+		select {
+		case <-time.After(f.hold):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	f.mu.Lock()
 	b, ok := f.batches[id]
 	if !ok {
@@ -257,6 +266,13 @@ func (f *fakeAPI) results(w http.ResponseWriter, r *http.Request, id string) {
 	if zw != nil {
 		zw.Close()
 	}
+}
+
+// countReads is how many times the batches' counts were read.
+func (f *fakeAPI) countReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts
 }
 
 // snapshot returns copies of what the fake recorded.

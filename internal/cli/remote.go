@@ -452,7 +452,7 @@ func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *clien
 // pollCounts feeds the bar from the counts of the batches whose results
 // are not all read yet, whose items end in any order.
 func (r *runner) pollCounts(ctx context.Context, batches []*batchRun) {
-	t := time.NewTicker(r.countsEvery)
+	t := time.NewTicker(max(r.countsEvery, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		for _, b := range batches {

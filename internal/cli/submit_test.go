@@ -1,15 +1,19 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/internal/cli"
@@ -165,7 +169,12 @@ func TestSubmitBatchSizeSplits(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	posts, batches, _ := f.snapshot()
-	if len(posts) != 3 || batches != 3 || posts[0].key == posts[1].key || posts[2].lines != 50 {
+	sizes, keys := map[int]int{}, map[string]bool{}
+	for _, p := range posts {
+		sizes[p.lines]++
+		keys[p.key] = true
+	}
+	if len(posts) != 3 || batches != 3 || len(keys) != 3 || sizes[100] != 2 || sizes[50] != 1 {
 		t.Fatalf("posts %+v; want 3 batches of 100, 100 and 50 lines with their own keys", posts)
 	}
 	rows := strings.Split(strings.TrimSpace(stdout), "\n")
@@ -258,5 +267,43 @@ func TestSubmitServerRejectionNamesInputLine(t *testing.T) {
 	code, _, errOut := run(t, "", "submit", "--server", f.URL, "-f", in, "--batch-size", "3", "--parallel", "1")
 	if code != cli.ExitUsage || !strings.Contains(errOut, "batch 1 (input line 5)") || !strings.Contains(errOut, "the server says no") {
 		t.Fatalf("exit %d, stderr %q; want 2 naming input line 5", code, errOut)
+	}
+}
+
+// On a terminal the bar is drawn and moves while results are awaited: fed
+// by the batches' counts and by the results stream.
+func TestSubmitProgressBarIsFed(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t, func(f *fakeAPI) { f.perPoll, f.hold = 500, 300*time.Millisecond })
+	in := writeLines(t, slidingLines(3000, 5))
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty: %v", err)
+	}
+	defer ptmx.Close()
+	var drawn bytes.Buffer
+	readDone := make(chan struct{})
+	go func() { defer close(readDone); io.Copy(&drawn, ptmx) }()
+	var out bytes.Buffer
+	code := cli.Run(context.Background(), []string{"submit", "--server", f.URL, "-f", in, "--wait"}, strings.NewReader(""), &out, tty)
+	tty.Close()
+	<-readDone
+	if code != 0 {
+		t.Fatalf("exit %d; terminal: %q", code, drawn.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 3000 {
+		t.Errorf("%d result lines on stdout, want 3000", n)
+	}
+	term := drawn.String()
+	for _, want := range []string{"submitted 3000/3000", "completed", "100%", "3000/3000", "tasks/s"} {
+		if !strings.Contains(term, want) {
+			t.Errorf("terminal output lacks %q: %q", want, term)
+		}
+	}
+	if !regexp.MustCompile(`\b(5|10|15|20|25)\d\d/3000\b`).MatchString(term) {
+		t.Errorf("the bar never showed a partial count: %q", term)
+	}
+	if f.countReads() == 0 {
+		t.Error("the bar never read the batch's counts")
 	}
 }
