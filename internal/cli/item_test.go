@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/puzzle"
 )
 
 // decodeItem accepts a custom_id wherever it is in the object and holds
@@ -46,4 +49,48 @@ func TestDecodeItem(t *testing.T) {
 			t.Errorf("%s: %q, %v, %v; want %q, %v", tc.line, id, has, err, tc.customID, tc.has)
 		}
 	}
+}
+
+// FuzzDecodeItem holds decodeItem to puzzle.Decode: a line with no
+// custom_id is accepted by one exactly when by the other, and a line with
+// one is accepted exactly when the same object without it is, its ID
+// within the bound. Seeds are in testdata/fuzz/FuzzDecodeItem too.
+func FuzzDecodeItem(f *testing.F) {
+	const req = `"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}`
+	for _, s := range []string{
+		`{` + req + `}`,
+		`{"custom_id":"a",` + req + `}`,
+		`{` + req + `,"custom_id":"z"}`,
+		`{"custom\u005fid":"e",` + req + `}`,
+		`{"custom_id":"a","custom_id":"a",` + req + `}`,
+		`{"custom_id":1,` + req + `}`,
+		`{"custom_id":"a",` + req + `,"kind":"sweep"}`,
+		`{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":3},"custom_id":"\ud83d\ude00"}`,
+		`{"custom_id":"a"}`, `{`, `"custom_id"`, `[]`, "{\"custom_id\":\"\xff\"," + req + "}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		id, has, err := decodeItem(line)
+		_, perr := puzzle.Decode(line)
+		if !has && err == nil && perr != nil {
+			t.Fatalf("%q: accepted without a custom_id, but puzzle.Decode says %v", line, perr)
+		}
+		if perr == nil && (err != nil || has) {
+			t.Fatalf("%q: puzzle.Decode accepts it, decodeItem = %q, %v, %v", line, id, has, err)
+		}
+		if !has || err != nil {
+			return
+		}
+		if len(id) > apitype.MaxCustomIDBytes {
+			t.Fatalf("%q: custom_id of %d bytes accepted", line, len(id))
+		}
+		rest, id2, has2, rerr := withoutCustomID(line)
+		if rerr != nil || id2 != id || !has2 {
+			t.Fatalf("%q: withoutCustomID = %q, %v, %v", line, id2, has2, rerr)
+		}
+		if _, err := puzzle.Decode(rest); err != nil {
+			t.Fatalf("%q: accepted, but without its custom_id (%s) puzzle.Decode says %v", line, rest, err)
+		}
+	})
 }
