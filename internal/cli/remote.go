@@ -432,6 +432,9 @@ func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *clien
 			}
 			next++
 			r.noteEnded(b, next)
+			if next == n {
+				break // all of them; a line past the batch's total is not ours
+			}
 		}
 		if next == n {
 			break

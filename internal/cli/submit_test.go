@@ -307,3 +307,28 @@ func TestSubmitProgressBarIsFed(t *testing.T) {
 		t.Error("the bar never read the batch's counts")
 	}
 }
+
+// solve through the API is a run of NDJSON batches too: the results come
+// back in order and are rendered as the format says; a case that failed
+// is an error naming it.
+func TestRemoteSolveStreamsResults(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t, func(f *fakeAPI) { f.perPoll = 2 })
+	var in strings.Builder
+	for _, l := range slidingLines(5, 4) {
+		in.WriteString(l + "\n")
+	}
+	code, out, errOut := run(t, in.String(), "solve", "--server", f.URL, "--format", "json")
+	want := "{\"item\":0}\n{\"item\":1}\n{\"item\":2}\n{\"item\":3}\n{\"item\":4}\n"
+	if code != 0 || out != want {
+		t.Fatalf("exit %d, out %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if posts, _, polls := f.snapshot(); len(posts) != 1 || posts[0].lines != 5 || len(polls) != 3 {
+		t.Errorf("posts %+v, %d /results requests; want one batch of 5 read in 3", posts, len(polls))
+	}
+	bad := strings.Replace(in.String(), "]]}}\n", `]]},"options":{"max_nodes":1}}`+"\n", 1)
+	code, out, errOut = run(t, bad, "solve", "--server", f.URL, "--format", "json")
+	if code != cli.ExitFailed || out != "" || !strings.Contains(errOut, "case 1: task ") || !strings.Contains(errOut, "budget_exceeded") {
+		t.Fatalf("a failed case: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+}
