@@ -398,7 +398,7 @@ func describeActive(active []*asynq.TaskInfo, hard map[string]hard15) string {
 		if h, ok := hardOf(ti, hard); ok {
 			parts = append(parts, h.name)
 		} else {
-			parts = append(parts, fmt.Sprintf("%s(%d items)", ti.Type, len(itemsOf(ti))))
+			parts = append(parts, fmt.Sprintf("%s(%s)", ti.Type, ti.ID))
 		}
 	}
 	sort.Strings(parts)

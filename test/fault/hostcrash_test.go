@@ -274,7 +274,7 @@ func (c *cluster) carriedItems() map[string]bool {
 					c.t.Fatalf("list asynq tasks of %s: %v", q, err)
 				}
 				for _, ti := range ts {
-					for _, id := range itemsOf(ti) {
+					for _, id := range c.unitItems(ti) {
 						out[id] = true
 					}
 				}
