@@ -51,7 +51,7 @@ type Store interface {
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
-	ReleaseIdempotency(ctx context.Context, owner, key string) error
+	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;

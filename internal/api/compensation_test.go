@@ -113,11 +113,11 @@ func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) er
 	return f.Store.ReleasePending(ctx, owner, unit)
 }
 
-func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key string) error {
+func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error {
 	f.mu.Lock()
 	f.idemReleased = append(f.idemReleased, key)
 	f.mu.Unlock()
-	return f.Store.ReleaseIdempotency(ctx, owner, key)
+	return f.Store.ReleaseIdempotency(ctx, owner, key, batchID, bodyHash)
 }
 
 // only returns the one batch CreateBatch was given, and its items.

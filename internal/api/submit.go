@@ -35,7 +35,7 @@ func (s *Server) submitBatch(c *gin.Context, batchID, format string, reqs []*puz
 	written := false
 	defer func() {
 		if idemKey != "" && !written {
-			_ = s.store.ReleaseIdempotency(context.WithoutCancel(ctx), owner, idemKey)
+			_ = s.store.ReleaseIdempotency(context.WithoutCancel(ctx), owner, idemKey, batchID, bodyHash)
 		}
 	}()
 	keys := make([]string, len(reqs))
