@@ -81,6 +81,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	loadScripts(a.store, log)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		queueCollector(a.rdb))
 
