@@ -100,6 +100,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
+		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
 		Mount: a.mount,
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval})
