@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -47,7 +46,7 @@ type Store interface {
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
-	ReleaseIdempotency(ctx context.Context, owner, key string) error
+	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
 }
 
@@ -76,13 +75,12 @@ type Options struct {
 	// the rest wait in the store's fair feed (docs/batches.md).
 	FeedDepth int
 	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
-	// not a setting of the binary; 0 means 8.
+	// not a setting of the binary; internal/app states its value.
 	EnqueueParallelism int
 	// MaxConcurrentDecodes bounds batch bodies decoded at once, which
 	// bounds the memory that decoding takes beyond the bodies themselves.
 	// A slot is taken once the body has arrived, so slow uploads hold
-	// none. Decoding is CPU work, so more slots than cores buy nothing.
-	// Default GOMAXPROCS.
+	// none. Its default is MAX_CONCURRENT_DECODES's.
 	MaxConcurrentDecodes int
 	// MaxBytesInFlight bounds the request bodies (and streamed results)
 	// held in memory at once, taken as the bytes arrive; the oldest
@@ -112,7 +110,7 @@ type Options struct {
 	Mount func(e *gin.Engine, authenticate gin.HandlerFunc)
 }
 
-func (o *Options) check() {
+func (o Options) check() {
 	for _, v := range []struct {
 		name string
 		n    int64
@@ -123,16 +121,11 @@ func (o *Options) check() {
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
 		{"FeedDepth", int64(o.FeedDepth)},
+		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
 			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))
 		}
-	}
-	if o.EnqueueParallelism <= 0 {
-		o.EnqueueParallelism = 8
-	}
-	if o.MaxConcurrentDecodes <= 0 {
-		o.MaxConcurrentDecodes = runtime.GOMAXPROCS(0)
 	}
 }
 

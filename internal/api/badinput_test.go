@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
 const corpusDir = "../../testdata/badinput"
@@ -99,7 +100,7 @@ func TestBadInputCorpus(t *testing.T) {
 	}
 	// batch-too-many sends 10,001 items: the corpus holds the limit
 	// where it was, not at the 1,000,000 default.
-	s := startStack(t, 0, map[string]string{"MAX_BATCH_ITEMS": "10000"})
+	s := stacktest.StartWith(t, 0, map[string]string{"MAX_BATCH_ITEMS": "10000"})
 	for _, c := range cases {
 		body, n := c.reader(t)
 		req, err := http.NewRequest(c.method, s.URL+c.path, body)

@@ -19,7 +19,6 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -128,11 +127,11 @@ func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) er
 	return f.Store.ReleasePending(ctx, owner, unit)
 }
 
-func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key string) error {
+func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error {
 	f.mu.Lock()
 	f.idemReleased = append(f.idemReleased, key)
 	f.mu.Unlock()
-	return f.Store.ReleaseIdempotency(ctx, owner, key)
+	return f.Store.ReleaseIdempotency(ctx, owner, key, batchID, bodyHash)
 }
 
 // only returns the one batch CommitBatch was given, and its items.
@@ -167,23 +166,11 @@ func newFaultRig(t *testing.T) *faultRig {
 	real := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	st := &faultyStore{Store: real, batches: map[string]int{}, abandoned: map[string]int{}, deleted: map[string][]string{}, released: map[string]int{}}
 	q := &fakeQueue{okCalls: -1}
-	srv := api.New(q, st, store.NewHub(), nil, nil, api.Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
-		ChunkSize: 2, EnqueueParallelism: 1, MaxConcurrentDecodes: 1, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second, FeedDepth: 64,
-		Limits: testLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
-	})
+	o := api.OptionsForTest()
+	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 1, 100
+	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
+	srv := api.New(q, st, store.NewHub(), nil, nil, o)
 	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q, rdb: r.Client(t)}
-}
-
-// testLimits gives every kind a minute, as the binaries' configuration
-// gives every kind a deadline (the API only sizes queue timeouts by it).
-func testLimits() tasks.Limits {
-	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
-	for _, k := range puzzle.Kinds {
-		l.Deadline[k] = time.Minute
-	}
-	return l
 }
 
 // post sends a request as alice and returns the status, the decoded error
@@ -388,13 +375,26 @@ func TestCreateBatchCommitReplyLostAfterFeed(t *testing.T) {
 // its own; a missing one is named, not silently replaced.
 func TestNewNamesAMissingLimit(t *testing.T) {
 	t.Parallel()
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options.MaxWait") {
-			t.Fatalf("New without MaxWait: recovered %v, want a panic naming Options.MaxWait", r)
-		}
-	}()
-	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.Options{
-		MaxBodyBytes: 1, MaxBatchBodyBytes: 1, MaxBatchItems: 1, ChunkSize: 1, RequestTimeout: time.Second,
-		RatePerSecond: 1, RateBurst: 1, MaxPendingPerKey: 1, MaxBytesInFlight: 1, BodyReadTimeout: time.Second,
-	})
+	for _, c := range []struct {
+		name  string
+		unset func(*api.Options)
+	}{
+		{"MaxWait", func(o *api.Options) { o.MaxWait = 0 }},
+		{"MaxBytesInFlight", func(o *api.Options) { o.MaxBytesInFlight = 0 }},
+		{"EnqueueParallelism", func(o *api.Options) { o.EnqueueParallelism = 0 }},
+		{"MaxConcurrentDecodes", func(o *api.Options) { o.MaxConcurrentDecodes = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := api.OptionsForTest()
+			c.unset(&o)
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options."+c.name) {
+					t.Fatalf("New without %s: recovered %v, want a panic naming Options.%s", c.name, r, c.name)
+				}
+			}()
+			api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, o)
+		})
+	}
+	// The helper itself has every limit, or the cases above prove nothing.
+	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.OptionsForTest())
 }

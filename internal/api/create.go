@@ -48,7 +48,7 @@ func (s *Server) createBatch(c *gin.Context) {
 	// Every failure below leaves nothing: the staged chunks go (they
 	// would expire anyway), and so does the claim unless it may be the
 	// batch's now.
-	committed, claimed := false, false
+	committed, claimed, hash := false, false, ""
 	defer func() {
 		if committed {
 			return
@@ -58,7 +58,7 @@ func (s *Server) createBatch(c *gin.Context) {
 			s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
 		}
 		if claimed {
-			_ = s.store.ReleaseIdempotency(dctx, owner, key)
+			_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
 		}
 	}()
 	in, err := s.ingest(c, w, key != "")
@@ -67,6 +67,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		return
 	}
 	if key != "" {
+		hash = in.Hash
 		ok, prevID, prevHash, err := s.store.ClaimIdempotency(ctx, owner, key, batchID, in.Hash)
 		if err != nil {
 			fail(c, err)

@@ -34,9 +34,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 	srv := api.New(client, store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
-		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50, MaxWait: time.Minute, ChunkSize: 64, FeedDepth: 64,
-			RequestTimeout: 10 * time.Second, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-			MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second})
+		fuzzOptions())
 	h := srv.Handler()
 
 	for _, s := range []string{
@@ -86,4 +84,11 @@ func FuzzHTTPDecoding(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzOptions keeps fuzzed bodies small.
+func fuzzOptions() api.Options {
+	o := api.OptionsForTest()
+	o.MaxBodyBytes, o.MaxBatchBodyBytes, o.MaxBatchItems = 64<<10, 64<<10, 50
+	return o
 }

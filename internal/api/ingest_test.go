@@ -37,13 +37,10 @@ type ingestRig struct {
 // ingestOptions are the rig's limits: chunks of 2 items, so that small
 // batches already write several chunks before a late error.
 func ingestOptions() api.Options {
-	return api.Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 20, MaxWait: time.Minute,
-		ChunkSize: 2, EnqueueParallelism: 2, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
-		RequestTimeout: 10 * time.Second, FeedDepth: 3, Limits: testLimits(),
-		Keys:          []api.APIKey{{Name: "alice", Key: aliceKey}},
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
-	}
+	o := api.OptionsForTest()
+	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.FeedDepth, o.MaxPendingPerKey = 20, 2, 2, 3, 100
+	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
+	return o
 }
 
 func newIngestRig(t *testing.T, opts api.Options) *ingestRig {

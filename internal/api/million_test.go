@@ -43,13 +43,10 @@ func BenchmarkMillionItemNDJSON(b *testing.B) {
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	q := asynq.NewClient(asynq.RedisClientOpt{Addr: r.Addr})
 	defer q.Close()
-	srv := httptest.NewServer(api.New(q, st, store.NewHub(), nil, nil, api.Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 256 << 20, MaxBatchItems: items, MaxWait: time.Minute,
-		ChunkSize: 64, EnqueueParallelism: 8, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 5 * time.Minute,
-		RequestTimeout: time.Minute, FeedDepth: 64, Limits: testLimits(),
-		Keys:          []api.APIKey{{Name: "alice", Key: aliceKey}},
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 2 * items,
-	}).Handler())
+	o := api.OptionsForTest()
+	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout, o.MaxPendingPerKey = 256<<20, items, 5*time.Minute, time.Minute, 2*items
+	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
+	srv := httptest.NewServer(api.New(q, st, store.NewHub(), nil, nil, o).Handler())
 	defer srv.Close()
 
 	for n := range b.N {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -55,22 +54,10 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	real := asynq.NewClientFromRedisClient(rdb)
 	enq := &dyingEnqueuer{real: real}
 	enq.left.Store(int64(enqueued))
-	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
-		ChunkSize: 10, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
-		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, FeedDepth: 64,
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-	})
+	o := OptionsForTest()
+	o.ChunkSize, o.EnqueueParallelism = 10, 2
+	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
-}
-
-// outboxLimits gives every kind a minute.
-func outboxLimits() tasks.Limits {
-	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
-	for _, k := range puzzle.Kinds {
-		l.Deadline[k] = time.Minute
-	}
-	return l
 }
 
 // queued lists the task IDs on the bulk queue.

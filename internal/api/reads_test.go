@@ -57,13 +57,9 @@ func newReadStack(t *testing.T, tune ...func(*Options)) *readStack {
 	go func() { defer close(done); st.ListenEvents(ctx, hub) }()
 	t.Cleanup(func() { cancel(); <-done })
 	enq := asynq.NewClientFromRedisClient(rdb)
-	opts := Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
-		ChunkSize: 2, FeedDepth: 64, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
-		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-		Keys: []APIKey{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}},
-	}
+	opts := OptionsForTest()
+	opts.ChunkSize = 2
+	opts.Keys = []APIKey{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}}
 	for _, f := range tune {
 		f(&opts)
 	}

@@ -81,6 +81,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	loadScripts(a.store, log)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		queueCollector(a.rdb))
 
@@ -99,6 +100,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
+		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
 		Mount: a.mount,
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})

@@ -312,6 +312,13 @@ type APIConfig struct {
 	RateBurst int
 	// MaxPendingPerKey caps a key's unfinished tasks. Default 100000.
 	MaxPendingPerKey int
+	// MaxConcurrentDecodes bounds the batch bodies decoded at once. A
+	// decode holds about 4× its body for its duration (RELIABILITY.md),
+	// so this bounds the memory decoding takes beyond the bodies
+	// themselves; a slot is taken once the body has arrived, so slow
+	// uploads hold none. Decoding is CPU work, so more slots than cores
+	// buy nothing. Default 0: GOMAXPROCS.
+	MaxConcurrentDecodes int
 	// OutboxInterval is how often each API replica looks for batches whose
 	// enqueue a crash interrupted (one replica at a time, under a Redis
 	// lease, finishes them). An interrupted batch is fully queued within
@@ -342,6 +349,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
+	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
 	return s
 }
@@ -356,6 +364,23 @@ func LoadAPIConfig(args []string, getenv func(string) string, usage io.Writer) (
 		return c, err
 	}
 	return c, c.validate()
+}
+
+// enqueueParallelism is how many units of one batch the API enqueues at
+// once: asynq v0.26 has no bulk enqueue, so each unit is a Redis round
+// trip, and a few in flight hide that latency without one batch taking
+// every connection of the pool (10 per core). It is not a setting: the
+// batch benchmarks (BENCHMARKS.md) found the rate bound by Redis's CPU,
+// not by this.
+const enqueueParallelism = 8
+
+// decodes is the number of batch decode slots: MAX_CONCURRENT_DECODES, or
+// GOMAXPROCS when it is 0.
+func (c *APIConfig) decodes() int {
+	if c.MaxConcurrentDecodes > 0 {
+		return c.MaxConcurrentDecodes
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 func (c *APIConfig) validate() error {
@@ -382,6 +407,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
 		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)
+	}
+	if c.MaxConcurrentDecodes < 0 {
+		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)

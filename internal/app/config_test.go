@@ -34,7 +34,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" {
+	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" ||
+		a.MaxConcurrentDecodes != 0 {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
@@ -69,6 +70,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
 		{false, map[string]string{"OUTBOX_INTERVAL": "0s"}, nil, "OUTBOX_INTERVAL"},
+		{false, map[string]string{"MAX_CONCURRENT_DECODES": "-1"}, nil, "MAX_CONCURRENT_DECODES"},
 		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
 		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
 	} {

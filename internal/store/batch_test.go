@@ -84,7 +84,7 @@ func TestCreateBatchUnderClaim(t *testing.T) {
 	}
 	// A released claim (nothing written) frees the key at once.
 	s.ClaimIdempotency(ctx, "alice", "k2", "b4", "h")
-	s.ReleaseIdempotency(ctx, "alice", "k2")
+	s.ReleaseIdempotency(ctx, "alice", "k2", "b4", "h")
 	if err := s.CreateBatch(ctx, store.NewBatch{ID: "b4", Owner: "alice", IdempotencyKey: "k2", BodyHash: "h"}, items); err != store.ErrClaimLost {
 		t.Fatalf("write after the claim was released: %v", err)
 	}
