@@ -150,7 +150,7 @@ func TestResultWriteFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending}, finishErr: errors.New("redis: connection reset")}
 	h := tasks.NewHandler(st, nil, testLimits(), nil, nil)
-	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
+	task, err := tasks.NewSolveTask("w1", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +186,7 @@ func TestPayloadNamesAreExact(t *testing.T) {
 		{"exact", tasks.TypeSliding, `{"id":"w1",` + req + `}`, completed},
 		{"unknown member", tasks.TypeSliding, `{"id":"w1",` + req + `,"trace_id":"t"}`, completed},
 		{"folded name", tasks.TypeSliding, `{"ID":"w1",` + req + `}`, undecodable},
-		{"folded name of a chunk", tasks.TypeChunk, `{"batch_id":"b","ITEMS":[{"id":"w1",` + req + `}]}`, nothing},
 		{"repeated name", tasks.TypeSliding, `{"id":"w1","id":"w2",` + req + `}`, undecodable},
-		{"repeated in an item", tasks.TypeChunk, `{"batch_id":"b","items":[{"id":"w1",` + req + `,"id":"w2"}]}`, undecodable},
 	} {
 		st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending, "w2": apitype.TaskStatePending}}
 		h := tasks.NewHandler(st, nil, testLimits(), nil, nil)

@@ -94,7 +94,7 @@ func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logg
 
 // Register installs the handler for every task type on mux.
 func (h *Handler) Register(mux *asynq.ServeMux) {
-	for _, t := range []string{TypeSliding, TypeSweep, TypeFill, TypeChunk, TypeUnit} {
+	for _, t := range []string{TypeSliding, TypeSweep, TypeFill, TypeUnit} {
 		mux.Handle(t, h)
 	}
 }
@@ -108,13 +108,7 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
 		}
-		return h.processItems(ctx, p.BatchID, p.Owner, []Item{p.Item})
-	case TypeChunk:
-		var p ChunkPayload
-		if err := decodePayload(t.Payload(), &p); err != nil {
-			return fmt.Errorf("tasks: undecodable chunk payload: %v: %w", err, asynq.SkipRetry)
-		}
-		return h.processItems(ctx, p.BatchID, p.Owner, p.Items)
+		return h.processItems(ctx, "", p.Owner, []Item{p.Item})
 	case TypeUnit:
 		ref, err := decodeUnitRef(t.Payload())
 		if err != nil {
@@ -317,30 +311,16 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it
 		}
-		var batchID, owner string
-		var items []Item
-		switch t.Type() {
-		case TypeUnit:
+		if t.Type() == TypeUnit {
 			h.failUnit(ctx, t)
 			return
-		case TypeChunk:
-			var p ChunkPayload
-			if decodePayload(t.Payload(), &p) != nil {
-				return
-			}
-			batchID, owner, items = p.BatchID, p.Owner, p.Items
-		default:
-			var p SolvePayload
-			if decodePayload(t.Payload(), &p) != nil {
-				return
-			}
-			batchID, owner, items = p.BatchID, p.Owner, []Item{p.Item}
 		}
-		ts := make([]Transition, len(items))
-		for i, it := range items {
-			ts[i] = Transition{ID: it.ID, BatchID: batchID, Owner: owner, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
-				Msg: "gave up after repeated infrastructure errors"}
+		var p SolvePayload
+		if decodePayload(t.Payload(), &p) != nil {
+			return
 		}
+		ts := []Transition{{ID: p.ID, Owner: p.Owner, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
+			Msg: "gave up after repeated infrastructure errors"}}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {

@@ -35,11 +35,9 @@ type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	batchStore
-	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
 	DeleteTasks(ctx context.Context, batchID string, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
-	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
@@ -205,41 +203,5 @@ func feed(ctx context.Context, f tasks.Feeder, enq Enqueuer, depth, par int) (in
 	if err != nil || len(refs) == 0 {
 		return 0, err
 	}
-	var (
-		mu       sync.Mutex
-		landed   []tasks.UnitRef
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	work := make(chan tasks.UnitRef)
-	for range min(max(par, 1), len(refs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range work {
-				t, err := tasks.NewUnitTask(r, tasks.QueueBulk)
-				if err == nil {
-					_, err = enq.EnqueueContext(ctx, t)
-				}
-				mu.Lock()
-				if err == nil || errors.Is(err, asynq.ErrTaskIDConflict) {
-					landed = append(landed, r)
-				} else if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, r := range refs {
-		work <- r
-	}
-	close(work)
-	wg.Wait()
-	if len(landed) > 0 {
-		if err := f.AckFed(ctx, landed); err != nil {
-			return 0, err
-		}
-	}
-	return len(landed), firstErr
+	return enqueueFed(ctx, enq, f, refs, par)
 }

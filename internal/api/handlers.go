@@ -104,7 +104,7 @@ func (s *Server) createTask(c *gin.Context) {
 		c.JSON(http.StatusOK, tr)
 		return
 	}
-	t, err := tasks.NewSolveTask(id, "", owner, p, tasks.QueueInteractive, s.opts.Limits)
+	t, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
 	if err == nil {
 		_, err = s.enq.EnqueueContext(ctx, t)
 	}

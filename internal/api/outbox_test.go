@@ -122,34 +122,27 @@ func TestEnqueueTwiceMakesOneTask(t *testing.T) {
 	t.Parallel()
 	s := newOutboxStack(t, 1000)
 	ctx := context.Background()
-	units := []tasks.Unit{
-		{TaskID: tasks.ChunkTaskID("b", 0), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
-		{TaskID: tasks.ChunkTaskID("b", 1), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
-	}
-	var acked []int
-	ack := func(_ context.Context, _ string, idx []int) (int, error) {
-		acked = append(acked, idx...)
-		return 0, nil
+	refs := []tasks.UnitRef{
+		{BatchID: "b", Unit: tasks.ChunkUnit(0), Timeout: time.Minute},
+		{BatchID: "b", Unit: tasks.ChunkUnit(1), Timeout: time.Minute},
 	}
 	for range 2 {
-		if n, err := enqueueUnits(ctx, s.real, ack, "b", []int{0, 1}, units, 2); err != nil || n != 2 {
+		if n, err := enqueueFed(ctx, s.real, s.store, refs, 2); err != nil || n != 2 {
 			t.Fatalf("enqueue: %d %v", n, err)
 		}
 	}
-	if q := s.queued(t); len(q) != 2 {
-		t.Fatalf("queued %v, want 2 tasks", q)
-	}
-	if len(acked) != 4 {
-		t.Fatalf("acknowledged %v, want both units twice", acked)
+	if q := s.queued(t); len(q) != 2 || !q[refs[0].TaskID()] || !q[refs[1].TaskID()] {
+		t.Fatalf("queued %v, want the 2 units once each", q)
 	}
 }
 
 // TestReplayAnswersAcceptedBatch: a retry with the same Idempotency-Key
-// while the batch's tasks are still in its outbox replays it, since the
-// batch is being made complete, and the reconciler then queues them.
+// while the batch's units could not be queued (the enqueuer fails, so
+// they sit in the feeding set) replays it, since the batch is committed
+// and will run, and the reconciler then queues them.
 func TestReplayAnswersAcceptedBatch(t *testing.T) {
 	t.Parallel()
-	s := newOutboxStack(t, 0) // nothing gets through: all in the outbox
+	s := newOutboxStack(t, 0) // nothing gets through: all stay unacknowledged
 	body := eightPuzzles(25)
 	first := s.post(t, body, map[string]string{"Idempotency-Key": "k1"})
 	if first.Code != http.StatusAccepted {

@@ -145,11 +145,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 			r.log.Info("re-enqueued units whose feeder died", "units", n)
 		}
 	}
-	refs, err := r.store.Feed(ctx, tasks.QueueBulk, r.opts.FeedDepth, r.opts.FeedDepth)
-	if err != nil || len(refs) == 0 {
-		return total, err
-	}
-	n, err := enqueueFed(ctx, r.enq, r.store, refs, r.opts.Parallelism)
+	n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
 	total += n
 	return total, err
 }

@@ -589,7 +589,7 @@ return 1
 //
 // Returns {} when the batch is gone, else {owner, created_at, total,
 // stride, then 6 values per item}.
-var readItemsScript = redis.NewScript(`#!lua flags=no-writes
+var readItemsScript = redis.NewScript(`
 ` + batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'created_at', 'total', 'stride')
 if not b[3] then return {} end
@@ -646,7 +646,7 @@ return out
 // ARGV[2..] the items' offsets in the chunk
 //
 // Returns per offset {found ("1" or "0"), result}.
-var chunkResultsScript = redis.NewScript(`#!lua flags=no-writes
+var chunkResultsScript = redis.NewScript(`
 local out = {}
 local fields = {}
 for a = 2, #ARGV do fields[#fields + 1] = ARGV[a] end

@@ -16,7 +16,9 @@ var allScripts = []*redis.Script{
 	submitScript, startManyScript, finishManyScript,
 	pendingScript, releaseScript, releaseClaimScript,
 	progressScript,
-	createBatchScript, ackOutboxScript, leaseScript, abandonBatchScript,
+	leaseScript,
+	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
+	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, chunkResultsScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

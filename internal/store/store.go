@@ -55,27 +55,6 @@ type NewTask struct {
 	Result json.RawMessage
 }
 
-// NewBatch describes a batch record to create.
-type NewBatch struct {
-	ID    string
-	Owner string
-	// Format is the judge format the batch was submitted in ("" for JSON),
-	// so its output can be rendered in the same format.
-	Format string
-	// Units are the queued tasks that run the batch's items. They go into
-	// the batch's outbox in the same script as its records, so no batch
-	// is ever recorded without what it takes to run it (see CreateBatch).
-	Units []tasks.Unit
-	// IdempotencyKey, when set, is the caller's Idempotency-Key, claimed
-	// by ClaimIdempotency for this batch ID and BodyHash. The batch is
-	// written only while that claim is still this batch's, and the claim
-	// then lives as long as the batch.
-	IdempotencyKey, BodyHash string
-	// Quota is the owner's quota of tasks that have not ended; 0:
-	// unlimited.
-	Quota int
-}
-
 // Batch is a batch record with its counts per state.
 type Batch struct {
 	ID     string
@@ -268,15 +247,6 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b.ExpiresAt = msTime(m["expires_at"])
 	b.CanceledAt = msTime(m["canceled_at"])
 	return b, nil
-}
-
-// BatchItems returns up to limit task IDs of a batch from position start.
-func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]string, error) {
-	ids, err := s.rdb.LRange(ctx, s.k.batchItems(id), int64(start), int64(start+limit-1)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("store: batch items: %w", err)
-	}
-	return ids, nil
 }
 
 // The store is what the worker's handler needs.
