@@ -61,12 +61,10 @@ func (r *peakReader) Read(b []byte) (int, error) {
 
 func ingestServer(t *testing.T) *Server {
 	t.Helper()
-	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute, puzzle.KindSweep: time.Minute, puzzle.KindFill: 10 * time.Second}}
-	return New(nil, nil, nil, nil, nil, Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 64 << 20, MaxBatchItems: 1 << 20, MaxWait: time.Minute,
-		ChunkSize: 64, MaxBytesInFlight: 32 << 20, BodyReadTimeout: time.Minute, RequestTimeout: time.Minute,
-		FeedDepth: 64, Limits: l, RatePerSecond: 1, RateBurst: 1, MaxPendingPerKey: 1,
-	})
+	o := OptionsForTest()
+	o.Limits = tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute, puzzle.KindSweep: time.Minute, puzzle.KindFill: 10 * time.Second}}
+	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout = 64<<20, 1<<20, time.Minute, time.Minute
+	return New(nil, nil, nil, nil, nil, o)
 }
 
 // A streamed body holds of the pool what the request holds in memory: the

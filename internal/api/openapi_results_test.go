@@ -29,11 +29,9 @@ func TestOpenAPIBatchReads(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	st := store.New(rdb, store.Options{Prefix: "oar:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	srv := api.New(asynq.NewClientFromRedisClient(rdb), st, store.NewHub(), prometheus.NewRegistry(), nil, api.Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
-		ChunkSize: 2, FeedDepth: 64, RequestTimeout: 10 * time.Second, MaxBytesInFlight: 32 << 20,
-		BodyReadTimeout: 30 * time.Second, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-	})
+	o := api.OptionsForTest()
+	o.MaxBatchItems, o.ChunkSize = 100, 2
+	srv := api.New(asynq.NewClientFromRedisClient(rdb), st, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 
