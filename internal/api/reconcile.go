@@ -124,30 +124,46 @@ func (r *Reconciler) Run(ctx context.Context) {
 // API and the workers already do.
 func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 	total := 0
-	stale, err := r.store.StaleFed(ctx, time.Now().Add(-r.opts.Grace), staleBatch)
-	if err != nil {
-		return 0, err
-	}
-	if len(stale) > 0 {
+	// Stale units page by page, so that a feeder that died holding
+	// thousands (a batch fed whole with a deep FEED_DEPTH) is finished in
+	// this pass, not one page a second.
+	for {
+		stale, err := r.store.StaleFed(ctx, time.Now().Add(-r.opts.Grace), staleBatch)
+		if err != nil || len(stale) == 0 {
+			if err != nil {
+				return total, err
+			}
+			break
+		}
 		// The lease outlives a few passes, so a holder that died is
 		// replaced within 3 intervals, and a live one keeps it by
 		// renewing.
 		ok, err := r.store.AcquireLease(ctx, reconcileLease, r.holder, 3*r.opts.Interval)
-		if err != nil {
-			return 0, err
+		if err != nil || !ok {
+			return total, err
 		}
-		if ok {
-			n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
-			total += n
-			if err != nil {
-				return total, err
-			}
-			r.log.Info("re-enqueued units whose feeder died", "units", n)
+		n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		r.log.Info("re-enqueued units whose feeder died", "units", n)
+		if len(stale) < staleBatch {
+			break
 		}
 	}
-	n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
-	total += n
-	return total, err
+	// Then top the queue up. Feed stops by itself once the queue holds
+	// FeedDepth units; the bound keeps a pass finite while workers drain
+	// the queue as fast as it is fed.
+	for fed := 0; fed < r.opts.FeedDepth; {
+		n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+		fed += n
+	}
+	return total, nil
 }
 
 // enqueueFed enqueues units taken from the feed, par at a time (asynq
