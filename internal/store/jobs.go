@@ -37,6 +37,9 @@ type StagedItem struct {
 	Timeout time.Duration
 }
 
+// The store is what the worker's feeding needs.
+var _ tasks.Feeder = (*Store)(nil)
+
 // stagingTTL is how long staged keys live until CommitBatch gives them
 // the batch's TTL: longer than any upload takes, short enough that an
 // upload whose process died leaves nothing for long.

@@ -545,10 +545,11 @@ return out
 // ARGV[1] now, Unix milliseconds
 //
 // Returns the number of chunks to cancel: 0 when the batch is done, -1
-// when it does not exist.
+// when it does not exist, -2 for a batch of the old layout (no chunks).
 var markCanceledScript = redis.NewScript(`
 local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended')
-if not b[1] then return -1 end
+if not b[2] then return -1 end
+if not b[1] then return -2 end
 if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
 return tonumber(b[1])

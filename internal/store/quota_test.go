@@ -76,6 +76,8 @@ func TestQuotaIsExact(t *testing.T) {
 	}
 	s.Finish(ctx, []tasks.Transition{{ID: "b1-3", BatchID: "b1", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}, nil)
 	pending(10, "after a late finish of an expired item")
-	// Cancelling a batch is covered for the batch layout by
-	// TestCancelBatch and TestBatchQuotaExact.
+	if _, err := s.CancelBatch(ctx, "b3", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	pending(0, "after cancelling the batch")
 }

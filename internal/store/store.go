@@ -532,6 +532,9 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
+	if chunks == -2 {
+		return s.cancelOldBatch(ctx, batchID, owner)
+	}
 	n := 0
 	for first := 0; first < chunks; first += cancelChunksPerTrip {
 		last := min(chunks, first+cancelChunksPerTrip)
@@ -554,6 +557,42 @@ func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, er
 			}
 			k, _ := strconv.Atoi(v[0])
 			n += k
+		}
+	}
+	return n, nil
+}
+
+// cancelOldBatch cancels a batch of the old layout (task records listed
+// in batchItems), until the lead deletes that layout.
+func (s *Store) cancelOldBatch(ctx context.Context, batchID, owner string) (int, error) {
+	ids, err := s.rdb.LRange(ctx, s.k.batchItems(batchID), 0, -1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: cancel batch: %w", err)
+	}
+	ts := make([]tasks.Transition, len(ids))
+	for i, id := range ids {
+		ts[i] = tasks.Transition{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
+	}
+	n := 0
+	for start := 0; start < len(ts); start += 1000 {
+		part := ts[start:min(start+1000, len(ts))]
+		prev, err := s.Finish(ctx, part, nil)
+		if err != nil {
+			return n, err
+		}
+		var running []any
+		for i, p := range prev {
+			if p == apitype.TaskStatePending || p == apitype.TaskStateActive {
+				n++
+			}
+			if p == apitype.TaskStateActive {
+				running = append(running, part[i].ID)
+			}
+		}
+		for _, id := range running {
+			if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
+				return n, fmt.Errorf("store: announce cancel: %w", err)
+			}
 		}
 	}
 	return n, nil
