@@ -35,7 +35,7 @@ type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	batchStore
-	DeleteTasks(ctx context.Context, batchID string, ids []string) error
+	DeleteTasks(ctx context.Context, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)

@@ -68,12 +68,12 @@ type faultyStore struct {
 	// arrives; with fedBeforeLoss a feeder (a worker finishing a unit)
 	// takes one of its units in between.
 	commitLost, fedBeforeLoss bool
-	submitted                 []string            // task IDs SubmitTask recorded
-	batches                   map[string]int      // batch ID -> items CommitBatch was given
-	abandoned                 map[string]int      // batch ID -> what AbandonCommit answered
-	deleted                   map[string][]string // DeleteTasks calls: batch ID -> IDs
-	released                  map[string]int      // owner -> units ReleasePending gave back
-	idemReleased              []string            // Idempotency-Keys released
+	submitted                 []string       // task IDs SubmitTask recorded
+	batches                   map[string]int // batch ID -> items CommitBatch was given
+	abandoned                 map[string]int // batch ID -> what AbandonCommit answered
+	deleted                   []string       // the IDs DeleteTasks was called with
+	released                  map[string]int // owner -> units ReleasePending gave back
+	idemReleased              []string       // Idempotency-Keys released
 }
 
 func (f *faultyStore) SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error) {
@@ -113,11 +113,11 @@ func (f *faultyStore) AbandonCommit(ctx context.Context, w *store.BatchWriter, c
 	return v, err
 }
 
-func (f *faultyStore) DeleteTasks(ctx context.Context, batchID string, ids []string) error {
+func (f *faultyStore) DeleteTasks(ctx context.Context, ids []string) error {
 	f.mu.Lock()
-	f.deleted[batchID] = append(f.deleted[batchID], ids...)
+	f.deleted = append(f.deleted, ids...)
 	f.mu.Unlock()
-	return f.Store.DeleteTasks(ctx, batchID, ids)
+	return f.Store.DeleteTasks(ctx, ids)
 }
 
 func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) error {
@@ -164,7 +164,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	t.Helper()
 	r := redistest.Start(t)
 	real := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	st := &faultyStore{Store: real, batches: map[string]int{}, abandoned: map[string]int{}, deleted: map[string][]string{}, released: map[string]int{}}
+	st := &faultyStore{Store: real, batches: map[string]int{}, abandoned: map[string]int{}, released: map[string]int{}}
 	q := &fakeQueue{okCalls: -1}
 	o := api.OptionsForTest()
 	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 1, 100
@@ -253,7 +253,7 @@ func TestCreateTaskEnqueueFailsUndoesTheRecord(t *testing.T) {
 		t.Fatalf("recorded %v and tried %d enqueues; the failure must come after the record was written", r.st.submitted, r.queue.calls)
 	}
 	id := r.st.submitted[0]
-	if got := r.st.deleted[""]; len(got) != 1 || got[0] != id {
+	if got := r.st.deleted; len(got) != 1 || got[0] != id {
 		t.Errorf("DeleteTasks got %v, want the task %s", r.st.deleted, id)
 	}
 	r.gone("", []string{id})

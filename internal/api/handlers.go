@@ -111,7 +111,7 @@ func (s *Server) createTask(c *gin.Context) {
 	if err != nil {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), "", []string{id})
+		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
 		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return

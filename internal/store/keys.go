@@ -18,19 +18,8 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 
-// batchItems is a list of a batch's task IDs in submission order.
-func (k keys) batchItems(id string) string { return k.prefix + "batch:" + id + ":items" }
 
-// outbox is a hash of the queued tasks of a batch that are not yet known
-// to be on the queue: field = the unit's position in the batch, value =
-// the tasks.Unit (its MarshalBinary form). It is written with the batch's records and
-// emptied as the units are enqueued.
-func (k keys) outbox(batchID string) string { return k.prefix + "outbox:" + batchID }
 
-// outboxIndex is a sorted set of the batches that have an outbox, scored
-// by creation time in Unix milliseconds, so the reconciler finds the
-// enqueues a crash interrupted without scanning.
-func (k keys) outboxIndex() string { return k.prefix + "outbox" }
 
 // lease is a string naming the process that holds the named lease until
 // it expires, so only one API replica at a time runs a background job.

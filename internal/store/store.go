@@ -151,13 +151,10 @@ func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
 
 // DeleteTasks removes records, best effort; the API uses it to undo a
 // submission whose enqueue failed, so no orphan stays pending for a day.
-func (s *Store) DeleteTasks(ctx context.Context, batchID string, ids []string) error {
+func (s *Store) DeleteTasks(ctx context.Context, ids []string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			p.Del(ctx, s.k.task(id))
-		}
-		if batchID != "" {
-			p.Del(ctx, s.k.batch(batchID), s.k.batchItems(batchID))
 		}
 		return nil
 	})
