@@ -156,6 +156,15 @@ func itemsOf(ti *asynq.TaskInfo) []string {
 	return []string{p.ID}
 }
 
+// itemOf is the item an asynq task carries alone: a single task, or a
+// batch item in its own unit (ti.ID, the asynq ID, for anything else).
+func itemOf(ti *asynq.TaskInfo) string {
+	if ids := itemsOf(ti); len(ids) == 1 {
+		return ids[0]
+	}
+	return ti.ID
+}
+
 // unitItems returns the IDs of the items an asynq task carries, reading a
 // chunk unit's items from its batch's kind map (docs/batches.md): the
 // chunk's items that do not run in their own units.
@@ -447,7 +456,8 @@ func testGracefulShutdown(t *testing.T) {
 				return tm.Format(time.StampMilli)
 			}
 			for _, ti := range active {
-				id, name := ti.ID, hard[ti.ID].name
+				id := itemOf(ti)
+				name := hard[id].name
 				tr := all[id]
 				if tr.StartedAt == nil || tr.StartedAt.After(sent) || tr.CompletedAt == nil {
 					t.Errorf("%s (task %s): started %s, completed %s; want started before SIGTERM at %s, then completed",
