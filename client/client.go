@@ -2,7 +2,7 @@
 //
 // Create a Client with New and the API's base URL, then submit puzzles one
 // at a time (Submit, Get, Cancel) or in batches of up to the server's
-// MAX_BATCH_ITEMS (SubmitBatch, GetBatch, BatchOutput):
+// MAX_BATCH_ITEMS, a million by default (SubmitNDJSON, GetBatch, Results):
 //
 //	c := client.New("http://localhost:8080", client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
 //	t, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
@@ -11,7 +11,9 @@
 //	}
 //
 // Requests are the wire form of POST /v1/tasks, passed as raw JSON, so the
-// client never drops a field the server understands. The resources it
+// client never drops a field the server understands. A batch is NDJSON,
+// one request per line, streamed from a Body that each retry reads again;
+// its results stream back as ResultLines in submission order (Results). The resources it
 // returns (Task, Batch, ...) are the API's wire contract, package apitype,
 // under the client's names.
 //
@@ -31,9 +33,10 @@
 // server's Retry-After, and never beyond the context's deadline. Requests
 // that could create work twice are retried only when that cannot happen:
 // Submit is retried on 429 and 503 and on failures to connect, and
-// SubmitBatch with an idempotency key is retried on every transient failure,
-// since the server answers a repeated key with the batch the first request
-// created.
+// SubmitNDJSON (or SubmitBatch) with an idempotency key is retried on every
+// transient failure, since the server answers a repeated key with the batch
+// the first request created. A results stream that breaks is requested
+// again and resumes after the last line it yielded.
 package client
 
 import (
@@ -169,8 +172,9 @@ type (
 	Batch = apitype.Batch
 )
 
-// BatchSubmission is the answer to SubmitBatch: the batch's ID, size and
-// task IDs.
+// BatchSubmission is the answer to SubmitNDJSON and SubmitBatch: the
+// batch's ID and size, and its items' IDs when it has at most MaxListedIDs
+// items (ItemID gives any item's).
 type BatchSubmission struct {
 	apitype.BatchCreated
 	// Replayed is true when the server answered a repeated idempotency
@@ -241,7 +245,7 @@ func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.e
 // returns the completed task with Cached set.
 func (c *Client) Submit(ctx context.Context, req []byte) (*Task, error) {
 	var t Task
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", body: req, retry: retryIfNotAccepted}, &t)
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", body: BytesBody(req), retry: retryIfNotAccepted}, &t)
 	if err != nil {
 		return nil, err
 	}
@@ -304,20 +308,22 @@ func BatchBody(reqs []json.RawMessage) []byte {
 // SubmitBatchBody is SubmitBatch with the body already encoded (see
 // BatchBody).
 func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, nil, body, idempotencyKey)
+	return c.submitBatch(ctx, call{body: BytesBody(body)}, idempotencyKey)
 }
 
 // SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
 // as one batch: one item per case. BatchOutput then prints the judge's
 // answer.
 func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, url.Values{"format": {format}}, text, idempotencyKey)
+	return c.submitBatch(ctx, call{query: url.Values{"format": {format}}, body: BytesBody(text),
+		contentType: "text/plain; charset=utf-8"}, idempotencyKey)
 }
 
-// submitBatch posts a batch body. Without an idempotency key it is retried
-// only when the server surely created nothing.
-func (c *Client) submitBatch(ctx context.Context, query url.Values, body []byte, idempotencyKey string) (*BatchSubmission, error) {
-	cl := call{method: http.MethodPost, path: "/v1/batches", query: query, body: body, retry: retryIfNotAccepted}
+// submitBatch posts a batch body, cl's body, query and content type.
+// Without an idempotency key it is retried only when the server surely
+// created nothing.
+func (c *Client) submitBatch(ctx context.Context, cl call, idempotencyKey string) (*BatchSubmission, error) {
+	cl.method, cl.path, cl.retry = http.MethodPost, "/v1/batches", retryIfNotAccepted
 	if idempotencyKey != "" {
 		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
 		cl.retry = retryAlways
@@ -378,6 +384,116 @@ func (c *Client) BatchOutput(ctx context.Context, id string, wait time.Duration)
 	return out, err
 }
 
+// Body is a request body that each attempt of a request reads again from
+// its start, as a retry must. Make one with BytesBody, ReaderAtBody or
+// FuncBody; the zero Body is no body.
+//
+// A Body never holds a copy of what it reads: a large NDJSON file can be
+// sent from disk (ReaderAtBody with an *os.File) or generated on the fly
+// (FuncBody), and a retry reads it again rather than keeping the bytes of
+// the first attempt.
+type Body struct {
+	open func() (io.Reader, error)
+	size int64
+}
+
+// BytesBody is a body of b, which must not change while a request runs.
+func BytesBody(b []byte) Body {
+	return Body{open: func() (io.Reader, error) { return bytes.NewReader(b), nil }, size: int64(len(b))}
+}
+
+// ReaderAtBody is a body of the size bytes of r from offset 0, read with
+// ReadAt (so attempts never share a file offset): an *os.File, for one.
+func ReaderAtBody(r io.ReaderAt, size int64) Body {
+	return Body{open: func() (io.Reader, error) { return io.NewSectionReader(r, 0, size), nil }, size: size}
+}
+
+// FuncBody is a body of size bytes that open returns afresh for each
+// attempt; every reader it returns must yield the same size bytes. An
+// error of open, or of reading what it returned, ends the request without
+// a retry.
+func FuncBody(size int64, open func() (io.Reader, error)) Body {
+	return Body{open: open, size: size}
+}
+
+// Size is the body's length in bytes.
+func (b Body) Size() int64 { return b.size }
+
+// uploadRate is the slowest upload an attempt's timeout allows for, so
+// that the timeout bounds the server's silence and not the size of the
+// body: a 256 MiB batch on a slow link is not cut at 30s.
+const uploadRate = 1 << 20 // bytes per second
+
+func (b Body) uploadTime() time.Duration {
+	return time.Duration(b.size/uploadRate) * time.Second
+}
+
+// bodyError is a failure to read a request's body: local, so it is never
+// retried or called unreachable.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "read request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// bodyReader tags the errors of a body's reader as bodyErrors, so that
+// they can be told from the transport's after the transport wraps them.
+type bodyReader struct{ r io.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
+}
+
+// NDJSONContentType is the media type of an NDJSON batch body.
+const NDJSONContentType = "application/x-ndjson"
+
+// SubmitNDJSON submits body as one batch: NDJSON, one item per line,
+// {"custom_id"?, "kind", "puzzle", "options"?}, up to the server's
+// MAX_BATCH_ITEMS items and MAX_BATCH_BODY_BYTES bytes (1,000,000 and
+// 256 MiB by default). A bad line rejects the whole batch with a 400
+// *Error whose message names the line ("line 73412: ...").
+//
+// The body is streamed, not buffered: pass a ReaderAtBody of a file or a
+// FuncBody that writes the lines as they are read, and each attempt reads
+// it again from its start. With a non-empty idempotencyKey the request is
+// retried on every transient failure and a later run with the same key and
+// bytes gets the same batch back (Replayed); the same key with different
+// bytes is a 422 *Error.
+//
+// A batch of more than MaxListedIDs items has no TaskIDs in the answer:
+// its items are ItemID(ID, 0) to ItemID(ID, Total-1) (see
+// BatchSubmission.ItemID).
+func (c *Client) SubmitNDJSON(ctx context.Context, body Body, idempotencyKey string) (*BatchSubmission, error) {
+	if body.open == nil {
+		body = BytesBody(nil)
+	}
+	return c.submitBatch(ctx, call{body: body, contentType: NDJSONContentType}, idempotencyKey)
+}
+
+// MaxListedIDs is the largest batch whose submission lists its items' IDs.
+const MaxListedIDs = apitype.MaxListedIDs
+
+// ItemID is the ID of the item at index (0-based, in submission order) of
+// batch batchID: "<batch_id>-<index>". Item IDs are derived, not listed,
+// for a large batch.
+func ItemID(batchID string, index int) string { return apitype.ItemID(batchID, index) }
+
+// ParseItemID splits an item ID made by ItemID; ok is false for anything
+// else, a single task's ID included.
+func ParseItemID(id string) (batchID string, index int, ok bool) { return apitype.ParseItemID(id) }
+
+// ItemID returns the ID of the batch's item at index, whether or not the
+// answer listed TaskIDs.
+func (s *BatchSubmission) ItemID(index int) string {
+	if index >= 0 && index < len(s.TaskIDs) {
+		return s.TaskIDs[index]
+	}
+	return apitype.ItemID(s.ID, index)
+}
+
 // Health checks /healthz and /readyz. A server that answers but is not
 // ready is not an error: Ready is false and Reason says why.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
@@ -415,7 +531,8 @@ type call struct {
 	method, path string
 	query        url.Values
 	header       http.Header
-	body         []byte
+	body         Body
+	contentType  string // of body; application/json when empty
 	wait         time.Duration
 	retry        retryPolicy
 	raw          *[]byte
@@ -423,19 +540,32 @@ type call struct {
 
 // do runs a call with retries and decodes a 2xx JSON answer into out.
 func (c *Client) do(ctx context.Context, cl call, out any) (http.Header, error) {
+	var h http.Header
+	err := c.retrying(ctx, cl.retry, func() error {
+		var err error
+		h, err = c.once(ctx, cl, out)
+		return err
+	})
+	return h, err
+}
+
+// retrying runs attempt until it succeeds, or fails in a way policy does
+// not retry, or the retries or the context run out, waiting between
+// attempts as the package documentation says.
+func (c *Client) retrying(ctx context.Context, policy retryPolicy, attempt func() error) error {
 	backoff := c.minBackoff
 	retries := 0
-	for attempt := 1; ; attempt++ {
-		h, err := c.once(ctx, cl, out)
+	for n := 1; ; n++ {
+		err := attempt()
 		if err == nil {
-			return h, nil
+			return nil
 		}
 		if ctx.Err() != nil {
-			return nil, wrapCtx(ctx, err)
+			return wrapCtx(ctx, err)
 		}
-		retryable, after, counted := c.classify(cl.retry, err)
+		retryable, after, counted := c.classify(policy, err)
 		if !retryable || (counted && retries >= c.maxRetries) {
-			return nil, c.final(err)
+			return c.final(err)
 		}
 		if counted {
 			retries++
@@ -444,13 +574,13 @@ func (c *Client) do(ctx context.Context, cl call, out any) (http.Header, error) 
 		wait = max(wait, after)
 		backoff = min(2*backoff, c.maxBackoff)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return nil, c.final(err)
+			return c.final(err)
 		}
 		if c.onRetryHook != nil {
-			c.onRetryHook(attempt, err, wait)
+			c.onRetryHook(n, err, wait)
 		}
 		if serr := c.sleep(ctx, wait); serr != nil {
-			return nil, wrapCtx(ctx, c.final(err))
+			return wrapCtx(ctx, c.final(err))
 		}
 	}
 }
@@ -469,7 +599,8 @@ func (c *Client) final(err error) error {
 		return err
 	}
 	var de *decodeError
-	if errors.As(err, &de) {
+	var be *bodyError
+	if errors.As(err, &de) || errors.As(err, &be) {
 		return err
 	}
 	return &unreachableError{base: c.base, err: err}
@@ -505,6 +636,10 @@ func (c *Client) classify(policy retryPolicy, err error) (retry bool, after time
 	if errors.As(err, &de) {
 		return policy == retryAlways, 0, true
 	}
+	var be *bodyError
+	if errors.As(err, &be) {
+		return false, 0, true
+	}
 	// A network error. Without an answer a non-idempotent request may have
 	// been accepted, unless the connection was never made.
 	if policy == retryAlways || notConnected(err) {
@@ -525,36 +660,9 @@ func notConnected(err error) bool {
 }
 
 func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout+cl.wait)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+cl.wait+cl.body.uploadTime())
 	defer cancel()
-	u := c.base + cl.path
-	if len(cl.query) > 0 {
-		u += "?" + cl.query.Encode()
-	}
-	var body io.Reader
-	if cl.body != nil {
-		body = bytes.NewReader(cl.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range cl.header {
-		req.Header[k] = v
-	}
-	if cl.body != nil {
-		if cl.query.Get("format") != "" {
-			req.Header.Set("Content-Type", "text/plain; charset=utf-8")
-		} else {
-			req.Header.Set("Content-Type", "application/json")
-		}
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
@@ -562,9 +670,6 @@ func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, err
-	}
-	if resp.StatusCode >= 400 {
-		return nil, apiError(resp, data)
 	}
 	if cl.raw != nil {
 		*cl.raw = data
@@ -576,6 +681,77 @@ func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error
 		}
 	}
 	return resp.Header, nil
+}
+
+// send makes one attempt of cl and returns a 2xx answer with its body
+// unread; an answer of 400 or more is an *Error.
+func (c *Client) send(ctx context.Context, cl call) (*http.Response, error) {
+	u := c.base + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if cl.body.open != nil {
+		r, err := cl.body.open()
+		if err != nil {
+			return nil, &bodyError{err}
+		}
+		body = bodyReader{r}
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if cl.body.open != nil {
+		// The transport sends a length only for the readers it knows;
+		// a streamed body has one too, so the server can refuse a body
+		// over its limit before reading it.
+		req.ContentLength = cl.body.size
+		req.GetBody = func() (io.ReadCloser, error) {
+			r, err := cl.body.open()
+			if err != nil {
+				return nil, &bodyError{err}
+			}
+			return io.NopCloser(bodyReader{r}), nil
+		}
+		if cl.body.size == 0 {
+			req.Body, req.GetBody = http.NoBody, nil
+		}
+	}
+	for k, v := range cl.header {
+		req.Header[k] = v
+	}
+	if cl.body.open != nil {
+		ct := cl.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var be *bodyError
+		if errors.As(err, &be) {
+			return nil, be
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if err != nil {
+			return nil, err
+		}
+		return nil, apiError(resp, data)
+	}
+	return resp, nil
 }
 
 func apiError(resp *http.Response, data []byte) *Error {

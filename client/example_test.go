@@ -25,6 +25,12 @@ func fakeAPI() *httptest.Server {
 			io.WriteString(w, `{"id":"5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b","kind":"sliding","state":"pending"}`)
 		case r.Method == "GET" && r.URL.Path == "/v1/tasks/5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b":
 			io.WriteString(w, `{"id":"5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b","kind":"sliding","state":"completed","result":{"moves":3,"solvable":true,"path":"DRD"}}`)
+		case r.Method == "POST" && r.URL.Path == "/v1/batches" && r.Header.Get("Content-Type") == client.NDJSONContentType:
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"task_ids":["9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-0","9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1"]}`)
+		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/results":
+			io.WriteString(w, `{"index":0,"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-0","custom_id":"easy","state":"completed","result":{"moves":3,"solvable":true,"path":"DRD"}}`+"\n")
+			io.WriteString(w, `{"index":1,"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1","custom_id":null,"state":"failed","error":{"code":"budget_exceeded","message":"search exceeded max_nodes"}}`+"\n")
 		case r.Method == "POST" && r.URL.Path == "/v1/batches":
 			w.WriteHeader(http.StatusAccepted)
 			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"task_ids":["a1","a2"]}`)
@@ -93,6 +99,66 @@ func ExampleClient_SubmitBatch() {
 	// 2 of 2 completed
 	// {"moves":3,"solvable":true,"path":"DRD"}
 	// {"moves":-1,"solvable":false,"path":""}
+}
+
+// Submit a file of NDJSON requests as one batch, streamed from disk (a
+// retry reads the file again), then stream its results in submission
+// order once every item has ended.
+func ExampleClient_SubmitNDJSON() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+	ctx := context.Background()
+
+	f, err := os.CreateTemp("", "batch-*.ndjson")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	io.WriteString(f, `{"custom_id":"easy","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`+"\n"+
+		`{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]},"options":{"max_nodes":10}}`+"\n")
+	st, err := f.Stat()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sub, err := c.SubmitNDJSON(ctx, client.ReaderAtBody(f, st.Size()), "nightly-2026-11-30")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sub.Total, "items, the second is", sub.ItemID(1))
+	// Output: 2 items, the second is 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1
+}
+
+// Stream a batch's results: one line per item in submission order,
+// decoded as it arrives. Wait holds the request until the batch is done
+// (at most the server's MAX_WAIT); loop while some item has not ended.
+func ExampleClient_Results() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+	ctx := context.Background()
+
+	for line, err := range c.Results(ctx, "9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f", client.ResultsOptions{Wait: 30 * time.Second}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		name := "-"
+		if line.CustomID != nil {
+			name = *line.CustomID
+		}
+		switch line.State {
+		case client.StateCompleted:
+			fmt.Println(line.Index, name, string(line.Result))
+		case client.StateFailed, client.StateCanceled:
+			fmt.Println(line.Index, name, line.State, line.Error.Code)
+		default:
+			fmt.Println(line.Index, name, "not ended yet:", line.State)
+		}
+	}
+	// Output:
+	// 0 easy {"moves":3,"solvable":true,"path":"DRD"}
+	// 1 - failed budget_exceeded
 }
 
 // API errors carry the HTTP status, code and field; network failures

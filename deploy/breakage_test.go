@@ -29,6 +29,18 @@ func find(objs []map[string]any, kind, name string) map[string]any {
 	panic("no " + kind + "/" + name)
 }
 
+// generated finds the object a kustomize generator named name made (its
+// name is name and a hash of its data).
+func generated(objs []map[string]any, kind, name string) map[string]any {
+	for _, o := range objs {
+		n, _ := dig(o, "metadata", "name").(string)
+		if base, _, ok := cutHash(n); o["kind"] == kind && ok && base == name {
+			return o
+		}
+	}
+	panic("no generated " + kind + "/" + name)
+}
+
 func container(objs []map[string]any, kind, name string) map[string]any {
 	return dig(find(objs, kind, name), "spec", "template", "spec", "containers", 0).(map[string]any)
 }
@@ -62,8 +74,23 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 			c["env"] = append(c["env"].([]any), map[string]any{"name": "WORKER_THREADS", "value": "4"})
 		}, "sets WORKER_THREADS, which the worker does not read"},
 		{"api-only var in the shared ConfigMap", "deploy/k8s/base", func(o []map[string]any) {
-			find(o, "ConfigMap", "puzzleq-config")["data"].(map[string]any)["MAX_WAIT"] = "30s"
+			generated(o, "ConfigMap", "puzzleq-config")["data"].(map[string]any)["MAX_WAIT"] = "30s"
 		}, "sets MAX_WAIT, which the worker does not read"},
+		{"ConfigMap data edited under the same name", "deploy/k8s/base", func(o []map[string]any) {
+			generated(o, "ConfigMap", "puzzleq-config")["data"].(map[string]any)["LOG_LEVEL"] = "warn"
+		}, "its name carries no hash of its data"},
+		{"ConfigMap with a fixed name", "deploy/k8s/overlays/dev", func(o []map[string]any) {
+			cm := generated(o, "ConfigMap", "puzzleq-config")
+			old := dig(cm, "metadata", "name")
+			dig(cm, "metadata").(map[string]any)["name"] = "puzzleq-config"
+			for _, d := range []string{"api", "worker"} {
+				for _, e := range container(o, "Deployment", d)["envFrom"].([]any) {
+					if r := dig(e, "configMapRef").(map[string]any); r["name"] == old {
+						r["name"] = "puzzleq-config"
+					}
+				}
+			}
+		}, "ConfigMap/puzzleq-config: its name carries no hash of its data"},
 		{"grace period below the timeout", "deploy/k8s/base", func(o []map[string]any) {
 			dig(find(o, "Deployment", "worker"), "spec", "template", "spec").(map[string]any)["terminationGracePeriodSeconds"] = 20
 		}, "terminationGracePeriodSeconds 20s is below preStop 0s + SHUTDOWN_TIMEOUT 25s"},
@@ -104,7 +131,11 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, `prometheus.io/port "9090", want the HTTP_ADDR port 8080`},
 		{"KEDA list of a queue that is not ours", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 1, "metadata").(map[string]any)["listName"] = "asynq:bulk:pending"
-		}, "triggers on lists [asynq:bulk:pending asynq:{interactive}:pending], want each queue's pending list [asynq:{bulk}:pending asynq:{interactive}:pending]"},
+		}, "triggers on lists [asynq:bulk:pending asynq:{interactive}:pending pq:feed], want each queue's pending list and the feed [asynq:{bulk}:pending asynq:{interactive}:pending pq:feed]"},
+		{"KEDA blind to the feed", "deploy/k8s/overlays/prod", func(o []map[string]any) {
+			so := dig(find(o, "ScaledObject", "worker"), "spec").(map[string]any)
+			so["triggers"] = so["triggers"].([]any)[:2]
+		}, "want each queue's pending list and the feed [asynq:{bulk}:pending asynq:{interactive}:pending pq:feed]"},
 		{"KEDA misspelt trigger field", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			m := dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 0, "metadata").(map[string]any)
 			m["listname"] = m["listName"]

@@ -20,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/hasher"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 	"sigs.k8s.io/yaml"
 )
 
@@ -73,6 +75,10 @@ type scaledObject struct {
 	} `json:"spec"`
 }
 
+// feedKey is the sorted set of the batch units not yet queued, under
+// KEY_PREFIX (docs/batches.md, "Keys").
+const feedKey = "feed"
+
 // kedaRedisKeys are the metadata keys of KEDA's redis (list) scaler.
 var kedaRedisKeys = set([]string{"address", "addressFromEnv", "host", "hostFromEnv", "port", "portFromEnv",
 	"listName", "listLength", "activationListLength", "databaseIndex", "enableTLS", "unsafeSsl",
@@ -107,6 +113,48 @@ func (b *bundle) workloads() []workload {
 		out = append(out, workload{"StatefulSet", s.Name, s.Spec.Replicas, s.Spec.Template})
 	}
 	return out
+}
+
+// configMap returns the ConfigMap a configMapGenerator named name made:
+// its name is name, a dash and the hash of its data.
+func (b *bundle) configMap(name string) (corev1.ConfigMap, bool) {
+	for n, cm := range b.configMaps {
+		if base, _, ok := cutHash(n); ok && base == name {
+			return cm, true
+		}
+	}
+	return corev1.ConfigMap{}, false
+}
+
+// cutHash splits a generated name into its generator's name and the
+// 10-character hash suffix kustomize puts after it.
+func cutHash(name string) (base, hash string, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || len(name)-i-1 != 10 {
+		return name, "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+// contentHashed reports whether a rendered ConfigMap's name ends in the
+// hash kustomize computes from its data, so that every reference to it,
+// and with them the pod templates, change when its data does.
+func contentHashed(o map[string]any) bool {
+	meta, _ := o["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	base, suffix, ok := cutHash(name)
+	if !ok {
+		return false
+	}
+	n, err := kyaml.FromMap(o)
+	if err != nil {
+		return false
+	}
+	if err := n.SetName(base); err != nil {
+		return false
+	}
+	h, err := (&hasher.Hasher{}).Hash(n)
+	return err == nil && h == suffix
 }
 
 func ptrOr[T any](p *T, def T) T {
@@ -218,6 +266,11 @@ func checkK8s(f *facts, e expect, objs []map[string]any) []string {
 		meta, _ := o["metadata"].(map[string]any)
 		if o["kind"] != "Namespace" && meta["namespace"] != ns {
 			bad("%s/%v: namespace %v, want %s", o["kind"], meta["name"], meta["namespace"], ns)
+		}
+		// Pods read their settings at start: a ConfigMap whose name does
+		// not change with its data leaves them on the old values.
+		if o["kind"] == "ConfigMap" && !contentHashed(o) {
+			bad("ConfigMap/%v: its name carries no hash of its data (make it with a configMapGenerator), so a changed setting would not roll the pods that read it", meta["name"])
 		}
 	}
 
@@ -623,10 +676,13 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 	if len(redisSvc.Spec.Ports) > 0 {
 		wantAddr = fmt.Sprintf("%s.%s.svc.cluster.local:%d", redisSvc.Name, ns, redisSvc.Spec.Ports[0].Port)
 	}
-	wantDB := "0"
-	if cm, ok := b.configMaps["puzzleq-config"]; ok {
+	wantDB, prefix := "0", "pq:"
+	if cm, ok := b.configMap("puzzleq-config"); ok {
 		if u, err := url.Parse(cm.Data["REDIS_URL"]); err == nil && strings.Trim(u.Path, "/") != "" {
 			wantDB = strings.Trim(u.Path, "/")
+		}
+		if p := cm.Data["KEY_PREFIX"]; p != "" {
+			prefix = p
 		}
 	}
 	for _, so := range b.scaled {
@@ -676,14 +732,17 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 			}
 			lists = append(lists, tr.Metadata["listName"])
 		}
-		var want []string
+		// The feeder keeps the bulk queue shallow (docs/batches.md,
+		// "Fairness"), so the backlog of a large batch is in the feed, a
+		// sorted set KEDA's redis scaler reads with ZCARD.
+		want := []string{prefix + feedKey}
 		for _, k := range f.pendingKey {
 			want = append(want, k)
 		}
 		sort.Strings(lists)
 		sort.Strings(want)
 		if !slices.Equal(lists, want) {
-			bad("%s: triggers on lists %v, want each queue's pending list %v", id, lists, want)
+			bad("%s: triggers on lists %v, want each queue's pending list and the feed %v", id, lists, want)
 		}
 	}
 }

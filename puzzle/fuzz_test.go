@@ -1,13 +1,17 @@
 package puzzle_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers"
 )
@@ -95,6 +99,106 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 		if len(reqs) != 2 || reqs[0].Key() != pa.Key() || reqs[1].Key() != pb.Key() {
 			t.Fatalf("batch decodes differently from its items")
+		}
+	})
+}
+
+// FuzzDecodeItem holds the batch-item decoder to Decode: whatever the
+// bytes, DecodeItem returns an item or an InputError with a code; a
+// request Decode accepts is an item without a custom_id, with the same
+// key; and an accepted item's custom_id is a valid one that survives a
+// round trip beside its payload.
+func FuzzDecodeItem(f *testing.F) {
+	f.Add([]byte(sweep1))
+	f.Add([]byte(`{"custom_id":"row-1","kind":"sliding","puzzle":` + board3 + `}`))
+	f.Add([]byte(`{"kind":"sweep","puzzle":{"board":["."]},"custom_id":"` + strings.Repeat("x", 65) + `"}`))
+	f.Add([]byte(`{"custom_id":null,"kind":"sweep","puzzle":{"board":["."]}}`))
+	f.Add([]byte(`{"custom_id":"a","custom_id":"a","kind":"sweep","puzzle":{"board":["."]}}`))
+	f.Add([]byte("{\"custom_id\":\"\xff\",\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}"))
+	for _, c := range foldedNames {
+		f.Add([]byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, id, err := puzzle.DecodeItem(data)
+		q, qerr := puzzle.Decode(data)
+		if err != nil {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code == "" || ie.Error() == "" {
+				t.Fatalf("error without a code: %v (%T)", err, err)
+			}
+			if qerr == nil {
+				t.Fatalf("Decode accepts %q, DecodeItem refuses it: %v", data, err)
+			}
+			return
+		}
+		if len(id) > apitype.MaxCustomIDBytes || !utf8.ValidString(id) {
+			t.Fatalf("accepted custom_id %q", id)
+		}
+		if id == "" && (qerr != nil || q.Key() != p.Key()) {
+			t.Fatalf("item %q without a custom_id is not the request Decode reads: %v", data, qerr)
+		}
+		var req map[string]json.RawMessage
+		if err := json.Unmarshal(p.Payload(), &req); err != nil {
+			t.Fatal(err)
+		}
+		if id != "" {
+			req["custom_id"], _ = json.Marshal(id)
+		}
+		again, _ := json.Marshal(req)
+		p2, id2, err := puzzle.DecodeItem(again)
+		if err != nil || id2 != id || p2.Key() != p.Key() {
+			t.Fatalf("item %q does not round-trip as %q: %v", data, again, err)
+		}
+	})
+}
+
+// FuzzBatchDecoder holds the streaming batch decoder to DecodeBatch: for
+// items without a custom_id, a body of the items a and b is accepted by
+// one exactly when by the other, with the same keys.
+func FuzzBatchDecoder(f *testing.F) {
+	f.Add([]byte(sweep1), []byte(`{"kind":"sliding","puzzle":`+board3+`}`))
+	f.Add([]byte(sweep1), []byte(`{"kind":"sweep","KIND":"fill","puzzle":{"board":["."]}}`))
+	f.Add([]byte(`{"tasks":[`), []byte(`]}`))
+	for _, c := range foldedNames {
+		f.Add([]byte(sweep1), []byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		body := `{"tasks":[` + string(a) + `,` + string(b) + `]}`
+		want, werr := puzzle.DecodeBatch([]byte(body), 2)
+		d := puzzle.NewBatchDecoder(strings.NewReader(body), 2)
+		var got []*puzzle.Parsed
+		var err error
+		for range 4 {
+			var p *puzzle.Parsed
+			if p, _, err = d.Next(); err != nil {
+				break
+			}
+			got = append(got, p)
+		}
+		if err == io.EOF {
+			err = nil
+		}
+		if err != nil {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code == "" || ie.Msg == "" {
+				t.Fatalf("error without a code: %v (%T)", err, err)
+			}
+		}
+		if werr == nil && err != nil && !bytes.Contains([]byte(body), []byte("custom_id")) {
+			t.Fatalf("DecodeBatch accepts %q, the stream refuses it: %v", body, err)
+		}
+		if err == nil && werr == nil {
+			if len(got) != len(want) {
+				t.Fatalf("%d items streamed, %d decoded", len(got), len(want))
+			}
+			for i := range got {
+				if got[i].Key() != want[i].Key() {
+					t.Fatalf("item %d differs", i)
+				}
+			}
+		}
+		if err == nil && werr != nil && !bytes.Contains([]byte(body), []byte("custom_id")) {
+			t.Fatalf("the stream accepts %q, DecodeBatch refuses it: %v", body, werr)
 		}
 	})
 }

@@ -16,7 +16,7 @@ func ExampleNewSolveTask() {
 	}
 	// The limits come from the worker's and the API's configuration.
 	limits := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute}}
-	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", "", p, tasks.QueueInteractive, limits)
+	t, err := tasks.NewSolveTask("0123456789abcdef0123456789abcdef", "", p, tasks.QueueInteractive, limits)
 	if err != nil {
 		panic(err)
 	}

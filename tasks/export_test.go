@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/puzzleq/puzzleq/puzzle"
 )
@@ -14,3 +15,7 @@ import (
 func SolveFnOf(h *Handler) *func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 	return &h.solveFn
 }
+
+// SetFlushEvery sets how long h lets finished items wait before it writes
+// them; 0 writes each item as it ends.
+func SetFlushEvery(h *Handler, d time.Duration) { h.flushEvery = d }

@@ -22,6 +22,94 @@ type fakeStore struct {
 	state     map[string]apitype.TaskState
 	finishErr error
 	finished  []tasks.Transition
+
+	// The unit layout, as internal/store keeps it: each unit's items (by
+	// the unit's task ID) and each ended item's entry (by item ID).
+	units map[string][]tasks.UnitItem
+	ended map[string]tasks.ItemOutcome
+	cache map[string]json.RawMessage
+	// unitFinishes holds the outs of every FinishUnit call that wrote.
+	unitFinishes [][]tasks.ItemOutcome
+	starts       int
+	cacheReads   []string
+	// onStart, when set, runs inside StartUnit before it reads: a test's
+	// way to land a cancel between registration and the read.
+	onStart func(tasks.UnitRef)
+}
+
+// newUnitStore returns a fake holding units of batch "b": units maps a
+// unit name to its items' indexes, each item's request being reqs[index].
+func newUnitStore(units map[string][]int, reqs map[int]string) *fakeStore {
+	f := &fakeStore{state: map[string]apitype.TaskState{}, units: map[string][]tasks.UnitItem{},
+		ended: map[string]tasks.ItemOutcome{}, cache: map[string]json.RawMessage{}}
+	for u, idx := range units {
+		ref := tasks.UnitRef{BatchID: "b", Unit: u}
+		for _, i := range idx {
+			f.units[ref.TaskID()] = append(f.units[ref.TaskID()], tasks.UnitItem{Index: i, Request: []byte(reqs[i])})
+		}
+	}
+	return f
+}
+
+func (f *fakeStore) StartUnit(_ context.Context, ref tasks.UnitRef) (*tasks.UnitWork, error) {
+	if f.onStart != nil {
+		f.onStart(ref)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts++
+	w := &tasks.UnitWork{}
+	for _, it := range f.units[ref.TaskID()] {
+		if _, done := f.ended[apitype.ItemID(ref.BatchID, it.Index)]; !done {
+			w.Items = append(w.Items, it)
+		}
+	}
+	return w, nil
+}
+
+func (f *fakeStore) FinishUnit(_ context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.finishErr != nil {
+		return 0, f.finishErr
+	}
+	n := 0
+	for _, o := range outs {
+		id := apitype.ItemID(ref.BatchID, o.Index)
+		if _, done := f.ended[id]; !done {
+			f.ended[id] = o
+			n++
+		}
+	}
+	f.unitFinishes = append(f.unitFinishes, outs)
+	return n, nil
+}
+
+func (f *fakeStore) Cached(_ context.Context, key string) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cacheReads = append(f.cacheReads, key)
+	return f.cache[key], nil
+}
+
+// cancelItem ends item index of batch "b" as canceled, as the API's cancel
+// does in the store before it publishes the cancel.
+func (f *fakeStore) cancelItem(index int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := apitype.ItemID("b", index)
+	if _, done := f.ended[id]; !done {
+		f.ended[id] = tasks.ItemOutcome{Index: index, State: apitype.TaskStateCanceled}
+	}
+}
+
+// entry returns how item index of batch "b" ended; ok is false while it
+// has not.
+func (f *fakeStore) entry(index int) (o tasks.ItemOutcome, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok = f.ended[apitype.ItemID("b", index)]
+	return o, ok
 }
 
 func (f *fakeStore) Start(_ context.Context, ts []tasks.Transition, _ []string) ([]apitype.TaskState, []json.RawMessage, error) {
@@ -62,7 +150,7 @@ func TestResultWriteFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending}, finishErr: errors.New("redis: connection reset")}
 	h := tasks.NewHandler(st, nil, testLimits(), nil, nil)
-	task, err := tasks.NewSolveTask("w1", "", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
+	task, err := tasks.NewSolveTask("w1", "", mustParse(t, sample8), tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +186,7 @@ func TestPayloadNamesAreExact(t *testing.T) {
 		{"exact", tasks.TypeSliding, `{"id":"w1",` + req + `}`, completed},
 		{"unknown member", tasks.TypeSliding, `{"id":"w1",` + req + `,"trace_id":"t"}`, completed},
 		{"folded name", tasks.TypeSliding, `{"ID":"w1",` + req + `}`, undecodable},
-		{"folded name of a chunk", tasks.TypeChunk, `{"batch_id":"b","ITEMS":[{"id":"w1",` + req + `}]}`, nothing},
 		{"repeated name", tasks.TypeSliding, `{"id":"w1","id":"w2",` + req + `}`, undecodable},
-		{"repeated in an item", tasks.TypeChunk, `{"batch_id":"b","items":[{"id":"w1",` + req + `,"id":"w2"}]}`, undecodable},
 	} {
 		st := &fakeStore{state: map[string]apitype.TaskState{"w1": apitype.TaskStatePending, "w2": apitype.TaskStatePending}}
 		h := tasks.NewHandler(st, nil, testLimits(), nil, nil)

@@ -32,9 +32,21 @@ type Store interface {
 	// each task's state before the call: pending or active means this call
 	// ended it, anything else that it had ended already.
 	Finish(ctx context.Context, ts []Transition, cacheKeys []string) ([]apitype.TaskState, error)
-	// SetProgress records a long search's progress on a task while it is
-	// active.
+	// SetProgress records a long search's progress on a task, or on a
+	// batch item (id from apitype.ItemID), while it is active.
 	SetProgress(ctx context.Context, id string, p apitype.Progress) error
+
+	// StartUnit marks a unit of a batch active (its items' counts move
+	// from pending to active once, however often it is delivered), counts
+	// an attempt, and returns the unit's items that have not ended.
+	StartUnit(ctx context.Context, ref UnitRef) (*UnitWork, error)
+	// FinishUnit writes the outcomes of a unit's items. Only an item
+	// without an ended entry gets one, so a redelivered unit, or one whose
+	// item was canceled meanwhile, changes and counts nothing twice. It
+	// returns how many items it ended.
+	FinishUnit(ctx context.Context, ref UnitRef, outs []ItemOutcome) (int, error)
+	// Cached returns the cached result for key, nil on a miss.
+	Cached(ctx context.Context, key string) (json.RawMessage, error)
 }
 
 // Transition is one move of a task record to a new state, for Store.Start
@@ -50,7 +62,7 @@ type Transition struct {
 	Cached  bool // completed from the cache
 }
 
-// Handler runs solve and chunk tasks.
+// Handler runs solve, chunk and unit tasks.
 type Handler struct {
 	store   Store
 	cancels *Cancels
@@ -62,6 +74,9 @@ type Handler struct {
 	flushEvery time.Duration
 	// solveFn runs one solve; tests replace it to provoke panics.
 	solveFn func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error)
+	// feed refills the bulk queue after a unit; nil: no feeding (see
+	// SetFeed).
+	feed *feedConfig
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -79,7 +94,7 @@ func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logg
 
 // Register installs the handler for every task type on mux.
 func (h *Handler) Register(mux *asynq.ServeMux) {
-	for _, t := range []string{TypeSliding, TypeSweep, TypeFill, TypeChunk} {
+	for _, t := range []string{TypeSliding, TypeSweep, TypeFill, TypeUnit} {
 		mux.Handle(t, h)
 	}
 }
@@ -93,13 +108,13 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
 		}
-		return h.processItems(ctx, p.BatchID, p.Owner, []Item{p.Item})
-	case TypeChunk:
-		var p ChunkPayload
-		if err := decodePayload(t.Payload(), &p); err != nil {
-			return fmt.Errorf("tasks: undecodable chunk payload: %v: %w", err, asynq.SkipRetry)
+		return h.processItems(ctx, "", p.Owner, []Item{p.Item})
+	case TypeUnit:
+		ref, err := decodeUnitRef(t.Payload())
+		if err != nil {
+			return fmt.Errorf("tasks: undecodable unit payload: %v: %w", err, asynq.SkipRetry)
 		}
-		return h.processItems(ctx, p.BatchID, p.Owner, p.Items)
+		return h.processUnit(ctx, ref)
 	default:
 		return fmt.Errorf("tasks: unknown task type %q: %w", t.Type(), asynq.SkipRetry)
 	}
@@ -296,27 +311,16 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it
 		}
-		var batchID, owner string
-		var items []Item
-		switch t.Type() {
-		case TypeChunk:
-			var p ChunkPayload
-			if decodePayload(t.Payload(), &p) != nil {
-				return
-			}
-			batchID, owner, items = p.BatchID, p.Owner, p.Items
-		default:
-			var p SolvePayload
-			if decodePayload(t.Payload(), &p) != nil {
-				return
-			}
-			batchID, owner, items = p.BatchID, p.Owner, []Item{p.Item}
+		if t.Type() == TypeUnit {
+			h.failUnit(ctx, t)
+			return
 		}
-		ts := make([]Transition, len(items))
-		for i, it := range items {
-			ts[i] = Transition{ID: it.ID, BatchID: batchID, Owner: owner, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
-				Msg: "gave up after repeated infrastructure errors"}
+		var p SolvePayload
+		if decodePayload(t.Payload(), &p) != nil {
+			return
 		}
+		ts := []Transition{{ID: p.ID, Owner: p.Owner, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
+			Msg: "gave up after repeated infrastructure errors"}}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {

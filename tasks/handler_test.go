@@ -68,7 +68,7 @@ func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
 	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind())}, 0); err != nil {
 		t.Fatal(err)
 	}
-	task, err := tasks.NewSolveTask(id, "", "", p, tasks.QueueInteractive, testLimits())
+	task, err := tasks.NewSolveTask(id, "", p, tasks.QueueInteractive, testLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,42 +76,6 @@ func (f *fixture) single(t *testing.T, id, req string) *asynq.Task {
 }
 
 const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
-
-func TestDuplicateDeliveryCountsOnce(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testLimits())
-	reqs := []string{sample8, `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`}
-	ids := []string{"a1", "a2"}
-	parsed := []*puzzle.Parsed{mustParse(t, reqs[0]), mustParse(t, reqs[1])}
-	items := []store.NewTask{{ID: ids[0], Kind: "sliding"}, {ID: ids[1], Kind: "fill"}}
-	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "b1"}, items); err != nil {
-		t.Fatal(err)
-	}
-	chunk, err := tasks.NewChunkTask("b1", "", ids, parsed, tasks.QueueBulk, testLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The same delivery three times: as after a lost lease and a restart.
-	for range 3 {
-		if err := f.handler.ProcessTask(f.ctx, chunk); err != nil {
-			t.Fatalf("process: %v", err)
-		}
-	}
-	b, _ := f.store.GetBatch(f.ctx, "b1")
-	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
-		t.Fatalf("batch counts after duplicates: %v", b.Counts)
-	}
-	tk, _ := f.store.Get(f.ctx, "a1")
-	if string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` || tk.Attempts != 1 {
-		t.Fatalf("record: %+v %s", tk, tk.Result)
-	}
-	if n := testutil.ToFloat64(f.metrics.Tasks.WithLabelValues("sliding", "completed")); n != 1 {
-		t.Fatalf("metric counted %v times", n)
-	}
-	if n := testutil.CollectAndCount(f.metrics.SolveSeconds); n != 2 {
-		t.Fatalf("solve histogram series: %d", n)
-	}
-}
 
 func TestWorkerUsesCacheBeforeSolving(t *testing.T) {
 	t.Parallel()
@@ -216,45 +180,6 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	}
 	if f.cancels.Running() != 0 {
 		t.Fatal("cancel registration leaked")
-	}
-}
-
-func TestShutdownRequeuesUnfinishedItems(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testLimits())
-	ids := []string{"s1", "s2"}
-	parsed := []*puzzle.Parsed{mustParse(t, sample8), mustParse(t, `{"kind":"sliding","puzzle":{"board":[[2,1],[3,0]]}}`)}
-	if err := f.store.CreateBatch(f.ctx, store.NewBatch{ID: "sb"}, []store.NewTask{{ID: "s1", Kind: "sliding"}, {ID: "s2", Kind: "sliding"}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(f.ctx)
-	n := 0
-	*f.solve = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
-		n++
-		if n == 2 {
-			cancel() // the worker shuts down during the second item
-			return nil, sctx.Err()
-		}
-		return p.Solve(sctx)
-	}
-	chunk, _ := tasks.NewChunkTask("sb", "", ids, parsed, tasks.QueueBulk, testLimits())
-	if err := f.handler.ProcessTask(ctx, chunk); err == nil {
-		t.Fatal("an interrupted chunk must return an error so asynq requeues it")
-	}
-	if tk, _ := f.store.Get(f.ctx, "s1"); tk.State != apitype.TaskStateCompleted {
-		t.Fatalf("finished item not written before requeue: %+v", tk)
-	}
-	if tk, _ := f.store.Get(f.ctx, "s2"); tk.State != apitype.TaskStateActive {
-		t.Fatalf("interrupted item: %+v", tk)
-	}
-	// The redelivery finishes the rest, without counting s1 twice.
-	*f.solve = func(sctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(sctx) }
-	if err := f.handler.ProcessTask(f.ctx, chunk); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := f.store.GetBatch(f.ctx, "sb")
-	if b.Counts[apitype.TaskStateCompleted] != 2 || !b.Done() {
-		t.Fatalf("after redelivery: %v", b.Counts)
 	}
 }
 

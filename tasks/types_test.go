@@ -22,8 +22,8 @@ func TestTaskTypesAreStable(t *testing.T) {
 			t.Errorf("TypeFor(%s) = %q, %v; want %q", k, got, err, want)
 		}
 	}
-	if tasks.TypeChunk != "solve:chunk" {
-		t.Errorf("TypeChunk = %q", tasks.TypeChunk)
+	if tasks.TypeUnit != "solve:unit" {
+		t.Errorf("TypeUnit = %q", tasks.TypeUnit)
 	}
 	for _, k := range []puzzle.Kind{"", "tetris", "SLIDING"} {
 		if got, err := tasks.TypeFor(k); !errors.Is(err, puzzle.ErrUnknownKind) || got != "" {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -35,23 +34,18 @@ type Enqueuer interface {
 type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
-	CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error
-	AbandonBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) (int, error)
-	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
-	DeleteTasks(ctx context.Context, batchID string, ids []string) error
+	batchStore
+	DeleteTasks(ctx context.Context, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
-	GetMany(ctx context.Context, ids []string) ([]*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
-	BatchItems(ctx context.Context, id string, start, limit int) ([]string, error)
 	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
-	ItemInfos(ctx context.Context, ids []string) ([]store.ItemInfo, error)
-	Results(ctx context.Context, ids []string) ([]string, []bool, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
-	ReleaseIdempotency(ctx context.Context, owner, key string) error
+	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
+	ItemStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -75,14 +69,16 @@ type Options struct {
 	MaxWait time.Duration
 	// ChunkSize is how many cheap items go into one chunk task.
 	ChunkSize int
+	// FeedDepth is how many batch units the bulk queue may hold waiting;
+	// the rest wait in the store's fair feed (docs/batches.md).
+	FeedDepth int
 	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
-	// not a setting of the binary; 0 means 8.
+	// not a setting of the binary; internal/app states its value.
 	EnqueueParallelism int
 	// MaxConcurrentDecodes bounds batch bodies decoded at once, which
 	// bounds the memory that decoding takes beyond the bodies themselves.
 	// A slot is taken once the body has arrived, so slow uploads hold
-	// none. Decoding is CPU work, so more slots than cores buy nothing.
-	// Default GOMAXPROCS.
+	// none. Its default is MAX_CONCURRENT_DECODES's.
 	MaxConcurrentDecodes int
 	// MaxBytesInFlight bounds the request bodies (and streamed results)
 	// held in memory at once, taken as the bytes arrive; the oldest
@@ -112,26 +108,22 @@ type Options struct {
 	Mount func(e *gin.Engine, authenticate gin.HandlerFunc)
 }
 
-func (o *Options) check() {
+func (o Options) check() {
 	for _, v := range []struct {
 		name string
 		n    int64
 	}{
 		{"MaxBodyBytes", o.MaxBodyBytes}, {"MaxBatchBodyBytes", o.MaxBatchBodyBytes},
-		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)},
+		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
+		{"FeedDepth", int64(o.FeedDepth)},
+		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
 			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))
 		}
-	}
-	if o.EnqueueParallelism <= 0 {
-		o.EnqueueParallelism = 8
-	}
-	if o.MaxConcurrentDecodes <= 0 {
-		o.MaxConcurrentDecodes = runtime.GOMAXPROCS(0)
 	}
 }
 
@@ -208,6 +200,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id", s.getBatch)
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
+	v1.GET("/batches/:id/results", s.batchResults)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, s.Authenticate())
 	}
@@ -239,15 +232,10 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// validID rejects path IDs that could not have come from newID, before
-// they reach Redis.
-func validID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(id)
-	return err == nil
-}
+// validID rejects path IDs of single tasks and batches that could not
+// have come from newID, before they reach Redis. Item IDs are told apart
+// (apitype.ParseItemID) before it is asked.
+func validID(id string) bool { return apitype.IsID(id) }
 
 // parseWait reads ?wait= as a Go duration ("30s") or whole seconds ("30").
 func (s *Server) parseWait(c *gin.Context) (time.Duration, error) {

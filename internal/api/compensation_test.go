@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -63,14 +63,17 @@ type faultyStore struct {
 	*store.Store
 
 	mu sync.Mutex
-	// createBatchLost makes CreateBatch write the batch and then report
-	// an error, as when the connection drops before EXEC's reply arrives.
-	createBatchLost bool
-	submitted       []string            // task IDs SubmitTask recorded
-	batches         map[string][]string // batch ID -> item IDs CreateBatch was given
-	deleted         map[string][]string // DeleteTasks calls: batch ID -> IDs
-	released        map[string]int      // owner -> units ReleasePending gave back
-	idemReleased    []string            // Idempotency-Keys released
+	// commitLost makes CommitBatch commit the batch and then report an
+	// error, as when the connection drops before the script's reply
+	// arrives; with fedBeforeLoss a feeder (a worker finishing a unit)
+	// takes one of its units in between.
+	commitLost, fedBeforeLoss bool
+	submitted                 []string       // task IDs SubmitTask recorded
+	batches                   map[string]int // batch ID -> items CommitBatch was given
+	abandoned                 map[string]int // batch ID -> what AbandonCommit answered
+	deleted                   []string       // the IDs DeleteTasks was called with
+	released                  map[string]int // owner -> units ReleasePending gave back
+	idemReleased              []string       // Idempotency-Keys released
 }
 
 func (f *faultyStore) SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error) {
@@ -83,27 +86,38 @@ func (f *faultyStore) SubmitTask(ctx context.Context, t store.NewTask, quota int
 	return hit, at, err
 }
 
-func (f *faultyStore) CreateBatch(ctx context.Context, b store.NewBatch, items []store.NewTask) error {
+func (f *faultyStore) CommitBatch(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) error {
 	f.mu.Lock()
-	for _, it := range items {
-		f.batches[b.ID] = append(f.batches[b.ID], it.ID)
-	}
-	lost := f.createBatchLost
+	f.batches[cb.ID] = w.Total()
+	lost, fed := f.commitLost, f.fedBeforeLoss
 	f.mu.Unlock()
-	if err := f.Store.CreateBatch(ctx, b, items); err != nil {
+	if err := f.Store.CommitBatch(ctx, w, cb); err != nil {
 		return err
 	}
+	if fed {
+		if refs, err := f.Store.Feed(ctx, tasks.QueueBulk, 64, 1); err != nil || len(refs) != 1 {
+			return fmt.Errorf("the injected feed took %v: %v", refs, err)
+		}
+	}
 	if lost {
-		return fmt.Errorf("store: create batch %s: %w", b.ID, errInjected)
+		return fmt.Errorf("store: commit batch %s: %w", cb.ID, errInjected)
 	}
 	return nil
 }
 
-func (f *faultyStore) DeleteTasks(ctx context.Context, batchID string, ids []string) error {
+func (f *faultyStore) AbandonCommit(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) (int, error) {
+	v, err := f.Store.AbandonCommit(ctx, w, cb)
 	f.mu.Lock()
-	f.deleted[batchID] = append(f.deleted[batchID], ids...)
+	f.abandoned[cb.ID] = v
 	f.mu.Unlock()
-	return f.Store.DeleteTasks(ctx, batchID, ids)
+	return v, err
+}
+
+func (f *faultyStore) DeleteTasks(ctx context.Context, ids []string) error {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, ids...)
+	f.mu.Unlock()
+	return f.Store.DeleteTasks(ctx, ids)
 }
 
 func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) error {
@@ -113,23 +127,23 @@ func (f *faultyStore) ReleasePending(ctx context.Context, owner, unit string) er
 	return f.Store.ReleasePending(ctx, owner, unit)
 }
 
-func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key string) error {
+func (f *faultyStore) ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error {
 	f.mu.Lock()
 	f.idemReleased = append(f.idemReleased, key)
 	f.mu.Unlock()
-	return f.Store.ReleaseIdempotency(ctx, owner, key)
+	return f.Store.ReleaseIdempotency(ctx, owner, key, batchID, bodyHash)
 }
 
-// only returns the one batch CreateBatch was given, and its items.
-func (f *faultyStore) only(t *testing.T) (string, []string) {
+// only returns the one batch CommitBatch was given, and its items.
+func (f *faultyStore) only(t *testing.T) (string, int) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.batches) != 1 {
-		t.Fatalf("CreateBatch was called for %d batches, want 1", len(f.batches))
+		t.Fatalf("CommitBatch was called for %d batches, want 1", len(f.batches))
 	}
-	for id, items := range f.batches {
-		return id, items
+	for id, n := range f.batches {
+		return id, n
 	}
 	panic("unreachable")
 }
@@ -141,6 +155,7 @@ type faultRig struct {
 	h     http.Handler
 	st    *faultyStore
 	queue *fakeQueue
+	rdb   *redis.Client
 }
 
 const aliceKey = "a-key"
@@ -149,25 +164,13 @@ func newFaultRig(t *testing.T) *faultRig {
 	t.Helper()
 	r := redistest.Start(t)
 	real := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	st := &faultyStore{Store: real, batches: map[string][]string{}, deleted: map[string][]string{}, released: map[string]int{}}
+	st := &faultyStore{Store: real, batches: map[string]int{}, abandoned: map[string]int{}, released: map[string]int{}}
 	q := &fakeQueue{okCalls: -1}
-	srv := api.New(q, st, store.NewHub(), nil, nil, api.Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 100, MaxWait: time.Minute,
-		ChunkSize: 2, EnqueueParallelism: 1, MaxConcurrentDecodes: 1, MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second,
-		Limits: testLimits(), Keys: []api.APIKey{{Name: "alice", Key: aliceKey}},
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 100,
-	})
-	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q}
-}
-
-// testLimits gives every kind a minute, as the binaries' configuration
-// gives every kind a deadline (the API only sizes queue timeouts by it).
-func testLimits() tasks.Limits {
-	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
-	for _, k := range puzzle.Kinds {
-		l.Deadline[k] = time.Minute
-	}
-	return l
+	o := api.OptionsForTest()
+	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 1, 100
+	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
+	srv := api.New(q, st, store.NewHub(), nil, nil, o)
+	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q, rdb: r.Client(t)}
 }
 
 // post sends a request as alice and returns the status, the decoded error
@@ -250,7 +253,7 @@ func TestCreateTaskEnqueueFailsUndoesTheRecord(t *testing.T) {
 		t.Fatalf("recorded %v and tried %d enqueues; the failure must come after the record was written", r.st.submitted, r.queue.calls)
 	}
 	id := r.st.submitted[0]
-	if got := r.st.deleted[""]; len(got) != 1 || got[0] != id {
+	if got := r.st.deleted; len(got) != 1 || got[0] != id {
 		t.Errorf("DeleteTasks got %v, want the task %s", r.st.deleted, id)
 	}
 	r.gone("", []string{id})
@@ -266,67 +269,105 @@ func TestCreateTaskEnqueueFailsUndoesTheRecord(t *testing.T) {
 	}
 }
 
-// A batch whose enqueues fail half way was recorded, with its outbox, in
-// one step before the first enqueue: it is accepted (202), nothing is
-// undone, its quota stays counted and its Idempotency-Key stays its own.
-// The units the queue refused wait in the outbox for the reconciler, and
-// the client's retry with the same key replays the batch.
-func TestCreateBatchEnqueueFailsHalfWay(t *testing.T) {
+// A batch whose feeding fails half way was committed, every unit in the
+// feed, before the first enqueue: it is accepted (202), nothing is undone,
+// its quota stays counted and its Idempotency-Key stays its own. The
+// units the queue refused stay in the feeding set, where the reconciler
+// finds them (StaleFed), and the client's retry with the same key replays
+// the batch.
+func TestCreateBatchFeedFailsHalfWay(t *testing.T) {
 	t.Parallel()
 	r := newFaultRig(t)
-	body := batchOf(7) // 4 chunk tasks and 1 sweep task
+	body := batchOf(7) // 4 chunk units and 1 sweep unit
 	r.queue.set(2)
 	rec, _ := r.post("/v1/batches", body, "Idempotency-Key", "run-1")
 	if rec.Code != http.StatusAccepted {
-		t.Fatalf("enqueue failed half way after the batch was recorded: %d %s, want 202", rec.Code, rec.Body.Bytes())
+		t.Fatalf("feeding failed half way after the batch was committed: %d %s, want 202", rec.Code, rec.Body.Bytes())
 	}
-	batchID, ids := r.st.only(t)
-	if len(ids) != 8 || len(r.queue.enqueued) != 2 || r.queue.calls < 3 {
-		t.Fatalf("%d items recorded, %d tasks enqueued in %d calls; want 8 items, 2 enqueued before the failure", len(ids), len(r.queue.enqueued), r.queue.calls)
+	batchID, n := r.st.only(t)
+	if n != 8 || len(r.queue.enqueued) != 2 || r.queue.calls != 5 {
+		t.Fatalf("%d items committed, %d units enqueued in %d calls; want 8 items, 2 of 5 units enqueued", n, len(r.queue.enqueued), r.queue.calls)
 	}
-	if len(r.st.deleted) != 0 || len(r.st.idemReleased) != 0 {
-		t.Errorf("an accepted batch was undone: deleted %v, keys released %v", r.st.deleted, r.st.idemReleased)
+	if len(r.st.abandoned) != 0 || len(r.st.idemReleased) != 0 {
+		t.Errorf("an accepted batch was undone: abandoned %v, keys released %v", r.st.abandoned, r.st.idemReleased)
 	}
 	if r.pending() != 8 {
 		t.Errorf("quota: pending %d, want the batch's 8", r.pending())
 	}
-	idx, _, _, err := r.st.Store.OutboxUnits(context.Background(), batchID)
-	if err != nil || len(idx) != 3 {
-		t.Errorf("outbox holds %d units (%v), want the 3 the queue refused", len(idx), err)
+	stale, err := r.st.Store.StaleFed(context.Background(), time.Now().Add(time.Hour), 10)
+	if err != nil || len(stale) != 3 {
+		t.Errorf("the feeding set holds %v (%v), want the 3 units the queue refused", stale, err)
+	}
+	for _, u := range stale {
+		if u.BatchID != batchID {
+			t.Errorf("unit %+v is not of batch %s", u, batchID)
+		}
 	}
 
 	r.queue.set(-1)
 	rec, _ = r.post("/v1/batches", body, "Idempotency-Key", "run-1")
 	var ack apitype.BatchCreated
 	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ack) != nil || ack.ID != batchID ||
-		rec.Header().Get("Idempotent-Replayed") != "true" || len(ack.TaskIDs) != 8 {
+		rec.Header().Get("Idempotent-Replayed") != "true" || len(ack.TaskIDs) != 8 || ack.TaskIDs[7] != apitype.ItemID(batchID, 7) {
 		t.Fatalf("retry with the same key: %d %s %v, want a replay of %s", rec.Code, rec.Body.Bytes(), rec.Header(), batchID)
 	}
 }
 
-// Redis may run the script that records a batch and drop the connection
-// before the reply: the API sees an error for a batch that exists. Nothing
-// was enqueued, so the API undoes it (AbandonBatch): a request that failed
-// leaves nothing behind, and the client is told to retry.
-func TestCreateBatchRedisFailsHalfWay(t *testing.T) {
+// Redis may run the commit script and drop the connection before the
+// reply: the API sees an error for a batch that exists. No unit was fed,
+// so the API undoes it (AbandonCommit): a request that failed leaves
+// nothing behind (read by SCAN), and the client is told to retry.
+func TestCreateBatchCommitReplyLost(t *testing.T) {
 	t.Parallel()
 	r := newFaultRig(t)
-	r.st.createBatchLost = true
+	r.st.commitLost = true
 	rec, e := r.post("/v1/batches", batchOf(3), "Idempotency-Key", "run-2")
-	wantUnavailable(t, "create batch reply lost", rec, e)
-	batchID, ids := r.st.only(t)
+	wantUnavailable(t, "commit reply lost", rec, e)
+	batchID, _ := r.st.only(t)
 	if r.queue.calls != 0 {
-		t.Errorf("%d enqueues after the batch failed to record", r.queue.calls)
+		t.Errorf("%d enqueues after the commit failed", r.queue.calls)
 	}
-	r.gone(batchID, ids)
+	if v, ok := r.st.abandoned[batchID]; !ok || v != store.BatchAbandoned {
+		t.Errorf("AbandonCommit answered %v (called: %v), want BatchAbandoned", v, ok)
+	}
+	r.gone(batchID, nil)
 	if r.pending() != 0 {
 		t.Errorf("quota: pending %d, want 0", r.pending())
 	}
-	if b, _ := r.st.Store.OutboxBatches(context.Background(), time.Now().Add(time.Hour), 10); len(b) != 0 {
-		t.Errorf("the outbox still lists %v", b)
-	}
 	if len(r.st.idemReleased) != 1 {
 		t.Errorf("Idempotency-Keys released: %v, want [run-2]", r.st.idemReleased)
+	}
+	var left []string
+	iter := r.rdb.Scan(context.Background(), 0, "pq:*", 100).Iterator()
+	for iter.Next(context.Background()) {
+		// The owner's virtual time in the feed may have moved: that
+		// only places its next batch a few units later, and expires.
+		// The quota's counter stays, at 0 (checked above).
+		if k := iter.Val(); k != "pq:owner:alice:vt" && k != "pq:owner:alice:pending" {
+			left = append(left, k)
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("an undone batch left keys: %v", left)
+	}
+}
+
+// When the reply is lost but a feeder already took a unit of the batch,
+// the batch cannot be undone: it runs, so it is accepted.
+func TestCreateBatchCommitReplyLostAfterFeed(t *testing.T) {
+	t.Parallel()
+	r := newFaultRig(t)
+	r.st.commitLost, r.st.fedBeforeLoss = true, true
+	rec, _ := r.post("/v1/batches", batchOf(3), "Idempotency-Key", "run-3")
+	batchID, _ := r.st.only(t)
+	if rec.Code != http.StatusAccepted || r.st.abandoned[batchID] != store.BatchKept {
+		t.Fatalf("lost reply after a feed: %d %s, abandon %v; want 202 and BatchKept", rec.Code, rec.Body.Bytes(), r.st.abandoned[batchID])
+	}
+	if b, err := r.st.Store.GetBatch(context.Background(), batchID); err != nil || b.Total != 4 {
+		t.Errorf("the kept batch: %+v %v", b, err)
+	}
+	if len(r.st.idemReleased) != 0 || r.pending() != 4 {
+		t.Errorf("keys released %v, pending %d; want none released and 4 pending", r.st.idemReleased, r.pending())
 	}
 }
 
@@ -334,13 +375,26 @@ func TestCreateBatchRedisFailsHalfWay(t *testing.T) {
 // its own; a missing one is named, not silently replaced.
 func TestNewNamesAMissingLimit(t *testing.T) {
 	t.Parallel()
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options.MaxWait") {
-			t.Fatalf("New without MaxWait: recovered %v, want a panic naming Options.MaxWait", r)
-		}
-	}()
-	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.Options{
-		MaxBodyBytes: 1, MaxBatchBodyBytes: 1, MaxBatchItems: 1, ChunkSize: 1, RequestTimeout: time.Second,
-		RatePerSecond: 1, RateBurst: 1, MaxPendingPerKey: 1, MaxBytesInFlight: 1, BodyReadTimeout: time.Second,
-	})
+	for _, c := range []struct {
+		name  string
+		unset func(*api.Options)
+	}{
+		{"MaxWait", func(o *api.Options) { o.MaxWait = 0 }},
+		{"MaxBytesInFlight", func(o *api.Options) { o.MaxBytesInFlight = 0 }},
+		{"EnqueueParallelism", func(o *api.Options) { o.EnqueueParallelism = 0 }},
+		{"MaxConcurrentDecodes", func(o *api.Options) { o.MaxConcurrentDecodes = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := api.OptionsForTest()
+			c.unset(&o)
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options."+c.name) {
+					t.Fatalf("New without %s: recovered %v, want a panic naming Options.%s", c.name, r, c.name)
+				}
+			}()
+			api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, o)
+		})
+	}
+	// The helper itself has every limit, or the cases above prove nothing.
+	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.OptionsForTest())
 }

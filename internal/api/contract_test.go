@@ -27,6 +27,7 @@ var wireTypes = map[string]reflect.Type{
 	"Batch":         reflect.TypeFor[apitype.Batch](),
 	"BatchCreated":  reflect.TypeFor[apitype.BatchCreated](),
 	"BatchCanceled": reflect.TypeFor[apitype.BatchCanceled](),
+	"ResultLine":    reflect.TypeFor[apitype.ResultLine](),
 	"Status":        reflect.TypeFor[apitype.Status](),
 	"ErrorBody":     reflect.TypeFor[apitype.ErrorBody](),
 	"Error":         reflect.TypeFor[apitype.Error](),

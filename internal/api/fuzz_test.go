@@ -18,7 +18,7 @@ import (
 )
 
 // FuzzHTTPDecoding sends arbitrary bodies through the real Gin handlers of
-// POST /v1/tasks and POST /v1/batches (JSON and judge text). Whatever the
+// POST /v1/tasks and POST /v1/batches (JSON, NDJSON and judge text). Whatever the
 // bytes, the answer is a 2xx, or a 4xx with an error object carrying a code
 // and a message: never a 5xx, never a panic. The fuzz loop runs on
 // miniredis for speed; the bad-input corpus test covers the same path on a
@@ -34,9 +34,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 	srv := api.New(client, store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
-		api.Options{MaxBodyBytes: 64 << 10, MaxBatchBodyBytes: 64 << 10, MaxBatchItems: 50, MaxWait: time.Minute, ChunkSize: 64,
-			RequestTimeout: 10 * time.Second, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-			MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second})
+		fuzzOptions())
 	h := srv.Handler()
 
 	for _, s := range []string{
@@ -55,15 +53,27 @@ func FuzzHTTPDecoding(f *testing.F) {
 		`{"tasks":[{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":1,"max_nodes":2}}]}`,
 		`{"game_board":[[0,1]],"TABLE":[[1,0]]}`, `{"game_board":[[0,1]],"table":[[0,0]],"table":[[1,0]]}`,
 	} {
-		for _, target := range []uint8{0, 1, 2, 3, 4} {
+		for _, target := range []uint8{0, 1, 2, 3, 4, 5} {
 			f.Add(target, []byte(s))
 		}
 	}
-	paths := []string{"/v1/tasks", "/v1/batches", "/v1/batches?format=boj1525", "/v1/batches?format=boj9944", "/v1/batches?format=p84021"}
+	// NDJSON batches (target 5): lines, custom_ids, repeats.
+	for _, s := range []string{
+		"{\"custom_id\":\"a\",\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}\n\n{\"kind\":\"sweep\",\"puzzle\":{\"board\":[\"..\"]}}",
+		"{\"custom_id\":\"a\",\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}\n{\"custom_id\":\"a\",\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}\n",
+		"{\"custom_id\":7,\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}\r\n", "\n\n", "{\n}\n", "\u00a0{\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}",
+	} {
+		f.Add(uint8(5), []byte(s))
+	}
+	paths := []string{"/v1/tasks", "/v1/batches", "/v1/batches?format=boj1525", "/v1/batches?format=boj9944", "/v1/batches?format=p84021", "/v1/batches"}
 	f.Fuzz(func(t *testing.T, target uint8, body []byte) {
 		path := paths[int(target)%len(paths)]
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		if int(target)%len(paths) == 5 {
+			req.Header.Set("Content-Type", "application/x-ndjson")
+		}
+		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {
 			t.Fatalf("POST %s %q: %d %s", path, body, rec.Code, rec.Body.Bytes())
 		}
@@ -74,4 +84,11 @@ func FuzzHTTPDecoding(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzOptions keeps fuzzed bodies small.
+func fuzzOptions() api.Options {
+	o := api.OptionsForTest()
+	o.MaxBodyBytes, o.MaxBatchBodyBytes, o.MaxBatchItems = 64<<10, 64<<10, 50
+	return o
 }

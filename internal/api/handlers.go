@@ -3,14 +3,10 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,7 +27,7 @@ func timePtr(t time.Time) *time.Time {
 // resource renders a task record as the wire resource.
 func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
-		ID: t.ID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
+		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
 		Attempts: t.Attempts, Progress: t.Progress,
 	}
@@ -46,9 +42,15 @@ func resource(t *store.Task) apitype.Task {
 }
 
 // timeout bounds a request. Long polls extend it by their wait, and
-// requests with a body by the time the body may take to arrive.
+// requests with a body by the time the body may take to arrive. Streamed
+// answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if streamedRoutes[c.FullPath()] {
+			// Bounded by progress instead (see streamContext).
+			c.Next()
+			return
+		}
 		d := s.opts.RequestTimeout
 		if w, err := s.parseWait(c); err == nil {
 			d += w
@@ -102,14 +104,14 @@ func (s *Server) createTask(c *gin.Context) {
 		c.JSON(http.StatusOK, tr)
 		return
 	}
-	t, err := tasks.NewSolveTask(id, "", owner, p, tasks.QueueInteractive, s.opts.Limits)
+	t, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
 	if err == nil {
 		_, err = s.enq.EnqueueContext(ctx, t)
 	}
 	if err != nil {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), "", []string{id})
+		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
 		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
@@ -177,6 +179,10 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+		s.getItem(c, batchID, index, wait)
+		return
+	}
 	t, err := s.loadTask(c)
 	if err != nil {
 		fail(c, err)
@@ -236,13 +242,17 @@ func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duratio
 }
 
 func (s *Server) cancelTask(c *gin.Context) {
+	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+		s.cancelItem(c, batchID, index)
+		return
+	}
 	t, err := s.loadTask(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	if t.State.Terminal() {
-		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", t.State))
+		fail(c, errEnded(t.State))
 		return
 	}
 	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID, t.Owner)
@@ -251,100 +261,10 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if prev.Terminal() {
-		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "task has already ended (%s)", prev))
+		fail(c, errEnded(prev))
 		return
 	}
 	s.respondTask(c, http.StatusOK, t.ID)
-}
-
-func (s *Server) createBatch(c *gin.Context) {
-	// The body's bytes are admitted as they arrive (readBody), and only
-	// then does it wait for one of the decode slots, which bound the
-	// memory a decode takes beyond its body: a slow upload holds its own
-	// bytes and nothing else.
-	body, err := s.readBody(c, s.opts.MaxBatchBodyBytes)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	reqs, format, err := s.decodeBatchSlot(c, body)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if len(reqs) == 0 {
-		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "tasks", "a batch needs at least one task"))
-		return
-	}
-	if len(reqs) > s.opts.MaxBatchItems {
-		fail(c, newError(http.StatusBadRequest, apitype.CodeTooLarge, "tasks", "a batch holds at most %d tasks, got %d", s.opts.MaxBatchItems, len(reqs)))
-		return
-	}
-	batchID := newID()
-	var idemKey, hash string
-	if key := c.GetHeader("Idempotency-Key"); key != "" {
-		if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
-			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
-			return
-		}
-		sum := sha256.Sum256(append([]byte(format+"\n"), body...))
-		hash = hex.EncodeToString(sum[:])
-		claimed, prevID, prevHash, err := s.store.ClaimIdempotency(c.Request.Context(), ownerOf(c), key, batchID, hash)
-		if err != nil {
-			fail(c, err)
-			return
-		}
-		if !claimed {
-			if prevHash != hash {
-				fail(c, newError(http.StatusUnprocessableEntity, apitype.CodeIdempotencyKeyReused, "Idempotency-Key",
-					"this Idempotency-Key was used for a different request body"))
-				return
-			}
-			s.replayBatch(c, prevID)
-			return
-		}
-		idemKey = key
-	}
-	ids, err := s.submitBatch(c, batchID, format, reqs, idemKey, hash)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.Header("Location", "/v1/batches/"+batchID)
-	c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: batchID, Total: len(ids), TaskIDs: ids})
-}
-
-// replayBatch answers a retried submission with the batch the first one
-// created, so a client that lost the response does not double the work.
-// The first request may still be writing it; wait a little for it.
-func (s *Server) replayBatch(c *gin.Context, id string) {
-	ctx := c.Request.Context()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := s.store.GetBatch(ctx, id)
-		if err == nil && b.Owner == ownerOf(c) {
-			ids, err := s.store.BatchItems(ctx, id, 0, b.Total)
-			if err != nil {
-				fail(c, err)
-				return
-			}
-			c.Header("Location", "/v1/batches/"+id)
-			c.Header("Idempotent-Replayed", "true")
-			c.JSON(http.StatusAccepted, apitype.BatchCreated{ID: id, Total: b.Total, TaskIDs: ids})
-			return
-		}
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			fail(c, err)
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			c.Header("Retry-After", "1")
-			fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
-				"a request with this Idempotency-Key is still being processed; retry shortly"))
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // decodeFactor is the memory a batch decode takes for a moment beyond its
@@ -439,16 +359,13 @@ func (s *Server) getBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	ctx := c.Request.Context()
-	ids, err := s.store.BatchItems(ctx, b.ID, cursor, limit)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	recs, err := s.store.GetMany(ctx, ids)
-	if err != nil {
-		fail(c, err)
-		return
+	var recs []*store.Task
+	if cursor < b.Total {
+		recs, err = s.store.ItemsPage(c.Request.Context(), b, cursor, min(limit, b.Total-cursor))
+		if err != nil {
+			fail(c, err)
+			return
+		}
 	}
 	res := apitype.Batch{ID: b.ID, Total: b.Total, Done: b.Done(),
 		Counts: apitype.Counts{Pending: b.Counts[apitype.TaskStatePending], Active: b.Counts[apitype.TaskStateActive],
@@ -461,11 +378,11 @@ func (s *Server) getBatch(c *gin.Context) {
 	}
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
-			r = &store.Task{ID: ids[i], BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the task record has expired"}
+			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}
 		}
 		res.Tasks = append(res.Tasks, resource(r))
 	}
-	if next := cursor + len(ids); next < b.Total {
+	if next := cursor + len(recs); next < b.Total {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
@@ -507,154 +424,4 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, apitype.BatchCanceled{ID: b.ID, Canceled: n})
-}
-
-// batchOutput renders a finished batch in its judge format (JSON lines of
-// results for a JSON batch), exactly as puzzlectl solve --local prints it.
-//
-// It is streamed: results are read a piece at a time, each piece's bytes
-// taken from the admission pool before they are read (their sizes come
-// first, without the results), written and let go, so forty clients
-// downloading 12 MB each hold the pool's bytes, not 480 MB. The judge
-// formats other than JSON lines need every result at once to render; they
-// take the pool for all of them, which for them is small (sweep boards) or
-// one case.
-func (s *Server) batchOutput(c *gin.Context) {
-	wait, err := s.parseWait(c)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	b, err := s.loadBatchWaiting(c, wait)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	ctx := c.Request.Context()
-	if !b.Done() {
-		fail(c, newError(http.StatusConflict, apitype.CodeIncomplete, "", "batch is not done: %d of %d tasks have ended",
-			b.Ended(), b.Total))
-		return
-	}
-	// Every item must have completed before the answer starts: once it
-	// has, it cannot become a 409. The states come without the results.
-	err = s.eachPage(ctx, b, func(start int, _ []string, infos []store.ItemInfo) error {
-		for i, it := range infos {
-			if it.State != apitype.TaskStateCompleted {
-				state := apitype.CodeExpired
-				if it.State != "" {
-					state = string(it.State)
-				}
-				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+i+1, state)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	t := s.admit.ticket()
-	defer t.release()
-	if b.Format != "" {
-		s.renderJudge(c, t, b)
-		return
-	}
-	c.Header("Content-Type", "text/plain; charset=utf-8")
-	c.Status(http.StatusOK)
-	err = s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
-		for i := 0; i < len(ids); {
-			// A piece is up to outputPiece bytes of results, or one.
-			j, n := i+1, infos[i].ResultBytes
-			for j < len(ids) && n+infos[j].ResultBytes <= outputPiece {
-				n += infos[j].ResultBytes
-				j++
-			}
-			// Reading a result takes about twice its size for a moment
-			// (the reply's buffer and the string).
-			if err := t.take(ctx, 2*n); err != nil {
-				return err
-			}
-			res, ok, err := s.store.Results(ctx, ids[i:j])
-			if err != nil {
-				return err
-			}
-			for k := range res {
-				if !ok[k] {
-					return fmt.Errorf("item %d: the result expired while the output was written", start+i+k)
-				}
-				c.Writer.WriteString(res[k])
-				c.Writer.WriteString("\n")
-			}
-			c.Writer.Flush()
-			t.release()
-			i = j
-		}
-		return nil
-	})
-	if err != nil {
-		// The answer has started: cut it, so that the client cannot take
-		// a short body for the whole output.
-		s.log.Warn("batch output cut off", "batch_id", b.ID, "err", err)
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// eachPage calls fn with each page of a batch's item IDs, in order, and
-// their states and result sizes; it stops at fn's first error.
-func (s *Server) eachPage(ctx context.Context, b *store.Batch, fn func(start int, ids []string, infos []store.ItemInfo) error) error {
-	for start := 0; start < b.Total; start += maxPageLimit {
-		ids, err := s.store.BatchItems(ctx, b.ID, start, maxPageLimit)
-		if err != nil {
-			return err
-		}
-		infos, err := s.store.ItemInfos(ctx, ids)
-		if err != nil {
-			return err
-		}
-		if err := fn(start, ids, infos); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// outputPiece is how many bytes of results one read of batchOutput takes.
-const outputPiece = 256 << 10
-
-// renderJudge writes a judge-format batch's output, which its renderer
-// needs whole; it takes the pool for all of it.
-func (s *Server) renderJudge(c *gin.Context, t *ticket, b *store.Batch) {
-	ctx := c.Request.Context()
-	results := make([]json.RawMessage, 0, b.Total)
-	err := s.eachPage(ctx, b, func(start int, ids []string, infos []store.ItemInfo) error {
-		var n int64
-		for _, it := range infos {
-			n += it.ResultBytes
-		}
-		if err := t.take(ctx, 3*n); err != nil {
-			return err
-		}
-		res, ok, err := s.store.Results(ctx, ids)
-		if err != nil {
-			return err
-		}
-		for k := range res {
-			if !ok[k] {
-				return newError(http.StatusConflict, apitype.CodeIncomplete, "", "case %d did not complete (%s); the judge output needs every case", start+k+1, apitype.CodeExpired)
-			}
-			results = append(results, json.RawMessage(res[k]))
-		}
-		return nil
-	})
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	var buf bytes.Buffer
-	if err := puzzle.WriteResults(&buf, puzzle.Format(b.Format), results); err != nil {
-		fail(c, err)
-		return
-	}
-	c.Data(http.StatusOK, "text/plain; charset=utf-8", buf.Bytes())
 }

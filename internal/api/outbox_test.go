@@ -17,7 +17,6 @@ import (
 
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -55,22 +54,10 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	real := asynq.NewClientFromRedisClient(rdb)
 	enq := &dyingEnqueuer{real: real}
 	enq.left.Store(int64(enqueued))
-	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, Options{
-		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
-		ChunkSize: 10, EnqueueParallelism: 2, RequestTimeout: 10 * time.Second, Limits: outboxLimits(),
-		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second,
-		RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-	})
+	o := OptionsForTest()
+	o.ChunkSize, o.EnqueueParallelism = 10, 2
+	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
-}
-
-// outboxLimits gives every kind a minute.
-func outboxLimits() tasks.Limits {
-	l := tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{}}
-	for _, k := range puzzle.Kinds {
-		l.Deadline[k] = time.Minute
-	}
-	return l
 }
 
 // queued lists the task IDs on the bulk queue.
@@ -128,60 +115,6 @@ func eightPuzzles(n int) string {
 	return b.String()
 }
 
-// TestInterruptedEnqueueIsFinished: the API's enqueue is cut off after at
-// most 3 of a batch's 30 chunks. The batch was recorded with its outbox in
-// one step, so it is accepted (202); the reconciler then queues what the
-// outbox holds, each of the 30 chunks exactly once, and a second pass, or
-// a second replica without the lease, queues nothing more.
-func TestInterruptedEnqueueIsFinished(t *testing.T) {
-	t.Parallel()
-	s := newOutboxStack(t, 3)
-	w := s.post(t, eightPuzzles(300), nil)
-	if w.Code != http.StatusAccepted {
-		t.Fatalf("POST: %d %s", w.Code, w.Body)
-	}
-	// Up to 3 got through (the failure cancels enqueues in flight); every
-	// chunk is either queued or still in the outbox, or both (queued, but
-	// its acknowledgement cut off).
-	before := len(s.queued(t))
-	ctx := context.Background()
-	batches, err := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10)
-	if err != nil || len(batches) != 1 {
-		t.Fatalf("outbox index: %v %v, want the one batch", batches, err)
-	}
-	idx, _, _, _ := s.store.OutboxUnits(ctx, batches[0])
-	left := len(idx)
-	if before > 3 || left < 27 || before+left < 30 {
-		t.Fatalf("%d chunks queued and %d in the outbox before the reconciler, want at most 3 and the rest", before, left)
-	}
-
-	// Grace 1ns: the batch counts as abandoned at once.
-	r1 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
-	r2 := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Interval: time.Second, Grace: time.Nanosecond})
-	n, err := r1.RunOnce(ctx)
-	if err != nil || n != left {
-		t.Fatalf("reconcile: %d units, %v; want the %d in the outbox", n, err, left)
-	}
-	if n, err := r2.RunOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("a second replica, without the lease: %d units, %v; want 0", n, err)
-	}
-	q := s.queued(t)
-	if len(q) != 30 {
-		t.Fatalf("%d chunks queued, want 30", len(q))
-	}
-	for i := range 30 {
-		if !q[tasks.ChunkTaskID(batches[0], i)] {
-			t.Errorf("chunk %d not queued under its derived ID", i)
-		}
-	}
-	if b, _ := s.store.OutboxBatches(ctx, time.Now().Add(time.Second), 10); len(b) != 0 {
-		t.Fatalf("outbox index still lists %v", b)
-	}
-	if n, err := r1.RunOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("second pass: %d, %v", n, err)
-	}
-}
-
 // TestEnqueueTwiceMakesOneTask: a unit enqueued again, as after a crash
 // between its enqueue and its acknowledgement, is one task, and the
 // second enqueue counts as landed.
@@ -189,34 +122,27 @@ func TestEnqueueTwiceMakesOneTask(t *testing.T) {
 	t.Parallel()
 	s := newOutboxStack(t, 1000)
 	ctx := context.Background()
-	units := []tasks.Unit{
-		{TaskID: tasks.ChunkTaskID("b", 0), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
-		{TaskID: tasks.ChunkTaskID("b", 1), Type: tasks.TypeChunk, Queue: tasks.QueueBulk, Timeout: time.Minute, Payload: []byte(`{"batch_id":"b","items":[]}`)},
-	}
-	var acked []int
-	ack := func(_ context.Context, _ string, idx []int) (int, error) {
-		acked = append(acked, idx...)
-		return 0, nil
+	refs := []tasks.UnitRef{
+		{BatchID: "b", Unit: tasks.ChunkUnit(0), Timeout: time.Minute},
+		{BatchID: "b", Unit: tasks.ChunkUnit(1), Timeout: time.Minute},
 	}
 	for range 2 {
-		if n, err := enqueueUnits(ctx, s.real, ack, "b", []int{0, 1}, units, 2); err != nil || n != 2 {
+		if n, err := enqueueFed(ctx, s.real, s.store, refs, 2); err != nil || n != 2 {
 			t.Fatalf("enqueue: %d %v", n, err)
 		}
 	}
-	if q := s.queued(t); len(q) != 2 {
-		t.Fatalf("queued %v, want 2 tasks", q)
-	}
-	if len(acked) != 4 {
-		t.Fatalf("acknowledged %v, want both units twice", acked)
+	if q := s.queued(t); len(q) != 2 || !q[refs[0].TaskID()] || !q[refs[1].TaskID()] {
+		t.Fatalf("queued %v, want the 2 units once each", q)
 	}
 }
 
 // TestReplayAnswersAcceptedBatch: a retry with the same Idempotency-Key
-// while the batch's tasks are still in its outbox replays it, since the
-// batch is being made complete, and the reconciler then queues them.
+// while the batch's units could not be queued (the enqueuer fails, so
+// they sit in the feeding set) replays it, since the batch is committed
+// and will run, and the reconciler then queues them.
 func TestReplayAnswersAcceptedBatch(t *testing.T) {
 	t.Parallel()
-	s := newOutboxStack(t, 0) // nothing gets through: all in the outbox
+	s := newOutboxStack(t, 0) // nothing gets through: all stay unacknowledged
 	body := eightPuzzles(25)
 	first := s.post(t, body, map[string]string{"Idempotency-Key": "k1"})
 	if first.Code != http.StatusAccepted {
@@ -230,7 +156,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 		t.Fatalf("replay answered %s, want %s", again.Body, first.Body)
 	}
 	// The batch is queued by the reconciler: the replay did not lie.
-	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond})
+	r := NewReconciler(s.store, s.real, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
 	if n, err := r.RunOnce(context.Background()); err != nil || n != 3 {
 		t.Fatalf("reconcile: %d %v, want 3 chunks", n, err)
 	}
@@ -240,7 +166,7 @@ func TestReplayAnswersAcceptedBatch(t *testing.T) {
 // Idempotency-Key claim, as when a request outlives its claim.
 type claimLosingStore struct{ *store.Store }
 
-func (claimLosingStore) CreateBatch(context.Context, store.NewBatch, []store.NewTask) error {
+func (claimLosingStore) CommitBatch(context.Context, *store.BatchWriter, store.CommitBatch) error {
 	return store.ErrClaimLost
 }
 

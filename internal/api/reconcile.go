@@ -4,19 +4,26 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// OutboxStore is what the Reconciler needs of the record store;
-// *store.Store satisfies it.
+// OutboxStore is what the Reconciler needs of the record store: the feed
+// of units waiting to be enqueued and the set of units being enqueued
+// (docs/batches.md); *store.Store satisfies it.
 type OutboxStore interface {
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
-	OutboxBatches(ctx context.Context, before time.Time, limit int) ([]string, error)
-	OutboxUnits(ctx context.Context, batchID string) (idx []int, units []tasks.Unit, bad []int, err error)
-	AckOutbox(ctx context.Context, batchID string, idx []int) (int, error)
+	// StaleFed lists units taken from the feed before before and never
+	// acknowledged.
+	StaleFed(ctx context.Context, before time.Time, limit int) ([]tasks.UnitRef, error)
+	tasks.Feeder
 }
 
 // ReconcilerOptions tune a Reconciler.
@@ -24,24 +31,40 @@ type ReconcilerOptions struct {
 	// Interval is how often the reconciler looks for interrupted
 	// enqueues. Default 1s.
 	Interval time.Duration
-	// Grace is how old a batch's outbox must be before the reconciler
-	// touches it, so it does not race the API that is still enqueueing
-	// the batch (which would be harmless, only wasted work). Default 2s.
+	// Grace is how long a unit may sit between being taken from the feed
+	// and being acknowledged before the reconciler enqueues it again, so
+	// it does not race the feeder that is still enqueueing it (which
+	// would be harmless, only wasted work). Default 2s.
 	Grace time.Duration
 	// Parallelism bounds concurrent enqueues. Default 8.
 	Parallelism int
+	// FeedDepth is how many units the bulk queue may hold waiting
+	// (FEED_DEPTH, whose default is stated there); the reconciler tops it
+	// up to that. Required: NewReconciler panics without it.
+	FeedDepth int
 }
 
 // reconcileLease names the lease that lets one API replica at a time
-// reconcile.
+// re-enqueue stale units.
 const reconcileLease = "outbox"
 
-// Reconciler finishes batch enqueues that an API process did not: every
-// API replica runs one, and the one holding a short Redis lease enqueues
-// whatever the outbox of a batch older than Grace still holds. Units have
-// fixed asynq task IDs, so a unit the dead process did enqueue is not
-// queued twice. With the defaults a batch whose API died is fully queued
-// within about Grace + Interval (3 s), while any replica runs.
+// staleBatch bounds the stale units one pass re-enqueues; more wait for
+// the next pass, a second later.
+const staleBatch = 500
+
+// Reconciler keeps batches running whatever process dies: every API
+// replica runs one. Each pass
+//
+//   - re-enqueues units that a feeder took from the feed and never
+//     acknowledged (it died between the two) more than Grace ago, under a
+//     short Redis lease so that one replica does it. Units have fixed asynq
+//     task IDs, so a unit the dead feeder did enqueue is not queued twice;
+//   - feeds the bulk queue from the feed up to FeedDepth, so a batch whose
+//     API died right after its commit, before it fed anything, runs, and
+//     a batch keeps being fed when no worker is finishing units.
+//
+// With the defaults an interrupted enqueue is finished within about
+// Grace + Interval (3 s) while any replica runs.
 type Reconciler struct {
 	store  OutboxStore
 	enq    Enqueuer
@@ -61,17 +84,20 @@ func NewReconciler(st OutboxStore, enq Enqueuer, log *slog.Logger, o ReconcilerO
 	if o.Parallelism <= 0 {
 		o.Parallelism = 8
 	}
+	if o.FeedDepth <= 0 {
+		panic(fmt.Sprintf("api: ReconcilerOptions.FeedDepth must be positive, got %d", o.FeedDepth))
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Reconciler{store: st, enq: enq, log: log.With("component", "outbox_reconciler"), opts: o, holder: hex.EncodeToString(b[:])}
+	return &Reconciler{store: st, enq: enq, log: log.With("component", "feed_reconciler"), opts: o, holder: hex.EncodeToString(b[:])}
 }
 
 // Run reconciles every Interval until ctx ends. A pass still running when
-// ctx ends stops between enqueues; what it did not finish stays in the
-// outbox for the next holder.
+// ctx ends stops between enqueues; what it took and did not acknowledge
+// is stale for the next holder.
 func (r *Reconciler) Run(ctx context.Context) {
 	t := time.NewTicker(r.opts.Interval)
 	defer t.Stop()
@@ -87,48 +113,124 @@ func (r *Reconciler) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce makes one pass, if this replica holds (or can take) the lease,
-// and returns how many units it enqueued.
+// RunOnce makes one pass and returns how many units it enqueued.
+//
+// An idle pass costs two reads and writes nothing the AOF would keep: the
+// stale units' range read, and the feed script, which writes only when it
+// takes a unit. The lease is taken only when there are stale units: two
+// replicas re-enqueueing the same units would be harmless but doubled
+// work. Feeding needs no lease: the feed script moves each unit once,
+// atomically, so replicas feeding at once take different units, as the
+// API and the workers already do.
 func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
-	// Look before taking the lease: an idle pass is one read, and writes
-	// nothing that the AOF would have to keep.
-	batches, err := r.store.OutboxBatches(ctx, time.Now().Add(-r.opts.Grace), 100)
-	if err != nil || len(batches) == 0 {
-		return 0, err
-	}
-	// The lease outlives a few passes, so a holder that died is replaced
-	// within 3 intervals, and a live one keeps it by renewing.
-	ok, err := r.store.AcquireLease(ctx, reconcileLease, r.holder, 3*r.opts.Interval)
-	if err != nil || !ok {
-		return 0, err
-	}
 	total := 0
-	for _, id := range batches {
-		idx, units, bad, err := r.store.OutboxUnits(ctx, id)
-		if err != nil {
-			return total, err
-		}
-		if len(bad) > 0 {
-			// Written by this code, so never expected; retrying cannot help.
-			r.log.Error("dropping undecodable outbox units", "batch_id", id, "units", len(bad))
-		}
-		if len(units) == 0 {
-			if _, err := r.store.AckOutbox(ctx, id, bad); err != nil {
+	// Stale units page by page, so that a feeder that died holding
+	// thousands (a batch fed whole with a deep FEED_DEPTH) is finished in
+	// this pass, not one page a second.
+	for {
+		stale, err := r.store.StaleFed(ctx, time.Now().Add(-r.opts.Grace), staleBatch)
+		if err != nil || len(stale) == 0 {
+			if err != nil {
 				return total, err
 			}
-			continue
+			break
 		}
-		n, err := enqueueUnits(ctx, r.enq, r.store.AckOutbox, id, idx, units, r.opts.Parallelism)
+		// The lease outlives a few passes, so a holder that died is
+		// replaced within 3 intervals, and a live one keeps it by
+		// renewing.
+		ok, err := r.store.AcquireLease(ctx, reconcileLease, r.holder, 3*r.opts.Interval)
+		if err != nil || !ok {
+			return total, err
+		}
+		n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
 		total += n
-		if len(bad) > 0 {
-			if _, aerr := r.store.AckOutbox(ctx, id, bad); aerr != nil && err == nil {
-				err = aerr
-			}
-		}
 		if err != nil {
 			return total, err
 		}
-		r.log.Info("finished an interrupted batch enqueue", "batch_id", id, "units", n)
+		r.log.Info("re-enqueued units whose feeder died", "units", n)
+		if len(stale) < staleBatch {
+			break
+		}
+	}
+	// Then top the queue up. Feed stops by itself once the queue holds
+	// FeedDepth units; the bound keeps a pass finite while workers drain
+	// the queue as fast as it is fed.
+	for fed := 0; fed < r.opts.FeedDepth; {
+		n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+		fed += n
 	}
 	return total, nil
+}
+
+// enqueueFed enqueues units taken from the feed, par at a time (asynq
+// v0.26 has no bulk enqueue), and acknowledges the ones that landed. A
+// unit that is already queued (asynq answers ErrTaskIDConflict for its
+// fixed task ID) has landed. A unit whose enqueue failed stays in the
+// feeding set, where the reconciler finds it after Grace. It returns how
+// many units it acknowledged, and the first error.
+func enqueueFed(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		landed   []tasks.UnitRef
+		firstErr error
+	)
+	work := make(chan tasks.UnitRef)
+	for range min(max(par, 1), len(refs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ref := range work {
+				err := enqueueUnit(ctx, enq, ref)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					landed = append(landed, ref)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+loop:
+	for _, ref := range refs {
+		select {
+		case work <- ref:
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if len(landed) == 0 {
+		return 0, firstErr
+	}
+	// Acknowledge even when ctx has ended: the units are on the queue,
+	// and an unacknowledged one would only be enqueued again.
+	if err := f.AckFed(context.WithoutCancel(ctx), landed); err != nil {
+		return 0, errors.Join(firstErr, fmt.Errorf("acknowledge fed units: %w", err))
+	}
+	return len(landed), firstErr
+}
+
+// enqueueUnit puts one unit on the bulk queue; already there counts as
+// done.
+func enqueueUnit(ctx context.Context, enq Enqueuer, ref tasks.UnitRef) error {
+	t, err := tasks.NewUnitTask(ref, tasks.QueueBulk)
+	if err != nil {
+		return err
+	}
+	if _, err := enq.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("enqueue %s: %w", ref.TaskID(), err)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -31,7 +32,7 @@ func randomSliding(rng *rand.Rand) string {
 
 func TestBadRequestsNameTheField(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 0, map[string]string{"MAX_BODY_BYTES": "4096"})
+	s := stacktest.StartWith(t, 0, map[string]string{"MAX_BODY_BYTES": "4096"})
 	for _, tc := range []struct {
 		name, body string
 		status     int
@@ -64,7 +65,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 
 func TestLongPollWakesOnCompletion(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 0, nil) // no worker: the test ends the task itself
+	s := stacktest.StartWith(t, 0, nil) // no worker: the test ends the task itself
 	tk := s.Submit(sample8, http.StatusAccepted)
 	type res struct {
 		tk  apitype.Task
@@ -117,7 +118,7 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 
 func TestBatchIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 0, map[string]string{"MAX_BATCH_ITEMS": "50"})
+	s := stacktest.StartWith(t, 0, map[string]string{"MAX_BATCH_ITEMS": "50"})
 	rng := rand.New(rand.NewSource(1))
 	items := make([]json.RawMessage, 30)
 	for i := range items {

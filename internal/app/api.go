@@ -81,6 +81,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	loadScripts(a.store, log)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		queueCollector(a.rdb))
 
@@ -96,12 +97,13 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 
 	a.server = api.New(a.client, a.store, a.hub, a.reg, log, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBodyBytes: cfg.MaxBatchBodyBytes, MaxBatchItems: cfg.MaxBatchItems,
-		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
+		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
+		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
 		Mount: a.mount,
 	})
-	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval})
+	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}

@@ -48,6 +48,14 @@ type Common struct {
 	// SweepMaxNodes caps the sweep search's nodes; 0 keeps the solver's
 	// default. Requests may lower it, never raise it. Default 0.
 	SweepMaxNodes int64
+	// FeedDepth is how many batch units asynq's bulk queue holds waiting
+	// at most: the API (after a commit), every worker (after a unit) and
+	// the reconciler move units from the fair feed onto the queue only
+	// while it is shorter (docs/batches.md). Shallow, a key's new batch
+	// waits behind at most this many units of another key's big one;
+	// deep enough that no idle worker finds the queue empty between two
+	// feeds. Default 64.
+	FeedDepth int
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -64,6 +72,7 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.SweepDeadline, "SWEEP_DEADLINE", "60s", "deadline of one sweep solve")
 	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
+	s.Int(&c.FeedDepth, "FEED_DEPTH", "64", "most batch units waiting on the bulk queue")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -85,6 +94,9 @@ func (c *Common) validate() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
 		}
+	}
+	if c.FeedDepth < 1 || c.FeedDepth > 100000 {
+		return fmt.Errorf("FEED_DEPTH: must be between 1 and 100000, got %d", c.FeedDepth)
 	}
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
@@ -261,9 +273,10 @@ type APIConfig struct {
 	MetricsAddr string
 	// MaxBodyBytes bounds a single-task body. Default 1Mi.
 	MaxBodyBytes int64
-	// MaxBatchBodyBytes bounds a batch body. Default 16Mi.
+	// MaxBatchBodyBytes bounds a batch body. It is read as a stream, so
+	// the bound is on the upload, not on the API's memory. Default 256Mi.
 	MaxBatchBodyBytes int64
-	// MaxBatchItems bounds the tasks of one batch. Default 10000.
+	// MaxBatchItems bounds the items of one batch. Default 1000000.
 	MaxBatchItems int
 	// MaxWait bounds ?wait= of long polls. Default 60s.
 	MaxWait time.Duration
@@ -299,6 +312,13 @@ type APIConfig struct {
 	RateBurst int
 	// MaxPendingPerKey caps a key's unfinished tasks. Default 100000.
 	MaxPendingPerKey int
+	// MaxConcurrentDecodes bounds the batch bodies decoded at once. A
+	// decode holds about 4× its body for its duration (RELIABILITY.md),
+	// so this bounds the memory decoding takes beyond the bodies
+	// themselves; a slot is taken once the body has arrived, so slow
+	// uploads hold none. Decoding is CPU work, so more slots than cores
+	// buy nothing. Default 0: GOMAXPROCS.
+	MaxConcurrentDecodes int
 	// OutboxInterval is how often each API replica looks for batches whose
 	// enqueue a crash interrupted (one replica at a time, under a Redis
 	// lease, finishes them). An interrupted batch is fully queued within
@@ -316,8 +336,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "separate listen address for /metrics (default: on HTTP_ADDR)")
 	s.Int64(&c.MaxBodyBytes, "MAX_BODY_BYTES", "1Mi", "largest single-task request body")
-	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "16Mi", "largest batch request body")
-	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "10000", "most tasks in one batch")
+	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "256Mi", "largest batch request body")
+	s.Int(&c.MaxBatchItems, "MAX_BATCH_ITEMS", "1000000", "most items in one batch")
 	s.Duration(&c.MaxWait, "MAX_WAIT", "60s", "longest ?wait= of a long poll")
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "64", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
@@ -329,6 +349,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
+	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
 	return s
 }
@@ -343,6 +364,23 @@ func LoadAPIConfig(args []string, getenv func(string) string, usage io.Writer) (
 		return c, err
 	}
 	return c, c.validate()
+}
+
+// enqueueParallelism is how many units of one batch the API enqueues at
+// once: asynq v0.26 has no bulk enqueue, so each unit is a Redis round
+// trip, and a few in flight hide that latency without one batch taking
+// every connection of the pool (10 per core). It is not a setting: the
+// batch benchmarks (BENCHMARKS.md) found the rate bound by Redis's CPU,
+// not by this.
+const enqueueParallelism = 8
+
+// decodes is the number of batch decode slots: MAX_CONCURRENT_DECODES, or
+// GOMAXPROCS when it is 0.
+func (c *APIConfig) decodes() int {
+	if c.MaxConcurrentDecodes > 0 {
+		return c.MaxConcurrentDecodes
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 func (c *APIConfig) validate() error {
@@ -369,6 +407,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
 		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)
+	}
+	if c.MaxConcurrentDecodes < 0 {
+		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)

@@ -19,7 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w.HTTPAddr != ":8081" || w.TaskCheckInterval != 20*time.Millisecond || w.ShutdownTimeout != 25*time.Second ||
-		w.TaskTTL != 24*time.Hour || w.KeyPrefix != "pq:" || w.QueueWeights != "interactive=6,bulk=1" {
+		w.TaskTTL != 24*time.Hour || w.KeyPrefix != "pq:" || w.QueueWeights != "interactive=6,bulk=1" || w.FeedDepth != 64 {
 		t.Fatalf("worker defaults: %+v", w)
 	}
 	// The config table is the one home of the per-kind defaults, and tasks
@@ -34,7 +34,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 10000 || a.MaxWait != time.Minute || a.RedisURL != "" {
+	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" ||
+		a.MaxConcurrentDecodes != 0 {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
@@ -64,10 +65,12 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "SWEEP_DEADLINE": "0s"}, nil, "SWEEP_DEADLINE"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "FEED_DEPTH": "0"}, nil, "FEED_DEPTH"},
 		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
 		{false, map[string]string{"OUTBOX_INTERVAL": "0s"}, nil, "OUTBOX_INTERVAL"},
+		{false, map[string]string{"MAX_CONCURRENT_DECODES": "-1"}, nil, "MAX_CONCURRENT_DECODES"},
 		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
 		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
 	} {
@@ -88,7 +91,7 @@ func TestEnvListsCoverSharedSettings(t *testing.T) {
 	t.Parallel()
 	api := strings.Join(app.APIEnv(), " ")
 	worker := strings.Join(app.WorkerEnv(), " ")
-	for _, v := range []string{"REDIS_URL", "HTTP_ADDR", "TASK_TTL", "RESULT_TTL", "KEY_PREFIX", "SHUTDOWN_TIMEOUT"} {
+	for _, v := range []string{"REDIS_URL", "HTTP_ADDR", "TASK_TTL", "RESULT_TTL", "KEY_PREFIX", "SHUTDOWN_TIMEOUT", "FEED_DEPTH"} {
 		if !strings.Contains(api, v) || !strings.Contains(worker, v) {
 			t.Errorf("%s missing from a binary's settings", v)
 		}

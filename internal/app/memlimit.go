@@ -28,8 +28,8 @@ const memoryLimitShare = 0.9
 // the runtime has then applied itself. Without a container limit it does
 // nothing. The API and the worker call it first thing, so a pod's
 // resources.limits.memory is all the deployment needs to say; in the
-// Kubernetes manifests that is 512Mi for the API (GOMEMLIMIT 460 MiB) and
-// 1Gi for the worker. It returns the limit set, 0 for none.
+// Kubernetes manifests that is 384Mi for the API (GOMEMLIMIT 345 MiB) and
+// 1Gi for the worker (920 MiB). It returns the limit set, 0 for none.
 func SetMemoryLimit(getenv func(string) string, readFile func(string) ([]byte, error), log *slog.Logger) int64 {
 	if v := getenv("GOMEMLIMIT"); v != "" {
 		log.Info("memory limit", "gomemlimit", v, "source", "GOMEMLIMIT")

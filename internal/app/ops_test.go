@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
 const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
@@ -17,7 +18,7 @@ const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}
 // that follows Redis.
 func TestOpsEndpoints(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, nil)
+	s := stacktest.StartWith(t, 1, nil)
 	s.WaitTask(s.Submit(sample8, 202).ID, 10*time.Second)
 	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
 		if code, b := s.Do("GET", p, nil); code != 200 {

@@ -75,8 +75,13 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry) (*Worker, error) {
 	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: tasks.NewCancels()}
 	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	loadScripts(w.store, log)
 	m := tasks.NewMetrics(reg)
 	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
+	// A worker that finishes a unit refills the bulk queue from the feed,
+	// so it never runs dry while a batch waits. The client shares the
+	// worker's connection, so it has nothing of its own to close.
+	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{

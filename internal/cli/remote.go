@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,11 +26,11 @@ import (
 // Defaults of the global flags.
 const (
 	defaultServer    = "http://localhost:8080"
-	defaultBatchSize = 10000 // the server's default MAX_BATCH_ITEMS
+	defaultBatchSize = 1000000 // the server's default MAX_BATCH_ITEMS
 	defaultParallel  = 4
-	// maxBatchBytes keeps a batch's body under the server's default
-	// MAX_BATCH_BODY_BYTES (16 MiB) whatever the size of its items.
-	maxBatchBytes = 12 << 20
+	// maxBatchBytes is the server's default MAX_BATCH_BODY_BYTES: an
+	// input within both defaults is one batch, one request.
+	maxBatchBytes = 256 << 20
 )
 
 // globals are the persistent flags of every remote command.
@@ -97,25 +97,37 @@ func (g *globals) outputFormat(def string) (string, error) {
 // job is one request line of a run.
 type job struct {
 	line int    // 1-based line (or case) number in the input
-	raw  []byte // the request's JSON
+	raw  []byte // the request's JSON, as sent (custom_id included)
+	// customID is the line's custom_id, when hasCustomID.
+	customID    string
+	hasCustomID bool
 }
 
-// batchRun is one batch of a run: a slice of the jobs, its body and its
-// idempotency key, and once submitted the server's IDs.
+// batchRun is one batch of a run: a slice of the jobs, its NDJSON body
+// (read from the jobs, never copied) and its idempotency key, and once
+// submitted the server's answer.
 type batchRun struct {
-	index   int
-	jobs    []job
-	key     string
-	body    []byte
-	sub     *client.BatchSubmission
-	results []client.Task // with wait: one per job, in order
-	ended   int           // tasks seen ended, for progress
-	err     error
-	done    chan struct{} // closed when submitted (and, with wait, finished)
+	index     int
+	jobs      []job
+	key       string
+	body      client.Body
+	sub       *client.BatchSubmission
+	err       error
+	submitted chan struct{} // closed when sub or err is set
+	ended     int           // items seen ended, for progress; under runner.mu
+	finished  atomic.Bool   // every result was read
+}
+
+// output receives a run's results in input order: batch for each batch
+// once submitted (without wait), item for each item once ended (with
+// wait).
+type output struct {
+	batch func(b *batchRun) error
+	item  func(j *job, l *client.ResultLine) error
 }
 
 // runner submits jobs in batches with bounded concurrency and, with wait,
-// reads their results back in input order.
+// streams their results back in input order.
 type runner struct {
 	c         *client.Client
 	batchSize int
@@ -129,16 +141,51 @@ type runner struct {
 	// resumable runs report the batches submitted when they fail too,
 	// not only when interrupted.
 	resumable bool
-	// pollWait is the long poll of a batch's counts. Short while a bar is
-	// drawn so its counts move; long otherwise.
-	pollWait time.Duration
+	// resultsWait is the ?wait of each request of a batch's results.
+	resultsWait time.Duration
+	// countsEvery is how often a drawn bar reads the batches' counts.
+	countsEvery time.Duration
+
+	mu sync.Mutex // guards batchRun.ended
+}
+
+// minResultsPoll is the least time between two requests of a batch's
+// results that brought nothing new, in case a server does not hold them.
+const minResultsPoll = 500 * time.Millisecond
+
+// linesReader reads jobs as NDJSON: each raw request and a newline.
+type linesReader struct {
+	jobs []job
+	i    int // the job being read
+	off  int // bytes of it read; len(raw) means its newline is next
+}
+
+func (r *linesReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && r.i < len(r.jobs) {
+		raw := r.jobs[r.i].raw
+		if r.off < len(raw) {
+			c := copy(p[n:], raw[r.off:])
+			n += c
+			r.off += c
+			continue
+		}
+		p[n] = '\n'
+		n++
+		r.i, r.off = r.i+1, 0
+	}
+	if n == 0 && r.i >= len(r.jobs) {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // splitBatches cuts jobs into batches of at most size items and
 // maxBatchBytes of body, and derives each batch's idempotency key from its
 // index and bytes: re-running the same input resubmits nothing that the
 // server already accepted (the key replays the batch), and a retry after a
-// lost response cannot double the work.
+// lost response cannot double the work. Bodies are read from the jobs when
+// sent, so the input is held once.
 func splitBatches(jobs []job, size int, runID string) []*batchRun {
 	var out []*batchRun
 	for start := 0; start < len(jobs); {
@@ -147,15 +194,11 @@ func splitBatches(jobs []job, size int, runID string) []*batchRun {
 			bytes += len(jobs[end].raw) + 1
 			end++
 		}
-		b := &batchRun{index: len(out), jobs: jobs[start:end], done: make(chan struct{})}
-		raws := make([]json.RawMessage, len(b.jobs))
-		for i, j := range b.jobs {
-			raws[i] = j.raw
-		}
-		b.body = client.BatchBody(raws)
+		b := &batchRun{index: len(out), jobs: jobs[start:end], submitted: make(chan struct{})}
+		b.body = client.FuncBody(int64(bytes), func() (io.Reader, error) { return &linesReader{jobs: b.jobs}, nil })
 		h := sha256.New()
 		fmt.Fprintf(h, "puzzlectl run %q batch %d\n", runID, b.index)
-		h.Write(b.body)
+		_, _ = io.Copy(h, &linesReader{jobs: b.jobs})
 		b.key = "puzzlectl-" + hex.EncodeToString(h.Sum(nil))[:40]
 		out = append(out, b)
 		start = end
@@ -198,61 +241,31 @@ func (e *stoppedError) Error() string {
 
 func (e *stoppedError) Unwrap() error { return e.cause }
 
-// run submits every job and calls emit for each batch in input order once
-// it is submitted (and, with wait, finished). It stops at the first error.
-func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error) error {
+// run submits every job and hands out what comes back, in input order:
+// each batch once submitted, or with wait each item's result, streamed.
+// It stops at the first error.
+func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 	batches := splitBatches(jobs, r.batchSize, r.runID)
 	inner, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	// Submitters: at most r.parallel batch POSTs at once.
+	// Submitters: at most r.parallel batch POSTs at once. Results are
+	// read by the loop below, one batch at a time in order, while the
+	// server solves the later ones.
 	next := make(chan *batchRun)
 	var wg sync.WaitGroup
-	waitSem := make(chan struct{}, 2*r.parallel)
-	var submittedN atomic.Int64
 	for range min(r.parallel, len(batches)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for b := range next {
-				sub, err := r.c.SubmitBatchBody(inner, b.body, b.key)
-				if err != nil {
-					b.err = batchError(b, err)
+				b.sub, b.err = r.submit(inner, b)
+				if b.err != nil {
 					cancel(b.err)
-					close(b.done)
-					continue
+				} else {
+					r.progress.addSubmitted(len(b.jobs))
 				}
-				if sub.Total != len(b.jobs) || len(sub.TaskIDs) != len(b.jobs) {
-					b.err = fmt.Errorf("batch %d: the server accepted %d tasks of %d", b.index+1, sub.Total, len(b.jobs))
-					cancel(b.err)
-					close(b.done)
-					continue
-				}
-				b.sub = sub
-				submittedN.Add(1)
-				r.progress.addSubmitted(len(b.jobs))
-				if !r.wait {
-					close(b.done)
-					continue
-				}
-				// Waiting does not hold a submit slot, but is bounded too.
-				select {
-				case waitSem <- struct{}{}:
-				case <-inner.Done():
-					b.err = context.Cause(inner)
-					close(b.done)
-					continue
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-waitSem }()
-					b.err = r.await(inner, b)
-					if b.err != nil {
-						cancel(b.err)
-					}
-					close(b.done)
-				}()
+				close(b.submitted)
 			}
 		}()
 	}
@@ -266,12 +279,16 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 			}
 		}
 	}()
+	if r.wait && r.progress != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.pollCounts(inner, batches) }()
+	}
 
 	var runErr error
 	emitted := 0
 	for _, b := range batches {
 		select {
-		case <-b.done:
+		case <-b.submitted:
 		case <-inner.Done():
 		}
 		if inner.Err() != nil {
@@ -281,13 +298,25 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 			runErr = b.err
 			break
 		}
-		if err := emit(b); err != nil {
-			runErr = err
-			cancel(err)
+		var err error
+		if r.wait {
+			err = r.stream(inner, b, func(j *job, l *client.ResultLine) error {
+				if err := out.item(j, l); err != nil {
+					return err
+				}
+				emitted++
+				return nil
+			})
+		} else {
+			err = out.batch(b)
+		}
+		if err != nil {
+			if inner.Err() == nil {
+				runErr = err
+				cancel(err)
+			}
 			break
 		}
-		emitted += len(b.jobs)
-		b.results, b.body = nil, nil
 	}
 	if runErr == nil && inner.Err() != nil {
 		runErr = context.Cause(inner)
@@ -310,6 +339,11 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 		se.completed = emitted
 	}
 	for _, b := range batches {
+		select {
+		case <-b.submitted:
+		default:
+			continue
+		}
 		if b.sub != nil {
 			se.submitted++
 			se.tasks += len(b.jobs)
@@ -322,81 +356,160 @@ func (r *runner) run(ctx context.Context, jobs []job, emit func(*batchRun) error
 	return se
 }
 
+// submit posts one batch as NDJSON under its idempotency key.
+func (r *runner) submit(ctx context.Context, b *batchRun) (*client.BatchSubmission, error) {
+	sub, err := r.c.SubmitNDJSON(ctx, b.body, b.key)
+	if err != nil {
+		return nil, batchError(b, err)
+	}
+	if sub.Total != len(b.jobs) || (sub.TaskIDs != nil && len(sub.TaskIDs) != len(b.jobs)) {
+		return nil, fmt.Errorf("batch %d: the server accepted %d tasks of %d", b.index+1, sub.Total, len(b.jobs))
+	}
+	return sub, nil
+}
+
+// bodyLine matches the line number the server names in a rejected body.
+var bodyLine = regexp.MustCompile(`^line (\d+): `)
+
 // batchError names the batch and its lines in a submission error, and
 // suggests smaller batches when the server timed out or ran out of room.
+// A line the server names is a line of the batch's body, which skips the
+// input's blank lines and starts at the batch's first: it is translated
+// to the input's line.
 func batchError(b *batchRun, err error) error {
-	if inputErr := (*client.Error)(nil); errors.As(err, &inputErr) && inputErr.StatusCode < 500 && inputErr.StatusCode != 429 {
-		return fmt.Errorf("batch %d (lines %d-%d): %w", b.index+1, b.jobs[0].line, b.jobs[len(b.jobs)-1].line, err)
+	lines := fmt.Sprintf("lines %d-%d", b.jobs[0].line, b.jobs[len(b.jobs)-1].line)
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.StatusCode < 500 && ae.StatusCode != 429 {
+		if m := bodyLine.FindStringSubmatch(ae.Message); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(b.jobs) {
+				lines = fmt.Sprintf("input line %d", b.jobs[n-1].line)
+			}
+		}
+		if ae.StatusCode == 413 {
+			return fmt.Errorf("batch %d (%s): %w (a smaller --batch-size keeps each batch under the server's limits)", b.index+1, lines, err)
+		}
+		return fmt.Errorf("batch %d (%s): %w", b.index+1, lines, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return fmt.Errorf("batch %d (lines %d-%d): %w (a smaller --batch-size lightens each request)",
-		b.index+1, b.jobs[0].line, b.jobs[len(b.jobs)-1].line, err)
+	return fmt.Errorf("batch %d (%s): %w (a smaller --batch-size lightens each request)", b.index+1, lines, err)
 }
 
-// await long-polls a batch until every task has ended, then reads the
-// results in order.
-func (r *runner) await(ctx context.Context, b *batchRun) error {
-	for {
-		bt, err := r.c.GetBatch(ctx, b.sub.ID, "", 1, r.pollWait)
-		if err != nil {
-			return fmt.Errorf("batch %s: %w", b.sub.ID, err)
+// stream reads a batch's results in order and hands each ended item to
+// item as it arrives. The server holds each request until the batch is
+// done or resultsWait passes; a request that meets an item not yet ended
+// stops there and the next one resumes from it, so results are written
+// as soon as every item before them has ended, and none twice.
+func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *client.ResultLine) error) error {
+	id, n := b.sub.ID, len(b.jobs)
+	next := 0
+	for next < n {
+		start, before, pending := time.Now(), next, false
+		for l, err := range r.c.Results(ctx, id, client.ResultsOptions{Wait: r.resultsWait}) {
+			if err != nil {
+				return fmt.Errorf("batch %s: results: %w", id, err)
+			}
+			if l.Index < next {
+				continue
+			}
+			if l.Index != next {
+				return fmt.Errorf("batch %s: results: item %d where item %d was due", id, l.Index, next)
+			}
+			if !l.State.Terminal() {
+				pending = true
+				break
+			}
+			j := &b.jobs[next]
+			if l.CustomID != nil && *l.CustomID != j.customID {
+				return fmt.Errorf("batch %s: results: item %d (line %d) has custom_id %q, the input %q", id, next, j.line, *l.CustomID, j.customID)
+			}
+			if l.ID == "" {
+				l.ID = b.sub.ItemID(next)
+			}
+			if err := item(j, l); err != nil {
+				return err
+			}
+			next++
+			r.noteEnded(b, next)
+			if next == n {
+				break // all of them; a line past the batch's total is not ours
+			}
 		}
-		ended := bt.Counts.Ended()
-		r.progress.addCompleted(ended - b.ended)
-		b.ended = ended
-		if bt.Done {
+		if next == n {
 			break
 		}
+		if !pending {
+			return fmt.Errorf("batch %s: the results ended after %d of %d items", id, next, n)
+		}
+		if next == before {
+			if err := sleepCtx(ctx, minResultsPoll-time.Since(start)); err != nil {
+				return err
+			}
+		}
 	}
-	res, err := r.results(ctx, b)
-	if err != nil {
-		return fmt.Errorf("batch %s: %w", b.sub.ID, err)
-	}
-	b.results = res
+	b.finished.Store(true)
 	return nil
 }
 
-// results reads a finished batch's tasks in order: its output in one
-// request when every task completed (the common case), else page by page.
-func (r *runner) results(ctx context.Context, b *batchRun) ([]client.Task, error) {
-	n := len(b.jobs)
-	out, err := r.c.BatchOutput(ctx, b.sub.ID, 0)
-	if err == nil {
-		tasks := make([]client.Task, 0, n)
-		for len(out) > 0 && len(tasks) < n {
-			line, rest, _ := bytes.Cut(out, []byte{'\n'})
-			tasks = append(tasks, client.Task{ID: b.sub.TaskIDs[len(tasks)], State: client.StateCompleted, Result: line})
-			out = rest
-		}
-		if len(tasks) == n && len(out) == 0 {
-			return tasks, nil
-		}
-		// An unexpected shape: fall back to the task resources.
-	} else {
-		var ae *client.Error
-		if !errors.As(err, &ae) || ae.StatusCode != 409 {
-			return nil, err
-		}
-	}
-	tasks := make([]client.Task, 0, n)
-	cursor := ""
+// pollCounts feeds the bar from the counts of the batches whose results
+// are not all read yet, whose items end in any order.
+func (r *runner) pollCounts(ctx context.Context, batches []*batchRun) {
+	t := time.NewTicker(max(r.countsEvery, 100*time.Millisecond))
+	defer t.Stop()
 	for {
-		page, err := r.c.GetBatch(ctx, b.sub.ID, cursor, 1000, 0)
-		if err != nil {
-			return nil, err
+		for _, b := range batches {
+			select {
+			case <-b.submitted:
+			default:
+				continue
+			}
+			if b.sub == nil || b.finished.Load() {
+				continue
+			}
+			bt, err := r.c.GetBatch(ctx, b.sub.ID, "", 1, 0)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				continue // the results are what counts; the bar can lag
+			}
+			r.noteEnded(b, bt.Counts.Ended())
 		}
-		tasks = append(tasks, page.Tasks...)
-		if page.NextCursor == nil || len(page.Tasks) == 0 {
-			break
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		cursor = *page.NextCursor
 	}
-	if len(tasks) != n {
-		return nil, fmt.Errorf("read %d results, expected %d", len(tasks), n)
+}
+
+// noteEnded moves the bar to n ended items of b, if that is more than it
+// has seen.
+func (r *runner) noteEnded(b *batchRun, n int) {
+	if r.progress == nil {
+		return
 	}
-	return tasks, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n > b.ended {
+		r.progress.addCompleted(n - b.ended)
+		b.ended = n
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // remoteSolver solves through the API: one run of batches, results in
@@ -421,20 +534,16 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	r := &runner{c: c, batchSize: defaultBatchSize, parallel: defaultParallel, wait: true, stderr: s.stderr,
-		pollWait: 30 * time.Second, runID: hex.EncodeToString(nonce[:])}
-	if r.progress = newProgress(s.stderr, len(jobs), true); r.progress != nil {
-		r.pollWait = time.Second
-	}
+		resultsWait: longPoll, countsEvery: time.Second, runID: hex.EncodeToString(nonce[:])}
+	r.progress = newProgress(s.stderr, len(jobs), true)
 	out := make([]json.RawMessage, 0, len(reqs))
-	err = r.run(cmd.Context(), jobs, func(b *batchRun) error {
-		for i, t := range b.results {
-			if t.State != client.StateCompleted {
-				return fmt.Errorf("case %d: %s", b.jobs[i].line, taskFailure(&t))
-			}
-			out = append(out, t.Result)
+	err = r.run(cmd.Context(), jobs, output{item: func(j *job, l *client.ResultLine) error {
+		if l.State != client.StateCompleted {
+			return fmt.Errorf("case %d: %s", j.line, taskFailure(l.ID, l.State, l.Error))
 		}
+		out = append(out, l.Result)
 		return nil
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -442,11 +551,11 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 }
 
 // taskFailure describes a task that did not complete.
-func taskFailure(t *client.Task) string {
-	if t.Error != nil {
-		return fmt.Sprintf("task %s %s: %s: %s", t.ID, t.State, t.Error.Code, t.Error.Message)
+func taskFailure(id string, state client.TaskState, e *client.TaskError) string {
+	if e != nil {
+		return fmt.Sprintf("task %s %s: %s: %s", id, state, e.Code, e.Message)
 	}
-	return fmt.Sprintf("task %s %s", t.ID, t.State)
+	return fmt.Sprintf("task %s %s", id, state)
 }
 
 // taskFailedError marks a run in which some task failed: exit status 1.

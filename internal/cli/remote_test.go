@@ -78,6 +78,7 @@ func closedURL(t *testing.T) string {
 func TestRemoteSolveMatchesLocal(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1)
+	s.requireBatchNDJSON()
 	var jsonIn strings.Builder
 	for _, l := range slidingLines(50, 7) {
 		jsonIn.WriteString(l + "\n")
@@ -108,11 +109,13 @@ func TestRemoteSolveMatchesLocal(t *testing.T) {
 	}
 }
 
-// resultLine is one line of submit --wait: the task's id, state, result
-// and error, as the API names them, under the request's line number.
+// resultLine is one line of submit --wait: the item's id, state, result
+// and error, as the API names them, under the request's line number and
+// with its custom_id.
 type resultLine struct {
-	Line int `json:"line"`
-	client.Task
+	Line     int     `json:"line"`
+	CustomID *string `json:"custom_id"`
+	client.ResultLine
 }
 
 // TestSubmitWaitSurvivesDroppedResponses submits 20,000 distinct puzzles
@@ -120,16 +123,21 @@ type resultLine struct {
 // answer to each batch POST: the client retries with the same idempotency
 // key, the server replays the batch, and no work is done twice. Under the
 // race detector, which slows the in-process API 5-20x, it runs 4,000 in
-// two batches of 2,000 instead.
+// two batches of 2,000 instead. Every tenth line has a custom_id, which
+// comes back next to its line.
 func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1)
+	s.requireBatchNDJSON()
 	proxy := startFlakyProxy(t, strings.TrimPrefix(s.base, "http://"), 2)
 	total, batch := 20000, 10000
 	if raceEnabled {
 		total, batch = 4000, 2000
 	}
 	lines := slidingLines(total, 42)
+	for i := 0; i < total; i += 10 {
+		lines[i] = fmt.Sprintf(`{"custom_id":"c%d",`, i) + lines[i][1:]
+	}
 	// A blank line: line numbers count it, requests do not.
 	lines = append(lines[:100:100], append([]string{""}, lines[100:]...)...)
 	in := writeLines(t, lines)
@@ -163,12 +171,16 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 		if n >= 100 {
 			wantLine++ // the blank line
 		}
-		if r.Line != wantLine || r.State != client.StateCompleted || r.Error != nil || ids[r.ID] || len(r.ID) != 32 {
+		_, index, ok := client.ParseItemID(r.ID)
+		if r.Line != wantLine || r.State != client.StateCompleted || r.Error != nil || ids[r.ID] || !ok || index != n%batch {
 			t.Fatalf("result %d: %s", n+1, sc.Bytes())
+		}
+		if wantCustom := n%10 == 0; wantCustom != (r.CustomID != nil) || wantCustom && *r.CustomID != fmt.Sprintf("c%d", n) {
+			t.Fatalf("result %d: %s; want custom_id c%d: %v", n+1, sc.Bytes(), n, wantCustom)
 		}
 		ids[r.ID] = true
 		if n%100 == 0 { // spot-check against the local solver
-			p, err := puzzle.Decode([]byte(lines[wantLine-1]))
+			p, err := puzzle.Decode([]byte(slidingLines(total, 42)[n]))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,11 +200,32 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 	if got := s.submitted(); got != total {
 		t.Errorf("puzzleq_submitted_total = %d, want exactly %d", got, total)
 	}
-	if got := s.Keys("pq:batch:*:items"); got != 2 {
+	if got := s.Keys(batchKeys); got != 2 {
 		t.Errorf("%d batches in Redis, want 2", got)
 	}
-	if got := s.Keys("pq:task:*"); got != total {
-		t.Errorf("%d task records in Redis, want %d", got, total)
+}
+
+// TestSubmitOneRequestOnStack: an input within the server's limits is
+// one batch and one POST, whatever its size (a --batch-size of 10,000
+// was the old default and would have made ten).
+func TestSubmitOneRequestOnStack(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	s.requireBatchNDJSON()
+	total := 100000
+	if raceEnabled {
+		total = 12000
+	}
+	in := writeLines(t, slidingLines(total, 8))
+	code, out, errOut := run(t, "", "submit", "--server", s.base, "-f", in)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if n := strings.Count(out, "\n"); n != 1 || !strings.Contains(out, fmt.Sprintf(`"total":%d,"first_line":1,"last_line":%d`, total, total)) {
+		t.Errorf("stdout %q; want one batch of every line", out)
+	}
+	if got := s.Keys(batchKeys); got != 1 {
+		t.Errorf("%d batches in Redis, want 1", got)
 	}
 }
 
@@ -202,16 +235,25 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 func TestSubmitInterruptedThenResumed(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 0)
+	s.requireBatchNDJSON()
 	in := writeLines(t, slidingLines(300, 3))
 	ctx, cancel := context.WithCancel(context.Background())
+	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() {
-		for s.Keys("pq:batch:*:items") < 3 {
-			time.Sleep(20 * time.Millisecond)
+		defer close(watched)
+		defer cancel()
+		for s.Keys(batchKeys) < 3 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
-		cancel()
 	}()
 	code, out, errOut := runCtx(ctx, "", "submit", "--server", s.base, "-f", in, "--wait", "--batch-size", "100", "--parallel", "2")
+	close(stop)
+	<-watched // no Keys once the stack is gone
 	if code == 0 || out != "" {
 		t.Fatalf("interrupted run: exit %d, stdout %q", code, out)
 	}
@@ -259,6 +301,10 @@ func TestSubmitBadInputSubmitsNothing(t *testing.T) {
 		{`{"kind":"nope","puzzle":{}}`, "line 1"},
 		{good[0] + "\n" + `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"extra":1}`, "line 2"},
 		{"\n\n", "no requests"},
+		{`{"custom_id":"a",` + good[0][1:] + "\n" + `{"custom_id":"a",` + good[1][1:], `line 2: custom_id "a" repeats line 1's`},
+		{good[0] + "\n" + `{"custom_id":5,` + good[1][1:], "line 2: custom_id must be a string"},
+		{`{"custom_id":"` + strings.Repeat("x", 65) + `",` + good[0][1:], "line 1: custom_id is 65 bytes"},
+		{`{"custom_id":"a","custom_id":"b",` + good[0][1:], `line 1: "custom_id" appears twice`},
 	} {
 		code, out, errOut := run(t, tc.in, "submit", "--server", srv.URL, "-f", "-", "--wait")
 		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
@@ -379,6 +425,7 @@ func TestTaskAndBatchCommands(t *testing.T) {
 func TestProgressBarOnlyOnTerminal(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, 1)
+	s.requireBatchNDJSON()
 	in := writeLines(t, slidingLines(3000, 5))
 
 	ptmx, tty, err := pty.Open()

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
@@ -151,3 +154,25 @@ func (p *flakyProxy) handle(c net.Conn) {
 		}
 	}
 }
+
+// requireBatchNDJSON skips a test on an API that does not take NDJSON
+// batches yet: the batch-native server of issue 11 is built on other
+// branches, and puzzlectl submit and solve now speak only its contract.
+// The probe is a one-line NDJSON body that is not an item, which that
+// server refuses with a 400 naming line 1 and which creates nothing;
+// once the server lands, the tests run without a change.
+func (s *stack) requireBatchNDJSON() {
+	s.t.Helper()
+	code, body, _ := s.DoH("POST", "/v1/batches", "{\n", "Content-Type", "application/x-ndjson")
+	var e apitype.ErrorBody
+	if code == http.StatusBadRequest && json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error.Message, "line 1") {
+		return
+	}
+	s.t.Skipf("needs the batch-native API of issue 11 (POST /v1/batches as NDJSON, GET /v1/batches/{id}/results): "+
+		"this server answered an NDJSON body with %d %s", code, bytes.TrimSpace(body))
+}
+
+// batchKeys is the pattern of the batch records in Redis (docs/batches.md:
+// batch:<id>, a hash of 32 hex digits' name), not of their :req and :res
+// keys.
+const batchKeys = "pq:batch:" + "????????????????????????????????"

@@ -32,7 +32,13 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Use:   "submit -f FILE [--wait] [--out FILE]",
 		Short: "Submit a file of requests, one JSON request per line",
 		Long: `Submit requests in the JSON format of POST /v1/tasks, one per line, as
-batches of at most --batch-size items, --parallel batches at a time.
+NDJSON batches. An input within the server's default limits (1,000,000
+requests and 256 MiB) is one batch, sent in one request; a larger one, or any
+input when --batch-size is set, is cut into batches of at most --batch-size
+requests, --parallel sent at once.
+
+A line may name its request with "custom_id" (a string of at most 64 bytes,
+unique in the input); it is echoed next to the line number in the results.
 
 Every line is validated before anything is sent: a bad line is reported with
 its number and nothing is submitted (exit status 2). Each batch carries an
@@ -41,10 +47,11 @@ after a lost response, or running the same command again after an
 interruption or a failure, does not submit the same work twice. Pass a new
 --run-id to submit the same input afresh (say, to re-run tasks that failed).
 
-Without --wait, prints each batch's ID. With --wait, waits for every task and
-prints one JSON line per request, in input order:
+Without --wait, prints each batch's ID. With --wait, streams the results back
+and prints one JSON line per request, in input order, as soon as every line
+before it has ended:
   {"line": N, "id": "...", "state": "completed", "result": {...}}
-  {"line": N, "id": "...", "state": "failed", "error": {"code": "...", "message": "..."}}
+  {"line": N, "custom_id": "...", "id": "...", "state": "failed", "error": {"code": "...", "message": "..."}}
 and exits with status 1 if any task did not complete.
 
 A progress bar is drawn on stderr when it is a terminal.`,
@@ -102,23 +109,28 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
-				pollWait: 30 * time.Second, runID: runID, resumable: true}
-			if r.progress = newProgress(stderr, len(jobs), wait); r.progress != nil {
-				r.pollWait = time.Second
+				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true}
+			r.progress = newProgress(stderr, len(jobs), wait)
+			customIDs := false
+			for i := range jobs {
+				customIDs = customIDs || jobs[i].hasCustomID
 			}
 			w := bufio.NewWriterSize(out, 256<<10)
 			var tw *tabwriter.Writer
 			if format == "table" {
 				tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-				if wait {
-					fmt.Fprintln(tw, "LINE\tID\tSTATE\tRESULT")
-				} else {
+				switch {
+				case !wait:
 					fmt.Fprintln(tw, "BATCH\tTOTAL\tLINES")
+				case customIDs:
+					fmt.Fprintln(tw, "LINE\tCUSTOM_ID\tID\tSTATE\tRESULT")
+				default:
+					fmt.Fprintln(tw, "LINE\tID\tSTATE\tRESULT")
 				}
 			}
 			failed := 0
-			err = r.run(cmd.Context(), jobs, func(b *batchRun) error {
-				if !wait {
+			err = r.run(cmd.Context(), jobs, output{
+				batch: func(b *batchRun) error {
 					first, last := b.jobs[0].line, b.jobs[len(b.jobs)-1].line
 					if tw != nil {
 						fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
@@ -126,19 +138,18 @@ A progress bar is drawn on stderr when it is a terminal.`,
 						fmt.Fprintf(w, `{"batch":%q,"total":%d,"first_line":%d,"last_line":%d}`+"\n", b.sub.ID, b.sub.Total, first, last)
 					}
 					return nil
-				}
-				for i := range b.results {
-					t := &b.results[i]
-					if t.State != client.StateCompleted {
+				},
+				item: func(j *job, l *client.ResultLine) error {
+					if l.State != client.StateCompleted {
 						failed++
 					}
 					if tw != nil {
-						writeResultRow(tw, b.jobs[i].line, t)
+						writeResultRow(tw, j, customIDs, l)
 					} else {
-						writeResultLine(w, b.jobs[i].line, t)
+						writeResultLine(w, j, l)
 					}
-				}
-				return nil
+					return nil
+				},
 			})
 			if tw != nil {
 				tw.Flush()
@@ -163,7 +174,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVarP(&file, "file", "f", "", "file of JSON requests, one per line; - for stdin")
 	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for every task and print the results in input order")
 	cmd.Flags().StringVar(&outPath, "out", "", "write the results to this file instead of stdout")
-	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "requests per batch (at most the server's MAX_BATCH_ITEMS)")
+	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "most requests per batch (at most the server's MAX_BATCH_ITEMS); a batch also stays within 256 MiB")
 	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "batches submitted at once")
 	cmd.Flags().StringVar(&runID, "run-id", "", "salt of the batches' idempotency keys; change it to submit the same input again as new work")
 	return cmd
@@ -176,24 +187,31 @@ func displayName(file string) string {
 	return file
 }
 
-// writeResultLine writes {"line":N,"id":...,"state":...,"result"|"error":...}.
-// Built by hand: a run writes a line per request, and the result is
-// already JSON.
-func writeResultLine(w *bufio.Writer, line int, t *client.Task) {
+// writeResultLine writes {"line":N,"custom_id":...,"id":...,"state":...,
+// "result"|"error":...}, custom_id only when the input line had one. Built
+// by hand: a run writes a line per request, and the result is already
+// JSON.
+func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
 	w.WriteString(`{"line":`)
-	w.WriteString(strconv.Itoa(line))
-	w.WriteString(`,"id":"`)
-	w.WriteString(t.ID) // hex
-	w.WriteString(`","state":`)
-	st, _ := json.Marshal(t.State)
+	w.WriteString(strconv.Itoa(j.line))
+	if j.hasCustomID {
+		w.WriteString(`,"custom_id":`)
+		cid, _ := json.Marshal(j.customID)
+		w.Write(cid)
+	}
+	w.WriteString(`,"id":`)
+	id, _ := json.Marshal(l.ID)
+	w.Write(id)
+	w.WriteString(`,"state":`)
+	st, _ := json.Marshal(l.State)
 	w.Write(st)
-	if t.State == client.StateCompleted {
+	if l.State == client.StateCompleted {
 		w.WriteString(`,"result":`)
-		w.Write(t.Result)
+		w.Write(l.Result)
 	} else {
-		e := t.Error
+		e := l.Error
 		if e == nil {
-			e = &client.TaskError{Code: string(t.State), Message: "the task " + string(t.State)}
+			e = &client.TaskError{Code: string(l.State), Message: "the task " + string(l.State)}
 		}
 		eb, _ := json.Marshal(e)
 		w.WriteString(`,"error":`)
@@ -202,20 +220,26 @@ func writeResultLine(w *bufio.Writer, line int, t *client.Task) {
 	w.WriteString("}\n")
 }
 
-func writeResultRow(w io.Writer, line int, t *client.Task) {
+// writeResultRow writes a table row; the CUSTOM_ID column is there when
+// some line of the input has a custom_id.
+func writeResultRow(w io.Writer, j *job, customIDs bool, l *client.ResultLine) {
 	var what string
 	switch {
-	case t.State == client.StateCompleted:
-		what = string(t.Result)
-	case t.Error != nil:
-		what = t.Error.Code + ": " + t.Error.Message
+	case l.State == client.StateCompleted:
+		what = string(l.Result)
+	case l.Error != nil:
+		what = l.Error.Code + ": " + l.Error.Message
 	}
-	fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", line, t.ID, t.State, what)
+	if customIDs {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", j.line, j.customID, l.ID, l.State, what)
+		return
+	}
+	fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", j.line, l.ID, l.State, what)
 }
 
-// readJobs reads every non-blank line and validates it as the API would,
-// in parallel, before anything is submitted. The first bad line (by
-// number) is the error.
+// readJobs reads every non-blank line and validates it as the API would
+// (decodeItem: the request and its custom_id), in parallel, before
+// anything is submitted. The first bad line (by number) is the error.
 func readJobs(in io.Reader) ([]job, error) {
 	data, err := io.ReadAll(in)
 	if err != nil {
@@ -245,8 +269,10 @@ func readJobs(in io.Reader) ([]job, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, j := range jobs[lo:hi] {
-				if _, err := puzzle.Decode(j.raw); err != nil {
+			for i := range jobs[lo:hi] {
+				j := &jobs[lo+i]
+				var err error
+				if j.customID, j.hasCustomID, err = decodeItem(j.raw); err != nil {
 					errs[w] = puzzle.LineError(err, j.line)
 					return
 				}
@@ -256,6 +282,18 @@ func readJobs(in io.Reader) ([]job, error) {
 	wg.Wait()
 	if err := firstNonNil(errs); err != nil {
 		return nil, err
+	}
+	// custom_id is unique within a batch; puzzlectl holds the whole input
+	// to it, so that a result names one line whatever the batches.
+	seen := map[string]int{}
+	for _, j := range jobs {
+		if !j.hasCustomID {
+			continue
+		}
+		if first, ok := seen[j.customID]; ok {
+			return nil, usagef("line %d: custom_id %q repeats line %d's", j.line, j.customID, first)
+		}
+		seen[j.customID] = j.line
 	}
 	return jobs, nil
 }

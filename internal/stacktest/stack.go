@@ -103,6 +103,13 @@ func Start(t testing.TB, o Options) *Stack {
 	return s
 }
 
+// StartWith is Start for what most tests need: n workers, and env over
+// the settings of both binaries.
+func StartWith(t testing.TB, n int, env map[string]string) *Stack {
+	t.Helper()
+	return Start(t, Options{Workers: n, Env: env})
+}
+
 // Launch starts a stack outside a test; Close stops it.
 func Launch(o Options) (*Stack, error) { return launch(nil, o) }
 
@@ -306,6 +313,15 @@ func (s *Stack) DoH(method, path string, body any, header ...string) (int, []byt
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, out, resp.Header
+}
+
+// DoAs is DoH with the API key key as a bearer token; "" sends none.
+func (s *Stack) DoAs(key, method, path string, body any, header ...string) (int, []byte, http.Header) {
+	s.t.Helper()
+	if key != "" {
+		header = append(header, "Authorization", "Bearer "+key)
+	}
+	return s.DoH(method, path, body, header...)
 }
 
 // Submit posts one request to /v1/tasks, fails the test unless the answer

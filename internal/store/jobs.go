@@ -6,19 +6,21 @@ package store
 // scripts it runs are documented beside it.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
-
-// errNotYet marks the parts of the batch layout still being written.
-var errNotYet = errors.New("store: batch layout: not implemented yet")
 
 // StagedItem is one decoded item of a batch being uploaded.
 type StagedItem struct {
@@ -35,6 +37,64 @@ type StagedItem struct {
 	Timeout time.Duration
 }
 
+// stagingTTL is how long staged keys live until CommitBatch gives them
+// the batch's TTL: longer than any upload takes, short enough that an
+// upload whose process died leaves nothing for long.
+const stagingTTL = 15 * time.Minute
+
+// unitMargin is added to a unit's items' timeouts for asynq's own timeout,
+// like tasks' timeoutMargin: the handler's deadlines must fire first.
+const unitMargin = 30 * time.Second
+
+// feedWindow is how many of a batch's units move into the feed at a time
+// (see feedLua): a commit or a feed call moves at most a few windows, so
+// neither blocks Redis for long however large the batch.
+const feedWindow = 1000
+
+// maxRefills bounds how many windows one Feed call moves.
+const maxRefills = 2
+
+// maxFeedDrops bounds how many members of gone or canceled batches one
+// Feed call pops and drops, so one call stays short; the next call drops
+// more.
+const maxFeedDrops = 10000
+
+// cancelChunksPerTrip is how many chunk-cancel scripts CancelBatch sends
+// in one pipeline.
+const cancelChunksPerTrip = 64
+
+// ErrStagedGone is returned by CommitBatch when the staged items are gone
+// or incomplete (the staging TTL passed, or a write was lost): nothing
+// was committed, and the upload must be made again.
+var ErrStagedGone = errors.New("store: staged batch items are gone")
+
+// kindByte is the kind map's byte for kind k of a shared unit; own-unit
+// items use its uppercase.
+func kindByte(k puzzle.Kind) (byte, bool) {
+	switch k {
+	case puzzle.KindSliding:
+		return 's', true
+	case puzzle.KindSweep:
+		return 'w', true
+	case puzzle.KindFill:
+		return 'f', true
+	}
+	return 0, false
+}
+
+// kindOf reads a kind map byte.
+func kindOf(b byte) puzzle.Kind {
+	switch b | 0x20 {
+	case 's':
+		return puzzle.KindSliding
+	case 'w':
+		return puzzle.KindSweep
+	case 'f':
+		return puzzle.KindFill
+	}
+	return ""
+}
+
 // BatchWriter stages a batch's items as they are decoded, a chunk at a
 // time, so that an upload of a million items never holds more than a
 // chunk (or a few, in flight to Redis) in memory. Nothing it writes is
@@ -43,36 +103,215 @@ type BatchWriter struct {
 	s      *Store
 	id     string
 	stride int
+
+	total int // items added
+	units int // units staged or buffered
+
+	// The chunk being filled.
+	lines    []byte   // request lines, '\n'-separated
+	kinds    []byte   // kind map
+	ids      []string // custom IDs, JSON strings
+	anyID    bool
+	own      []any // field, request pairs of own items
+	members  []any // the chunk's units
+	cheap    time.Duration
+	anyCheap bool
+	buffered int64
+
+	// One chunk at most is in flight; its result arrives on inflight.
+	inflight      chan error
+	inflightBytes int64
+	err           error
+	closed        bool
 }
 
-// NewBatchWriter starts staging batch id, stride items to a chunk.
+// maxStride bounds a chunk's items: the scripts pass a chunk's fields to
+// one command (Lua's unpack takes fewer than 8000 values: a chunk's
+// entries are twice its items).
+const maxStride = 2048
+
+// maxOutcomesPerCall bounds the outcomes one finishUnitScript call takes,
+// for the same reason; FinishUnit splits a longer list.
+const maxOutcomesPerCall = 1000
+
+// NewBatchWriter starts staging batch id, stride items to a chunk. A
+// stride outside [1, maxStride] is clamped into it (the batch records the
+// stride it was written with).
 func (s *Store) NewBatchWriter(id string, stride int) *BatchWriter {
+	stride = max(1, min(stride, maxStride))
 	return &BatchWriter{s: s, id: id, stride: stride}
 }
 
 // Add stages the next item. It writes to Redis when a chunk fills.
-func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error { return errNotYet }
+func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errors.New("store: batch writer: add after close")
+	}
+	kb, ok := kindByte(it.Kind)
+	if !ok {
+		return fmt.Errorf("store: batch writer: unknown kind %q", it.Kind)
+	}
+	if len(it.CustomID) > apitype.MaxCustomIDBytes {
+		return fmt.Errorf("store: batch writer: custom_id of %d bytes", len(it.CustomID))
+	}
+	if !it.Own && (len(it.Request) == 0 || bytes.IndexByte(it.Request, '\n') >= 0 || string(it.Request) == "-") {
+		// Canonical requests are compact JSON: no newline, never "-".
+		return fmt.Errorf("store: batch writer: item %d: request is not one line of JSON", w.total)
+	}
+	i := w.total
+	k := len(w.kinds)
+	if k > 0 {
+		w.lines = append(w.lines, '\n')
+	}
+	if it.Own {
+		w.lines = append(w.lines, '-')
+		w.kinds = append(w.kinds, kb-'a'+'A')
+		// A copy: the caller may reuse its buffer for the next item.
+		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
+		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
+		w.units++
+	} else {
+		w.lines = append(w.lines, it.Request...)
+		w.kinds = append(w.kinds, kb)
+		w.cheap += it.Timeout
+		w.anyCheap = true
+	}
+	id, _ := json.Marshal(it.CustomID)
+	w.ids = append(w.ids, string(id))
+	if it.CustomID != "" {
+		w.anyID = true
+	}
+	w.buffered += int64(len(it.Request) + len(id) + 2)
+	w.total++
+	if len(w.kinds) == w.stride {
+		return w.flush(ctx)
+	}
+	return nil
+}
+
+// flush sends the chunk being filled to Redis, after the previous one has
+// landed, and starts a new chunk.
+func (w *BatchWriter) flush(ctx context.Context) error {
+	if len(w.kinds) == 0 {
+		return w.err
+	}
+	if err := w.wait(); err != nil {
+		return err
+	}
+	j := (w.total - 1) / w.stride
+	members := w.members
+	if w.anyCheap {
+		// The chunk's shared unit goes first: its items are the cheap
+		// ones, which run faster than a chunk's own items.
+		c := tasks.UnitRef{BatchID: w.id, Unit: tasks.ChunkUnit(j), Timeout: w.cheap + unitMargin}.Member()
+		members = append([]any{c}, members...)
+		w.units++
+	}
+	fields := make([]any, 0, 6+len(w.own))
+	fields = append(fields, strconv.Itoa(j), w.lines, "m"+strconv.Itoa(j), w.kinds)
+	if w.anyID {
+		fields = append(fields, "i"+strconv.Itoa(j), strings.Join(w.ids, "\n"))
+	}
+	fields = append(fields, w.own...)
+	req, units := w.s.k.batchReq(w.id), w.s.k.batchUnits(w.id)
+	done := make(chan error, 1)
+	w.inflight, w.inflightBytes = done, w.buffered
+	go func() {
+		_, err := w.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, req, fields...)
+			p.RPush(ctx, units, members...)
+			p.Expire(ctx, req, stagingTTL)
+			p.Expire(ctx, units, stagingTTL)
+			return nil
+		})
+		if err != nil {
+			err = fmt.Errorf("store: stage chunk %d of batch %s: %w", j, w.id, err)
+		}
+		done <- err
+	}()
+	w.lines, w.kinds, w.ids, w.own, w.members = nil, nil, nil, nil, nil
+	w.anyID, w.anyCheap, w.cheap, w.buffered = false, false, 0, 0
+	return nil
+}
+
+// wait waits for the chunk in flight and returns the writer's first error.
+func (w *BatchWriter) wait() error {
+	if w.inflight != nil {
+		if err := <-w.inflight; err != nil && w.err == nil {
+			w.err = err
+		}
+		w.inflight, w.inflightBytes = nil, 0
+	}
+	return w.err
+}
 
 // Total is the number of items added so far.
-func (w *BatchWriter) Total() int { return 0 }
+func (w *BatchWriter) Total() int { return w.total }
 
 // Buffered is how many bytes of items the writer holds that are not yet
 // written, for the API's admission by bytes.
-func (w *BatchWriter) Buffered() int64 { return 0 }
+func (w *BatchWriter) Buffered() int64 { return w.buffered + w.inflightBytes }
 
 // CustomIDAt returns the custom_id of an item already added, reading it
 // back from Redis when its chunk was written; the API uses it to confirm
 // a duplicate custom_id that its hashes suggest.
 func (w *BatchWriter) CustomIDAt(ctx context.Context, index int) (string, error) {
-	return "", errNotYet
+	if index < 0 || index >= w.total {
+		return "", fmt.Errorf("store: batch writer: no item %d of %d", index, w.total)
+	}
+	j, k := index/w.stride, index%w.stride
+	var line string
+	if first := w.total - len(w.kinds); index >= first {
+		line = w.ids[index-first]
+	} else {
+		if err := w.wait(); err != nil {
+			return "", err
+		}
+		v, err := w.s.rdb.HGet(ctx, w.s.k.batchReq(w.id), "i"+strconv.Itoa(j)).Result()
+		if errors.Is(err, redis.Nil) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("store: read back custom_id: %w", err)
+		}
+		lines := strings.Split(v, "\n")
+		if k >= len(lines) {
+			return "", fmt.Errorf("store: read back custom_id: chunk %d has %d lines", j, len(lines))
+		}
+		line = lines[k]
+	}
+	var id string
+	if err := json.Unmarshal([]byte(line), &id); err != nil {
+		return "", fmt.Errorf("store: read back custom_id: %w", err)
+	}
+	return id, nil
 }
 
 // Close writes what is buffered. After it, CommitBatch makes the batch.
-func (w *BatchWriter) Close(ctx context.Context) error { return errNotYet }
+func (w *BatchWriter) Close(ctx context.Context) error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	return w.wait()
+}
 
 // Discard deletes what was staged, for an upload that failed. The staged
 // keys also expire on their own, for a process that died.
-func (w *BatchWriter) Discard(ctx context.Context) error { return errNotYet }
+func (w *BatchWriter) Discard(ctx context.Context) error {
+	w.wait()
+	w.closed = true
+	if err := w.s.rdb.Del(ctx, w.s.k.batchReq(w.id), w.s.k.batchUnits(w.id)).Err(); err != nil {
+		return fmt.Errorf("store: discard staged batch %s: %w", w.id, err)
+	}
+	return nil
+}
 
 // CommitBatch describes the batch record CommitBatch creates.
 type CommitBatch struct {
@@ -91,21 +330,75 @@ type CommitBatch struct {
 	Quota int
 }
 
+// claimOf returns the idempotency key and claim value of cb; the batch
+// key and "" when it has none.
+func (s *Store) claimOf(cb CommitBatch) (string, string) {
+	if cb.IdempotencyKey == "" {
+		return s.k.batch(cb.ID), ""
+	}
+	return s.k.idempotency(cb.Owner, cb.IdempotencyKey), cb.ID + " " + cb.BodyHash
+}
+
+// commitKeys are the first seven keys of the commit and abandon scripts.
+func (s *Store) commitKeys(cb CommitBatch) []string {
+	bk := s.k.batch(cb.ID)
+	idem, _ := s.claimOf(cb)
+	keys := []string{bk, s.k.batchReq(cb.ID), s.k.batchUnits(cb.ID), idem}
+	if cb.Owner != "" {
+		return append(keys, s.k.owner(cb.Owner)...)
+	}
+	return append(keys, bk, bk, bk)
+}
+
 // CommitBatch makes the batch staged by w in one script: it checks the
 // claim (ErrClaimLost), admits the items against the quota (ErrQuota),
 // writes the batch record, gives the staged keys the batch's TTL and puts
 // every unit in the feed. On any error nothing is committed, except when
-// the reply was lost: see AbandonCommit.
+// the reply was lost: see AbandonCommit. It closes w first.
 func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch) error {
-	return errNotYet
+	if err := w.Close(ctx); err != nil {
+		return err
+	}
+	_, claim := s.claimOf(cb)
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT())
+	chunks := (w.total + w.stride - 1) / w.stride
+	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
+		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
+		w.total, w.stride, chunks, w.units, feedWindow).Int()
+	if err != nil {
+		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
+	}
+	switch v {
+	case -1:
+		return ErrQuota
+	case -2:
+		return ErrClaimLost
+	case -3:
+		return ErrStagedGone
+	}
+	return nil
 }
 
 // AbandonCommit undoes a CommitBatch whose outcome is unknown (its reply
 // was lost), unless a unit of the batch has been fed: then it runs, and
 // AbandonCommit answers BatchKept. It returns BatchNotWritten,
-// BatchAbandoned or BatchKept.
+// BatchAbandoned or BatchKept. A batch that was not written has its
+// staged keys deleted.
 func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatch) (int, error) {
-	return 0, errNotYet
+	if w != nil {
+		w.wait() // a chunk landing after the script would outlive it
+	}
+	_, claim := s.claimOf(cb)
+	owned := "0"
+	if cb.Owner != "" {
+		owned = "1"
+	}
+	keys := append(s.commitKeys(cb), s.k.feed())
+	v, err := abandonCommitScript.Run(ctx, s.rdb, keys, cb.ID, claim, owned, s.k.batchResBase(cb.ID)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon batch %s: %w", cb.ID, err)
+	}
+	return v, nil
 }
 
 // Feed takes up to max units from the feed, in fair order (see
@@ -114,24 +407,92 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 // gone or canceled are dropped, not returned. The caller enqueues them
 // and then calls AckFed.
 func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks.UnitRef, error) {
-	return nil, errNotYet
+	if max <= 0 || depth <= 0 {
+		return nil, nil
+	}
+	ua := s.k.batchUnitsAffixes()
+	members, err := feedScript.Run(ctx, s.rdb,
+		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue)},
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1]).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("store: feed: %w", err)
+	}
+	return s.parseMembers(ctx, members), nil
+}
+
+// parseMembers reads feed members; one that cannot be read (never written
+// by this code) is removed from the feeding set rather than returned
+// forever.
+func (s *Store) parseMembers(ctx context.Context, ms []string) []tasks.UnitRef {
+	refs := make([]tasks.UnitRef, 0, len(ms))
+	var bad []any
+	for _, m := range ms {
+		r, err := tasks.ParseMember(m)
+		if err != nil {
+			bad = append(bad, m)
+			continue
+		}
+		refs = append(refs, r)
+	}
+	if len(bad) > 0 {
+		s.rdb.ZRem(ctx, s.k.feeding(), bad...)
+	}
+	return refs
 }
 
 // AckFed removes enqueued units from the feeding set.
-func (s *Store) AckFed(ctx context.Context, refs []tasks.UnitRef) error { return errNotYet }
+func (s *Store) AckFed(ctx context.Context, refs []tasks.UnitRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	members := make([]any, len(refs))
+	for i, r := range refs {
+		members[i] = r.Member()
+	}
+	if err := s.rdb.ZRem(ctx, s.k.feeding(), members...).Err(); err != nil {
+		return fmt.Errorf("store: ack fed: %w", err)
+	}
+	return nil
+}
 
 // StaleFed returns up to limit units that were taken from the feed before
 // before and never acknowledged: their feeder died. The reconciler
 // enqueues them again.
 func (s *Store) StaleFed(ctx context.Context, before time.Time, limit int) ([]tasks.UnitRef, error) {
-	return nil, errNotYet
+	members, err := s.rdb.ZRangeByScore(ctx, s.k.feeding(), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(ms(before), 10), Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: stale fed: %w", err)
+	}
+	return s.parseMembers(ctx, members), nil
 }
 
 // StartUnit marks a unit active (its items' counts move from pending to
 // active once, however often it is delivered), counts an attempt, and
 // returns the unit's items that have not ended.
 func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWork, error) {
-	return nil, errNotYet
+	_, n, err := tasks.ParseUnit(ref.Unit)
+	if err != nil {
+		return nil, err
+	}
+	v, err := startUnitScript.Run(ctx, s.rdb, []string{s.k.batch(ref.BatchID), s.k.batchReq(ref.BatchID)},
+		ms(s.now()), ref.Unit[:1], n, s.k.batchResBase(ref.BatchID)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("store: start unit %s: %w", ref.TaskID(), err)
+	}
+	w := &tasks.UnitWork{}
+	if len(v) == 0 {
+		return w, nil
+	}
+	w.Owner = v[0]
+	for i := 1; i+1 < len(v); i += 2 {
+		idx, err := strconv.Atoi(v[i])
+		if err != nil {
+			return nil, fmt.Errorf("store: start unit %s: bad index %q", ref.TaskID(), v[i])
+		}
+		w.Items = append(w.Items, tasks.UnitItem{Index: idx, Request: []byte(v[i+1])})
+	}
+	return w, nil
 }
 
 // FinishUnit writes the outcomes of a unit's items. Only an item without
@@ -141,24 +502,240 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 // event and, when it ended the batch's last item, sets done_at and
 // publishes the batch's. It returns how many items it ended.
 func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
-	return 0, errNotYet
+	if len(outs) > maxOutcomesPerCall {
+		// Each call is exact on its own (an ended item is never counted
+		// twice), so splitting keeps the counts exact.
+		n, err := s.FinishUnit(ctx, ref, outs[:maxOutcomesPerCall])
+		if err != nil {
+			return n, err
+		}
+		m, err := s.FinishUnit(ctx, ref, outs[maxOutcomesPerCall:])
+		return n + m, err
+	}
+	if len(outs) == 0 {
+		return 0, nil
+	}
+	_, n, err := tasks.ParseUnit(ref.Unit)
+	if err != nil {
+		return 0, err
+	}
+	bk := s.k.batch(ref.BatchID)
+	keys := make([]string, 0, 2+len(outs))
+	keys = append(keys, bk, s.k.batchReq(ref.BatchID))
+	args := make([]any, 0, 11+4*len(outs))
+	args = append(args, s.k.ownerAffixes()...)
+	args = append(args, ms(s.now()), s.k.events(), ref.BatchID, ref.Unit[:1], n,
+		s.k.batchResBase(ref.BatchID), s.resultTTL.Milliseconds())
+	for _, o := range outs {
+		ck, head := bk, ""
+		var result []byte
+		switch o.State {
+		case apitype.TaskStateCompleted:
+			result = o.Result
+			if o.CacheKey != "" && len(o.Result) > 0 {
+				ck = s.k.cache(o.CacheKey)
+				ref, _ := json.Marshal(o.CacheKey)
+				head = `"ref":` + string(ref)
+			}
+			if o.Cached {
+				head = joinMembers(head, `"cached":true`)
+			}
+		case apitype.TaskStateFailed:
+			e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: o.Msg})
+			head = `"error":` + string(e)
+		default:
+			return 0, fmt.Errorf("store: finish unit %s: item %d: state %q is not an outcome", ref.TaskID(), o.Index, o.State)
+		}
+		keys = append(keys, ck)
+		args = append(args, o.Index, string(o.State), head, result)
+	}
+	v, err := finishUnitScript.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
+	}
+	return v, nil
+}
+
+func joinMembers(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "," + b
 }
 
 // Cached returns the cached result for key, nil on a miss.
 func (s *Store) Cached(ctx context.Context, key string) (json.RawMessage, error) {
-	return nil, errNotYet
+	v, err := s.rdb.Get(ctx, s.k.cache(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: cache lookup: %w", err)
+	}
+	return json.RawMessage(v), nil
+}
+
+// itemEntry is an ended item's entry (docs/batches.md, Results).
+type itemEntry struct {
+	State       apitype.TaskState  `json:"state"`
+	Ref         string             `json:"ref"`
+	Cached      bool               `json:"cached"`
+	Error       *apitype.TaskError `json:"error"`
+	StartedAt   int64              `json:"started_at"`
+	CompletedAt int64              `json:"completed_at"`
+	Attempts    int                `json:"attempts"`
+	Size        int64              `json:"size"`
+	Result      json.RawMessage    `json:"result"`
+}
+
+// readHead is what readItemsScript says of the batch.
+type readHead struct {
+	owner     string
+	createdAt time.Time
+	total     int
+}
+
+// rawItem is one item as readItemsScript returns it.
+type rawItem struct {
+	kind, customID, entry, marker, progress, extra string
+}
+
+// readItems runs readItemsScript for items [first, first+count) on p (a
+// pipeline) or s.rdb; decode with decodeRead.
+func (s *Store) readItems(ctx context.Context, c redis.Scripter, batchID string, first, count int, mode string) *redis.Cmd {
+	return readItemsScript.RunRO(ctx, c, []string{s.k.batch(batchID), s.k.batchReq(batchID)},
+		s.k.batchResBase(batchID), s.k.cache(""), first, count, mode)
+}
+
+// decodeRead splits readItemsScript's reply; ok is false when the batch
+// is gone.
+func decodeRead(cmd *redis.Cmd) (readHead, []rawItem, bool, error) {
+	v, err := cmd.StringSlice()
+	if err != nil {
+		return readHead{}, nil, false, err
+	}
+	if len(v) < 4 {
+		return readHead{}, nil, false, nil
+	}
+	h := readHead{owner: v[0], createdAt: msTime(v[1])}
+	h.total, _ = strconv.Atoi(v[2])
+	items := make([]rawItem, 0, (len(v)-4)/6)
+	for i := 4; i+5 < len(v); i += 6 {
+		items = append(items, rawItem{v[i], v[i+1], v[i+2], v[i+3], v[i+4], v[i+5]})
+	}
+	return h, items, true, nil
+}
+
+// customID decodes a custom ID line: nil for none.
+func customID(line string) *string {
+	if line == "" || line == `""` {
+		return nil
+	}
+	var id string
+	if json.Unmarshal([]byte(line), &id) != nil || id == "" {
+		return nil
+	}
+	return &id
+}
+
+// parseMarker reads an active marker "<attempts> <started_at ms>".
+func parseMarker(v string) (int, time.Time) {
+	a, st, ok := strings.Cut(v, " ")
+	if !ok {
+		return 0, time.Time{}
+	}
+	n, _ := strconv.Atoi(a)
+	return n, msTime(st)
+}
+
+// toTask makes item index of batchID into a task record.
+func toTask(batchID string, index int, h readHead, r rawItem) *Task {
+	t := &Task{ID: apitype.ItemID(batchID, index), Owner: h.owner, BatchID: batchID,
+		CustomID: customID(r.customID), CreatedAt: h.createdAt, State: apitype.TaskStatePending}
+	if r.kind != "" {
+		t.Kind = string(kindOf(r.kind[0]))
+	}
+	if r.marker != "" {
+		t.State = apitype.TaskStateActive
+		t.Attempts, t.StartedAt = parseMarker(r.marker)
+	}
+	if r.progress != "" {
+		var p apitype.Progress
+		if json.Unmarshal([]byte(r.progress), &p) == nil {
+			t.Progress = &p
+		}
+	}
+	if r.entry != "" {
+		var e itemEntry
+		if err := json.Unmarshal([]byte(r.entry), &e); err == nil {
+			t.State, t.Cached, t.Attempts = e.State, e.Cached, e.Attempts
+			t.StartedAt, t.CompletedAt = msTime(strconv.FormatInt(e.StartedAt, 10)), msTime(strconv.FormatInt(e.CompletedAt, 10))
+			if e.Error != nil {
+				t.ErrCode, t.ErrMsg = e.Error.Code, e.Error.Message
+			}
+			t.Result = e.Result
+			if e.Ref != "" && r.extra != "" {
+				t.Result = json.RawMessage(r.extra)
+			}
+		}
+	}
+	return t
 }
 
 // GetItem returns batch item index as a task record (BatchID and
-// CustomID set), or ErrNotFound.
+// CustomID set), or ErrNotFound. It is one round trip.
 func (s *Store) GetItem(ctx context.Context, batchID string, index int) (*Task, error) {
-	return nil, errNotYet
+	if index < 0 {
+		return nil, ErrNotFound
+	}
+	h, items, ok, err := decodeRead(s.readItems(ctx, s.rdb, batchID, index, 1, "full"))
+	if err != nil {
+		return nil, fmt.Errorf("store: get item: %w", err)
+	}
+	if !ok || index >= h.total || len(items) != 1 {
+		return nil, ErrNotFound
+	}
+	return toTask(batchID, index, h, items[0]), nil
 }
 
 // ItemsPage returns items [start, start+limit) of b as task records,
-// results included, for GET /v1/batches/{id}.
+// results included, for GET /v1/batches/{id}: one script per chunk the
+// page covers, in one pipeline. Items past the batch's end are left out.
 func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*Task, error) {
-	return nil, errNotYet
+	if start < 0 || limit <= 0 || start >= b.Total || b.Stride <= 0 {
+		return nil, nil
+	}
+	end := min(b.Total, start+limit)
+	type part struct {
+		first int
+		cmd   *redis.Cmd
+	}
+	var parts []part
+	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+		parts = parts[:0] // a rerun after NOSCRIPT fills it again
+		for i := start; i < end; {
+			next := min(end, (i/b.Stride+1)*b.Stride)
+			parts = append(parts, part{i, s.readItems(ctx, p, b.ID, i, next-i, "full")})
+			i = next
+		}
+	}, readItemsScript)
+	if err != nil {
+		return nil, fmt.Errorf("store: items page: %w", err)
+	}
+	out := make([]*Task, 0, end-start)
+	for _, pt := range parts {
+		h, items, ok, err := decodeRead(pt.cmd)
+		if err != nil {
+			return nil, fmt.Errorf("store: items page: %w", err)
+		}
+		if !ok {
+			return nil, ErrNotFound
+		}
+		for i, r := range items {
+			out = append(out, toTask(b.ID, pt.first+i, h, r))
+		}
+	}
+	return out, nil
 }
 
 // ChunkInfo is one item of a chunk as a results stream first reads it:
@@ -175,22 +752,89 @@ type ChunkInfo struct {
 	ResultBytes int64
 }
 
-// ChunkInfos returns the items of chunk j of b, in order.
+// ChunkInfos returns the items of chunk j of b, in order, without their
+// results.
 func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, error) {
-	return nil, errNotYet
+	if b.Stride <= 0 || j < 0 || j*b.Stride >= b.Total {
+		return nil, nil
+	}
+	first := j * b.Stride
+	h, items, ok, err := decodeRead(s.readItems(ctx, s.rdb, b.ID, first, b.Stride, "info"))
+	if err != nil {
+		return nil, fmt.Errorf("store: chunk infos: %w", err)
+	}
+	if !ok {
+		return nil, ErrNotFound
+	}
+	out := make([]ChunkInfo, len(items))
+	for i, r := range items {
+		t := toTask(b.ID, first+i, h, r)
+		ci := ChunkInfo{Index: first + i, CustomID: t.CustomID, Kind: puzzle.Kind(t.Kind), State: t.State}
+		if t.ErrCode != "" {
+			ci.Error = &apitype.TaskError{Code: t.ErrCode, Message: t.ErrMsg}
+		}
+		if t.State == apitype.TaskStateCompleted {
+			ci.ResultBytes, _ = strconv.ParseInt(r.extra, 10, 64)
+		}
+		out[i] = ci
+	}
+	return out, nil
 }
 
 // ChunkResults returns the results of the completed items at indexes idx
 // (all in chunk j of b), in order; ok[i] is false for one whose result is
 // gone (expired).
 func (s *Store) ChunkResults(ctx context.Context, b *Batch, j int, idx []int) (results []string, ok []bool, err error) {
-	return nil, nil, errNotYet
+	results, ok = make([]string, len(idx)), make([]bool, len(idx))
+	if len(idx) == 0 {
+		return results, ok, nil
+	}
+	args := make([]any, 0, 1+len(idx))
+	args = append(args, s.k.cache(""))
+	for _, i := range idx {
+		if b.Stride <= 0 || i/b.Stride != j {
+			return nil, nil, fmt.Errorf("store: chunk results: item %d is not in chunk %d", i, j)
+		}
+		args = append(args, i%b.Stride)
+	}
+	v, err := chunkResultsScript.RunRO(ctx, s.rdb, []string{s.k.batchRes(b.ID, j)}, args...).StringSlice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: chunk results: %w", err)
+	}
+	if len(v) != 2*len(idx) {
+		return nil, nil, fmt.Errorf("store: chunk results: %d values for %d items", len(v), len(idx))
+	}
+	for i := range idx {
+		ok[i], results[i] = v[2*i] == "1", v[2*i+1]
+	}
+	return results, ok, nil
+}
+
+// cancelArgs are the arguments of cancelItemsScript up to the offsets.
+func (s *Store) cancelArgs(batchID string, j int, msg string) []any {
+	e, _ := json.Marshal(apitype.TaskError{Code: apitype.CodeCanceled, Message: msg})
+	args := append([]any{}, s.k.ownerAffixes()...)
+	return append(args, ms(s.now()), s.k.events(), batchID, j, s.k.cancels(), `"error":`+string(e))
 }
 
 // CancelItem cancels batch item index of b unless it has ended, and
-// returns its state before.
+// returns its state before ("" when it is gone). An item that was active
+// is announced to the workers, which abort it.
 func (s *Store) CancelItem(ctx context.Context, b *Batch, index int) (apitype.TaskState, error) {
-	return "", errNotYet
+	if b.Stride <= 0 || index < 0 || index >= b.Total {
+		return "", nil
+	}
+	j, k := index/b.Stride, index%b.Stride
+	args := append(s.cancelArgs(b.ID, j, "canceled by request"), k)
+	v, err := cancelItemsScript.Run(ctx, s.rdb,
+		[]string{s.k.batch(b.ID), s.k.batchReq(b.ID), s.k.batchRes(b.ID, j)}, args...).StringSlice()
+	if err != nil {
+		return "", fmt.Errorf("store: cancel item: %w", err)
+	}
+	if len(v) < 2 {
+		return "", nil
+	}
+	return apitype.TaskState(v[1]), nil
 }
 
 // ChunkEventKey is the Hub key woken when items of chunk j of a batch end.

@@ -1,5 +1,7 @@
 package store
 
+import "strconv"
+
 // Every Redis key and channel that puzzleq itself uses is built here, and
 // only here, so the whole keyspace can be read in one screen. Asynq's own
 // keys ("asynq:{queue}:...") are asynq's business.
@@ -16,19 +18,8 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 
-// batchItems is a list of a batch's task IDs in submission order.
-func (k keys) batchItems(id string) string { return k.prefix + "batch:" + id + ":items" }
 
-// outbox is a hash of the queued tasks of a batch that are not yet known
-// to be on the queue: field = the unit's position in the batch, value =
-// the tasks.Unit (its MarshalBinary form). It is written with the batch's records and
-// emptied as the units are enqueued.
-func (k keys) outbox(batchID string) string { return k.prefix + "outbox:" + batchID }
 
-// outboxIndex is a sorted set of the batches that have an outbox, scored
-// by creation time in Unix milliseconds, so the reconciler finds the
-// enqueues a crash interrupted without scanning.
-func (k keys) outboxIndex() string { return k.prefix + "outbox" }
 
 // lease is a string naming the process that holds the named lease until
 // it expires, so only one API replica at a time runs a background job.
@@ -44,16 +35,71 @@ func (k keys) idempotency(owner, key string) string {
 
 // ownerPending counts an API key's tasks that have not ended, for the
 // per-key quota: the sum of ownerOpen's counts.
-func (k keys) ownerPending(owner string) string { return k.prefix + "owner:" + owner + ":pending" }
+func (k keys) ownerPending(owner string) string { return k.prefix + "owner:" + owner + suffixPending }
 
 // ownerOpen is a hash of how many tasks have not ended per unit of an API
 // key's work: field = a batch ID, or a single task's ID.
-func (k keys) ownerOpen(owner string) string { return k.prefix + "owner:" + owner + ":open" }
+func (k keys) ownerOpen(owner string) string { return k.prefix + "owner:" + owner + suffixOpen }
 
 // ownerExpiry is a sorted set of the same units scored by the Unix
 // millisecond at which their records expire, so that the count drops when
 // unfinished records expire rather than never.
-func (k keys) ownerExpiry(owner string) string { return k.prefix + "owner:" + owner + ":expiry" }
+func (k keys) ownerExpiry(owner string) string { return k.prefix + "owner:" + owner + suffixExpiry }
+
+const (
+	suffixPending = ":pending"
+	suffixOpen    = ":open"
+	suffixExpiry  = ":expiry"
+)
+
+// ownerAffixes returns the text around the owner in ownerPending,
+// ownerOpen and ownerExpiry (key = before + owner + suffix), for the
+// scripts that learn a batch's owner from its record and so cannot be
+// handed the keys: they put the owner between these four strings.
+func (k keys) ownerAffixes() []any {
+	return []any{k.prefix + "owner:", suffixPending, suffixOpen, suffixExpiry}
+}
+
+// ownerVT is a string holding the owner's virtual time in the feed: the
+// score of the last unit of its last batch (docs/batches.md, Fairness).
+// It lives as long as that batch.
+func (k keys) ownerVT(owner string) string { return k.prefix + "owner:" + owner + ":vt" }
+
+// batchReq is a hash of a batch's requests, custom IDs and kind maps, per
+// chunk and per own-unit item (docs/batches.md).
+func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":req" }
+
+// batchUnits is a list of a batch's units (tasks.UnitRef.Member) not yet
+// in the feed: staged with its chunks, so that the commit script and then
+// the feed script move them into the feed a window at a time without the
+// API passing them.
+func (k keys) batchUnits(id string) string { return k.batch(id) + suffixUnits }
+
+const suffixUnits = ":units"
+
+// batchUnitsAffixes returns the text around the batch ID in batchUnits,
+// for the feed script, which learns batch IDs from the feed's members.
+func (k keys) batchUnitsAffixes() []any { return []any{k.batch(""), suffixUnits} }
+
+// batchRes is a hash of chunk j's ended entries, active markers and
+// progress (docs/batches.md).
+func (k keys) batchRes(id string, j int) string { return k.batchResBase(id) + strconv.Itoa(j) }
+
+// batchResBase is batchRes without the chunk number, for scripts that
+// compute the chunk from the batch's stride and append it.
+func (k keys) batchResBase(id string) string { return k.prefix + "batch:" + id + ":res:" }
+
+// feed is a sorted set of the units waiting to be enqueued, scored by
+// virtual time for fairness between owners.
+func (k keys) feed() string { return k.prefix + "feed" }
+
+// feeding is a sorted set of the units taken from feed and being
+// enqueued, scored by when they were taken (Unix ms), so the reconciler
+// finds the ones whose feeder died.
+func (k keys) feeding() string { return k.prefix + "feeding" }
+
+// feedVT is a string holding the score of the last unit taken from feed.
+func (k keys) feedVT() string { return k.prefix + "feed:vt" }
 
 // owner returns the three quota keys of an owner, in the order the
 // scripts take them: pending, open, expiry.

@@ -142,7 +142,7 @@ func (s *Store) Pending(ctx context.Context, owner string) (int, error) {
 // its retries for a minute at most.
 func (s *Store) ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (claimed bool, prevBatch, prevHash string, err error) {
 	k := s.k.idempotency(owner, key)
-	ok, err := s.rdb.SetNX(ctx, k, batchID+" "+bodyHash, claimLease).Result()
+	ok, err := s.rdb.SetNX(ctx, k, claimValue(batchID, bodyHash), claimLease).Result()
 	if err != nil {
 		return false, "", "", fmt.Errorf("store: claim idempotency key: %w", err)
 	}
@@ -160,8 +160,33 @@ func (s *Store) ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyH
 	return false, prevBatch, prevHash, nil
 }
 
-// ReleaseIdempotency drops a claim whose batch could not be created, so a
-// retry with the same key can try again.
-func (s *Store) ReleaseIdempotency(ctx context.Context, owner, key string) error {
-	return s.rdb.Del(ctx, s.k.idempotency(owner, key)).Err()
+// releaseClaimScript deletes an Idempotency-Key claim only while it is
+// still the caller's: a request that outlived its claim (claimLease) must
+// not drop the claim a retry has taken since, or a third request could
+// create a second batch for the same key.
+//
+// KEYS[1] idempotency key
+// ARGV[1] the claim's value the caller set: batch ID, a space, body hash
+//
+// Returns 1 when the claim was deleted, 0 when it was not the caller's
+// (or gone).
+var releaseClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// claimValue is the value of batchID's claim on an Idempotency-Key: what
+// ClaimIdempotency stores, and what CreateBatch, AbandonBatch and
+// ReleaseIdempotency compare the key with before they touch it.
+func claimValue(batchID, bodyHash string) string { return batchID + " " + bodyHash }
+
+// ReleaseIdempotency drops the claim that ClaimIdempotency made for
+// batchID and bodyHash when its batch could not be created, so a retry
+// with the same key can try again. A claim that is no longer this one's
+// (it expired and another request took the key) is left alone.
+func (s *Store) ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error {
+	if err := releaseClaimScript.Run(ctx, s.rdb, []string{s.k.idempotency(owner, key)}, claimValue(batchID, bodyHash)).Err(); err != nil {
+		return fmt.Errorf("store: release idempotency key: %w", err)
+	}
+	return nil
 }

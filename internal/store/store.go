@@ -55,27 +55,6 @@ type NewTask struct {
 	Result json.RawMessage
 }
 
-// NewBatch describes a batch record to create.
-type NewBatch struct {
-	ID    string
-	Owner string
-	// Format is the judge format the batch was submitted in ("" for JSON),
-	// so its output can be rendered in the same format.
-	Format string
-	// Units are the queued tasks that run the batch's items. They go into
-	// the batch's outbox in the same script as its records, so no batch
-	// is ever recorded without what it takes to run it (see CreateBatch).
-	Units []tasks.Unit
-	// IdempotencyKey, when set, is the caller's Idempotency-Key, claimed
-	// by ClaimIdempotency for this batch ID and BodyHash. The batch is
-	// written only while that claim is still this batch's, and the claim
-	// then lives as long as the batch.
-	IdempotencyKey, BodyHash string
-	// Quota is the owner's quota of tasks that have not ended; 0:
-	// unlimited.
-	Quota int
-}
-
 // Batch is a batch record with its counts per state.
 type Batch struct {
 	ID     string
@@ -87,6 +66,11 @@ type Batch struct {
 	Counts    map[apitype.TaskState]int
 	CreatedAt time.Time
 	DoneAt    time.Time
+	// ExpiresAt is when every key of the batch expires; zero for a batch
+	// of the old layout.
+	ExpiresAt time.Time
+	// CanceledAt is when the batch was canceled; zero when it was not.
+	CanceledAt time.Time
 }
 
 // Ended returns how many items of the batch have ended.
@@ -98,6 +82,14 @@ func (b *Batch) Ended() int {
 		}
 	}
 	return n
+}
+
+// Chunks is how many chunks the batch's items are cut into.
+func (b *Batch) Chunks() int {
+	if b.Stride <= 0 {
+		return 0
+	}
+	return (b.Total + b.Stride - 1) / b.Stride
 }
 
 // Done reports whether every item of the batch has ended.
@@ -159,13 +151,10 @@ func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
 
 // DeleteTasks removes records, best effort; the API uses it to undo a
 // submission whose enqueue failed, so no orphan stays pending for a day.
-func (s *Store) DeleteTasks(ctx context.Context, batchID string, ids []string) error {
+func (s *Store) DeleteTasks(ctx context.Context, ids []string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			p.Del(ctx, s.k.task(id))
-		}
-		if batchID != "" {
-			p.Del(ctx, s.k.batch(batchID), s.k.batchItems(batchID))
 		}
 		return nil
 	})
@@ -246,21 +235,15 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	}
 	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[apitype.TaskState]int{}}
 	b.Total, _ = strconv.Atoi(m["total"])
+	b.Stride, _ = strconv.Atoi(m["stride"])
 	for _, st := range apitype.TaskStates() {
 		b.Counts[st], _ = strconv.Atoi(m[string(st)])
 	}
 	b.CreatedAt = msTime(m["created_at"])
 	b.DoneAt = msTime(m["done_at"])
+	b.ExpiresAt = msTime(m["expires_at"])
+	b.CanceledAt = msTime(m["canceled_at"])
 	return b, nil
-}
-
-// BatchItems returns up to limit task IDs of a batch from position start.
-func (s *Store) BatchItems(ctx context.Context, id string, start, limit int) ([]string, error) {
-	ids, err := s.rdb.LRange(ctx, s.k.batchItems(id), int64(start), int64(start+limit-1)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("store: batch items: %w", err)
-	}
-	return ids, nil
 }
 
 // The store is what the worker's handler needs.
@@ -396,7 +379,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for i, t := range ts {
 			if t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
-				p.Set(ctx, s.k.cache(cacheKeys[i]), []byte(t.Result), s.resultTTL)
+				// Never shorten an entry's life: batch items refer to
+				// cache entries whose TTL finishUnitScript raised to
+				// their batch's, so a SET with a shorter TTL would expire
+				// their results early. An existing entry is the same
+				// puzzle's answer.
+				ck := s.k.cache(cacheKeys[i])
+				p.SetNX(ctx, ck, []byte(t.Result), s.resultTTL)
+				p.ExpireGT(ctx, ck, s.resultTTL)
 			}
 		}
 		for g, idx := range groups {
@@ -445,7 +435,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 // every script, so on NOSCRIPT it loads the scripts and runs the pipeline
 // again. Rerunning is safe: a script that did run is not rerun, because
 // NOSCRIPT means no call of it ran.
-func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner)) error {
+//
+// scripts are the scripts fill may run; none means the task scripts
+// (startManyScript, finishManyScript, submitScript). Only those are
+// loaded, so a pipeline never depends on a script it does not run.
+func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner), scripts ...*redis.Script) error {
+	if len(scripts) == 0 {
+		scripts = []*redis.Script{startManyScript, finishManyScript, submitScript}
+	}
 	for attempt := 0; ; attempt++ {
 		cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
 		noscript := false
@@ -460,7 +457,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 			}
 			return nil
 		}
-		for _, sc := range []*redis.Script{startManyScript, finishManyScript, submitScript} {
+		for _, sc := range scripts {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 				return fmt.Errorf("load script: %w", err)
 			}
@@ -491,37 +488,39 @@ func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.
 	return prev[0], nil
 }
 
-// CancelBatch cancels every item of a batch that has not ended. It returns
-// how many were canceled.
+// CancelBatch cancels every item of a batch that has not ended. It marks
+// the batch canceled first (the feed then drops its units, and none of
+// them starts), then cancels each chunk's unended items with one script
+// call per chunk, cancelChunksPerTrip chunks to a round trip. It returns
+// how many items it canceled. owner is unused: the scripts read the
+// batch's owner from its record.
 func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
-	ids, err := s.rdb.LRange(ctx, s.k.batchItems(batchID), 0, -1).Result()
+	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID)}, ms(s.now())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
-	ts := make([]tasks.Transition, len(ids))
-	for i, id := range ids {
-		ts[i] = tasks.Transition{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled, Code: apitype.CodeCanceled, Msg: "batch canceled by request"}
-	}
 	n := 0
-	for start := 0; start < len(ts); start += 1000 {
-		part := ts[start:min(start+1000, len(ts))]
-		prev, err := s.Finish(ctx, part, nil)
+	for first := 0; first < chunks; first += cancelChunksPerTrip {
+		last := min(chunks, first+cancelChunksPerTrip)
+		cmds := make([]*redis.Cmd, 0, last-first)
+		err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+			cmds = cmds[:0]
+			for j := first; j < last; j++ {
+				cmds = append(cmds, cancelItemsScript.EvalSha(ctx, p,
+					[]string{s.k.batch(batchID), s.k.batchReq(batchID), s.k.batchRes(batchID, j)},
+					s.cancelArgs(batchID, j, "batch canceled by request")...))
+			}
+		}, cancelItemsScript)
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("store: cancel batch: %w", err)
 		}
-		var running []any
-		for i, p := range prev {
-			if p == apitype.TaskStatePending || p == apitype.TaskStateActive {
-				n++
+		for _, c := range cmds {
+			v, err := c.StringSlice()
+			if err != nil || len(v) == 0 {
+				return n, fmt.Errorf("store: cancel batch chunk: %v", err)
 			}
-			if p == apitype.TaskStateActive {
-				running = append(running, part[i].ID)
-			}
-		}
-		for _, id := range running {
-			if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
-				return n, fmt.Errorf("store: announce cancel: %w", err)
-			}
+			k, _ := strconv.Atoi(v[0])
+			n += k
 		}
 	}
 	return n, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -75,7 +76,7 @@ func randomFill(rng *rand.Rand, n int) string {
 
 func TestSingleTaskLifecycleAndCache(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, nil)
+	s := stacktest.StartWith(t, 1, nil)
 
 	code, body, hdr := s.DoH("POST", "/v1/tasks", sample8)
 	if code != http.StatusAccepted {
@@ -138,7 +139,7 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 
 func TestCancelPendingTaskNeverRuns(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 0, nil)
+	s := stacktest.StartWith(t, 0, nil)
 	tk := s.Submit(`{"kind":"sweep","puzzle":{"board":["...",".*.","..."]}}`, http.StatusAccepted)
 	code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
 	if c := decode[apitype.Task](t, b); code != http.StatusOK || c.State != apitype.TaskStateCanceled {
@@ -166,7 +167,7 @@ func TestCancelPendingTaskNeverRuns(t *testing.T) {
 
 func TestBatchLifecycleMixedKinds(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 2, map[string]string{"CHUNK_SIZE": "16"})
+	s := stacktest.StartWith(t, 2, map[string]string{"CHUNK_SIZE": "16"})
 	rng := rand.New(rand.NewSource(2))
 	var reqs []string
 	for i := range 300 {
@@ -244,7 +245,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 
 func TestJudgeTextBatchOutput(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, nil)
+	s := stacktest.StartWith(t, 1, nil)
 	for _, tc := range []struct{ format, in, want string }{
 		{"boj1525", "1 0 3\n4 2 5\n7 8 6\n", "3\n"},
 		{"boj1525", "3 6 0\n8 1 2\n7 4 5\n", "-1\n"},
@@ -265,7 +266,7 @@ func TestJudgeTextBatchOutput(t *testing.T) {
 
 func TestBatchCancelStopsPendingItems(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 0, nil)
+	s := stacktest.StartWith(t, 0, nil)
 	rng := rand.New(rand.NewSource(3))
 	raw := make([]json.RawMessage, 40)
 	for i := range raw {
@@ -301,7 +302,7 @@ func TestBatchCancelStopsPendingItems(t *testing.T) {
 func TestSinglesOvertakeABulkBatch(t *testing.T) {
 	t.Parallel()
 	// One worker slot makes the order of service observable.
-	s := startStack(t, 1, map[string]string{"WORKER_CONCURRENCY": "1", "REQUEST_TIMEOUT": "60s"})
+	s := stacktest.StartWith(t, 1, map[string]string{"WORKER_CONCURRENCY": "1", "REQUEST_TIMEOUT": "60s"})
 	rng := rand.New(rand.NewSource(4))
 	// Sweep items are queued one task each, so the batch is 1,000 queue
 	// round trips long: long enough to be overtaken, cheap to submit.
@@ -330,7 +331,7 @@ func TestSinglesOvertakeABulkBatch(t *testing.T) {
 
 func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 2, nil)
+	s := stacktest.StartWith(t, 2, nil)
 	var wg sync.WaitGroup
 	ids := make([]string, 20)
 	for i := range ids {
@@ -400,7 +401,7 @@ func rotate(g []string) []string {
 
 func TestCancelRunningSweep(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
+	s := stacktest.StartWith(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
 	w := s.Workers[0]
 	for attempt, req := range slowSweeps(t) {
 		tk := s.Submit(req, http.StatusAccepted)
@@ -451,7 +452,7 @@ func TestCancelRunningSweep(t *testing.T) {
 
 func TestSubmitAndWaitInOneRequest(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, nil)
+	s := stacktest.StartWith(t, 1, nil)
 	code, b, hdr := s.DoH("POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[4,1,2],[5,0,3],[7,8,6]]}}`)
 	tk := decode[apitype.Task](t, b)
 	if code != http.StatusOK || tk.State != apitype.TaskStateCompleted || tk.Result == nil || hdr.Get("Location") != "/v1/tasks/"+tk.ID {
@@ -464,7 +465,7 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 		t.Fatalf("bad wait: %d", code)
 	}
 	// No worker to finish it in time: 202 with the pending task.
-	s2 := startStack(t, 0, nil)
+	s2 := stacktest.StartWith(t, 0, nil)
 	code, b, _ = s2.DoH("POST", "/v1/tasks?wait=200ms", sample8)
 	if tk := decode[apitype.Task](t, b); code != http.StatusAccepted || tk.State != apitype.TaskStatePending {
 		t.Fatalf("wait ran out: %d %s", code, b)
@@ -473,7 +474,7 @@ func TestSubmitAndWaitInOneRequest(t *testing.T) {
 
 func TestLargeSlidingBoardReportsProgress(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, 1, nil)
+	s := stacktest.StartWith(t, 1, nil)
 	// A 2x8 board 82 moves from the goal: IDA* with pattern databases
 	// searches it for about 0.3 s (several seconds under -race), reporting
 	// each new bound; the record must show it while the task runs.

@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // The tests in this file prove the batch durability contract of issue 11
@@ -123,15 +126,32 @@ func batchItems(t *testing.T, hc *http.Client, base, id string) []apitype.Task {
 	}
 }
 
-// recordCensus reads every task record in Redis and returns the batch IDs
-// recorded and how many of owner's records have not ended.
+// recordCensus reads every record in Redis and returns the batch IDs
+// recorded and how many of owner's items have not ended: the pending and
+// active counts of its batches (a batch is one record, docs/batches.md)
+// plus its single tasks that are pending or active.
 func (c *cluster) recordCensus(t *testing.T, owner string) (batches []string, unfinished int) {
 	t.Helper()
 	ctx := context.Background()
 	iter := c.rdb.Scan(ctx, 0, "pq:batch:*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); !strings.HasSuffix(k, ":items") {
-			batches = append(batches, strings.TrimPrefix(k, "pq:batch:"))
+		k := iter.Val()
+		id := strings.TrimPrefix(k, "pq:batch:")
+		if strings.Contains(id, ":") { // a batch's requests, results or units
+			continue
+		}
+		v, err := c.rdb.HMGet(ctx, k, "owner", "pending", "active").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, id)
+		if o, _ := v[0].(string); o != owner {
+			continue
+		}
+		for _, n := range v[1:] {
+			s, _ := n.(string)
+			i, _ := strconv.Atoi(s)
+			unfinished += i
 		}
 	}
 	var keys []string
@@ -163,7 +183,7 @@ func (c *cluster) recordCensus(t *testing.T, owner string) (batches []string, un
 }
 
 // checkQuota asserts that owner's quota count equals its unfinished
-// records, and returns the count.
+// items, and returns the count.
 func (c *cluster) checkQuota(t *testing.T, when string) int {
 	t.Helper()
 	st := store.New(c.rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
@@ -178,14 +198,21 @@ func (c *cluster) checkQuota(t *testing.T, when string) int {
 	return n
 }
 
-// outboxLeft is how many units of a batch are not yet known to be queued.
-func (c *cluster) outboxLeft(t *testing.T, batchID string) int {
+// unfed is how many units of a batch are not yet known to be queued: in
+// the feed, or taken from it by a feeder that has not acknowledged them.
+func (c *cluster) unfed(t *testing.T, batchID string) int {
 	t.Helper()
-	n, err := c.rdb.HLen(context.Background(), "pq:outbox:"+batchID).Result()
-	if err != nil {
-		t.Fatal(err)
+	n := 0
+	for _, set := range []string{"pq:feed", "pq:feeding"} {
+		iter := c.rdb.ZScan(context.Background(), set, 0, batchID+"/*", 1000).Iterator()
+		for iter.Next(context.Background()) {
+			n++
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return int(n)
+	return n / 2 // ZSCAN yields each member and its score
 }
 
 // getTaskAuthed reads one task with the key.
@@ -237,20 +264,23 @@ func checkItems(t *testing.T, hc *http.Client, base, id string, reqs []string, o
 }
 
 // testAPIKilledMidSubmit: two API replicas share Redis. A 10,000-item
-// batch is posted to the first, which is killed with SIGKILL while it is
-// enqueueing: after the batch was recorded (its outbox exists) and before
-// its units were all queued. CHUNK_SIZE=1 makes that enqueue 10,000 calls
-// long, so the kill lands inside it by construction, and the test checks
-// it did. The client sees its request fail and retries on the surviving
+// batch is posted to the first, which is killed with SIGKILL while it
+// feeds the batch's units to the queue: after the batch was committed
+// (every unit is in the feed) and before the units it took from the feed
+// were all enqueued and acknowledged. CHUNK_SIZE=1 makes that 10,000
+// units and FEED_DEPTH=100000 has the API feed them all at once, so the
+// kill lands inside the feed by construction, and the test checks it
+// did. The client sees its request fail and retries on the surviving
 // replica, with or without an Idempotency-Key. The surviving replica's
-// reconciler must finish the dead one's enqueue within 5 s; every item of
+// reconciler must finish the dead one's feed within 5 s; every item of
 // every recorded batch completes once with the exact answer; a replay
 // answers with the recorded batch and nothing else is created; and the
 // quota count ends at zero.
 func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
-	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "1",
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "1", "FEED_DEPTH": "100000",
 		"RATE_LIMIT_BURST": "1000", "MAX_PENDING_PER_KEY": "100000"}
-	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings})
+	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
+		worker: map[string]string{"FEED_DEPTH": "100000"}})
 	survivor := c.startReplica(t, "api2", settings)
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
@@ -261,21 +291,23 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 		hdr["Idempotency-Key"] = "retry-me"
 	}
 
-	// Watch the outbox from before the request, and kill once the API has
-	// queued some of the batch's units (they leave the outbox) but not
-	// all: mid enqueue, so the reconciler meets both kinds.
+	// Watch the feed from before the request, and kill once the API has
+	// queued some of the units it took (they are on asynq's list) but has
+	// not acknowledged them all: mid feed, so the reconciler meets units
+	// that landed and units that did not.
 	ctx := context.Background()
 	recorded := make(chan string, 1)
 	go func() {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			ids, err := c.rdb.ZRange(ctx, "pq:outbox", 0, 0).Result()
-			if err != nil || len(ids) == 0 {
+			m, err := c.rdb.ZRange(ctx, "pq:feeding", 0, 0).Result()
+			if err != nil || len(m) == 0 {
 				continue
 			}
-			if n, err := c.rdb.HLen(ctx, "pq:outbox:"+ids[0]).Result(); err == nil && n < int64(len(reqs)) {
+			if n, err := c.rdb.LLen(ctx, tasks.PendingListKey(tasks.QueueBulk)).Result(); err == nil && n > 0 {
 				c.api.Signal(t, syscall.SIGKILL)
-				recorded <- ids[0]
+				id, _, _ := strings.Cut(m[0], "/")
+				recorded <- id
 				return
 			}
 		}
@@ -292,15 +324,15 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 	}()
 	batchID, ok := <-recorded
 	if !ok {
-		t.Fatal("the batch was never recorded, so the kill never happened")
+		t.Fatal("the batch was never fed, so the kill never happened")
 	}
 	killedAt := time.Now()
 	c.api.WaitExit(5 * time.Second)
-	left := c.outboxLeft(t, batchID)
+	left := c.unfed(t, batchID)
 	queuedAtKill := c.queued()
-	t.Logf("killed the API mid enqueue: %d of 10000 units still in the outbox, %d tasks queued", left, queuedAtKill)
+	t.Logf("killed the API mid feed: %d of 10000 units not yet acknowledged, %d tasks queued", left, queuedAtKill)
 	if left == 0 {
-		t.Fatal("precondition: the kill landed after the enqueue had finished; nothing was interrupted")
+		t.Fatal("precondition: the kill landed after the feed had finished; nothing was interrupted")
 	}
 	if a := <-first; a.err == nil && a.code == http.StatusAccepted {
 		t.Fatalf("precondition: the killed API answered %d", a.code)
@@ -322,9 +354,10 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 		t.Fatal("a retry without a key answered with the first batch")
 	}
 
-	// The survivor's reconciler finishes the dead replica's enqueue.
-	if !pollUntil(30*time.Second, 20*time.Millisecond, func() bool { return c.outboxLeft(t, batchID) == 0 }) {
-		t.Fatalf("the outbox still holds %d units 30s after the kill", c.outboxLeft(t, batchID))
+	// The survivor's reconciler finishes the dead replica's feed: every
+	// unit is on the queue and none is left in the feed.
+	if !pollUntil(30*time.Second, 20*time.Millisecond, func() bool { return c.unfed(t, batchID) == 0 }) {
+		t.Fatalf("%d units are still unfed 30s after the kill", c.unfed(t, batchID))
 	}
 	reconciled := time.Since(killedAt)
 	t.Logf("FIGURES api_kill idempotent=%v units_left_at_kill=%d reconciled_after=%v", idempotent, left, reconciled.Round(10*time.Millisecond))
@@ -358,18 +391,19 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 // moment, and after asynq has recovered the chunk on another worker, the
 // quota count equals the unfinished records; in the end every item
 // completed once with the exact answer, and the items written before the
-// kill did not run again. The worker runs one task at a time, and polling
-// the batch's counts every millisecond kills it as soon as a chunk's items
-// turn active: a chunk of 20 fills of 300x300 stays active for about
-// 100 ms, so the kill lands mid chunk by construction; the test checks it.
+// kill did not run again. The worker runs one task at a time; the test
+// kills it once some items of the running chunk are written and some are
+// not: a chunk of 512 fills of 120x120 (each under the 64 KiB that would
+// give it a unit of its own, and about a millisecond to solve) runs for
+// about half a second and is written every 100 ms, so the kill lands mid
+// chunk by construction; the test checks it.
 func testWorkerKilledMidChunk(t *testing.T) {
-	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "20", "RATE_LIMIT_BURST": "1000",
-		"MAX_BATCH_BODY_BYTES": "32Mi"}
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "512", "RATE_LIMIT_BURST": "1000"}
 	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
 		worker: map[string]string{"WORKER_CONCURRENCY": "1"}})
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
-	reqs := randomFills(40, 300, 5)
+	reqs := randomFills(1024, 120, 5)
 	victim := c.startWorker(nil)
 	var ack struct {
 		ID string `json:"id"`
@@ -379,14 +413,24 @@ func testWorkerKilledMidChunk(t *testing.T) {
 	}
 
 	ctx := context.Background()
+	// Kill once the running chunk has written some of its items and not
+	// all: on this one-slot worker the chunks run one after the other, so
+	// a count of completed items that is not a whole number of chunks,
+	// with items still active, is a chunk caught between two writes.
 	if !pollUntil(60*time.Second, time.Millisecond, func() bool {
-		if n, err := c.rdb.HGet(ctx, "pq:batch:"+ack.ID, "active").Int(); err == nil && n > 0 {
+		v, err := c.rdb.HMGet(ctx, "pq:batch:"+ack.ID, "active", "completed").Result()
+		if err != nil {
+			return false
+		}
+		active, _ := strconv.Atoi(fmt.Sprint(v[0]))
+		completed, _ := strconv.Atoi(fmt.Sprint(v[1]))
+		if active > 0 && completed%512 != 0 {
 			victim.Signal(t, syscall.SIGKILL)
 			return true
 		}
 		return false
 	}) {
-		t.Fatalf("never saw a chunk active (batch %v)", batchState(t, hc, c.api.URL(), ack.ID, 0).Counts)
+		t.Fatalf("never saw a chunk partly written (batch %v)", batchState(t, hc, c.api.URL(), ack.ID, 0).Counts)
 	}
 	victim.WaitExit(5 * time.Second)
 	// The dead worker's chunk stays in asynq's active list until its lease
@@ -394,15 +438,15 @@ func testWorkerKilledMidChunk(t *testing.T) {
 	var held []string
 	doneAtKill := map[string]bool{}
 	for _, ti := range c.activeTasks() {
-		held = itemsOf(ti)
+		held = c.unitItems(ti)
 	}
 	for _, id := range held {
-		if st, _ := c.rdb.HGet(ctx, "pq:task:"+id, "state").Result(); st == "completed" {
+		if tr, ok := c.getTaskAuthed(t, hc, id); ok && tr.State == apitype.TaskStateCompleted {
 			doneAtKill[id] = true
 		}
 	}
-	if len(held) == 0 || len(doneAtKill) == len(held) {
-		t.Fatalf("precondition: the killed worker held %d items, %d of them written; want some unwritten", len(held), len(doneAtKill))
+	if len(held) == 0 || len(doneAtKill) == 0 || len(doneAtKill) == len(held) {
+		t.Fatalf("precondition: the killed worker held %d items, %d of them written; want some written and some not", len(held), len(doneAtKill))
 	}
 	n := c.checkQuota(t, "right after the worker was killed")
 	t.Logf("killed the worker holding a chunk of %d items (%d already written); the key's unfinished count is %d",

@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -135,20 +136,63 @@ func mixed(t *testing.T, c *cluster, w *workload, seed int64) {
 	}
 }
 
-// itemsOf returns the record IDs an asynq task carries.
+// itemsOf returns the IDs of the items an asynq task carries, where the
+// task alone says: a single task's ID, or the one item of a batch's own
+// unit. A chunk unit's items need the batch's records: see
+// cluster.unitItems.
 func itemsOf(ti *asynq.TaskInfo) []string {
-	if ti.Type == tasks.TypeChunk {
-		var p tasks.ChunkPayload
-		_ = json.Unmarshal(ti.Payload, &p)
-		ids := make([]string, len(p.Items))
-		for i, it := range p.Items {
-			ids[i] = it.ID
+	if ti.Type == tasks.TypeUnit {
+		var r tasks.UnitRef
+		if json.Unmarshal(ti.Payload, &r) != nil {
+			return nil
 		}
-		return ids
+		if chunk, n, err := tasks.ParseUnit(r.Unit); err == nil && !chunk {
+			return []string{apitype.ItemID(r.BatchID, n)}
+		}
+		return nil
 	}
 	var p tasks.SolvePayload
 	_ = json.Unmarshal(ti.Payload, &p)
 	return []string{p.ID}
+}
+
+// itemOf is the item an asynq task carries alone: a single task, or a
+// batch item in its own unit (ti.ID, the asynq ID, for anything else).
+func itemOf(ti *asynq.TaskInfo) string {
+	if ids := itemsOf(ti); len(ids) == 1 {
+		return ids[0]
+	}
+	return ti.ID
+}
+
+// unitItems returns the IDs of the items an asynq task carries, reading a
+// chunk unit's items from its batch's kind map (docs/batches.md): the
+// chunk's items that do not run in their own units.
+func (c *cluster) unitItems(ti *asynq.TaskInfo) []string {
+	var r tasks.UnitRef
+	if ti.Type != tasks.TypeUnit || json.Unmarshal(ti.Payload, &r) != nil {
+		return itemsOf(ti)
+	}
+	chunk, j, err := tasks.ParseUnit(r.Unit)
+	if err != nil || !chunk {
+		return itemsOf(ti)
+	}
+	ctx := context.Background()
+	stride, err := c.rdb.HGet(ctx, "pq:batch:"+r.BatchID, "stride").Int()
+	if err != nil {
+		c.t.Fatalf("read the stride of batch %s: %v", r.BatchID, err)
+	}
+	kinds, err := c.rdb.HGet(ctx, "pq:batch:"+r.BatchID+":req", "m"+strconv.Itoa(j)).Result()
+	if err != nil {
+		c.t.Fatalf("read the kind map of chunk %d of batch %s: %v", j, r.BatchID, err)
+	}
+	var ids []string
+	for k := 0; k < len(kinds); k++ {
+		if 'a' <= kinds[k] && kinds[k] <= 'z' {
+			ids = append(ids, apitype.ItemID(r.BatchID, j*stride+k))
+		}
+	}
+	return ids
 }
 
 // activeTasks lists asynq's active tasks of both queues.
@@ -252,7 +296,7 @@ func testWorkerCrash(t *testing.T) {
 			t.Fatalf("task %s was already requeued (retried %d, %q) when the victim's tasks were identified", ti.ID, ti.Retried, ti.LastErr)
 		}
 		n := 0
-		for _, id := range itemsOf(ti) {
+		for _, id := range c.unitItems(ti) {
 			if tr, ok := c.getTask(id, 0); ok && !tr.State.Terminal() {
 				held = append(held, id)
 				heldBy[id] = describeActive([]*asynq.TaskInfo{ti}, hard)
@@ -412,7 +456,8 @@ func testGracefulShutdown(t *testing.T) {
 				return tm.Format(time.StampMilli)
 			}
 			for _, ti := range active {
-				id, name := ti.ID, hard[ti.ID].name
+				id := itemOf(ti)
+				name := hard[id].name
 				tr := all[id]
 				if tr.StartedAt == nil || tr.StartedAt.After(sent) || tr.CompletedAt == nil {
 					t.Errorf("%s (task %s): started %s, completed %s; want started before SIGTERM at %s, then completed",

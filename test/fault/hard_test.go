@@ -344,10 +344,10 @@ func (w *workload) addHardSingles(c *cluster, hs []hard15) map[string]hard15 {
 
 // hardOf returns the board an asynq task solves, if it is one of hard.
 func hardOf(ti *asynq.TaskInfo, hard map[string]hard15) (hard15, bool) {
-	if ti.Type != tasks.TypeSliding {
+	if ti.Type != tasks.TypeSliding && ti.Type != tasks.TypeUnit {
 		return hard15{}, false
 	}
-	ids := itemsOf(ti)
+	ids := itemsOf(ti) // a single, or a batch item in its own unit
 	if len(ids) != 1 {
 		return hard15{}, false
 	}
@@ -398,7 +398,7 @@ func describeActive(active []*asynq.TaskInfo, hard map[string]hard15) string {
 		if h, ok := hardOf(ti, hard); ok {
 			parts = append(parts, h.name)
 		} else {
-			parts = append(parts, fmt.Sprintf("%s(%d items)", ti.Type, len(itemsOf(ti))))
+			parts = append(parts, fmt.Sprintf("%s(%s)", ti.Type, ti.ID))
 		}
 	}
 	sort.Strings(parts)

@@ -137,9 +137,9 @@ func testHostCrash(t *testing.T) {
 		}
 	}
 	for _, ti := range inFlight {
-		if !durable[ti.ID] {
+		if id := itemOf(ti); !durable[id] {
 			t.Fatalf("%s (task %s), running at the kill, was acknowledged at %v, less than %v before the cut at %v",
-				hard[ti.ID].name, ti.ID, sub.at[ti.ID].Format(time.StampMilli), durableAfter, keptAt.Format(time.StampMilli))
+				hard[id].name, id, sub.at[id].Format(time.StampMilli), durableAfter, keptAt.Format(time.StampMilli))
 		}
 	}
 	t.Logf("host crash: cut the AOF from %d to %d bytes (the last second); %d tasks in %d batches and singles were acknowledged, %d of them %v before the cut; running at the kill: %v",
@@ -222,7 +222,7 @@ func testHostCrash(t *testing.T) {
 	}
 	var attempts []int
 	for _, ti := range inFlight {
-		attempts = append(attempts, recs[ti.ID].Attempts)
+		attempts = append(attempts, recs[itemOf(ti)].Attempts)
 	}
 	t.Logf("host crash: FIGURES acked=%d (%d batches, %d checked exactly) durable=%d completed=%d lost=%d orphaned=%d silently_dropped=0 aof_cut=%d bytes in_flight=%d attempts=%v",
 		len(acked.reqs), len(acked.batches), durableBatches, len(durable), len(completed), len(lost), len(orphans), fi.Size()-keep, len(inFlight), attempts)
@@ -274,7 +274,7 @@ func (c *cluster) carriedItems() map[string]bool {
 					c.t.Fatalf("list asynq tasks of %s: %v", q, err)
 				}
 				for _, ti := range ts {
-					for _, id := range itemsOf(ti) {
+					for _, id := range c.unitItems(ti) {
 						out[id] = true
 					}
 				}

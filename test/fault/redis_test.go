@@ -184,11 +184,12 @@ func testRedisRestart(t *testing.T) {
 	// in flight), with the exact answer, counted once in its batch (above).
 	var attempts []int
 	for _, ti := range inFlight {
-		tr := recs[ti.ID]
+		id := itemOf(ti)
+		tr := recs[id]
 		attempts = append(attempts, tr.Attempts)
 		if tr.CompletedAt == nil || !tr.CompletedAt.After(killedAt.Add(-time.Millisecond)) {
 			t.Errorf("%s (task %s), active at the kill: completed at %v, want after the kill at %v (it was running then)",
-				hard[ti.ID].name, ti.ID, tr.CompletedAt, killedAt.Format(time.StampMilli))
+				hard[id].name, id, tr.CompletedAt, killedAt.Format(time.StampMilli))
 		}
 	}
 	var last time.Time

@@ -1,0 +1,207 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// batchStore is what POST /v1/batches needs of the store beyond the
+// idempotency claims: staging, committing and feeding (docs/batches.md).
+type batchStore interface {
+	NewBatchWriter(id string, stride int) *store.BatchWriter
+	CommitBatch(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) error
+	AbandonCommit(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) (int, error)
+	tasks.Feeder
+}
+
+// createBatch accepts a batch: it stages the body's items as they arrive
+// (ingest), claims the Idempotency-Key once the body's hash is known,
+// commits the batch in one script and feeds the bulk queue. Once the
+// commit succeeded every unit is in the feed, so the 202 holds whatever
+// dies next: what this request does not enqueue, the workers and the
+// reconciler feed.
+//
+// The claim comes after the body, not before: its hash needs the whole
+// body, and a claim taken on the key alone would have to be released by
+// every failed upload anyway. So a replay answers only for a batch that
+// is complete, or committing right now (replayBatch waits for that).
+func (s *Server) createBatch(c *gin.Context) {
+	ctx, owner := c.Request.Context(), ownerOf(c)
+	key := c.GetHeader("Idempotency-Key")
+	if len(key) > 200 || strings.ContainsAny(key, " \t\r\n") {
+		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
+		return
+	}
+	batchID := newID()
+	w := s.store.NewBatchWriter(batchID, s.opts.ChunkSize)
+	// Every failure below leaves nothing: the staged chunks go (they
+	// would expire anyway), and so does the claim unless it may be the
+	// batch's now.
+	committed, claimed, hash := false, false, ""
+	defer func() {
+		if committed {
+			return
+		}
+		dctx := context.WithoutCancel(ctx)
+		if err := w.Discard(dctx); err != nil {
+			s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
+		}
+		if claimed {
+			_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
+		}
+	}()
+	in, err := s.ingest(c, w, key != "")
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if key != "" {
+		hash = in.Hash
+		ok, prevID, prevHash, err := s.store.ClaimIdempotency(ctx, owner, key, batchID, in.Hash)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		if !ok {
+			if prevHash != in.Hash {
+				fail(c, newError(http.StatusUnprocessableEntity, apitype.CodeIdempotencyKeyReused, "Idempotency-Key",
+					"this Idempotency-Key was used for a different request body"))
+				return
+			}
+			s.replayBatch(c, prevID)
+			return
+		}
+		claimed = true
+	}
+	cb := store.CommitBatch{ID: batchID, Owner: owner, Format: in.Format, BodyHash: in.Hash, Quota: s.quotaFor(c)}
+	if claimed {
+		cb.IdempotencyKey = key
+	}
+	err = s.store.CommitBatch(ctx, w, cb)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrQuota):
+		fail(c, s.quotaError(c))
+		return
+	case errors.Is(err, store.ErrClaimLost):
+		// This request outlived its claim, which may be another
+		// request's now: it is not ours to release. The retry will
+		// replay or claim.
+		claimed = false
+		c.Header("Retry-After", "1")
+		fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
+			"this request took longer than its Idempotency-Key claim; retry shortly"))
+		return
+	case errors.Is(err, store.ErrStagedGone):
+		// Nothing committed: the staged items expired or a chunk's
+		// write was lost. The client may send the batch again.
+		fail(c, err)
+		return
+	default:
+		// The script may have run and only its reply been lost. Undo it
+		// (record, feed, quota, claim) unless a unit has been fed (a
+		// worker or the reconciler fed it): then the batch runs, and it
+		// is accepted.
+		undone, aerr := s.store.AbandonCommit(context.WithoutCancel(ctx), w, cb)
+		switch {
+		case aerr != nil:
+			// Unknown still: keep everything, so that a batch that did
+			// commit is whole. The staged keys and an uncommitted claim
+			// expire on their own.
+			committed = true
+			s.log.Warn("batch commit outcome unknown", "batch_id", batchID, "err", err, "abandon_err", aerr)
+			fail(c, err)
+			return
+		case undone != store.BatchKept:
+			fail(c, err)
+			return
+		}
+		s.log.Info("batch commit reply lost, but the batch is being fed: accepted", "batch_id", batchID, "err", err)
+	}
+	committed = true
+	for k, n := range in.Kinds {
+		s.metrics.submitted.WithLabelValues(string(k)).Add(float64(n))
+	}
+	s.feedAfterCommit(ctx, batchID)
+	c.Header("Location", "/v1/batches/"+batchID)
+	c.JSON(http.StatusAccepted, batchCreated(batchID, w.Total()))
+}
+
+// batchCreated is the 202 of a batch: the items' IDs are listed up to
+// apitype.MaxListedIDs, derived (apitype.ItemID) beyond.
+func batchCreated(id string, total int) apitype.BatchCreated {
+	res := apitype.BatchCreated{ID: id, Total: total}
+	if total <= apitype.MaxListedIDs {
+		res.TaskIDs = make([]string, total)
+		for i := range res.TaskIDs {
+			res.TaskIDs[i] = apitype.ItemID(id, i)
+		}
+	}
+	return res
+}
+
+// replayBatch answers a retried submission with the batch the first one
+// created, so a client that lost the response does not double the work.
+// The claim is taken only once a body is complete, so the first request
+// is committing it; wait a little for that.
+func (s *Server) replayBatch(c *gin.Context, id string) {
+	ctx := c.Request.Context()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := s.store.GetBatch(ctx, id)
+		if err == nil && b.Owner == ownerOf(c) {
+			c.Header("Location", "/v1/batches/"+id)
+			c.Header("Idempotent-Replayed", "true")
+			c.JSON(http.StatusAccepted, batchCreated(id, b.Total))
+			return
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			fail(c, err)
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.Header("Retry-After", "1")
+			fail(c, newError(http.StatusConflict, apitype.CodeInProgress, "Idempotency-Key",
+				"a request with this Idempotency-Key is still being processed; retry shortly"))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// feedAfterCommit moves units from the feed onto the bulk queue right
+// after a commit, so that a new batch starts without waiting for a worker
+// or the reconciler. The client leaving does not stop it, and a failure
+// is only logged: the batch is accepted, and the others feed it.
+func (s *Server) feedAfterCommit(ctx context.Context, batchID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
+	defer cancel()
+	n, err := feed(ctx, s.store, s.enq, s.opts.FeedDepth, s.opts.EnqueueParallelism)
+	if err != nil {
+		s.log.Warn("feeding the bulk queue after a commit was interrupted; workers and the reconciler feed the rest",
+			"batch_id", batchID, "fed", n, "err", err)
+	}
+}
+
+// feed takes up to depth units from the feed (while the bulk queue holds
+// fewer than depth waiting), enqueues them par at a time and acknowledges
+// those that landed. A unit already queued (asynq's ErrTaskIDConflict for
+// its fixed task ID) has landed. Units it fails to enqueue stay in the
+// feeding set, where the reconciler finds them. It returns how many it
+// acknowledged.
+func feed(ctx context.Context, f tasks.Feeder, enq Enqueuer, depth, par int) (int, error) {
+	refs, err := f.Feed(ctx, tasks.QueueBulk, depth, depth)
+	if err != nil || len(refs) == 0 {
+		return 0, err
+	}
+	return enqueueFed(ctx, enq, f, refs, par)
+}

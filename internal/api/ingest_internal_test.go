@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// memStager is a stager that keeps one chunk of stride items and then
+// drops it, as the store's writer sends a full chunk to Redis; it keeps
+// every custom ID for CustomIDAt.
+type memStager struct {
+	stride   int
+	ids      []string
+	items    []store.StagedItem
+	buffered int64
+	closed   bool
+}
+
+func (m *memStager) Add(_ context.Context, it store.StagedItem) error {
+	m.ids = append(m.ids, it.CustomID)
+	m.items = append(m.items, store.StagedItem{Kind: it.Kind, Own: it.Own, Timeout: it.Timeout})
+	m.buffered += int64(len(it.Request) + len(it.CustomID))
+	if len(m.ids)%m.stride == 0 {
+		m.buffered = 0
+	}
+	return nil
+}
+func (m *memStager) Total() int      { return len(m.ids) }
+func (m *memStager) Buffered() int64 { return m.buffered }
+func (m *memStager) CustomIDAt(_ context.Context, i int) (string, error) {
+	return m.ids[i], nil
+}
+func (m *memStager) Close(context.Context) error   { m.closed, m.buffered = true, 0; return nil }
+func (m *memStager) Discard(context.Context) error { return nil }
+
+// peakReader records the pool's use each time the body is read.
+type peakReader struct {
+	r    io.Reader
+	p    *pool
+	peak int64
+}
+
+func (r *peakReader) Read(b []byte) (int, error) {
+	r.peak = max(r.peak, r.p.inUse())
+	return r.r.Read(b)
+}
+
+func ingestServer(t *testing.T) *Server {
+	t.Helper()
+	o := OptionsForTest()
+	o.Limits = tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute, puzzle.KindSweep: time.Minute, puzzle.KindFill: 10 * time.Second}}
+	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout = 64<<20, 1<<20, time.Minute, time.Minute
+	return New(nil, nil, nil, nil, nil, o)
+}
+
+// A streamed body holds of the pool what the request holds in memory: the
+// reader's buffer, the item and the writer's unwritten chunk, not the
+// body. Its hash is the body's, under its form, and every item is sized
+// for its unit as the store expects.
+func TestIngestHoldsWhatItBuffers(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	s := ingestServer(t)
+	var b strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&b, `{"custom_id":"c-%d","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{"max_nodes":%d}}`+"\n", i, i+1)
+		if i%1000 == 0 {
+			b.WriteString(`{"kind":"sweep","puzzle":{"board":["...","..."]}}` + "\n")
+		}
+	}
+	body := b.String()
+	pr := &peakReader{r: strings.NewReader(body), p: s.admit}
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = httptest.NewRequest(http.MethodPost, "/v1/batches", pr)
+	c.Request.Header.Set("Content-Type", "application/x-ndjson")
+	w := &memStager{stride: 64}
+	in, err := s.ingest(c, w, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Total() != 20020 || !w.closed || in.Kinds[puzzle.KindSliding] != 20000 || in.Kinds[puzzle.KindSweep] != 20 {
+		t.Fatalf("staged %d items (closed %v), kinds %v", w.Total(), w.closed, in.Kinds)
+	}
+	sum := sha256.Sum256([]byte("ndjson\n" + body))
+	if in.Hash != hex.EncodeToString(sum[:]) {
+		t.Errorf("hash %s, want the body's under ndjson", in.Hash)
+	}
+	// The bound: the reader's buffer, a read ahead of it, a chunk of
+	// items; the body is 2.5 MB.
+	if limit := int64(readSlack + readChunk + 64*200); pr.peak > limit || pr.peak == 0 {
+		t.Errorf("the pool held up to %d bytes of a %d-byte body, want at most %d", pr.peak, len(body), limit)
+	}
+	for i, it := range w.items {
+		wantOwn := i%1001 == 1
+		d := time.Minute // cheap: the chunk cap; sweep: its deadline
+		if it.Own != wantOwn || it.Timeout != d {
+			t.Fatalf("item %d: own %v timeout %s, want own %v timeout %s", i, it.Own, it.Timeout, wantOwn, d)
+		}
+	}
+}
+
+// A large cheap item (a 1000x1000 fill is 2 MB) runs alone: a worker
+// reading its chunk must not read megabytes of its neighbours.
+func TestLargeCheapItemRunsAlone(t *testing.T) {
+	s := ingestServer(t)
+	row := "[" + strings.TrimSuffix(strings.Repeat("0,", 200), ",") + "]"
+	grid := "[" + strings.TrimSuffix(strings.Repeat(row+",", 200), ",") + "]"
+	p, err := puzzle.Decode([]byte(`{"kind":"fill","puzzle":{"game_board":` + grid + `,"table":` + grid + `}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it := s.staged(p, ""); !it.Own || it.Timeout != 10*time.Second || len(p.Payload()) <= ownPayload {
+		t.Errorf("a %d-byte fill: own %v timeout %s", len(p.Payload()), it.Own, it.Timeout)
+	}
+	small, _ := puzzle.Decode([]byte(`{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`))
+	if it := s.staged(small, "x"); it.Own || it.CustomID != "x" {
+		t.Errorf("a small fill: own %v", it.Own)
+	}
+}

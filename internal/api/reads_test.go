@@ -1,0 +1,645 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// The tests in this file drive the read side of batches (items, /results,
+// /output) and the reconciler on a real redis-server, with batches staged
+// and run through the store itself (BatchWriter, CommitBatch, StartUnit,
+// FinishUnit), as the ingest path and a worker do.
+
+// The API keys of the tests: a batch of alice's is not bob's to see.
+const (
+	aliceKey = "alice-key-0123456789"
+	bobKey   = "bob-key-0123456789ab"
+)
+
+// readStack is a Server on a real Redis with its event listener running,
+// and the store and asynq queue behind it.
+type readStack struct {
+	srv  *Server
+	st   *store.Store
+	hub  *store.Hub
+	enq  *asynq.Client
+	insp *asynq.Inspector
+}
+
+func newReadStack(t *testing.T, tune ...func(*Options)) *readStack {
+	t.Helper()
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	st := store.New(rdb, store.Options{Prefix: "rd:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	hub := store.NewHub()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.ListenEvents(ctx, hub) }()
+	t.Cleanup(func() { cancel(); <-done })
+	enq := asynq.NewClientFromRedisClient(rdb)
+	opts := OptionsForTest()
+	opts.ChunkSize = 2
+	opts.Keys = []APIKey{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}}
+	for _, f := range tune {
+		f(&opts)
+	}
+	srv := New(enq, st, hub, prometheus.NewRegistry(), nil, opts)
+	// Wait until the subscription is up, so no event of the test is lost.
+	for i := 0; ; i++ {
+		n, err := rdb.PubSubNumSub(context.Background(), "rd:events").Result()
+		if err == nil && n["rd:events"] > 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the event listener did not subscribe: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return &readStack{srv: srv, st: st, hub: hub, enq: enq, insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// sliding8 is the canonical request of an 8-puzzle, distinct per i.
+func sliding8(t *testing.T, i int) []byte {
+	t.Helper()
+	p := []int{1, 2, 3, 4, 5, 6, 7, 8, 0}
+	for j, k := 0, i; j < 8; j, k = j+1, k/(9-j) {
+		r := j + k%(9-j)
+		p[j], p[r] = p[r], p[j]
+	}
+	body := fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
+		p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+	parsed, err := puzzle.Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parsed.Payload()
+}
+
+// stage commits alice's batch of n cheap items, stride to a chunk, with
+// customID(i) as item i's custom_id, and returns its ID.
+func (s *readStack) stage(t *testing.T, n, stride int, customID func(int) string) string {
+	t.Helper()
+	ctx := context.Background()
+	id := newID()
+	w := s.st.NewBatchWriter(id, stride)
+	for i := range n {
+		it := store.StagedItem{Kind: puzzle.KindSliding, Request: sliding8(t, i), Timeout: time.Minute}
+		if customID != nil {
+			it.CustomID = customID(i)
+		}
+		if err := w.Add(ctx, it); err != nil {
+			t.Fatalf("stage item %d: %v", i, err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.st.CommitBatch(ctx, w, store.CommitBatch{ID: id, Owner: "alice"}); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return id
+}
+
+// run delivers chunk j of batch id as a worker does, ending its items
+// with outs, and returns how many items that ended.
+func (s *readStack) run(t *testing.T, id string, j int, outs ...tasks.ItemOutcome) int {
+	t.Helper()
+	ctx := context.Background()
+	ref := tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j), Timeout: time.Minute}
+	if _, err := s.st.StartUnit(ctx, ref); err != nil {
+		t.Fatalf("start %s: %v", ref.Unit, err)
+	}
+	n, err := s.st.FinishUnit(ctx, ref, outs)
+	if err != nil {
+		t.Fatalf("finish %s: %v", ref.Unit, err)
+	}
+	return n
+}
+
+func completed(i int, result string) tasks.ItemOutcome {
+	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(result)}
+}
+
+func failed(i int, code, msg string) tasks.ItemOutcome {
+	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: code, Msg: msg}
+}
+
+// do sends a request as the owner of key ("" for none).
+func (s *readStack) do(t *testing.T, method, path, key string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	s.srv.Handler().ServeHTTP(w, req)
+	return w
+}
+
+// want checks a response's status, and returns its body decoded as T.
+func want[T any](t *testing.T, w *httptest.ResponseRecorder, status int) T {
+	t.Helper()
+	var v T
+	if w.Code != status {
+		t.Fatalf("status %d, want %d: %s", w.Code, status, w.Body)
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
+		t.Fatalf("decode %T: %v: %s", v, err, w.Body)
+	}
+	return v
+}
+
+// wantError checks an error answer's status, code and field.
+func wantError(t *testing.T, w *httptest.ResponseRecorder, status int, code, field string) apitype.Error {
+	t.Helper()
+	e := want[apitype.ErrorBody](t, w, status).Error
+	if e.Code != code || e.Field != field {
+		t.Fatalf("error %+v, want code %q field %q", e, code, field)
+	}
+	return e
+}
+
+// waiting blocks until a long poll is subscribed to the hub.
+func (s *readStack) waiting(t *testing.T) {
+	t.Helper()
+	for i := 0; s.hub.Waiting() == 0; i++ {
+		if i == 500 {
+			t.Fatal("no long poll subscribed within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// background serves a request in a goroutine; the channel gets the answer.
+func (s *readStack) background(t *testing.T, path string) <-chan *httptest.ResponseRecorder {
+	t.Helper()
+	ch := make(chan *httptest.ResponseRecorder, 1)
+	req := httptest.NewRequest("GET", path, nil)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	go func() {
+		w := httptest.NewRecorder()
+		s.srv.Handler().ServeHTTP(w, req)
+		ch <- w
+	}()
+	return ch
+}
+
+func strp(s string) *string { return &s }
+
+func TestItemIsATask(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	id := s.stage(t, 3, 2, func(i int) string { return []string{"first", "", "third"}[i] })
+
+	tk := want[apitype.Task](t, s.do(t, "GET", "/v1/tasks/"+apitype.ItemID(id, 1), aliceKey), 200)
+	if tk.ID != apitype.ItemID(id, 1) || tk.State != apitype.TaskStatePending || tk.BatchID == nil || *tk.BatchID != id ||
+		tk.CustomID != nil || tk.Kind != "sliding" {
+		t.Fatalf("pending item: %+v", tk)
+	}
+	tk = want[apitype.Task](t, s.do(t, "GET", "/v1/tasks/"+apitype.ItemID(id, 2), aliceKey), 200)
+	if tk.CustomID == nil || *tk.CustomID != "third" {
+		t.Fatalf("item 2's custom_id: %v, want third", tk.CustomID)
+	}
+
+	// A long poll on item 1 is woken by its chunk's finish, not by the
+	// re-read every recheckEvery.
+	start := time.Now()
+	ch := s.background(t, "/v1/tasks/"+apitype.ItemID(id, 1)+"?wait=30s")
+	s.waiting(t)
+	if n := s.run(t, id, 0, completed(0, `{"moves":0,"solvable":true,"path":""}`), completed(1, `{"moves":1,"solvable":true,"path":"R"}`)); n != 2 {
+		t.Fatalf("finish ended %d items, want 2", n)
+	}
+	w := <-ch
+	if took := time.Since(start); took >= recheckEvery {
+		t.Fatalf("the wait took %s: not woken by the chunk's event", took)
+	}
+	tk = want[apitype.Task](t, w, 200)
+	if tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"moves":1,"solvable":true,"path":"R"}` {
+		t.Fatalf("after the wait: %+v %s", tk, tk.Result)
+	}
+
+	// Not an item of the batch, or not an item ID at all: 404.
+	for _, p := range []string{apitype.ItemID(id, 3), id + "-01", id + "-", id + "--1", id + "-1x", strings.ToUpper(id) + "-1"} {
+		wantError(t, s.do(t, "GET", "/v1/tasks/"+p, aliceKey), 404, apitype.CodeNotFound, "")
+	}
+}
+
+func TestItemsAreTheOwnersOnly(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	id := s.stage(t, 2, 2, nil)
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/v1/tasks/" + apitype.ItemID(id, 0)},
+		{"GET", "/v1/tasks/" + apitype.ItemID(id, 0) + "?wait=1s"},
+		{"DELETE", "/v1/tasks/" + apitype.ItemID(id, 0)},
+		{"GET", "/v1/batches/" + id},
+		{"DELETE", "/v1/batches/" + id},
+		{"GET", "/v1/batches/" + id + "/results"},
+		{"GET", "/v1/batches/" + id + "/output"},
+	} {
+		wantError(t, s.do(t, r.method, r.path, bobKey), 404, apitype.CodeNotFound, "")
+	}
+	// Bob's DELETEs changed nothing.
+	b := want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id, aliceKey), 200)
+	if b.Counts.Pending != 2 {
+		t.Fatalf("after bob's cancels: %+v", b.Counts)
+	}
+}
+
+func TestCancelItemAndBatch(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	id := s.stage(t, 5, 2, func(i int) string { return fmt.Sprint("c", i) })
+	s.run(t, id, 0, completed(0, `{"moves":0,"solvable":true,"path":""}`), failed(1, apitype.CodeTimeout, "too slow"))
+	// A redelivered unit ends and counts nothing twice.
+	if n := s.run(t, id, 0, completed(0, `{"moves":0,"solvable":true,"path":""}`), completed(1, `{"moves":9,"solvable":true,"path":"RRRRRRRRR"}`)); n != 0 {
+		t.Fatalf("a redelivered unit ended %d items, want 0", n)
+	}
+
+	tk := want[apitype.Task](t, s.do(t, "DELETE", "/v1/tasks/"+apitype.ItemID(id, 2), aliceKey), 200)
+	if tk.State != apitype.TaskStateCanceled || tk.Error == nil || tk.Error.Code != apitype.CodeCanceled || tk.CustomID == nil || *tk.CustomID != "c2" {
+		t.Fatalf("canceled item: %+v", tk)
+	}
+	for _, i := range []int{0, 1, 2} {
+		wantError(t, s.do(t, "DELETE", "/v1/tasks/"+apitype.ItemID(id, i), aliceKey), 409, apitype.CodeConflict, "")
+	}
+	bc := want[apitype.BatchCanceled](t, s.do(t, "DELETE", "/v1/batches/"+id, aliceKey), 200)
+	if bc.Canceled != 2 {
+		t.Fatalf("batch cancel canceled %d, want 2 (items 3 and 4)", bc.Canceled)
+	}
+	wantError(t, s.do(t, "DELETE", "/v1/batches/"+id, aliceKey), 409, apitype.CodeConflict, "")
+	// A unit delivered after the cancel changes nothing either.
+	if n := s.run(t, id, 1, completed(2, `{"moves":0,"solvable":true,"path":""}`), completed(3, `{"moves":0,"solvable":true,"path":""}`)); n != 0 {
+		t.Fatalf("a unit run after the cancel ended %d items, want 0", n)
+	}
+
+	b := want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id, aliceKey), 200)
+	wantCounts := apitype.Counts{Completed: 1, Failed: 1, Canceled: 3}
+	if b.Counts != wantCounts || !b.Done || b.Total != 5 || len(b.Tasks) != 5 || b.NextCursor != nil {
+		t.Fatalf("batch: counts %+v done %v total %d tasks %d, want %+v done", b.Counts, b.Done, b.Total, len(b.Tasks), wantCounts)
+	}
+	wantStates := []apitype.TaskState{"completed", "failed", "canceled", "canceled", "canceled"}
+	for i, tk := range b.Tasks {
+		if tk.ID != apitype.ItemID(id, i) || tk.State != wantStates[i] || tk.CustomID == nil || *tk.CustomID != fmt.Sprint("c", i) {
+			t.Errorf("task %d: %+v, want %s", i, tk, wantStates[i])
+		}
+	}
+	// Pages: cursor and limit as for any batch.
+	p := want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id+"?limit=2&cursor=2", aliceKey), 200)
+	if len(p.Tasks) != 2 || p.Tasks[0].ID != apitype.ItemID(id, 2) || p.NextCursor == nil || *p.NextCursor != "4" {
+		t.Fatalf("page 2: %d tasks, next %v", len(p.Tasks), p.NextCursor)
+	}
+	p = want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id+"?cursor=4", aliceKey), 200)
+	if len(p.Tasks) != 1 || p.NextCursor != nil {
+		t.Fatalf("last page: %d tasks, next %v", len(p.Tasks), p.NextCursor)
+	}
+	p = want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id+"?cursor=9", aliceKey), 200)
+	if len(p.Tasks) != 0 || p.NextCursor != nil {
+		t.Fatalf("past the end: %d tasks, next %v", len(p.Tasks), p.NextCursor)
+	}
+}
+
+// lines decodes an NDJSON body.
+func lines(t *testing.T, body []byte) []apitype.ResultLine {
+	t.Helper()
+	var out []apitype.ResultLine
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		var l apitype.ResultLine
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			t.Fatalf("line %d: %v: %.200s", len(out), err, sc.Bytes())
+		}
+		out = append(out, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > 0 && body[len(body)-1] != '\n' {
+		t.Fatalf("the body does not end in a newline")
+	}
+	return out
+}
+
+func TestResults(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	id := s.stage(t, 5, 2, func(i int) string { return []string{"a", "", "c", "d", ""}[i] })
+	r0 := `{"moves":0,"solvable":true,"path":""}`
+	s.run(t, id, 0, completed(0, r0), failed(1, apitype.CodeTimeout, "too slow"))
+	want[apitype.Task](t, s.do(t, "DELETE", "/v1/tasks/"+apitype.ItemID(id, 4), aliceKey), 200)
+
+	w := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey)
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/x-ndjson" || w.Header().Get("Content-Encoding") != "" {
+		t.Fatalf("results: %d %v", w.Code, w.Header())
+	}
+	plain := w.Body.Bytes()
+	got := lines(t, plain)
+	wantLines := []apitype.ResultLine{
+		{Index: 0, CustomID: strp("a"), State: "completed", Result: json.RawMessage(r0)},
+		{Index: 1, State: "failed", Error: &apitype.TaskError{Code: apitype.CodeTimeout, Message: "too slow"}},
+		{Index: 2, CustomID: strp("c"), State: "pending"},
+		{Index: 3, CustomID: strp("d"), State: "pending"},
+		{Index: 4, State: "canceled", Error: &apitype.TaskError{Code: apitype.CodeCanceled}},
+	}
+	if len(got) != len(wantLines) {
+		t.Fatalf("%d lines, want %d:\n%s", len(got), len(wantLines), plain)
+	}
+	for i, wl := range wantLines {
+		g := got[i]
+		if g.Index != wl.Index || g.ID != apitype.ItemID(id, i) || fmt.Sprint(g.CustomID != nil) != fmt.Sprint(wl.CustomID != nil) ||
+			(g.CustomID != nil && *g.CustomID != *wl.CustomID) || g.State != wl.State || string(g.Result) != string(wl.Result) ||
+			(g.Error == nil) != (wl.Error == nil) || (g.Error != nil && (g.Error.Code != wl.Error.Code || wl.Error.Message != "" && g.Error.Message != wl.Error.Message)) {
+			t.Errorf("line %d: %+v, want %+v", i, g, wl)
+		}
+	}
+
+	// ?state= filters.
+	f := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results?state=failed", aliceKey).Body.Bytes())
+	if len(f) != 1 || f[0].Index != 1 {
+		t.Fatalf("state=failed: %+v", f)
+	}
+	if f := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results?state=active", aliceKey).Body.Bytes()); len(f) != 0 {
+		t.Fatalf("state=active: %+v", f)
+	}
+	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?state=done", aliceKey), 400, apitype.CodeInvalidRequest, "state")
+	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?status=failed", aliceKey), 400, apitype.CodeInvalidRequest, "status")
+	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?wait=forever", aliceKey), 400, apitype.CodeInvalidRequest, "wait")
+
+	// gzip when the client takes it, the same lines once inflated.
+	for _, ae := range []string{"gzip", "br, gzip;q=0.5", "*"} {
+		g := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey, "Accept-Encoding", ae)
+		if g.Code != 200 || g.Header().Get("Content-Encoding") != "gzip" {
+			t.Fatalf("Accept-Encoding %q: %d %v", ae, g.Code, g.Header())
+		}
+		zr, err := gzip.NewReader(g.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inflated, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(inflated, plain) {
+			t.Fatalf("Accept-Encoding %q: inflated body differs:\n%s\nwant\n%s", ae, inflated, plain)
+		}
+	}
+	for _, ae := range []string{"gzip;q=0", "identity", "br"} {
+		if g := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey, "Accept-Encoding", ae); g.Header().Get("Content-Encoding") != "" || !bytes.Equal(g.Body.Bytes(), plain) {
+			t.Fatalf("Accept-Encoding %q: %v", ae, g.Header())
+		}
+	}
+
+	// ?wait= holds until the batch is done, then streams it whole.
+	ch := s.background(t, "/v1/batches/"+id+"/results?wait=30s")
+	s.waiting(t)
+	s.run(t, id, 1, completed(2, r0), failed(3, apitype.CodeBudgetExceeded, "out of nodes"))
+	done := lines(t, (<-ch).Body.Bytes())
+	if len(done) != 5 || done[2].State != "completed" || done[3].State != "failed" {
+		t.Fatalf("after the wait: %+v", done)
+	}
+	if n := s.srv.admit.inUse(); n != 0 {
+		t.Fatalf("the pool holds %d bytes after the downloads", n)
+	}
+}
+
+// TestResultsInPieces: results larger than a piece are read a piece at a
+// time and come out whole and in order.
+func TestResultsInPieces(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	const n, stride = 12, 6
+	id := s.stage(t, n, stride, nil)
+	results := make([]string, n)
+	for j := 0; j < n/stride; j++ {
+		var outs []tasks.ItemOutcome
+		for i := j * stride; i < (j+1)*stride; i++ {
+			// 100 KiB each: a piece of 256 KiB holds two.
+			results[i] = fmt.Sprintf(`{"moves":%d,"solvable":true,"path":"%s"}`, i, strings.Repeat("U", 100<<10))
+			outs = append(outs, completed(i, results[i]))
+		}
+		s.run(t, id, j, outs...)
+	}
+	plain := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey).Body.Bytes()
+	zw := s.do(t, "GET", "/v1/batches/"+id+"/results", aliceKey, "Accept-Encoding", "gzip")
+	zr, err := gzip.NewReader(zw.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inflated, err := io.ReadAll(zr); err != nil || !bytes.Equal(inflated, plain) {
+		t.Fatalf("gzipped results: %v, %d bytes inflated, want the %d plain ones", err, len(inflated), len(plain))
+	}
+	got := lines(t, plain)
+	if len(got) != n {
+		t.Fatalf("%d lines, want %d", len(got), n)
+	}
+	for i, l := range got {
+		if l.Index != i || string(l.Result) != results[i] {
+			t.Errorf("line %d: index %d, result of %d bytes, want item %d's %d", i, l.Index, len(l.Result), i, len(results[i]))
+		}
+	}
+	out := s.do(t, "GET", "/v1/batches/"+id+"/output", aliceKey)
+	if out.Code != 200 || out.Body.String() != strings.Join(results, "\n")+"\n" {
+		t.Fatalf("output: %d, %d bytes", out.Code, out.Body.Len())
+	}
+	if n := s.srv.admit.inUse(); n != 0 {
+		t.Fatalf("the pool holds %d bytes after the downloads", n)
+	}
+}
+
+// bigBatch stages and completes alice's batch of n items of size bytes
+// of result each, stride to a chunk, and returns its ID.
+func (s *readStack) bigBatch(t *testing.T, n, stride, size int) string {
+	t.Helper()
+	id := s.stage(t, n, stride, nil)
+	for j := 0; j*stride < n; j++ {
+		var outs []tasks.ItemOutcome
+		for i := j * stride; i < min(n, (j+1)*stride); i++ {
+			outs = append(outs, completed(i, fmt.Sprintf(`{"moves":%d,"solvable":true,"path":"%s"}`, i, strings.Repeat("L", size))))
+		}
+		s.run(t, id, j, outs...)
+	}
+	return id
+}
+
+// smallBuffers serves h over TCP with socket buffers so small that a
+// stream of megabytes goes only as fast as its client reads, and returns
+// a client whose connections have small buffers too. Not smaller than
+// these: below loopback's 64 KiB segment, TCP's silly-window avoidance
+// stalls a connection for its 200 ms probe timer.
+func smallBuffers(t *testing.T, h http.Handler) (*httptest.Server, *http.Client) {
+	t.Helper()
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
+			_ = tc.SetWriteBuffer(128 << 10)
+		}
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	d := &net.Dialer{}
+	tr := &http.Transport{DisableCompression: true, ReadBufferSize: 4 << 10,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetReadBuffer(256 << 10)
+			}
+			return c, err
+		}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return hs, &http.Client{Transport: tr}
+}
+
+// TestSlowDownloadIsNotCut: a download that takes several times
+// REQUEST_TIMEOUT, because its client reads slowly but steadily, is not
+// cut: the deadline of a stream is on its progress, not its length.
+func TestSlowDownloadIsNotCut(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
+	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results, several times the buffers
+	hs, client := smallBuffers(t, s.srv.Handler())
+	for _, path := range []string{"/results", "/output"} {
+		req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			got.Write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		resp.Body.Close()
+		took := time.Since(start)
+		if took < 2*timeout {
+			// The client was not slow enough for the test to mean
+			// anything: the buffers took the whole answer.
+			t.Fatalf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
+		}
+		if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
+			t.Fatalf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
+		}
+	}
+}
+
+// TestStalledDownloadIsCut: a client that stops reading holds its piece
+// of the pool for REQUEST_TIMEOUT, not for ever: then the stream is cut
+// and gives its bytes back.
+func TestStalledDownloadIsCut(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
+	id := s.bigBatch(t, 16, 4, 256<<10)
+	hs, client := smallBuffers(t, s.srv.Handler())
+	req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+"/results", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if s.srv.admit.inUse() == 0 {
+		t.Fatalf("the stream holds nothing of the pool while it writes")
+	}
+	// Read nothing more, and wait (bounded) for the server to give up.
+	for i := 0; s.srv.admit.inUse() != 0; i++ {
+		if i == 100 {
+			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.inUse())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("the stalled stream ended as if complete")
+	}
+}
+
+// TestFullPoolIsBusy: a download that cannot get room in the pool within
+// REQUEST_TIMEOUT, because others hold it, is told to retry (503), not
+// hung or cut.
+func TestFullPoolIsBusy(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t, func(o *Options) { o.RequestTimeout = 200 * time.Millisecond; o.MaxBytesInFlight = 1 << 20 })
+	id := s.bigBatch(t, 2, 2, 1<<10)
+	other := s.srv.admit.ticket() // the oldest holder, which never lets go
+	if err := other.take(context.Background(), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	defer other.release()
+	for _, path := range []string{"/results", "/output"} {
+		w := s.do(t, "GET", "/v1/batches/"+id+path, aliceKey)
+		wantError(t, w, 503, apitype.CodeUnavailable, "")
+		if w.Header().Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", path)
+		}
+	}
+}
+
+func TestOutputPointsToResults(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t)
+	id := s.stage(t, 3, 2, nil)
+	e := wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/output", aliceKey), 409, apitype.CodeIncomplete, "")
+	if !strings.Contains(e.Message, "/v1/batches/"+id+"/results") {
+		t.Fatalf("not done: %q does not point to /results", e.Message)
+	}
+	r := `{"moves":0,"solvable":true,"path":""}`
+	s.run(t, id, 0, completed(0, r), failed(1, apitype.CodeTimeout, "too slow"))
+	s.run(t, id, 1, completed(2, r))
+	e = wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/output", aliceKey), 409, apitype.CodeIncomplete, "")
+	if !strings.Contains(e.Message, "case 2 did not complete (failed)") || !strings.Contains(e.Message, "/v1/batches/"+id+"/results") {
+		t.Fatalf("failed case: %q", e.Message)
+	}
+}
+
+// TestAcceptsGzip: Accept-Encoding as RFC 9110 reads it.
+func TestAcceptsGzip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		h    string
+		want bool
+	}{
+		{"", false}, {"gzip", true}, {"GZIP", true}, {"x-gzip", true}, {"deflate, gzip", true},
+		{"gzip;q=0", false}, {"gzip; q=0.0", false}, {"gzip;q=0.001", true}, {"*", true}, {"*;q=0", false},
+		{"gzip;q=0, *", false}, {"*, gzip;q=0", false}, {"identity", false}, {"br;q=1, gzip;q=bad", false},
+	} {
+		if got := acceptsGzip(tc.h); got != tc.want {
+			t.Errorf("acceptsGzip(%q) = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,306 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+// Enqueuer puts a task on its queue; *asynq.Client satisfies it.
+type Enqueuer interface {
+	EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
+}
+
+// feedConfig is how a Handler refills the bulk queue after a unit.
+type feedConfig struct {
+	feeder Feeder
+	enq    Enqueuer
+	depth  int
+}
+
+// feedMax bounds the units one feed after a unit moves. Each finished
+// unit takes one off the queue, so a few per finish keep it full, while
+// one worker's feed stays a short script and a few enqueues.
+const feedMax = 8
+
+// feedTimeout bounds the feed after a unit. The unit is done by then, so
+// a slow feed only delays its acknowledgement; the reconciler feeds too.
+const feedTimeout = 5 * time.Second
+
+// writeTimeout bounds the writes of outcomes that must happen even when
+// the task's context has just ended: they are done work.
+const writeTimeout = 10 * time.Second
+
+// SetFeed makes h feed the bulk queue after every unit it finishes:
+// units move from f onto the queue through e while it holds fewer than
+// depth waiting tasks (FEED_DEPTH). Without it the handler does not feed,
+// and the queue is refilled only by the API and its reconciler. Call it
+// before the handler serves tasks.
+func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
+	h.feed = &feedConfig{feeder: f, enq: e, depth: depth}
+}
+
+// FeedQueue takes up to max units from f while queue holds fewer than
+// depth waiting tasks, enqueues each (a task ID conflict means it is on
+// the queue already, which counts as landed) and acknowledges the ones
+// that landed. A unit that did not land stays in the feeding set, and the
+// reconciler enqueues it again. It returns how many landed; the error
+// joins every failure.
+func FeedQueue(ctx context.Context, f Feeder, e Enqueuer, queue string, depth, max int) (int, error) {
+	refs, err := f.Feed(ctx, queue, depth, max)
+	if err != nil {
+		return 0, fmt.Errorf("tasks: feed %s: %w", queue, err)
+	}
+	var (
+		landed []UnitRef
+		errs   []error
+	)
+	for _, r := range refs {
+		t, err := NewUnitTask(r, queue)
+		if err == nil {
+			_, err = e.EnqueueContext(ctx, t)
+		}
+		if err == nil || errors.Is(err, asynq.ErrTaskIDConflict) {
+			landed = append(landed, r)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("tasks: enqueue unit %s: %w", r.TaskID(), err))
+	}
+	if len(landed) > 0 {
+		if err := f.AckFed(ctx, landed); err != nil {
+			errs = append(errs, fmt.Errorf("tasks: ack %d fed units: %w", len(landed), err))
+		}
+	}
+	return len(landed), errors.Join(errs...)
+}
+
+// decodeUnitRef decodes a unit task's payload (see payloadOptions) and
+// checks that it names a unit.
+func decodeUnitRef(data []byte) (UnitRef, error) {
+	var r UnitRef
+	if err := decodePayload(data, &r); err != nil {
+		return r, err
+	}
+	if r.BatchID == "" {
+		return r, errors.New("no batch_id")
+	}
+	if _, _, err := ParseUnit(r.Unit); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// unitItem is one item of a unit being run.
+type unitItem struct {
+	index  int
+	id     string          // apitype.ItemID: the name cancels and progress use
+	ctx    context.Context // canceled when a client cancels the item
+	parsed *puzzle.Parsed  // nil when the request did not decode
+	// cacheKey is where a completed result is kept once: set for an own
+	// unit's expensive item, "" for cheap items, which are not cached.
+	cacheKey string
+	out      *outcome
+}
+
+// processUnit runs one unit of a batch. Every step is idempotent, so a
+// redelivered unit is harmless: StartUnit returns only the items that
+// have not ended, and FinishUnit writes and counts an item only once.
+func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
+	chunk, n, _ := ParseUnit(ref.Unit) // checked by decodeUnitRef
+	registered := map[int]context.Context{}
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	register := func(i int) context.Context {
+		if c, ok := registered[i]; ok {
+			return c
+		}
+		c, cancel := context.WithCancel(ctx)
+		release := h.cancels.register(apitype.ItemID(ref.BatchID, i), cancel)
+		registered[i] = c
+		releases = append(releases, func() { release(); cancel() })
+		return c
+	}
+	// An own unit's item is known before the store is read: register it
+	// for cancellation first, so that a cancel landing between the two
+	// does not leave a long search running. A chunk's items are known
+	// only from StartUnit; a cancel that lands before they are registered
+	// costs one cheap solve, whose outcome FinishUnit then drops, since
+	// the canceled item has its entry already.
+	if !chunk {
+		register(n)
+	}
+	w, err := h.store.StartUnit(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("tasks: start unit %s: %w", ref.TaskID(), err)
+	}
+
+	items := make([]unitItem, len(w.Items))
+	for i, wi := range w.Items {
+		it := &items[i]
+		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), register(wi.Index)
+		// The request is our own Payload, validated by the API; decoding
+		// it again holds bytes that changed in Redis to the same rules.
+		p, err := puzzle.Decode(wi.Request)
+		if err != nil {
+			it.out = &outcome{code: apitype.CodeInvalidPuzzle, msg: err.Error()}
+			continue
+		}
+		it.parsed = p
+		if chunk || p.Cheap() {
+			continue // solved faster than a cache entry is read (docs/batches.md)
+		}
+		// An identical search may have been solved since the batch was
+		// accepted, by another batch or a single task: never run it twice.
+		it.cacheKey = p.Key()
+		hit, err := h.store.Cached(ctx, it.cacheKey)
+		if err != nil {
+			return fmt.Errorf("tasks: cache lookup for item %s: %w", it.id, err)
+		}
+		if hit != nil {
+			it.out = &outcome{result: hit, cached: true}
+		}
+	}
+
+	var (
+		done      []int // items solved and not yet written
+		lastFlush = time.Now()
+	)
+	flush := func() error {
+		if len(done) == 0 {
+			return nil
+		}
+		if err := h.finishUnit(ctx, ref, items, done); err != nil {
+			return err
+		}
+		done, lastFlush = done[:0], time.Now()
+		return nil
+	}
+	for i := range items {
+		it := &items[i]
+		if it.out == nil {
+			it.out = h.solve(ctx, it.ctx, it.id, it.parsed)
+		}
+		if !it.out.skip {
+			done = append(done, i)
+		}
+		if ctx.Err() != nil {
+			// Shutdown or a lost lease: write what is done, and let asynq
+			// requeue the unit; the redelivery skips the ended items.
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("tasks: unit %s interrupted: %w", ref.TaskID(), ctx.Err())
+		}
+		if time.Since(lastFlush) >= h.flushEvery {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	h.feedAfterUnit(ctx, ref)
+	return nil
+}
+
+// finishUnit writes the outcomes of items idx in one round trip and
+// counts the ones this call ended.
+func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem, idx []int) error {
+	outs := make([]ItemOutcome, len(idx))
+	for j, i := range idx {
+		it := &items[i]
+		if it.out.code == "" {
+			outs[j] = ItemOutcome{Index: it.index, State: apitype.TaskStateCompleted, Result: it.out.result,
+				CacheKey: it.cacheKey, Cached: it.out.cached}
+		} else {
+			outs[j] = ItemOutcome{Index: it.index, State: apitype.TaskStateFailed, Code: it.out.code, Msg: it.out.msg}
+		}
+	}
+	// The outcomes must be written even if the task's ctx just ended:
+	// they are done work. A short detached context bounds the write.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	ended, err := h.store.FinishUnit(wctx, ref, outs)
+	if err != nil {
+		return fmt.Errorf("tasks: finish %d items of unit %s: %w", len(outs), ref.TaskID(), err)
+	}
+	if h.metrics == nil {
+		return nil
+	}
+	// The store says how many items this call ended, not which. All of
+	// them, unless a duplicate delivery or a cancel raced this write; in
+	// that rare case the first ones are counted, so that the totals stay
+	// right and at most a kind or outcome label is off.
+	for _, i := range idx[:min(ended, len(idx))] {
+		it := &items[i]
+		kind := "unknown"
+		if it.parsed != nil {
+			kind = string(it.parsed.Kind())
+		}
+		label := string(apitype.TaskStateCompleted)
+		if it.out.code != "" {
+			label = it.out.code
+		}
+		h.metrics.Tasks.WithLabelValues(kind, label).Inc()
+		if it.out.cached {
+			h.metrics.CacheHits.Inc()
+		}
+	}
+	return nil
+}
+
+// feedAfterUnit refills the bulk queue from the feed when the handler
+// feeds (SetFeed). Its failure does not fail the unit, which is done: the
+// reconciler feeds too, and re-enqueues what a failed feed left taken.
+func (h *Handler) feedAfterUnit(ctx context.Context, ref UnitRef) {
+	if h.feed == nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedTimeout)
+	defer cancel()
+	if n, err := FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax); err != nil {
+		h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "landed", n, "err", err)
+	}
+}
+
+// failUnit fails the items of a unit that have not ended, when asynq
+// gives up on the unit after its last retry, so that none stays active
+// and the batch can end.
+func (h *Handler) failUnit(ctx context.Context, t *asynq.Task) {
+	ref, err := decodeUnitRef(t.Payload())
+	if err != nil {
+		return // no unit to fail: the payload names none
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	// StartUnit is the store's read of what is left of a unit. It also
+	// counts an attempt, which this last look is not, but the store has
+	// no other read of a unit's open items.
+	w, err := h.store.StartUnit(wctx, ref)
+	if err != nil {
+		h.log.Error("read unit after last retry", "unit", ref.TaskID(), "err", err)
+		return
+	}
+	if len(w.Items) == 0 {
+		return
+	}
+	outs := make([]ItemOutcome, len(w.Items))
+	for i, it := range w.Items {
+		outs[i] = ItemOutcome{Index: it.Index, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
+			Msg: "gave up after repeated infrastructure errors"}
+	}
+	if _, err := h.store.FinishUnit(wctx, ref, outs); err != nil {
+		h.log.Error("mark unit failed after last retry", "unit", ref.TaskID(), "items", len(outs), "err", err)
+	}
+}
