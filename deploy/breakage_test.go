@@ -131,11 +131,11 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, `prometheus.io/port "9090", want the HTTP_ADDR port 8080`},
 		{"KEDA list of a queue that is not ours", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 1, "metadata").(map[string]any)["listName"] = "asynq:bulk:pending"
-		}, "triggers on lists [asynq:bulk:pending asynq:{interactive}:pending pq:feed], want each queue's pending list and the feed [asynq:{bulk}:pending asynq:{interactive}:pending pq:feed]"},
-		{"KEDA blind to the feed", "deploy/k8s/overlays/prod", func(o []map[string]any) {
+		}, "triggers on lists [asynq:bulk:pending asynq:{interactive}:pending pq:backlog], want each queue's pending list and the backlog [asynq:{bulk}:pending asynq:{interactive}:pending pq:backlog]"},
+		{"KEDA blind to the backlog", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			so := dig(find(o, "ScaledObject", "worker"), "spec").(map[string]any)
 			so["triggers"] = so["triggers"].([]any)[:2]
-		}, "want each queue's pending list and the feed [asynq:{bulk}:pending asynq:{interactive}:pending pq:feed]"},
+		}, "want each queue's pending list and the backlog [asynq:{bulk}:pending asynq:{interactive}:pending pq:backlog]"},
 		{"KEDA misspelt trigger field", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			m := dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 0, "metadata").(map[string]any)
 			m["listname"] = m["listName"]

@@ -75,9 +75,9 @@ type scaledObject struct {
 	} `json:"spec"`
 }
 
-// feedKey is the sorted set of the batch units not yet queued, under
-// KEY_PREFIX (docs/batches.md, "Keys").
-const feedKey = "feed"
+// backlogKey is the sorted set with one member per 50 batch units not yet
+// queued, under KEY_PREFIX (docs/batches.md, "Keys").
+const backlogKey = "backlog"
 
 // kedaRedisKeys are the metadata keys of KEDA's redis (list) scaler.
 var kedaRedisKeys = set([]string{"address", "addressFromEnv", "host", "hostFromEnv", "port", "portFromEnv",
@@ -733,16 +733,17 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 			lists = append(lists, tr.Metadata["listName"])
 		}
 		// The feeder keeps the bulk queue shallow (docs/batches.md,
-		// "Fairness"), so the backlog of a large batch is in the feed, a
-		// sorted set KEDA's redis scaler reads with ZCARD.
-		want := []string{prefix + feedKey}
+		// "Fairness"), so the waiting units of a large batch are counted
+		// by the backlog, a sorted set KEDA's redis scaler reads with
+		// ZCARD.
+		want := []string{prefix + backlogKey}
 		for _, k := range f.pendingKey {
 			want = append(want, k)
 		}
 		sort.Strings(lists)
 		sort.Strings(want)
 		if !slices.Equal(lists, want) {
-			bad("%s: triggers on lists %v, want each queue's pending list and the feed %v", id, lists, want)
+			bad("%s: triggers on lists %v, want each queue's pending list and the backlog %v", id, lists, want)
 		}
 	}
 }

@@ -51,6 +51,13 @@ const unitMargin = 30 * time.Second
 // neither blocks Redis for long however large the batch.
 const feedWindow = 1000
 
+// backlogUnits is how many waiting units one member of the backlog
+// (keys.backlog) stands for: the KEDA trigger on it asks for one worker
+// per member, the same 50 units per worker as its trigger on the bulk
+// queue. A 1,000,000-item batch of own units has 20,000 members, which
+// its commit adds in a few milliseconds.
+const backlogUnits = 50
+
 // maxRefills bounds how many windows one Feed call moves.
 const maxRefills = 2
 
@@ -360,11 +367,11 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 		return err
 	}
 	_, claim := s.claimOf(cb)
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT())
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT(), s.k.backlog())
 	chunks := (w.total + w.stride - 1) / w.stride
 	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
 		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
-		w.total, w.stride, chunks, w.units, feedWindow).Int()
+		w.total, w.stride, chunks, w.units, feedWindow, backlogUnits).Int()
 	if err != nil {
 		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
 	}
@@ -393,8 +400,8 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 	if cb.Owner != "" {
 		owned = "1"
 	}
-	keys := append(s.commitKeys(cb), s.k.feed())
-	v, err := abandonCommitScript.Run(ctx, s.rdb, keys, cb.ID, claim, owned, s.k.batchResBase(cb.ID)).Int()
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.backlog())
+	v, err := abandonCommitScript.Run(ctx, s.rdb, keys, cb.ID, claim, owned, s.k.batchResBase(cb.ID), backlogUnits).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: abandon batch %s: %w", cb.ID, err)
 	}
@@ -412,8 +419,8 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 	}
 	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
-		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue)},
-		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1]).StringSlice()
+		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue), s.k.backlog()},
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}

@@ -88,7 +88,41 @@ end
 // refill(list, feed, batch, base, moved, units, w) pops up to w units
 // from the batch's list into the feed, puts the next refill mark when
 // units remain, and returns how many units have moved.
-const feedLua = `
+// backlogLua keeps the backlog (keys.backlog): one member per
+// backlogUnits units of a batch not yet fed, so that its cardinality,
+// which is all KEDA's redis scaler can read, counts every waiting unit
+// (in buckets) however few of them sit in the feed's current window.
+//
+// backlog_set(z, batch, from, to, exp) makes the batch's members
+// <batch>/b0 .. <batch>/b(to-1) exist (adding those at from.. when to >
+// from, removing those at to.. below from when to < from); from and to
+// are bucket counts, ceil(unfed / backlogUnits).
+// buckets(unfed, per) is that count.
+const backlogLua = `
+local function buckets(unfed, per)
+  if unfed <= 0 then return 0 end
+  return math.floor((unfed + per - 1) / per)
+end
+local function backlog_set(z, batch, from, to, exp)
+  local m = {}
+  if to > from then
+    for k = from, to - 1 do
+      m[#m + 1] = exp
+      m[#m + 1] = batch .. '/b' .. k
+      if #m >= 2000 then redis.call('ZADD', z, unpack(m)); m = {} end
+    end
+    if #m > 0 then redis.call('ZADD', z, unpack(m)) end
+  elseif to < from then
+    for k = to, from - 1 do
+      m[#m + 1] = batch .. '/b' .. k
+      if #m >= 1000 then redis.call('ZREM', z, unpack(m)); m = {} end
+    end
+    if #m > 0 then redis.call('ZREM', z, unpack(m)) end
+  end
+end
+`
+
+const feedLua = backlogLua + `
 local function refill(list, feed, batch, base, moved, units, w)
   local take = math.min(w, units - moved)
   local done = 0
@@ -128,6 +162,7 @@ end
 // KEYS[8] feed
 // KEYS[9] the owner's virtual time
 // KEYS[10] feed:vt
+// KEYS[11] backlog
 //
 // ARGV[1] now, Unix milliseconds (created_at)
 // ARGV[2] record TTL, milliseconds
@@ -141,6 +176,7 @@ end
 // ARGV[10] chunks
 // ARGV[11] units
 // ARGV[12] the feed window: how many units move at a time
+// ARGV[13] backlogUnits: waiting units per backlog member
 //
 // Returns 1 when committed, 0 when the batch already exists (nothing
 // changes), -1 when the quota would be passed, -2 when the claim is no
@@ -170,7 +206,8 @@ redis.call('PEXPIREAT', KEYS[1], exp)
 if total > 0 then redis.call('PEXPIREAT', KEYS[2], exp) end
 local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0')))
 local moved = refill(KEYS[3], KEYS[8], batch, base, 0, units, tonumber(ARGV[12]))
-redis.call('HSET', KEYS[1], 'base', base, 'moved', moved)
+redis.call('HSET', KEYS[1], 'base', base, 'moved', moved, 'fed', 0)
+backlog_set(KEYS[11], batch, 0, buckets(units, tonumber(ARGV[13])), exp)
 if units > 0 then
   redis.call('PEXPIREAT', KEYS[3], exp)
   redis.call('SET', KEYS[9], string.format('%d', base + units), 'PXAT', exp)
@@ -195,14 +232,16 @@ return 1
 //	(KEYS[1] thrice when there is no owner)
 //
 // KEYS[8] feed
+// KEYS[9] backlog
 //
 // ARGV[1] batch ID
 // ARGV[2] the idempotency claim's value ("" when none)
 // ARGV[3] "1" when the batch has an owner whose quota counts it
 // ARGV[4] the batch's res key without the chunk number
+// ARGV[5] backlogUnits
 //
 // Returns 0 (BatchNotWritten), 1 (BatchAbandoned) or -1 (BatchKept).
-var abandonCommitScript = redis.NewScript(quotaLua + `
+var abandonCommitScript = redis.NewScript(quotaLua + backlogLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[2], KEYS[3])
   return 0
@@ -224,6 +263,7 @@ for from = 1, #mine, 1000 do
   redis.call('ZREM', KEYS[8], unpack(mine, from, math.min(#mine, from + 999)))
 end
 redis.call('ZREM', KEYS[8], mark)
+backlog_set(KEYS[9], ARGV[1], buckets(units, tonumber(ARGV[5])), 0, 0)
 for j = 0, chunks - 1 do redis.call('DEL', ARGV[4] .. j) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('DEL', KEYS[4]) end
@@ -241,6 +281,7 @@ return 1
 // KEYS[2] feeding
 // KEYS[3] feed:vt
 // KEYS[4] the queue's asynq pending list
+// KEYS[5] backlog
 //
 // ARGV[1] depth: the pending list's length to fill up to
 // ARGV[2] the most units to take
@@ -250,13 +291,19 @@ return 1
 // ARGV[6] the feed window
 // ARGV[7] the most refills in one call
 // ARGV[8] the batch units list's key after the batch ID
+// ARGV[9] backlogUnits
+//
+// It also lowers each fed batch's backlog members to its units still
+// unfed, and drops members whose batch has expired.
 //
 // Returns the members taken.
 var feedScript = redis.NewScript(feedLua + `
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[3])
 local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - redis.call('LLEN', KEYS[4]))
 local out = {}
 if n <= 0 then return out end
 local live, dropped, last, refills = {}, 0, nil, 0
+local fedBy = {}
 local maxDrop, window, maxRefills = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 while #out < n and dropped < maxDrop and refills <= maxRefills do
   local got = redis.call('ZPOPMIN', KEYS[1], n - #out)
@@ -291,6 +338,7 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
       out[#out + 1] = m
       z[#z + 1] = ARGV[3]
       z[#z + 1] = m
+      fedBy[id] = (fedBy[id] or 0) + 1
     else
       dropped = dropped + 1
     end
@@ -298,6 +346,14 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
   if #z > 0 then redis.call('ZADD', KEYS[2], unpack(z)) end
 end
 if last then redis.call('SET', KEYS[3], last) end
+local per = tonumber(ARGV[9])
+for id, k in pairs(fedBy) do
+  local bk = ARGV[4] .. id
+  local f = redis.call('HMGET', bk, 'units', 'fed')
+  local units, before = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+  local after = redis.call('HINCRBY', bk, 'fed', k)
+  backlog_set(KEYS[5], id, buckets(units - before, per), buckets(units - after, per), 0)
+end
 return out
 `)
 
@@ -541,16 +597,23 @@ return out
 // whose items have all ended is left as it is: nothing of it was
 // canceled.
 //
+// Its members in the backlog go too: nothing of it waits any more.
+//
 // KEYS[1] batch hash
+// KEYS[2] backlog
 // ARGV[1] now, Unix milliseconds
+// ARGV[2] batch ID
+// ARGV[3] backlogUnits
 //
 // Returns the number of chunks to cancel: 0 when the batch is done, -1
 // when it does not exist.
-var markCanceledScript = redis.NewScript(`
-local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended')
+var markCanceledScript = redis.NewScript(backlogLua + `
+local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended', 'units', 'fed')
 if not b[1] then return -1 end
 if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
+local per = tonumber(ARGV[3])
+backlog_set(KEYS[2], ARGV[2], buckets((tonumber(b[4]) or 0) - (tonumber(b[5]) or 0), per), 0, 0)
 return tonumber(b[1])
 `)
 

@@ -1059,3 +1059,61 @@ func TestPipelinesAfterScriptFlush(t *testing.T) {
 		t.Fatalf("cancel after a script flush: %d %v", n, err)
 	}
 }
+
+// TestBacklogCountsEveryWaitingUnit: the backlog, which KEDA scales on,
+// has one member per 50 units of a batch that are not yet fed, however
+// few of them are in the feed's current window; feeding lowers it,
+// cancelling the batch or abandoning its commit empties it, and so does
+// the batch's expiry.
+func TestBacklogCountsEveryWaitingUnit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2*time.Second, time.Hour)
+	card := func(when string, want int64) {
+		t.Helper()
+		if n, err := e.rdb.ZCard(e.ctx, e.prefix+"backlog").Result(); err != nil || n != want {
+			t.Fatalf("%s: the backlog has %d members (%v), want %d", when, n, err, want)
+		}
+	}
+	items := make([]store.StagedItem, 2600) // 2,600 own units: past two feed windows
+	for i := range items {
+		items[i] = own(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	id := bid("backlog")
+	e.commit(t, store.CommitBatch{ID: id, Owner: "dora"}, 64, items)
+	card("after the commit", 52)
+	if refs, err := e.s.Feed(e.ctx, tasks.QueueBulk, 100000, 30); err != nil || len(refs) != 30 {
+		t.Fatalf("feed 30: %d %v", len(refs), err)
+	}
+	card("30 fed, 2,570 waiting", 52)
+	if refs, err := e.s.Feed(e.ctx, tasks.QueueBulk, 100000, 1000); err != nil || len(refs) != 1000 {
+		t.Fatalf("feed 1000: %d %v", len(refs), err)
+	}
+	card("1,030 fed, 1,570 waiting", 32)
+
+	other := bid("backlog2")
+	e.commit(t, store.CommitBatch{ID: other, Owner: "dora"}, 64, items[:120])
+	card("and a second batch of 120", 35)
+	if _, err := e.s.CancelBatch(e.ctx, id, "dora"); err != nil {
+		t.Fatal(err)
+	}
+	card("after cancelling the first", 3)
+
+	// The second batch expires unfed: the next feed call drops its
+	// members.
+	time.Sleep(2100 * time.Millisecond)
+	if _, err := e.s.Feed(e.ctx, tasks.QueueBulk, 100000, 10); err != nil {
+		t.Fatal(err)
+	}
+	card("after the second batch expired", 0)
+
+	third := bid("backlog3")
+	w := e.stage(t, third, 64, items[:60])
+	if err := e.s.CommitBatch(e.ctx, w, store.CommitBatch{ID: third}); err != nil {
+		t.Fatal(err)
+	}
+	card("a third batch of 60", 2)
+	if v, err := e.s.AbandonCommit(e.ctx, w, store.CommitBatch{ID: third}); err != nil || v != store.BatchAbandoned {
+		t.Fatalf("abandon: %d %v", v, err)
+	}
+	card("after abandoning its commit", 0)
+}

@@ -95,6 +95,13 @@ func (k keys) feed() string { return k.prefix + "feed" }
 // finds the ones whose feeder died.
 func (k keys) feeding() string { return k.prefix + "feeding" }
 
+// backlog is a sorted set with one member per backlogUnits units of a
+// batch that are not yet fed ("<batch>/b<k>"), scored by the batch's
+// expiry in Unix milliseconds. Its cardinality is what KEDA's redis
+// scaler reads (deploy/k8s/overlays/prod/scaledobject.yaml): all the
+// waiting work, not only the feed's current window.
+func (k keys) backlog() string { return k.prefix + "backlog" }
+
 // feedVT is a string holding the score of the last unit taken from feed.
 func (k keys) feedVT() string { return k.prefix + "feed:vt" }
 

@@ -495,7 +495,7 @@ func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.
 // how many items it canceled. owner is unused: the scripts read the
 // batch's owner from its record.
 func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
-	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID)}, ms(s.now())).Int()
+	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID), s.k.backlog()}, ms(s.now()), batchID, backlogUnits).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
 	}
