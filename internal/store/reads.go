@@ -18,6 +18,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -329,7 +330,7 @@ func (s *Store) ChunkResults(ctx context.Context, b *Batch, j int, idx []int) (r
 				cmds[i] = p.Get(ctx, s.k.cache(r))
 			}
 			return nil
-		}); err != nil && err != redis.Nil {
+		}); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, nil, fmt.Errorf("store: chunk results: %w", err)
 		}
 		for i, c := range cmds {
@@ -432,7 +433,7 @@ func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*T
 				cmds[i] = p.Get(ctx, s.k.cache(r))
 			}
 			return nil
-		}); err != nil && err != redis.Nil {
+		}); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("store: items page: %w", err)
 		}
 		for i, c := range cmds {

@@ -316,20 +316,31 @@ func TestReadsMatchLegacy(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	s := New(rdb, Options{Prefix: "m:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	b := fillBatch(t, s, fmt.Sprintf("%032x", 1), 300, 64, true)
 	ri, cr := legacyScripts()
-	old := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.legacyChunkInfos(ctx, ri, b, j) },
-		func(j int, idx []int) ([]string, []bool, error) { return s.legacyChunkResults(ctx, cr, b, j, idx) })
-	now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.ChunkInfos(ctx, b, j) },
-		func(j int, idx []int) ([]string, []bool, error) { return s.ChunkResults(ctx, b, j, idx) })
-	if len(old) != b.Total || !reflect.DeepEqual(old, now) {
-		for i := range min(len(old), len(now)) {
-			if old[i] != now[i] {
-				t.Errorf("item %d:\n old %.300s\n new %.300s", i, old[i], now[i])
+	same := func(b *Batch) {
+		t.Helper()
+		old := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.legacyChunkInfos(ctx, ri, b, j) },
+			func(j int, idx []int) ([]string, []bool, error) { return s.legacyChunkResults(ctx, cr, b, j, idx) })
+		now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.ChunkInfos(ctx, b, j) },
+			func(j int, idx []int) ([]string, []bool, error) { return s.ChunkResults(ctx, b, j, idx) })
+		if len(old) != b.Total || !reflect.DeepEqual(old, now) {
+			for i := range min(len(old), len(now)) {
+				if old[i] != now[i] {
+					t.Errorf("item %d:\n old %.300s\n new %.300s", i, old[i], now[i])
+				}
 			}
+			t.Fatalf("%d lines before, %d now", len(old), len(now))
 		}
-		t.Fatalf("%d lines before, %d now", len(old), len(now))
 	}
+	// A chunk of 2048 8-puzzles holds more small entries than one chunk
+	// reads whole (smallEntriesBytes): the rest come as heads.
+	wide := fillBatch(t, s, fmt.Sprintf("%032x", 3), 2100, 2048, false)
+	same(wide)
+	if infos, err := s.ChunkInfos(ctx, wide, 0); err != nil || infos[0].Result == "" || infos[2047].Result != "" || infos[2047].ResultBytes == 0 {
+		t.Fatalf("a wide chunk: its first result not read with the states, or its last one read: %v", err)
+	}
+	b := fillBatch(t, s, fmt.Sprintf("%032x", 1), 300, 64, true)
+	same(b)
 	// The large inline fills were not read with the states.
 	infos, err := s.ChunkInfos(ctx, b, 0)
 	if err != nil || infos[3].Result != "" || infos[3].ResultBytes < 300<<10 || infos[0].Result == "" {
