@@ -146,12 +146,22 @@ func (s *Server) eachChunk(ctx context.Context, b *store.Batch, fn func(j int, i
 	return nil
 }
 
-// chunkResults reads the results of infos, items of chunk j that all
-// completed; a result that is gone is the 409 of an expired case.
+// chunkResults returns the results of infos, items of chunk j that all
+// completed, reading those that ChunkInfos did not bring; a result that
+// is gone is the 409 of an expired case. The caller holds the pool for
+// all of them, read now or with the states.
 func (s *Server) chunkResults(ctx context.Context, b *store.Batch, j int, infos []store.ChunkInfo) ([]string, error) {
-	idx := make([]int, len(infos))
+	out := make([]string, len(infos))
+	var idx, at []int
 	for i, it := range infos {
-		idx[i] = it.Index
+		if it.Result != "" {
+			out[i] = it.Result
+			continue
+		}
+		idx, at = append(idx, it.Index), append(at, i)
+	}
+	if len(idx) == 0 {
+		return out, nil
 	}
 	res, ok, err := s.store.ChunkResults(ctx, b, j, idx)
 	if err != nil {
@@ -164,8 +174,9 @@ func (s *Server) chunkResults(ctx context.Context, b *store.Batch, j int, infos 
 		if !ok[i] {
 			return nil, s.incomplete(b, idx[i], "")
 		}
+		out[at[i]] = res[i]
 	}
-	return res, nil
+	return out, nil
 }
 
 // renderJudge writes a judge-format batch's output, which its renderer

@@ -3,10 +3,11 @@ package api
 // GET /v1/batches/{id}/results streams every item of a batch as one NDJSON
 // line (apitype.ResultLine), in submission order, at any time: items that
 // have not ended show their state. It reads the batch a chunk at a time,
-// first the items' states and result sizes, then the results a piece of
-// at most resultPiece bytes at a time, taking each piece's bytes from the
-// admission pool before it reads them. So forty clients downloading a
-// batch of 12 MB hold the pool's bytes, not 480 MB.
+// first the items' states and result sizes (and the small results, up to
+// one piece a chunk: store.ChunkInfo.Result), then the other results a
+// piece of at most resultPiece bytes at a time, taking each piece's bytes
+// from the admission pool before it reads them. So forty clients
+// downloading a batch of 12 MB hold the pool's bytes, not 480 MB.
 
 import (
 	"bufio"
@@ -224,20 +225,26 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 		for i := 0; i < len(infos); {
 			// A piece is the items up to resultPiece bytes of results,
 			// or up to one result past it.
-			k, n, idx := i, int64(0), []int(nil)
+			// Results that ChunkInfos brought (small ones) count in
+			// the piece's bytes like those it reads.
+			k, n, m, idx := i, int64(0), 0, []int(nil)
 			for ; k < len(infos); k++ {
 				in := &infos[k]
 				if state != "" && in.State != state || in.State != apitype.TaskStateCompleted {
 					continue
 				}
-				if len(idx) > 0 && n+in.ResultBytes > resultPiece {
+				if m > 0 && n+in.ResultBytes > resultPiece {
 					break
 				}
-				n += in.ResultBytes
-				idx = append(idx, in.Index)
+				n, m = n+in.ResultBytes, m+1
+				if in.Result == "" {
+					idx = append(idx, in.Index)
+				}
 			}
 			// Reading a result takes about twice its size for a moment
-			// (the reply's buffer and the string).
+			// (the reply's buffer and the string). For the results read
+			// with the states, at most one piece of them a chunk, the
+			// pool is taken after they came.
 			if err := t.take(ctx, 2*n); err != nil {
 				return err
 			}
@@ -263,7 +270,11 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 					continue
 				}
 				var result string
-				if in.State == apitype.TaskStateCompleted {
+				switch {
+				case in.State != apitype.TaskStateCompleted:
+				case in.Result != "":
+					result = in.Result
+				default:
 					result, res = res[0], res[1:]
 				}
 				if line, err = appendResultLine(line[:0], b.ID, in, result); err != nil {

@@ -609,9 +609,9 @@ type rawItem struct {
 
 // readItems runs readItemsScript for items [first, first+count) on p (a
 // pipeline) or s.rdb; decode with decodeRead.
-func (s *Store) readItems(ctx context.Context, c redis.Scripter, batchID string, first, count int, mode string) *redis.Cmd {
+func (s *Store) readItems(ctx context.Context, c redis.Scripter, batchID string, first, count int) *redis.Cmd {
 	return readItemsScript.RunRO(ctx, c, []string{s.k.batch(batchID), s.k.batchReq(batchID)},
-		s.k.batchResBase(batchID), s.k.cache(""), first, count, mode)
+		s.k.batchResBase(batchID), s.k.cache(""), first, count)
 }
 
 // decodeRead splits readItemsScript's reply; ok is false when the batch
@@ -695,7 +695,7 @@ func (s *Store) GetItem(ctx context.Context, batchID string, index int) (*Task, 
 	if index < 0 {
 		return nil, ErrNotFound
 	}
-	h, items, ok, err := decodeRead(s.readItems(ctx, s.rdb, batchID, index, 1, "full"))
+	h, items, ok, err := decodeRead(s.readItems(ctx, s.rdb, batchID, index, 1))
 	if err != nil {
 		return nil, fmt.Errorf("store: get item: %w", err)
 	}
@@ -703,46 +703,6 @@ func (s *Store) GetItem(ctx context.Context, batchID string, index int) (*Task, 
 		return nil, ErrNotFound
 	}
 	return toTask(batchID, index, h, items[0]), nil
-}
-
-// ItemsPage returns items [start, start+limit) of b as task records,
-// results included, for GET /v1/batches/{id}: one script per chunk the
-// page covers, in one pipeline. Items past the batch's end are left out.
-func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*Task, error) {
-	if start < 0 || limit <= 0 || start >= b.Total || b.Stride <= 0 {
-		return nil, nil
-	}
-	end := min(b.Total, start+limit)
-	type part struct {
-		first int
-		cmd   *redis.Cmd
-	}
-	var parts []part
-	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		parts = parts[:0] // a rerun after NOSCRIPT fills it again
-		for i := start; i < end; {
-			next := min(end, (i/b.Stride+1)*b.Stride)
-			parts = append(parts, part{i, s.readItems(ctx, p, b.ID, i, next-i, "full")})
-			i = next
-		}
-	}, readItemsScript)
-	if err != nil {
-		return nil, fmt.Errorf("store: items page: %w", err)
-	}
-	out := make([]*Task, 0, end-start)
-	for _, pt := range parts {
-		h, items, ok, err := decodeRead(pt.cmd)
-		if err != nil {
-			return nil, fmt.Errorf("store: items page: %w", err)
-		}
-		if !ok {
-			return nil, ErrNotFound
-		}
-		for i, r := range items {
-			out = append(out, toTask(b.ID, pt.first+i, h, r))
-		}
-	}
-	return out, nil
 }
 
 // ChunkInfo is one item of a chunk as a results stream first reads it:
@@ -757,64 +717,12 @@ type ChunkInfo struct {
 	Error *apitype.TaskError
 	// ResultBytes is the size of a completed item's result.
 	ResultBytes int64
-}
+	// Result is a completed item's result when ChunkInfos read it with
+	// the states (a small one: see entryIsSmall); "" when it is to be
+	// read with ChunkResults, in a piece whose bytes the reader holds.
+	Result string
 
-// ChunkInfos returns the items of chunk j of b, in order, without their
-// results.
-func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, error) {
-	if b.Stride <= 0 || j < 0 || j*b.Stride >= b.Total {
-		return nil, nil
-	}
-	first := j * b.Stride
-	h, items, ok, err := decodeRead(s.readItems(ctx, s.rdb, b.ID, first, b.Stride, "info"))
-	if err != nil {
-		return nil, fmt.Errorf("store: chunk infos: %w", err)
-	}
-	if !ok {
-		return nil, ErrNotFound
-	}
-	out := make([]ChunkInfo, len(items))
-	for i, r := range items {
-		t := toTask(b.ID, first+i, h, r)
-		ci := ChunkInfo{Index: first + i, CustomID: t.CustomID, Kind: puzzle.Kind(t.Kind), State: t.State}
-		if t.ErrCode != "" {
-			ci.Error = &apitype.TaskError{Code: t.ErrCode, Message: t.ErrMsg}
-		}
-		if t.State == apitype.TaskStateCompleted {
-			ci.ResultBytes, _ = strconv.ParseInt(r.extra, 10, 64)
-		}
-		out[i] = ci
-	}
-	return out, nil
-}
-
-// ChunkResults returns the results of the completed items at indexes idx
-// (all in chunk j of b), in order; ok[i] is false for one whose result is
-// gone (expired).
-func (s *Store) ChunkResults(ctx context.Context, b *Batch, j int, idx []int) (results []string, ok []bool, err error) {
-	results, ok = make([]string, len(idx)), make([]bool, len(idx))
-	if len(idx) == 0 {
-		return results, ok, nil
-	}
-	args := make([]any, 0, 1+len(idx))
-	args = append(args, s.k.cache(""))
-	for _, i := range idx {
-		if b.Stride <= 0 || i/b.Stride != j {
-			return nil, nil, fmt.Errorf("store: chunk results: item %d is not in chunk %d", i, j)
-		}
-		args = append(args, i%b.Stride)
-	}
-	v, err := chunkResultsScript.RunRO(ctx, s.rdb, []string{s.k.batchRes(b.ID, j)}, args...).StringSlice()
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: chunk results: %w", err)
-	}
-	if len(v) != 2*len(idx) {
-		return nil, nil, fmt.Errorf("store: chunk results: %d values for %d items", len(v), len(idx))
-	}
-	for i := range idx {
-		ok[i], results[i] = v[2*i] == "1", v[2*i+1]
-	}
-	return results, ok, nil
+	ref string // the cache entry holding the result, when stored once
 }
 
 // cancelArgs are the arguments of cancelItemsScript up to the offsets.

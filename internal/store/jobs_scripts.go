@@ -637,9 +637,9 @@ return 1
 // readItemsScript reads items [first, first+count) of a batch, clamped to
 // its total, as task records: the batch's owner and creation time, and per
 // item its kind byte, custom ID line, entry, active marker, progress and
-// (for an entry that refers to the cache) the cached result or, in info
-// mode, its size. In info mode an entry's inline result is cut off, so
-// that a reader sees sizes before it reads any result. Read-only.
+// (for an entry that refers to the cache) the cached result. GetItem uses
+// it, one item in one round trip; reads of many items (reads.go) use
+// plain commands, decoded in the API, instead. Read-only.
 //
 // KEYS[1] batch hash
 // KEYS[2] batch req hash
@@ -648,7 +648,6 @@ return 1
 // ARGV[2] the cache key without the hash
 // ARGV[3] first index
 // ARGV[4] count
-// ARGV[5] "full" or "info"
 //
 // Returns {} when the batch is gone, else {owner, created_at, total,
 // stride, then 6 values per item}.
@@ -660,7 +659,6 @@ local total, stride = tonumber(b[3]), tonumber(b[4]) or 0
 local out = {b[1] or '', b[2] or '', b[3], b[4] or '0'}
 if stride <= 0 then return out end
 local first, last = tonumber(ARGV[3]), math.min(total, tonumber(ARGV[3]) + tonumber(ARGV[4])) - 1
-local info = ARGV[5] == 'info'
 local cj, m, ids, rk = -1, '', nil, ''
 for idx = first, last do
   local j = math.floor(idx / stride)
@@ -678,16 +676,7 @@ for idx = first, last do
   if e ~= '' then
     local ref = string.match(e, ',"ref":(%b"")')
     if ref then
-      local ck = ARGV[2] .. cjson.decode(ref)
-      if info then
-        extra = tostring(redis.call('STRLEN', ck))
-      else
-        extra = redis.call('GET', ck) or ''
-      end
-    elseif info then
-      local pos = string.find(e, ',"size":', 1, true)
-      if pos then e = string.sub(e, 1, pos - 1) .. '}' end
-      extra = string.match(r[1], ',"size":(%d+)') or ''
+      extra = redis.call('GET', ARGV[2] .. cjson.decode(ref)) or ''
     end
   end
   out[#out + 1] = kb
@@ -696,43 +685,6 @@ for idx = first, last do
   out[#out + 1] = r[2] or ''
   out[#out + 1] = r[3] or ''
   out[#out + 1] = extra
-end
-return out
-`)
-
-// chunkResultsScript reads the results of ended items of one chunk: the
-// inline result cut from the entry, or the cache entry it refers to.
-// Read-only.
-//
-// KEYS[1] res hash of the chunk
-// ARGV[1] the cache key without the hash
-// ARGV[2..] the items' offsets in the chunk
-//
-// Returns per offset {found ("1" or "0"), result}.
-var chunkResultsScript = redis.NewScript(`
-local out = {}
-local fields = {}
-for a = 2, #ARGV do fields[#fields + 1] = ARGV[a] end
-if #fields == 0 then return out end
-local ents = redis.call('HMGET', KEYS[1], unpack(fields))
-for i = 1, #fields do
-  local e, res = ents[i], false
-  if e then
-    local ref = string.match(e, ',"ref":(%b"")')
-    if ref then
-      res = redis.call('GET', ARGV[1] .. cjson.decode(ref))
-    else
-      local pos = string.find(e, ',"result":', 1, true)
-      if pos then res = string.sub(e, pos + 10, -2) end
-    end
-  end
-  if res then
-    out[#out + 1] = '1'
-    out[#out + 1] = res
-  else
-    out[#out + 1] = '0'
-    out[#out + 1] = ''
-  end
 end
 return out
 `)

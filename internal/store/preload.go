@@ -18,7 +18,7 @@ var allScripts = []*redis.Script{
 	progressScript,
 	leaseScript,
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
-	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, chunkResultsScript,
+	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so
