@@ -257,7 +257,7 @@ func TestSubmitBadLateLineLeavesNothingOnStack(t *testing.T) {
 	// may be after puzzlectl has exited.
 	left := 0
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if left = s.Keys("pq:batch:*")+s.Keys("pq:idem:*"); left == 0 {
+		if left = s.Keys("pq:batch:*") + s.Keys("pq:idem:*"); left == 0 {
 			break
 		}
 	}
