@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,5 +126,20 @@ func BenchmarkReadJobs(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestWriteJSONStringIsMarshal: the output's strings are json.Marshal's,
+// byte for byte, whether or not they take the plain path.
+func TestWriteJSONStringIsMarshal(t *testing.T) {
+	for _, s := range []string{"", "abc-17", "job 1", `a"b`, `a\b`, "<x>&", "tab\t", "café", "\xff", "\u2028", "~\x7f"} {
+		var buf bytes.Buffer
+		w := bufio.NewWriter(&buf)
+		writeJSONString(w, s)
+		w.Flush()
+		want, _ := json.Marshal(s)
+		if buf.String() != string(want) {
+			t.Errorf("%q: wrote %s, json.Marshal %s", s, buf.Bytes(), want)
+		}
 	}
 }

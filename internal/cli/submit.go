@@ -215,18 +215,16 @@ func displayName(file string) string {
 // JSON.
 func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
 	w.WriteString(`{"line":`)
-	w.WriteString(strconv.Itoa(j.line))
+	var num [20]byte
+	w.Write(strconv.AppendInt(num[:0], int64(j.line), 10))
 	if j.hasCustomID {
 		w.WriteString(`,"custom_id":`)
-		cid, _ := json.Marshal(j.customID)
-		w.Write(cid)
+		writeJSONString(w, j.customID)
 	}
 	w.WriteString(`,"id":`)
-	id, _ := json.Marshal(l.ID)
-	w.Write(id)
+	writeJSONString(w, l.ID)
 	w.WriteString(`,"state":`)
-	st, _ := json.Marshal(l.State)
-	w.Write(st)
+	writeJSONString(w, string(l.State))
 	if l.State == client.StateCompleted {
 		w.WriteString(`,"result":`)
 		w.Write(l.Result)
@@ -240,6 +238,22 @@ func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
 		w.Write(eb)
 	}
 	w.WriteString("}\n")
+}
+
+// writeJSONString writes s as json.Marshal would: as it is between quotes
+// when no byte of it needs an escape (IDs and states never do), else
+// through json.Marshal.
+func writeJSONString(w *bufio.Writer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			w.Write(b)
+			return
+		}
+	}
+	w.WriteByte('"')
+	w.WriteString(s)
+	w.WriteByte('"')
 }
 
 // writeResultRow writes a table row; the CUSTOM_ID column is there when
