@@ -46,7 +46,7 @@ const MaxResultLine = 64 << 20
 // at any time: items that have not ended come with their state and no
 // result.
 //
-// The request asks for gzip and decodes it. A stream that breaks (the
+// The request asks for gzip and decodes it, unless WithoutResultsGzip. A stream that breaks (the
 // connection, a timeout, a truncated line) is requested again, with the
 // client's retries and backoff, and the lines already yielded are
 // skipped, so each index is yielded at most once and in order. The error
@@ -67,8 +67,13 @@ func (c *Client) Results(ctx context.Context, batchID string, opts ResultsOption
 		if opts.State != "" {
 			q.Set("state", string(opts.State))
 		}
+		enc := "gzip"
+		if c.noResultsGzip {
+			// Set, or the transport asks for gzip on its own.
+			enc = "identity"
+		}
 		cl := call{method: http.MethodGet, path: "/v1/batches/" + url.PathEscape(batchID) + "/results", query: q,
-			header: http.Header{"Accept": {"application/x-ndjson"}, "Accept-Encoding": {"gzip"}},
+			header: http.Header{"Accept": {"application/x-ndjson"}, "Accept-Encoding": {enc}},
 			wait:   opts.Wait, retry: retryAlways}
 		last := -1 // the index of the last line yielded
 		stopped := false

@@ -196,3 +196,22 @@ func TestFastSlidingTakesBulkLines(t *testing.T) {
 		}
 	}
 }
+
+func TestIsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"http://localhost:8080", true},
+		{"http://127.0.0.1:35000", true},
+		{"http://127.9.9.9", true},
+		{"http://[::1]:8080/", true},
+		{"https://puzzleq.example:443", false},
+		{"http://10.0.0.7:8080", false},
+		{"http://localhost.example", false},
+	} {
+		if got := isLoopback(tc.url); got != tc.want {
+			t.Errorf("isLoopback(%q) = %v, want %v", tc.url, got, tc.want)
+		}
+	}
+}
