@@ -387,10 +387,14 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 	if runErr == nil {
 		return nil
 	}
-	if err := r.gate.failure(); err != nil {
-		// A bad line (or --out) cut the upload short: nothing was
-		// accepted, and the line is what to report.
-		return err
+	if r.gate != nil && ctx.Err() == nil {
+		// A bad line (or --out) that cut the upload short is what to
+		// report, before whatever the server or the transport made of
+		// the cut (or of a later line, which it may have answered first).
+		_ = r.gate.wait()
+		if err := r.gate.failure(); err != nil {
+			return err
+		}
 	}
 	if !r.resumable {
 		return runErr
