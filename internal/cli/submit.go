@@ -36,8 +36,10 @@ requests, --parallel sent at once.
 A line may name its request with "custom_id" (a string of at most 64 bytes,
 unique in the input); it is echoed next to the line number in the results.
 
-Every line is validated before anything is sent: a bad line is reported with
-its number and nothing is submitted (exit status 2). Each batch carries an
+Every line is validated as the upload goes, and no batch's upload ends before
+every line passed: a bad line cuts it short, is reported with its number and
+nothing is submitted (exit status 2), and --out is not created. Each batch
+carries an
 idempotency key derived from --run-id, its index and its bytes, so a retry
 after a lost response, or running the same command again after an
 interruption or a failure, does not submit the same work twice. Pass a new
