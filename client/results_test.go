@@ -221,6 +221,33 @@ func TestResultsStreamsGzipAndResumes(t *testing.T) {
 	}
 }
 
+// WithoutResultsGzip asks for the stream as it is, and says so: the
+// transport would ask for gzip on its own.
+func TestResultsWithoutGzip(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	rs := startResults(t, n, n, -1)
+	c := client.New(rs.URL, append(fast(), client.WithoutResultsGzip())...)
+	next := 0
+	for l, err := range c.Results(context.Background(), "0123456789abcdef0123456789abcdef", client.ResultsOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Index != next {
+			t.Fatalf("line %d: %+v", next, l)
+		}
+		next++
+	}
+	if next != n {
+		t.Fatalf("%d lines, want %d", next, n)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.calls != 1 || rs.encodings[0] != "identity" {
+		t.Errorf("%d requests, Accept-Encoding %q; want one, identity", rs.calls, rs.encodings)
+	}
+}
+
 // A filtered stream, an early break, a server that does not gzip, and a
 // batch that does not exist.
 func TestResultsFilterBreakAndErrors(t *testing.T) {

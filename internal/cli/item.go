@@ -25,6 +25,14 @@ import (
 // so every other decision (unknown or repeated names, case, UTF-8) stays
 // puzzle's. Replace it with puzzle.DecodeItem once that lands.
 func decodeItem(line []byte) (customID string, has bool, err error) {
+	if customID, has, ok := fastSliding(line); ok {
+		return customID, has, nil
+	}
+	return decodeItemFull(line)
+}
+
+// decodeItemFull is decodeItem without its fast path.
+func decodeItemFull(line []byte) (customID string, has bool, err error) {
 	// A custom_id is spelled "custom_id", or with an escape somewhere in
 	// it: most lines have neither, and pay for no second pass.
 	if !bytes.Contains(line, []byte(`custom_id`)) && bytes.IndexByte(line, '\\') < 0 {

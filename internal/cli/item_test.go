@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,5 +126,92 @@ func BenchmarkReadJobs(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestWriteJSONStringIsMarshal: the output's strings are json.Marshal's,
+// byte for byte, whether or not they take the plain path.
+func TestWriteJSONStringIsMarshal(t *testing.T) {
+	for _, s := range []string{"", "abc-17", "job 1", `a"b`, `a\b`, "<x>&", "tab\t", "café", "\xff", "\u2028", "~\x7f"} {
+		var buf bytes.Buffer
+		w := bufio.NewWriter(&buf)
+		writeJSONString(w, s)
+		w.Flush()
+		want, _ := json.Marshal(s)
+		if buf.String() != string(want) {
+			t.Errorf("%q: wrote %s, json.Marshal %s", s, buf.Bytes(), want)
+		}
+	}
+}
+
+// FuzzFastSliding holds the fast path to the full check and to the API's
+// (puzzle.DecodeItem): whatever it takes, they take, with the same
+// custom_id. Lines it does not take go the full way, so only its yes
+// needs holding.
+func FuzzFastSliding(f *testing.F) {
+	for _, s := range []string{
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`,
+		`{"custom_id":"job-1","kind":"sliding","puzzle":{"board":[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13,14,15,0]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,8]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,06]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{"max_nodes":5}}`,
+		`{"custom_id":"","kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}`,
+		`{"custom_id":"a\"b","kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,2,3,4,5,6,7]]}}`,
+		`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		id, has, ok := fastSliding(line)
+		if !ok {
+			return
+		}
+		fid, fhas, err := decodeItemFull(line)
+		if err != nil || fid != id || fhas != has {
+			t.Fatalf("%q: fast path takes it (%q, %v), the full check: %q, %v, %v", line, id, has, fid, fhas, err)
+		}
+		_, aid, err := puzzle.DecodeItem(line)
+		if err != nil || aid != id {
+			t.Fatalf("%q: fast path takes it (%q), puzzle.DecodeItem: %q, %v", line, id, aid, err)
+		}
+	})
+}
+
+// TestFastSlidingTakesBulkLines: the lines of a bulk run of 8- and
+// 15-puzzles take the fast path; a bad one does not.
+func TestFastSlidingTakesBulkLines(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{
+		{`{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]}}`, true},
+		{`{"custom_id":"r-9","kind":"sliding","puzzle":{"board":[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13,14,0,15]]}}`, true},
+		{`{"kind":"sliding","puzzle":{"board":[[8,6,7],[2,5,4],[3,0,3]]}}`, false},
+		{`{"kind":"sliding", "puzzle":{"board":[[8,6,7],[2,5,4],[3,0,1]]}}`, false},
+	} {
+		if _, _, ok := fastSliding([]byte(tc.line)); ok != tc.ok {
+			t.Errorf("%s: fast path %v, want %v", tc.line, ok, tc.ok)
+		}
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"http://localhost:8080", true},
+		{"http://127.0.0.1:35000", true},
+		{"http://127.9.9.9", true},
+		{"http://[::1]:8080/", true},
+		{"https://puzzleq.example:443", false},
+		{"http://10.0.0.7:8080", false},
+		{"http://localhost.example", false},
+	} {
+		if got := isLoopback(tc.url); got != tc.want {
+			t.Errorf("isLoopback(%q) = %v, want %v", tc.url, got, tc.want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -69,10 +71,31 @@ func (g *globals) client() (*client.Client, error) {
 	if key == "" {
 		key = os.Getenv("PUZZLEQ_API_KEY")
 	}
-	c := client.New(g.server, client.WithAPIKey(key), client.WithTimeout(g.timeout),
-		client.WithRetries(g.retries), client.WithUserAgent("puzzlectl"))
+	opts := []client.Option{client.WithAPIKey(key), client.WithTimeout(g.timeout),
+		client.WithRetries(g.retries), client.WithUserAgent("puzzlectl")}
+	if isLoopback(g.server) {
+		// Compressing a results stream costs the API and puzzlectl more
+		// CPU than the bytes it saves cost on loopback.
+		opts = append(opts, client.WithoutResultsGzip())
+	}
+	c := client.New(g.server, opts...)
 	g.clients = append(g.clients, c)
 	return c, nil
+}
+
+// isLoopback reports whether the URL's host is this machine: localhost or
+// a loopback address.
+func isLoopback(server string) bool {
+	u, err := url.Parse(server)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
 }
 
 // close releases the clients' connections, so Run leaks nothing when
@@ -145,6 +168,10 @@ type runner struct {
 	resultsWait time.Duration
 	// countsEvery is how often a drawn bar reads the batches' counts.
 	countsEvery time.Duration
+	// gate, when set, is the validation of jobs still under way: the
+	// upload streams each line as it passes, and a failure of it is the
+	// run's error (see validation).
+	gate *validation
 
 	mu sync.Mutex // guards batchRun.ended
 }
@@ -153,22 +180,44 @@ type runner struct {
 // results that brought nothing new, in case a server does not hold them.
 const minResultsPoll = 500 * time.Millisecond
 
-// linesReader reads jobs as NDJSON: each raw request and a newline.
+// linesReader reads jobs as NDJSON: each raw request and a newline. With
+// a gate, each line goes only once the gate released it, and the body's
+// last byte only once the gate's validation passed as a whole.
 type linesReader struct {
-	jobs []job
-	i    int // the job being read
-	off  int // bytes of it read; len(raw) means its newline is next
+	jobs  []job
+	i     int // the job being read
+	off   int // bytes of it read; len(raw) means its newline is next
+	gate  *validation
+	first int // the index of jobs[0] in the gate's jobs
 }
 
 func (r *linesReader) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) && r.i < len(r.jobs) {
 		raw := r.jobs[r.i].raw
+		if r.gate != nil && r.off == 0 {
+			if idx := int64(r.first + r.i); idx >= r.gate.released.Load() {
+				if n > 0 {
+					return n, nil // send what passed while the rest is checked
+				}
+				if err := r.gate.waitLine(int(idx)); err != nil {
+					return 0, err
+				}
+			}
+		}
 		if r.off < len(raw) {
 			c := copy(p[n:], raw[r.off:])
 			n += c
 			r.off += c
 			continue
+		}
+		if r.gate != nil && r.i == len(r.jobs)-1 {
+			if n > 0 {
+				return n, nil
+			}
+			if err := r.gate.final(); err != nil {
+				return 0, err
+			}
 		}
 		p[n] = '\n'
 		n++
@@ -186,7 +235,7 @@ func (r *linesReader) Read(p []byte) (int, error) {
 // server already accepted (the key replays the batch), and a retry after a
 // lost response cannot double the work. Bodies are read from the jobs when
 // sent, so the input is held once.
-func splitBatches(jobs []job, size int, runID string) []*batchRun {
+func splitBatches(jobs []job, size int, runID string, gate *validation) []*batchRun {
 	var out []*batchRun
 	for start := 0; start < len(jobs); {
 		end, bytes := start, 0
@@ -195,7 +244,10 @@ func splitBatches(jobs []job, size int, runID string) []*batchRun {
 			end++
 		}
 		b := &batchRun{index: len(out), jobs: jobs[start:end], submitted: make(chan struct{})}
-		b.body = client.FuncBody(int64(bytes), func() (io.Reader, error) { return &linesReader{jobs: b.jobs}, nil })
+		first := start
+		b.body = client.FuncBody(int64(bytes), func() (io.Reader, error) {
+			return &linesReader{jobs: b.jobs, gate: gate, first: first}, nil
+		})
 		h := sha256.New()
 		fmt.Fprintf(h, "puzzlectl run %q batch %d\n", runID, b.index)
 		_, _ = io.Copy(h, &linesReader{jobs: b.jobs})
@@ -245,7 +297,15 @@ func (e *stoppedError) Unwrap() error { return e.cause }
 // each batch once submitted, or with wait each item's result, streamed.
 // It stops at the first error.
 func (r *runner) run(ctx context.Context, jobs []job, out output) error {
-	batches := splitBatches(jobs, r.batchSize, r.runID)
+	batches := splitBatches(jobs, r.batchSize, r.runID, r.gate)
+	if r.gate != nil && len(batches) > 1 {
+		// Batches are accepted one by one, so none may be sent before
+		// every line passed; and an early batch must not hold its upload
+		// open, its last byte waiting, while a large input is checked.
+		if err := r.gate.wait(); err != nil {
+			return err
+		}
+	}
 	inner, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -326,6 +386,15 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 	r.progress.finish()
 	if runErr == nil {
 		return nil
+	}
+	if r.gate != nil && ctx.Err() == nil {
+		// A bad line (or --out) that cut the upload short is what to
+		// report, before whatever the server or the transport made of
+		// the cut (or of a later line, which it may have answered first).
+		_ = r.gate.wait()
+		if err := r.gate.failure(); err != nil {
+			return err
+		}
 	}
 	if !r.resumable {
 		return runErr

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -229,6 +230,45 @@ func TestSubmitOneRequestOnStack(t *testing.T) {
 	}
 }
 
+// TestSubmitBadLateLineLeavesNothingOnStack: the upload streams while
+// the lines are checked, so a bad line near the end of a large input cuts
+// a request the API has been staging for a while. It must exit 2 naming
+// the line, with nothing accepted and nothing staged left in Redis, and
+// no --out file made.
+func TestSubmitBadLateLineLeavesNothingOnStack(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	total := 60000
+	if raceEnabled {
+		total = 12000
+	}
+	lines := slidingLines(total, 9)
+	lines[total-3] = `{"kind":"sliding","puzzle":{"board":[[1,2],[3,3]]}}`
+	in := writeLines(t, lines)
+	outPath := filepath.Join(t.TempDir(), "results.jsonl")
+	code, out, errOut := run(t, "", "submit", "--server", s.base, "-f", in, "--wait", "--out", outPath)
+	if want := fmt.Sprintf("line %d:", total-2); code != cli.ExitUsage || out != "" || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 naming %q", code, out, errOut, want)
+	}
+	if _, err := os.Stat(outPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("--out exists after a bad line (%v)", err)
+	}
+	// The API discards what it staged once it sees the body cut, which
+	// may be after puzzlectl has exited.
+	left := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if left = s.Keys("pq:batch:*") + s.Keys("pq:idem:*"); left == 0 {
+			break
+		}
+	}
+	if left != 0 {
+		t.Errorf("%d batch keys left in Redis after a cut upload", left)
+	}
+	if got := s.submitted(); got != 0 {
+		t.Errorf("puzzleq_submitted_total = %d after a bad line, want 0", got)
+	}
+}
+
 // TestSubmitInterruptedThenResumed cancels a run (Ctrl-C) while it waits
 // for results no worker will produce: it reports the batches submitted,
 // exits non-zero, and running it again submits nothing new.
@@ -286,9 +326,13 @@ func TestSubmitInterruptedThenResumed(t *testing.T) {
 
 func TestSubmitBadInputSubmitsNothing(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
+	// submit uploads while it validates, and cuts the upload short at a
+	// bad line: the server may see a request begin, never a whole body.
+	var whole atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
+		if _, err := io.ReadAll(r.Body); err == nil {
+			whole.Add(1)
+		}
 		w.WriteHeader(500)
 	}))
 	defer srv.Close()
@@ -325,8 +369,8 @@ func TestSubmitBadInputSubmitsNothing(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2", args, code, errOut)
 		}
 	}
-	if hits.Load() != 0 {
-		t.Errorf("the server got %d requests; bad input must send none", hits.Load())
+	if whole.Load() != 0 {
+		t.Errorf("the server got %d whole bodies; bad input must have none accepted", whole.Load())
 	}
 	if code, _, errOut := run(t, "", "health", "--server", "localhost:8080"); code != cli.ExitUsage || !strings.Contains(errOut, "http://") {
 		t.Errorf("--server without a scheme: exit %d, stderr %q", code, errOut)

@@ -2,21 +2,17 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strconv"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/puzzleq/puzzleq/client"
-	"github.com/puzzleq/puzzleq/puzzle"
 )
 
 func newSubmitCmd(g *globals) *cobra.Command {
@@ -40,8 +36,10 @@ requests, --parallel sent at once.
 A line may name its request with "custom_id" (a string of at most 64 bytes,
 unique in the input); it is echoed next to the line number in the results.
 
-Every line is validated before anything is sent: a bad line is reported with
-its number and nothing is submitted (exit status 2). Each batch carries an
+Every line is validated as the upload goes, and no batch's upload ends before
+every line passed: a bad line cuts it short, is reported with its number and
+nothing is submitted (exit status 2), and --out is not created. Each batch
+carries an
 idempotency key derived from --run-id, its index and its bytes, so a retry
 after a lost response, or running the same command again after an
 interruption or a failure, does not submit the same work twice. Pass a new
@@ -91,31 +89,55 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				defer f.Close()
 				in = f
 			}
-			jobs, err := readJobs(in)
+			jobs, err := splitLines(in)
 			if err != nil {
 				return err
 			}
 			if len(jobs) == 0 {
 				return usagef("%s: no requests", displayName(file))
 			}
+			// The lines are checked while they are uploaded; --out is
+			// created once they all passed, before any batch can be
+			// accepted, so a bad line leaves no file and no work behind.
 			out := cmd.OutOrStdout()
 			var outFile *os.File
-			if outPath != "" {
-				if outFile, err = os.Create(outPath); err != nil {
+			lazy := &lazyWriter{}
+			gate := startValidation(jobs, func() error {
+				if outPath == "" {
+					lazy.w = out
+					return nil
+				}
+				f, err := os.Create(outPath)
+				if err != nil {
 					return usagef("%v", err)
 				}
-				defer outFile.Close()
-				out = outFile
+				outFile, lazy.w = f, f
+				return nil
+			})
+			lazy.gate = gate
+			defer func() {
+				gate.settle()
+				if outFile != nil {
+					outFile.Close()
+				}
+			}()
+			if format == "table" {
+				// The header says whether any line has a custom_id.
+				if err := gate.final(); err != nil {
+					return gate.failure()
+				}
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
-				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true}
+				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true, gate: gate}
 			r.progress = newProgress(stderr, len(jobs), wait)
 			customIDs := false
-			for i := range jobs {
-				customIDs = customIDs || jobs[i].hasCustomID
+			if format == "table" {
+				for i := range jobs {
+					customIDs = customIDs || jobs[i].hasCustomID
+				}
 			}
-			w := bufio.NewWriterSize(out, 256<<10)
+			w := bufio.NewWriterSize(lazy, 256<<10)
 			var tw *tabwriter.Writer
 			if format == "table" {
 				tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
@@ -157,8 +179,10 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if ferr := w.Flush(); err == nil && ferr != nil {
 				err = ferr
 			}
-			if outFile != nil {
-				if cerr := outFile.Close(); err == nil && cerr != nil {
+			gate.settle()
+			if f := outFile; f != nil {
+				outFile = nil
+				if cerr := f.Close(); err == nil && cerr != nil {
 					err = cerr
 				}
 			}
@@ -193,18 +217,16 @@ func displayName(file string) string {
 // JSON.
 func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
 	w.WriteString(`{"line":`)
-	w.WriteString(strconv.Itoa(j.line))
+	var num [20]byte
+	w.Write(strconv.AppendInt(num[:0], int64(j.line), 10))
 	if j.hasCustomID {
 		w.WriteString(`,"custom_id":`)
-		cid, _ := json.Marshal(j.customID)
-		w.Write(cid)
+		writeJSONString(w, j.customID)
 	}
 	w.WriteString(`,"id":`)
-	id, _ := json.Marshal(l.ID)
-	w.Write(id)
+	writeJSONString(w, l.ID)
 	w.WriteString(`,"state":`)
-	st, _ := json.Marshal(l.State)
-	w.Write(st)
+	writeJSONString(w, string(l.State))
 	if l.State == client.StateCompleted {
 		w.WriteString(`,"result":`)
 		w.Write(l.Result)
@@ -218,6 +240,22 @@ func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
 		w.Write(eb)
 	}
 	w.WriteString("}\n")
+}
+
+// writeJSONString writes s as json.Marshal would: as it is between quotes
+// when no byte of it needs an escape (IDs and states never do), else
+// through json.Marshal.
+func writeJSONString(w *bufio.Writer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			w.Write(b)
+			return
+		}
+	}
+	w.WriteByte('"')
+	w.WriteString(s)
+	w.WriteByte('"')
 }
 
 // writeResultRow writes a table row; the CUSTOM_ID column is there when
@@ -238,64 +276,32 @@ func writeResultRow(w io.Writer, j *job, customIDs bool, l *client.ResultLine) {
 }
 
 // readJobs reads every non-blank line and validates it as the API would
-// (decodeItem: the request and its custom_id), in parallel, before
-// anything is submitted. The first bad line (by number) is the error.
+// (decodeItem: the request and its custom_id), in parallel. The first bad
+// line (by number) is the error. submit validates while it uploads
+// (validation); this is the same check, all at once.
 func readJobs(in io.Reader) ([]job, error) {
-	data, err := io.ReadAll(in)
+	jobs, err := splitLines(in)
 	if err != nil {
-		return nil, fmt.Errorf("read input: %w", err)
-	}
-	var jobs []job
-	line := 0
-	for len(data) > 0 {
-		line++
-		l, rest, _ := bytes.Cut(data, []byte{'\n'})
-		data = rest
-		if len(l) > maxJSONLine {
-			return nil, usagef("line %d: longer than %d bytes", line, maxJSONLine)
-		}
-		l = bytes.TrimSpace(l)
-		if len(l) == 0 {
-			continue
-		}
-		jobs = append(jobs, job{line: line, raw: l})
-	}
-	workers := min(runtime.GOMAXPROCS(0), max(len(jobs)/512, 1))
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	per := (len(jobs) + workers - 1) / workers
-	for w := range workers {
-		lo, hi := w*per, min((w+1)*per, len(jobs))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs[lo:hi] {
-				j := &jobs[lo+i]
-				var err error
-				if j.customID, j.hasCustomID, err = decodeItem(j.raw); err != nil {
-					errs[w] = puzzle.LineError(err, j.line)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := firstNonNil(errs); err != nil {
 		return nil, err
 	}
-	// custom_id is unique within a batch; puzzlectl holds the whole input
-	// to it, so that a result names one line whatever the batches.
-	seen := map[string]int{}
-	for _, j := range jobs {
-		if !j.hasCustomID {
-			continue
-		}
-		if first, ok := seen[j.customID]; ok {
-			return nil, usagef("line %d: custom_id %q repeats line %d's", j.line, j.customID, first)
-		}
-		seen[j.customID] = j.line
+	if err := validateAll(jobs); err != nil {
+		return nil, err
 	}
 	return jobs, nil
+}
+
+// lazyWriter writes to w, which the gate's ready sets: the output of a
+// run, opened once its input passed.
+type lazyWriter struct {
+	gate *validation
+	w    io.Writer
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if err := l.gate.final(); err != nil { // and see what ready set
+		return 0, l.gate.failure()
+	}
+	return l.w.Write(p)
 }
 
 func firstNonNil(errs []error) error {

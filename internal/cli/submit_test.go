@@ -56,7 +56,8 @@ func customInput(n, failAt int) (lines []string, customs map[int]string) {
 }
 
 // An input within the server's limits is one NDJSON request under a
-// puzzlectl idempotency key; its results are read as a gzipped stream,
+// puzzlectl idempotency key; its results are read as a stream (not
+// gzipped: the server is on loopback, where gzip costs more than it saves),
 // request after request while items end, and written in input order
 // with the line number, custom_id where the input had one, the item's
 // ID and its result or error. One failed item: exit status 1.
@@ -78,8 +79,8 @@ func TestSubmitSendsOneNDJSONBatchAndStreamsResults(t *testing.T) {
 	if len(polls) != 5 || polls[0] != "wait=30s" {
 		t.Errorf("/results requests %q; want 5 (700 items end per request), each with wait=30s", polls)
 	}
-	if f.gzipped != len(polls) {
-		t.Errorf("%d of %d /results answers were gzipped: the client did not ask", f.gzipped, len(polls))
+	if f.gzipped != 0 {
+		t.Errorf("%d of %d /results answers were gzipped from a loopback server", f.gzipped, len(polls))
 	}
 	data, err := os.ReadFile(outPath)
 	if err != nil {
