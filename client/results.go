@@ -12,6 +12,7 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type ResultsOptions struct {
 	// State, when set, keeps only the items in that state
 	// (StateFailed, say).
 	State TaskState
+	// From, when positive, starts at the item of that index: a caller
+	// that has the lines before it does not read them again.
+	From int
 }
 
 // MaxResultLine bounds one line of a results stream, so that a server
@@ -48,8 +52,9 @@ const MaxResultLine = 64 << 20
 //
 // The request asks for gzip and decodes it, unless WithoutResultsGzip. A stream that breaks (the
 // connection, a timeout, a truncated line) is requested again, with the
-// client's retries and backoff, and the lines already yielded are
-// skipped, so each index is yielded at most once and in order. The error
+// client's retries and backoff, from the line after the last one yielded
+// (the server's from=), so each index is yielded at most once and in
+// order. The error
 // of a stream that cannot be read, after the retries, is yielded last,
 // with a nil line; it is an *Error for an answer of the API (404 for no
 // such batch) and matches ErrUnreachable when the server cannot be
@@ -75,9 +80,12 @@ func (c *Client) Results(ctx context.Context, batchID string, opts ResultsOption
 		cl := call{method: http.MethodGet, path: "/v1/batches/" + url.PathEscape(batchID) + "/results", query: q,
 			header: http.Header{"Accept": {"application/x-ndjson"}, "Accept-Encoding": {enc}},
 			wait:   opts.Wait, retry: retryAlways}
-		last := -1 // the index of the last line yielded
+		last := opts.From - 1 // the index of the last line yielded
 		stopped := false
 		err := c.retrying(ctx, cl.retry, func() error {
+			if last >= 0 {
+				q.Set("from", strconv.Itoa(last+1))
+			}
 			return c.streamOnce(ctx, cl, func(l *ResultLine) bool {
 				if l.Index <= last {
 					return true // yielded by an earlier attempt

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,7 +146,8 @@ func startResults(t *testing.T, n, ended, cutAfter int) *resultsServer {
 			out = zw
 		}
 		state := r.URL.Query().Get("state")
-		for i := range n {
+		from, _ := strconv.Atoi(r.URL.Query().Get("from"))
+		for i := from; i < n; i++ {
 			if call == 1 && i == cutAfter {
 				io.WriteString(out, `{"index":`)
 				if zw != nil {
@@ -177,8 +179,9 @@ func startResults(t *testing.T, n, ended, cutAfter int) *resultsServer {
 }
 
 // Results decodes the stream as it comes, gzipped (asked for and
-// decoded by the client itself), resumes a broken stream after the last
-// line it yielded, and passes wait and state through.
+// decoded by the client itself), resumes a broken stream from the line
+// after the last one it yielded (from=), and passes wait and state
+// through.
 func TestResultsStreamsGzipAndResumes(t *testing.T) {
 	t.Parallel()
 	const n = 5000
@@ -214,9 +217,9 @@ func TestResultsStreamsGzipAndResumes(t *testing.T) {
 	if rs.calls != 2 {
 		t.Errorf("%d requests, want 2 (one broken, one resumed)", rs.calls)
 	}
-	for i := range rs.calls {
-		if rs.encodings[i] != "gzip" || rs.queries[i] != "wait=30s" {
-			t.Errorf("request %d: Accept-Encoding %q, query %q", i, rs.encodings[i], rs.queries[i])
+	for i, want := range []string{"wait=30s", "from=1234&wait=30s"} {
+		if rs.encodings[i] != "gzip" || rs.queries[i] != want {
+			t.Errorf("request %d: Accept-Encoding %q, query %q, want %q", i, rs.encodings[i], rs.queries[i], want)
 		}
 	}
 }

@@ -387,6 +387,26 @@ func TestResults(t *testing.T) {
 	if f := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results?state=active", aliceKey).Body.Bytes()); len(f) != 0 {
 		t.Fatalf("state=active: %+v", f)
 	}
+	// ?from= starts at an index, mid chunk or on a chunk's first item,
+	// and past the end it lists nothing.
+	for from, first := range map[string]int{"0": 0, "1": 1, "2": 2, "3": 3, "4": 4, "5": -1, "9": -1} {
+		f := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results?from="+from, aliceKey).Body.Bytes())
+		if first < 0 {
+			if len(f) != 0 {
+				t.Fatalf("from=%s: %+v, want nothing", from, f)
+			}
+			continue
+		}
+		if len(f) != 5-first || f[0].Index != first || f[len(f)-1].Index != 4 {
+			t.Fatalf("from=%s: %+v, want items %d to 4", from, f, first)
+		}
+	}
+	if f := lines(t, s.do(t, "GET", "/v1/batches/"+id+"/results?from=2&state=pending", aliceKey).Body.Bytes()); len(f) != 2 || f[0].Index != 2 {
+		t.Fatalf("from=2&state=pending: %+v", f)
+	}
+	for _, bad := range []string{"-1", "x", "01", ""} {
+		wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?from="+bad, aliceKey), 400, apitype.CodeInvalidRequest, "from")
+	}
 	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?state=done", aliceKey), 400, apitype.CodeInvalidRequest, "state")
 	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?status=failed", aliceKey), 400, apitype.CodeInvalidRequest, "status")
 	wantError(t, s.do(t, "GET", "/v1/batches/"+id+"/results?wait=forever", aliceKey), 400, apitype.CodeInvalidRequest, "wait")

@@ -49,7 +49,7 @@ const gzipCost = 2 * gzipBlock
 
 // resultsParams are the query parameters /results accepts; any other is a
 // mistake (a misspelt "state" would silently return everything).
-var resultsParams = []string{"wait", "state"}
+var resultsParams = []string{"wait", "state", "from"}
 
 // streamedRoutes answer with a stream that a large batch makes longer
 // than REQUEST_TIMEOUT: 1,000,000 result lines take longer than 10 s to
@@ -160,6 +160,16 @@ func (s *Server) batchResults(c *gin.Context) {
 			return
 		}
 	}
+	from := 0
+	if v, ok := c.GetQuery("from"); ok {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 0 || strconv.Itoa(n) != v {
+			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "from",
+				"from must be an item index (0, 1, ...); got %q", truncate(v, 20)))
+			return
+		}
+		from = n
+	}
 	b, err := s.loadStreamed(c, wait)
 	if err != nil {
 		fail(c, err)
@@ -175,7 +185,7 @@ func (s *Server) batchResults(c *gin.Context) {
 	defer t.release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
 		body: progressWriter{c.Writer, progressed}}
-	err = s.streamResults(ctx, b, state, t, out, progressed)
+	err = s.streamResults(ctx, b, state, from, t, out, progressed)
 	if err == nil {
 		err = out.close()
 	}
@@ -208,12 +218,18 @@ func onlyParams(c *gin.Context, allowed []string) error {
 	return nil
 }
 
-// streamResults writes b's items, those in state only when it is set, as
-// NDJSON lines to w, chunk by chunk and, within a chunk, a piece of
-// results at a time.
-func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, t *ticket, w *lazyResponse, progressed func()) error {
+// streamResults writes b's items from index from on, those in state only
+// when it is set, as NDJSON lines to w, chunk by chunk and, within a
+// chunk, a piece of results at a time. A client that has the lines up to
+// some index asks from there (from), so reading a large batch's results
+// while it runs costs each line once, not once per poll.
+func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, from int, t *ticket, w *lazyResponse, progressed func()) error {
 	var line []byte
-	for j := range b.Chunks() {
+	first := 0
+	if b.Stride > 0 {
+		first = from / b.Stride
+	}
+	for j := first; j < b.Chunks(); j++ {
 		infos, err := s.store.ChunkInfos(ctx, b, j)
 		if err != nil {
 			return err
@@ -221,6 +237,9 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 		if want := min(b.Stride, b.Total-j*b.Stride); len(infos) != want {
 			// The chunk's keys are gone: the batch expired under us.
 			return fmt.Errorf("chunk %d: %w", j, errResultGone)
+		}
+		if skip := min(from-j*b.Stride, len(infos)); skip > 0 {
+			infos = infos[skip:]
 		}
 		for i := 0; i < len(infos); {
 			// A piece is the items up to resultPiece bytes of results,

@@ -466,16 +466,19 @@ func batchError(b *batchRun, err error) error {
 }
 
 // stream reads a batch's results in order and hands each ended item to
-// item as it arrives. The server holds each request until the batch is
-// done or resultsWait passes; a request that meets an item not yet ended
-// stops there and the next one resumes from it, so results are written
-// as soon as every item before them has ended, and none twice.
+// item as it arrives, while the batch runs. Each request starts at the
+// first item not yet written (from=) and is read up to the first item
+// that has not ended; then, when that request brought nothing new, it
+// long-polls that item (GET /v1/tasks/{item}?wait=, woken when items of
+// its chunk end) before asking again. So results are written as soon as
+// every item before them has ended, each line is read once, and the
+// download overlaps the solving instead of following it.
 func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *client.ResultLine) error) error {
 	id, n := b.sub.ID, len(b.jobs)
 	next := 0
 	for next < n {
 		start, before, pending := time.Now(), next, false
-		for l, err := range r.c.Results(ctx, id, client.ResultsOptions{Wait: r.resultsWait}) {
+		for l, err := range r.c.Results(ctx, id, client.ResultsOptions{From: next}) {
 			if err != nil {
 				return fmt.Errorf("batch %s: results: %w", id, err)
 			}
@@ -512,6 +515,12 @@ func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *clien
 			return fmt.Errorf("batch %s: the results ended after %d of %d items", id, next, n)
 		}
 		if next == before {
+			// Nothing new: wait for the item due, then for the poll's
+			// spacing (a server whose long poll returns at once must not
+			// be asked in a loop).
+			if _, err := r.c.Get(ctx, b.sub.ItemID(next), r.resultsWait); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if err := sleepCtx(ctx, minResultsPoll-time.Since(start)); err != nil {
 				return err
 			}
