@@ -51,6 +51,14 @@ type wireBatch struct {
 // validates it. Errors are *solvers.InputError with Field as a path from
 // the request root ("puzzle.board[2]").
 func Decode(data []byte) (*Parsed, error) {
+	if p, _, ok := fastSliding(data, false); ok {
+		return p, nil
+	}
+	return decode(data)
+}
+
+// decode is Decode's general path.
+func decode(data []byte) (*Parsed, error) {
 	var req wireRequest
 	if err := unmarshal(data, &req); err != nil {
 		return nil, err

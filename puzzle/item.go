@@ -33,6 +33,14 @@ type wireItem struct {
 // item means the same to every reader. Errors are *solvers.InputError
 // naming the field from the item's root ("custom_id", "puzzle.board[2]").
 func DecodeItem(data []byte) (p *Parsed, customID string, err error) {
+	if p, customID, ok := fastSliding(data, true); ok {
+		return p, customID, nil
+	}
+	return decodeItem(data)
+}
+
+// decodeItem is DecodeItem's general path.
+func decodeItem(data []byte) (p *Parsed, customID string, err error) {
 	var it wireItem
 	if err := unmarshal(data, &it); err != nil {
 		return nil, "", err

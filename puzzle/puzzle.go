@@ -60,7 +60,6 @@ type Parsed struct {
 	sweepO   sweep.Options
 	fill     fill.Puzzle
 	fillO    fill.Options
-	key      string // hex SHA-256 of the canonical JSON: kind, puzzle and the options that change the answer
 	payload  []byte // JSON of the whole request, options included
 	cells    int    // cells of the board (the game board for fill)
 	// compact marks a Parsed that no longer holds its solver's input
@@ -71,10 +70,39 @@ type Parsed struct {
 // Kind returns the puzzle kind.
 func (p *Parsed) Kind() Kind { return p.kind }
 
-// Key is the cache key: a hash of the kind, the canonical puzzle and every
-// option that changes the answer. Options that only bound the work (node
-// budgets) are left out, since only successful answers are cached.
-func (p *Parsed) Key() string { return p.key }
+// Key is the cache key: the hex SHA-256 of the canonical JSON of the kind,
+// the puzzle and every option that changes the answer. Options that only
+// bound the work (node budgets) are left out, since only successful
+// answers are cached.
+//
+// It is computed at each call, not at decoding: most items are cheap and
+// never cached (docs/batches.md), and an ingest of a million of them
+// would hash a million keys that nobody reads. Its callers (a single
+// task, an expensive batch item) ask once or twice per request.
+func (p *Parsed) Key() string {
+	canonical := p.payload
+	if p.kind != KindFill {
+		// Fill's options all change the answer, so its canonical form
+		// is its payload: one encoding of a large board, not two. The
+		// others' is the payload without the options that only bound
+		// the work, which are all of them.
+		var pz any = p.sliding
+		if p.kind == KindSweep {
+			pz = p.sweep
+		}
+		var err error
+		if canonical, err = json.Marshal(struct {
+			Kind    Kind     `json:"kind"`
+			Puzzle  any      `json:"puzzle"`
+			Options struct{} `json:"options"`
+		}{p.kind, pz, struct{}{}}); err != nil {
+			// The same values were encoded into the payload by parse.
+			panic(fmt.Sprintf("puzzle: canonical form of a %s request: %v", p.kind, err))
+		}
+	}
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
 
 // Compact returns p without its solver's input, when that input is much
 // larger than the payload (a fill puzzle's two grids take 16 bytes a cell
@@ -218,7 +246,6 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 	var (
 		verr   error
 		canonP any
-		canonO any
 		allO   any
 	)
 	switch kind {
@@ -233,7 +260,7 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 			return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "options.max_nodes", Msg: "max_nodes must not be negative"}
 		}
 		verr = sliding.Validate(p.sliding)
-		canonP, canonO, allO = p.sliding, struct{}{}, p.slidingO
+		canonP, allO = p.sliding, p.slidingO
 	case KindSweep:
 		if err := decodePart(puzzle, &p.sweep, "puzzle"); err != nil {
 			return nil, err
@@ -245,7 +272,7 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 			return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "options.max_nodes", Msg: "max_nodes must not be negative"}
 		}
 		verr = sweep.Validate(p.sweep)
-		canonP, canonO, allO = p.sweep, struct{}{}, p.sweepO
+		canonP, allO = p.sweep, p.sweepO
 	case KindFill:
 		if err := decodePart(puzzle, &p.fill, "puzzle"); err != nil {
 			return nil, err
@@ -254,7 +281,7 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 			return nil, err
 		}
 		verr = fill.Validate(p.fill)
-		canonP, canonO, allO = p.fill, p.fillO, p.fillO
+		canonP, allO = p.fill, p.fillO
 	case "":
 		return nil, &solvers.InputError{Code: CodeInvalidRequest, Field: "kind", Msg: "kind is required"}
 	default:
@@ -272,20 +299,6 @@ func parse(kind Kind, puzzle, options []byte) (*Parsed, error) {
 	}{p.kind, canonP, allO}); err != nil {
 		return nil, fmt.Errorf("puzzle: payload: %w", err)
 	}
-	canonical := p.payload
-	if kind != KindFill {
-		// Fill's options all change the answer, so its canonical form
-		// is its payload: one encoding of a large board, not two.
-		if canonical, err = json.Marshal(struct {
-			Kind    Kind `json:"kind"`
-			Puzzle  any  `json:"puzzle"`
-			Options any  `json:"options"`
-		}{p.kind, canonP, canonO}); err != nil {
-			return nil, fmt.Errorf("puzzle: canonical form: %w", err)
-		}
-	}
-	sum := sha256.Sum256(canonical)
-	p.key = hex.EncodeToString(sum[:])
 	p.cells = cellsOf(p)
 	return p, nil
 }

@@ -94,6 +94,14 @@ func (t *ticket) put(n int64) {
 	p.changed = make(chan struct{})
 }
 
+// holding is the share's weight now. The body's reader may take more
+// meanwhile, on another goroutine.
+func (t *ticket) holding() int64 {
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	return t.held
+}
+
 // release gives back the whole share. The ticket may take again after.
 func (t *ticket) release() {
 	p := t.p

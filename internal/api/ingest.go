@@ -13,7 +13,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -144,6 +147,8 @@ type ingestRun struct {
 	hash hash.Hash
 	out  *ingested
 	dups dupIndex
+	// window is what the NDJSON blocks read ahead of the stager weigh.
+	window atomic.Int64
 }
 
 // where names an item in errors: its line for NDJSON ("line 7"), its
@@ -167,50 +172,261 @@ func (at where) String() string {
 	return at.field
 }
 
+// An NDJSON body is read, decoded and staged by three stages at once, so
+// that decoding (the most CPU an item costs) runs on every core while the
+// upload arrives, and staging stays in line order on one goroutine:
+//
+//   - the reader (one goroutine) cuts the body into blocks of lines;
+//   - decoders (GOMAXPROCS goroutines) decode a block's items;
+//   - the request's goroutine takes the blocks in order, waits for each to
+//     be decoded, and stages its items as item does, stopping at the
+//     first error by line order: the one a single goroutine would have
+//     reported, whatever a later block's decoder found meanwhile.
+//
+// At most decodeWindow blocks are between the reader and the stager, and
+// the pool holds what they weigh (block.weight), so memory stays bounded
+// by bytes as it was: the reader's buffer, the window, the writer's
+// chunks.
+
+// blockBytes ends a block once its lines hold this many bytes;
+// blockLines once it holds this many lines.
+const (
+	blockBytes = 16 << 10
+	blockLines = 64
+)
+
+// decodeWindow is how many blocks may be read ahead of the stager, per
+// decoder.
+const decodeWindow = 2
+
+// parsedWeight is what a decoded item weighs beyond three times its line
+// (the line, its payload and its grid): the Parsed itself and its slices'
+// headers.
+const parsedWeight = 512
+
+// maxReadAhead bounds what the blocks between the reader and the stager
+// weigh (of lines up to blockBytes; a larger line is a block alone): the
+// window, the block being staged and the one being read.
+func maxReadAhead(par int) int64 {
+	return int64(decodeWindow*par+2) * (3*blockBytes + blockLines*parsedWeight)
+}
+
+// lineItem is one item of a block: where its line is, and what decoding it
+// made.
+type lineItem struct {
+	line     int
+	off, end int // the line is block.raw[off:end]
+	p        *puzzle.Parsed
+	id       string
+	err      error
+}
+
+// block is a run of consecutive NDJSON lines.
+type block struct {
+	raw    []byte
+	items  []lineItem
+	weight int64         // what the block holds of the pool, decoded
+	end    error         // after the items: io.EOF, a read error or a line too long
+	done   chan struct{} // closed once its items are decoded
+}
+
 // lines stages an NDJSON body: one item per line, blank lines skipped.
 func (g *ingestRun) lines(r io.Reader) error {
-	br := bufio.NewReaderSize(r, readSlack)
-	var long []byte // a line longer than the reader's buffer, pieced together
-	for line := 1; ; line++ {
-		b, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long[:0], b...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				if len(long) > puzzle.MaxJSONLine {
-					return &solvers.InputError{Code: apitype.CodeTooLarge, Line: line,
-						Msg: fmt.Sprintf("longer than %d bytes", puzzle.MaxJSONLine)}
-				}
-				b, err = br.ReadSlice('\n')
-				long = append(long, b...)
+	par := max(1, runtime.GOMAXPROCS(0))
+	ordered := make(chan *block, decodeWindow*par)
+	work := make(chan *block, decodeWindow*par)
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		defer close(ordered)
+		defer close(work)
+		g.readBlocks(r, ordered, work, stop)
+	}()
+	for range par {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for b := range work {
+				decodeBlock(b)
 			}
-			b = long
-		}
-		if err != nil && err != io.EOF {
-			return err
-		}
-		// Only JSON's own whitespace makes a line blank: a line that
-		// another reader would not take as blank is an item, and fails
-		// as one.
-		if t := bytes.Trim(b, " \t\r\n"); len(t) > 0 {
-			if len(t) > puzzle.MaxJSONLine {
-				return &solvers.InputError{Code: apitype.CodeTooLarge, Line: line,
-					Msg: fmt.Sprintf("longer than %d bytes", puzzle.MaxJSONLine)}
-			}
-			if err := g.item(t, where{line: line}); err != nil {
-				return err
-			}
-		}
-		if long != nil && cap(long) > readSlack {
-			long = nil // let a megabyte line go once it is staged
-		}
-		if err == io.EOF {
-			break
-		}
+		}()
+	}
+	err := g.stageBlocks(ordered)
+	close(stop)
+	if err != nil && err != io.EOF {
+		// The reader may be waiting for bytes that are not coming yet:
+		// its read ends now, not at the body's deadline.
+		_ = http.NewResponseController(g.c.Writer).SetReadDeadline(time.Now())
+	}
+	for range ordered {
+		// Let the reader go: it sends nothing more once stop is closed,
+		// but may be sending now.
+	}
+	readers.Wait()
+	if err != io.EOF {
+		return err
 	}
 	if g.w.Total() == 0 {
 		return newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "a batch needs at least one item: the body has no lines")
 	}
 	return nil
+}
+
+// readBlocks cuts the body into blocks and hands each to the stager (in
+// order) and to the decoders, until the body ends or stop is closed. The
+// last block carries how the body ended.
+func (g *ingestRun) readBlocks(r io.Reader, ordered, work chan<- *block, stop <-chan struct{}) {
+	br := bufio.NewReaderSize(r, readSlack)
+	var long []byte // a line longer than the reader's buffer, pieced together
+	b := &block{done: make(chan struct{})}
+	send := func() bool {
+		g.window.Add(b.weight)
+		select {
+		case ordered <- b:
+		case <-stop:
+			return false
+		}
+		if len(b.items) == 0 {
+			close(b.done)
+		} else {
+			select {
+			case work <- b:
+			case <-stop:
+				close(b.done)
+				return false
+			}
+		}
+		b = &block{done: make(chan struct{})}
+		return true
+	}
+	for line := 1; ; line++ {
+		l, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], l...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(long) > puzzle.MaxJSONLine {
+					b.end = &solvers.InputError{Code: apitype.CodeTooLarge, Line: line,
+						Msg: fmt.Sprintf("longer than %d bytes", puzzle.MaxJSONLine)}
+					send()
+					return
+				}
+				l, err = br.ReadSlice('\n')
+				long = append(long, l...)
+			}
+			l = long
+		}
+		if err != nil && err != io.EOF {
+			b.end = err
+			send()
+			return
+		}
+		// Only JSON's own whitespace makes a line blank: a line that
+		// another reader would not take as blank is an item, and fails
+		// as one.
+		if t := bytes.Trim(l, " \t\r\n"); len(t) > 0 {
+			if len(t) > puzzle.MaxJSONLine {
+				b.end = &solvers.InputError{Code: apitype.CodeTooLarge, Line: line,
+					Msg: fmt.Sprintf("longer than %d bytes", puzzle.MaxJSONLine)}
+				send()
+				return
+			}
+			if len(t) > bigItem {
+				// A large line (it was pieced together in long) is a
+				// block of its own, not copied: the stager decodes it,
+				// weighed as decode weighs it.
+				if len(b.items) > 0 && !send() {
+					return
+				}
+				b.raw, long = t, nil
+				b.items = append(b.items, lineItem{line: line, end: len(t)})
+				b.weight = int64(len(t))
+				if err != io.EOF && !send() {
+					return
+				}
+			} else {
+				if len(b.raw)+len(t) > blockBytes && !send() {
+					return
+				}
+				off := len(b.raw)
+				b.raw = append(b.raw, t...)
+				b.items = append(b.items, lineItem{line: line, off: off, end: len(b.raw)})
+				b.weight += 3*int64(len(t)) + parsedWeight
+			}
+		}
+		if long != nil && cap(long) > readSlack {
+			long = nil // let a megabyte line go
+		}
+		if err == io.EOF {
+			b.end = io.EOF
+			send()
+			return
+		}
+		// A block goes when full, and when the next line is not here
+		// yet: the stager does not wait for a slow client's next bytes
+		// to stage the lines already in.
+		if len(b.items) > 0 && (len(b.items) >= blockLines || br.Buffered() == 0) && !send() {
+			return
+		}
+	}
+}
+
+// decodeBlock decodes a block's small items, up to its first bad one:
+// the stager stops there. A large item is left to the stager, which
+// decodes it under a decode slot (decode).
+func decodeBlock(b *block) {
+	defer close(b.done)
+	for i := range b.items {
+		it := &b.items[i]
+		raw := b.raw[it.off:it.end]
+		if len(raw) > bigItem {
+			continue
+		}
+		if it.p, it.id, it.err = puzzle.DecodeItem(raw); it.err != nil {
+			return
+		}
+	}
+}
+
+// stageBlocks stages the blocks' items in order, as item does, and
+// returns the first error by line order, or io.EOF once the body ended
+// well.
+func (g *ingestRun) stageBlocks(ordered <-chan *block) error {
+	ctx := g.c.Request.Context()
+	for b := range ordered {
+		<-b.done
+		for i := range b.items {
+			it := &b.items[i]
+			at := where{line: it.line}
+			if g.w.Total() >= g.s.opts.MaxBatchItems {
+				return at.wrap(solvers.TooLarge("", "a batch holds at most %d items", g.s.opts.MaxBatchItems))
+			}
+			raw := b.raw[it.off:it.end]
+			if len(raw) > bigItem {
+				it.p, it.id, it.err = g.decode(raw)
+			}
+			if it.err != nil {
+				return at.wrap(it.err)
+			}
+			if err := g.stage(ctx, it.p, it.id, at); err != nil {
+				return err
+			}
+			it.p = nil
+		}
+		if b.end != nil && b.end != io.EOF {
+			return b.end
+		}
+		g.window.Add(-b.weight)
+		if err := g.settle(0); err != nil {
+			return err
+		}
+		if b.end != nil {
+			return b.end
+		}
+	}
+	// The reader stopped without an end: only when told to.
+	return errors.New("api: batch reader stopped early")
 }
 
 // array stages a {"tasks": [...]} body.
@@ -276,6 +492,15 @@ func (g *ingestRun) item(raw []byte, at where) error {
 	if err != nil {
 		return at.wrap(err)
 	}
+	if err := g.stage(ctx, p, id, at); err != nil {
+		return err
+	}
+	return g.settle(len(raw))
+}
+
+// stage stages one decoded item, after checking its custom_id against the
+// earlier ones.
+func (g *ingestRun) stage(ctx context.Context, p *puzzle.Parsed, id string, at where) error {
 	if id != "" {
 		if err := g.checkDuplicate(ctx, id, at); err != nil {
 			return err
@@ -285,7 +510,7 @@ func (g *ingestRun) item(raw []byte, at where) error {
 		return err
 	}
 	g.out.Kinds[p.Kind()]++
-	return g.settle(len(raw))
+	return nil
 }
 
 // decode decodes one item; a large one takes a decode slot and the memory
@@ -324,8 +549,8 @@ func (g *ingestRun) settle(last int) error {
 		return nil
 	}
 	t := g.body.t
-	want := g.w.Buffered() + readSlack + int64(last)
-	switch held := t.held; {
+	want := g.w.Buffered() + readSlack + g.window.Load() + int64(last)
+	switch held := t.holding(); {
 	case held > want:
 		t.put(held - want)
 	case held < want:

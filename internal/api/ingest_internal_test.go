@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,8 +100,8 @@ func TestIngestHoldsWhatItBuffers(t *testing.T) {
 		t.Errorf("hash %s, want the body's under ndjson", in.Hash)
 	}
 	// The bound: the reader's buffer, a read ahead of it, a chunk of
-	// items; the body is 2.5 MB.
-	if limit := int64(readSlack + readChunk + 64*200); pr.peak > limit || pr.peak == 0 {
+	// items, the blocks of lines being decoded; the body is 2.5 MB.
+	if limit := int64(readSlack+readChunk+64*200) + maxReadAhead(runtime.GOMAXPROCS(0)); pr.peak > limit || pr.peak == 0 {
 		t.Errorf("the pool held up to %d bytes of a %d-byte body, want at most %d", pr.peak, len(body), limit)
 	}
 	for i, it := range w.items {
@@ -128,5 +129,51 @@ func TestLargeCheapItemRunsAlone(t *testing.T) {
 	small, _ := puzzle.Decode([]byte(`{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]}}`))
 	if it := s.staged(small, "x"); it.Own || it.CustomID != "x" {
 		t.Errorf("a small fill: own %v", it.Own)
+	}
+}
+
+// The lines are decoded on several goroutines, a block at a time, but the
+// error reported is the first by line order, whichever block's decoder
+// finished first: a later bad line (even in the same block), a duplicate
+// custom_id or a line too long never hides an earlier fault.
+func TestNDJSONFirstErrorByLine(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	good := func(i int) string {
+		return fmt.Sprintf(`{"custom_id":"c-%d","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`, i)
+	}
+	const n = 3000
+	for _, tc := range []struct {
+		name string
+		bad  map[int]string // 1-based line -> its text
+		want string
+	}{
+		{"bad tile, then worse", map[int]string{1500: `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,9]]}}`, 1501: `{`, 2900: `x`},
+			"line 1500: puzzle.board[2][2]: "},
+		{"syntax in the first block", map[int]string{3: `{"kind":`, 2000: `{"kind":"sweep"}`}, "line 3: "},
+		{"duplicate before a bad line", map[int]string{1200: good(7), 1201: `{"kind":"x","puzzle":{}}`},
+			`line 1200: custom_id: "c-7" is already the custom_id of line 6`},
+		{"bad line before a duplicate", map[int]string{1199: `{"kind":"x","puzzle":{}}`, 1200: good(7)}, "line 1199: unknown kind"},
+		{"too long after a bad line", map[int]string{2500: `{"kind":"sliding"}`, 2600: `{"custom_id":"` + strings.Repeat("x", puzzle.MaxJSONLine) + `"}`},
+			"line 2500: "},
+		{"too long first", map[int]string{2400: `{"custom_id":"` + strings.Repeat("x", puzzle.MaxJSONLine) + `"}`, 2500: `{"kind":"sliding"}`},
+			"line 2400: longer than"},
+	} {
+		s := ingestServer(t)
+		var b strings.Builder
+		for i := 1; i <= n; i++ {
+			if l, ok := tc.bad[i]; ok {
+				b.WriteString(l + "\n")
+			} else {
+				b.WriteString(good(i+1) + "\n")
+			}
+		}
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		c.Request = httptest.NewRequest(http.MethodPost, "/v1/batches", strings.NewReader(b.String()))
+		c.Request.Header.Set("Content-Type", "application/x-ndjson")
+		w := &memStager{stride: 64}
+		_, err := s.ingest(c, w, false)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error starting %q", tc.name, err, tc.want)
+		}
 	}
 }

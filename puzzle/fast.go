@@ -1,0 +1,191 @@
+package puzzle
+
+import (
+	"strconv"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
+)
+
+// The fast path. Most requests are small sliding boards in one spelling:
+// the payloads the API stores (which the worker decodes again) and the
+// lines clients write with a JSON encoder. Reading those with the
+// reflective decoder and encoding their payload back costs several
+// microseconds an item, more than solving an 8-puzzle by table. So
+// DecodeItem and Decode first try fastSliding, a scanner of exactly that
+// spelling, and take the general path for anything else:
+//
+//	{["custom_id":"<printable ASCII, no \ or ">",]"kind":"sliding","puzzle":{"board":[[<int>,...],...]}[,"options":{} | ,"options":{"max_nodes":<int>}]}
+//
+// with no whitespace, integers without sign, fraction or leading zero,
+// and only boards that sliding.Validate accepts. It never reports an
+// error: whatever it does not take (another member order, an escape, a
+// bad board) goes to the general decoder, so every error, and every
+// rule of strict, is that decoder's. What it takes, the general path
+// would take and decode to the same Parsed, payload bytes included:
+// FuzzFastSliding holds it to that.
+
+// maxFastSide bounds the rows and columns the fast path reads; sliding
+// boards are at most 16 cells, so a side above 8 is never valid.
+const maxFastSide = 8
+
+// fastScan reads a fixed spelling from data.
+type fastScan struct {
+	data []byte
+	pos  int
+}
+
+// lit consumes s if data continues with it.
+func (s *fastScan) lit(lit string) bool {
+	if len(s.data)-s.pos < len(lit) || string(s.data[s.pos:s.pos+len(lit)]) != lit {
+		return false
+	}
+	s.pos += len(lit)
+	return true
+}
+
+// uint reads a JSON integer of at most maxDigits digits with no sign,
+// fraction, exponent or leading zero.
+func (s *fastScan) uint(maxDigits int) (int64, bool) {
+	start := s.pos
+	var v int64
+	for s.pos < len(s.data) && s.data[s.pos] >= '0' && s.data[s.pos] <= '9' {
+		v = v*10 + int64(s.data[s.pos]-'0')
+		s.pos++
+	}
+	n := s.pos - start
+	if n == 0 || n > maxDigits || (n > 1 && s.data[start] == '0') {
+		return 0, false
+	}
+	return v, true
+}
+
+// customID reads a custom_id of plain ASCII: 1 to MaxCustomIDBytes
+// printable bytes without an escape, which decodes to itself.
+func (s *fastScan) customID() (string, bool) {
+	if !s.lit(`"`) {
+		return "", false
+	}
+	start := s.pos
+	for s.pos < len(s.data) {
+		c := s.data[s.pos]
+		if c == '"' {
+			break
+		}
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return "", false
+		}
+		s.pos++
+	}
+	n := s.pos - start
+	if n == 0 || n > apitype.MaxCustomIDBytes || !s.lit(`"`) {
+		return "", false
+	}
+	return string(s.data[start : start+n]), true
+}
+
+// fastSliding decodes data when it is a sliding request in the fast
+// path's spelling (see above), with a custom_id first when withID; ok is
+// false for anything else, which the caller decodes the general way.
+func fastSliding(data []byte, withID bool) (p *Parsed, customID string, ok bool) {
+	s := fastScan{data: data}
+	if !s.lit(`{`) {
+		return nil, "", false
+	}
+	if withID && s.lit(`"custom_id":`) {
+		if customID, ok = s.customID(); !ok || !s.lit(`,`) {
+			return nil, "", false
+		}
+	}
+	if !s.lit(`"kind":"sliding","puzzle":{"board":[`) {
+		return nil, "", false
+	}
+	// The tiles go into one backing array, the rows are slices of it:
+	// two allocations for the board, as the payload is one.
+	var (
+		tiles [maxFastSide * maxFastSide]int
+		n     int
+		rows  int
+		cols  = -1
+	)
+	for {
+		if rows == maxFastSide || !s.lit(`[`) {
+			return nil, "", false
+		}
+		c := 0
+		for {
+			if c == maxFastSide {
+				return nil, "", false
+			}
+			v, ok := s.uint(2)
+			if !ok {
+				return nil, "", false
+			}
+			tiles[n] = int(v)
+			n, c = n+1, c+1
+			if !s.lit(`,`) {
+				break
+			}
+		}
+		if !s.lit(`]`) || (cols >= 0 && c != cols) {
+			return nil, "", false
+		}
+		cols = c
+		rows++
+		if !s.lit(`,`) {
+			break
+		}
+	}
+	if !s.lit(`]}`) {
+		return nil, "", false
+	}
+	var o sliding.Options
+	if s.lit(`,"options":{`) {
+		if s.lit(`"max_nodes":`) {
+			v, ok := s.uint(18)
+			if !ok {
+				return nil, "", false
+			}
+			o.MaxNodes = v
+		}
+		if !s.lit(`}`) {
+			return nil, "", false
+		}
+	}
+	if !s.lit(`}`) || s.pos != len(data) {
+		return nil, "", false
+	}
+	flat := make([]int, n)
+	copy(flat, tiles[:n])
+	board := make([][]int, rows)
+	for i := range board {
+		board[i] = flat[i*cols : (i+1)*cols : (i+1)*cols]
+	}
+	pz := sliding.Puzzle{Board: board}
+	if sliding.Validate(pz) != nil {
+		return nil, "", false // the general path says what is wrong
+	}
+	// The payload as encoding/json writes it for parse: the same bytes.
+	buf := make([]byte, 0, 48+4*n)
+	buf = append(buf, `{"kind":"sliding","puzzle":{"board":[`...)
+	for i, row := range board {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '[')
+		for j, v := range row {
+			if j > 0 {
+				buf = append(buf, ',')
+			}
+			buf = strconv.AppendInt(buf, int64(v), 10)
+		}
+		buf = append(buf, ']')
+	}
+	buf = append(buf, `]},"options":{`...)
+	if o.MaxNodes != 0 {
+		buf = append(buf, `"max_nodes":`...)
+		buf = strconv.AppendInt(buf, o.MaxNodes, 10)
+	}
+	buf = append(buf, `}}`...)
+	return &Parsed{kind: KindSliding, sliding: pz, slidingO: o, payload: buf, cells: n}, customID, true
+}
