@@ -65,3 +65,13 @@ func BenchmarkDecodeTask(b *testing.B) {
 	}
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
+
+func BenchmarkDecodePayload8(b *testing.B) {
+	data := []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{}}`)
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := puzzle.DecodePayload(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -149,8 +149,9 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		it := &items[i]
 		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), register(wi.Index)
 		// The request is our own Payload, validated by the API; decoding
-		// it again holds bytes that changed in Redis to the same rules.
-		p, err := puzzle.Decode(wi.Request)
+		// it again holds bytes that changed in Redis to the same rules
+		// (DecodePayload is Decode, fast on a canonical payload).
+		p, err := puzzle.DecodePayload(wi.Request)
 		if err != nil {
 			it.out = &outcome{code: apitype.CodeInvalidPuzzle, msg: err.Error()}
 			continue
