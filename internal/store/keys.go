@@ -18,9 +18,6 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 
-
-
-
 // lease is a string naming the process that holds the named lease until
 // it expires, so only one API replica at a time runs a background job.
 func (k keys) lease(name string) string { return k.prefix + "lease:" + name }
