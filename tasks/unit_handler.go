@@ -147,7 +147,7 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	items := make([]unitItem, len(w.Items))
 	for i, wi := range w.Items {
 		it := &items[i]
-		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), register(wi.Index)
+		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), ctx
 		// The request is our own Payload, validated by the API; decoding
 		// it again holds bytes that changed in Redis to the same rules
 		// (DecodePayload is Decode, fast on a canonical payload).
@@ -157,6 +157,13 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 			continue
 		}
 		it.parsed = p
+		// A table lookup ends within microseconds of starting: a cancel
+		// could not stop it, and FinishUnit drops its outcome when the
+		// item was canceled meanwhile, so it is not registered (a
+		// context and a map entry per item were a tenth of its cost).
+		if !chunk || !instant(p) {
+			it.ctx = register(wi.Index)
+		}
 		if chunk || p.Cheap() {
 			continue // solved faster than a cache entry is read (docs/batches.md)
 		}
@@ -242,23 +249,41 @@ func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem,
 	// The store says how many items this call ended, not which. All of
 	// them, unless a duplicate delivery or a cancel raced this write; in
 	// that rare case the first ones are counted, so that the totals stay
-	// right and at most a kind or outcome label is off.
+	// right and at most a kind or outcome label is off. Counts are added
+	// per label pair, not per item: a chunk has one or two pairs.
+	type labels struct{ kind, outcome string }
+	var (
+		counts = map[labels]int{}
+		hits   int
+	)
 	for _, i := range idx[:min(ended, len(idx))] {
 		it := &items[i]
-		kind := "unknown"
+		l := labels{"unknown", string(apitype.TaskStateCompleted)}
 		if it.parsed != nil {
-			kind = string(it.parsed.Kind())
+			l.kind = string(it.parsed.Kind())
 		}
-		label := string(apitype.TaskStateCompleted)
 		if it.out.code != "" {
-			label = it.out.code
+			l.outcome = it.out.code
 		}
-		h.metrics.Tasks.WithLabelValues(kind, label).Inc()
+		counts[l]++
 		if it.out.cached {
-			h.metrics.CacheHits.Inc()
+			hits++
 		}
 	}
+	for l, n := range counts {
+		h.metrics.Tasks.WithLabelValues(l.kind, l.outcome).Add(float64(n))
+	}
+	if hits > 0 {
+		h.metrics.CacheHits.Add(float64(hits))
+	}
 	return nil
+}
+
+// instant reports whether p is solved by a table lookup (sliding boards
+// of up to 9 cells, see sliding.Solve): it never polls its context, so
+// neither a deadline nor a cancel can stop it once it started.
+func instant(p *puzzle.Parsed) bool {
+	return p.Kind() == puzzle.KindSliding && p.Cells() <= 9
 }
 
 // feedAfterUnit refills the bulk queue from the feed when the handler
