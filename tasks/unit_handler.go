@@ -54,6 +54,22 @@ func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
 // joins every failure.
 func FeedQueue(ctx context.Context, f Feeder, e Enqueuer, queue string, depth, max int) (int, error) {
 	refs, err := f.Feed(ctx, queue, depth, max)
+	return enqueueFed(ctx, f, e, queue, refs, err)
+}
+
+// LowWaterFeeder is a Feeder that can also feed only once the queue has
+// drained below a low-water mark; *store.Store satisfies it. A worker
+// with one feeds in batches (see feedAfterUnit).
+type LowWaterFeeder interface {
+	Feeder
+	// FeedBelow is Feed that takes nothing while queue's pending list
+	// holds low tasks or more.
+	FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]UnitRef, error)
+}
+
+// enqueueFed enqueues the units a feed took and acknowledges the ones
+// that landed (see FeedQueue).
+func enqueueFed(ctx context.Context, f Feeder, e Enqueuer, queue string, refs []UnitRef, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tasks: feed %s: %w", queue, err)
 	}
@@ -295,7 +311,22 @@ func (h *Handler) feedAfterUnit(ctx context.Context, ref UnitRef) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedTimeout)
 	defer cancel()
-	if n, err := FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax); err != nil {
+	var (
+		n   int
+		err error
+	)
+	if lf, ok := h.feed.feeder.(LowWaterFeeder); ok {
+		// Feed once the queue is down to half of FEED_DEPTH, and then up
+		// to it: a feed, its enqueues and one acknowledgement every
+		// depth/2 units rather than all three after every unit. Half a
+		// queue still waits for the workers while this one feeds.
+		low := (h.feed.depth + 1) / 2
+		refs, ferr := lf.FeedBelow(fctx, QueueBulk, low, h.feed.depth, max(feedMax, h.feed.depth-low+1))
+		n, err = enqueueFed(fctx, lf, h.feed.enq, QueueBulk, refs, ferr)
+	} else {
+		n, err = FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax)
+	}
+	if err != nil {
 		h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "landed", n, "err", err)
 	}
 }

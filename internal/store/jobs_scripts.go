@@ -250,11 +250,16 @@ return 1
 // ARGV[6] the feed window
 // ARGV[7] the most refills in one call
 // ARGV[8] the batch units list's key after the batch ID
+// ARGV[9] low: take nothing unless the pending list is shorter than this
+// (at most depth), so that a feeder called after every task feeds in
+// batches of about depth - low rather than one unit per call
 //
 // Returns the members taken.
 var feedScript = redis.NewScript(feedLua + `
-local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - redis.call('LLEN', KEYS[4]))
+local waiting = redis.call('LLEN', KEYS[4])
 local out = {}
+if waiting >= tonumber(ARGV[9]) then return out end
+local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - waiting)
 if n <= 0 then return out end
 local live, dropped, last, refills = {}, 0, nil, 0
 local maxDrop, window, maxRefills = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
