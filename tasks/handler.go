@@ -81,6 +81,9 @@ type Handler struct {
 	// solveObs holds metrics.SolveSeconds of each kind (nil without
 	// metrics).
 	solveObs map[puzzle.Kind]prometheus.Observer
+	// instant says whether a request is a table lookup (the function
+	// instant); tests that replace solveFn make it always false.
+	instant func(*puzzle.Parsed) bool
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -93,7 +96,8 @@ func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logg
 		cancels = NewCancels()
 	}
 	h := &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond,
-		solveFn: func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(ctx) }}
+		solveFn: func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(ctx) },
+		instant: instant}
 	if m != nil {
 		h.solveObs = make(map[puzzle.Kind]prometheus.Observer, len(puzzle.Kinds))
 		for _, k := range puzzle.Kinds {
@@ -231,7 +235,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parsed) (o *outcome) {
 	k := p.Kind()
 	ctx := ictx
-	if !instant(p) {
+	if !h.instant(p) {
 		// A table lookup is not given a deadline: it never reads it, and
 		// the timer cost as much as the lookup.
 		var cancel context.CancelFunc
@@ -249,7 +253,7 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 		}
 	}()
 	sp := p
-	if !instant(p) {
+	if !h.instant(p) {
 		// Budgets and progress are the search's; a table lookup reads
 		// neither, and each With copies the request.
 		sp = p.WithMaxNodes(h.limits.MaxNodes[k]).WithProgress(h.reportProgress(ctx, id))

@@ -177,7 +177,7 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		// could not stop it, and FinishUnit drops its outcome when the
 		// item was canceled meanwhile, so it is not registered (a
 		// context and a map entry per item were a tenth of its cost).
-		if !chunk || !instant(p) {
+		if !chunk || !h.instant(p) {
 			it.ctx = register(wi.Index)
 		}
 		if chunk || p.Cheap() {
