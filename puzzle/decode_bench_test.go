@@ -65,3 +65,15 @@ func BenchmarkDecodeTask(b *testing.B) {
 	}
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkDecodePayload8 decodes an 8-puzzle's canonical payload, as the
+// worker does for every batch item: the fast path's case.
+func BenchmarkDecodePayload8(b *testing.B) {
+	data := []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]},"options":{}}`)
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := puzzle.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/puzzle"
@@ -77,6 +78,12 @@ type Handler struct {
 	// feed refills the bulk queue after a unit; nil: no feeding (see
 	// SetFeed).
 	feed *feedConfig
+	// solveObs holds metrics.SolveSeconds of each kind (nil without
+	// metrics).
+	solveObs map[puzzle.Kind]prometheus.Observer
+	// instant says whether a request is a table lookup (the function
+	// instant); tests that replace solveFn make it always false.
+	instant func(*puzzle.Parsed) bool
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -88,8 +95,16 @@ func NewHandler(st Store, cancels *Cancels, l Limits, m *Metrics, log *slog.Logg
 	if cancels == nil {
 		cancels = NewCancels()
 	}
-	return &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond,
-		solveFn: func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(ctx) }}
+	h := &Handler{store: st, cancels: cancels, limits: l, metrics: m, log: log, flushEvery: 100 * time.Millisecond,
+		solveFn: func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) { return p.Solve(ctx) },
+		instant: instant}
+	if m != nil {
+		h.solveObs = make(map[puzzle.Kind]prometheus.Observer, len(puzzle.Kinds))
+		for _, k := range puzzle.Kinds {
+			h.solveObs[k] = m.SolveSeconds.WithLabelValues(string(k))
+		}
+	}
+	return h
 }
 
 // Register installs the handler for every task type on mux.
@@ -219,8 +234,14 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 // the worker.
 func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parsed) (o *outcome) {
 	k := p.Kind()
-	ctx, cancel := context.WithTimeout(ictx, h.limits.deadline(k))
-	defer cancel()
+	ctx := ictx
+	if !h.instant(p) {
+		// A table lookup is not given a deadline: it never reads it, and
+		// the timer cost as much as the lookup.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ictx, h.limits.deadline(k))
+		defer cancel()
+	}
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -228,10 +249,16 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 			o = &outcome{code: apitype.CodeInternal, msg: "internal error while solving"}
 		}
 		if h.metrics != nil && o != nil && !o.skip && parent.Err() == nil {
-			h.metrics.SolveSeconds.WithLabelValues(string(k)).Observe(time.Since(start).Seconds())
+			h.solveSeconds(k).Observe(time.Since(start).Seconds())
 		}
 	}()
-	res, err := h.solveFn(ctx, p.WithMaxNodes(h.limits.MaxNodes[k]).WithProgress(h.reportProgress(ctx, id)))
+	sp := p
+	if !h.instant(p) {
+		// Budgets and progress are the search's; a table lookup reads
+		// neither, and each With copies the request.
+		sp = p.WithMaxNodes(h.limits.MaxNodes[k]).WithProgress(h.reportProgress(ctx, id))
+	}
+	res, err := h.solveFn(ctx, sp)
 	var ie *solvers.InputError
 	switch {
 	case err == nil:
@@ -250,6 +277,15 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 		h.log.Error("solver error", "kind", string(k), "err", err)
 		return &outcome{code: apitype.CodeInternal, msg: "internal error while solving"}
 	}
+}
+
+// solveSeconds returns the solve time histogram of kind k, looked up
+// once per kind rather than by label on every item.
+func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
+	if o, ok := h.solveObs[k]; ok {
+		return o
+	}
+	return h.metrics.SolveSeconds.WithLabelValues(string(k))
 }
 
 // finish writes the outcomes of items idx in one round trip and counts the

@@ -54,6 +54,22 @@ func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
 // joins every failure.
 func FeedQueue(ctx context.Context, f Feeder, e Enqueuer, queue string, depth, max int) (int, error) {
 	refs, err := f.Feed(ctx, queue, depth, max)
+	return enqueueFed(ctx, f, e, queue, refs, err)
+}
+
+// LowWaterFeeder is a Feeder that can also feed only once the queue has
+// drained below a low-water mark; *store.Store satisfies it. A worker
+// with one feeds in batches (see feedAfterUnit).
+type LowWaterFeeder interface {
+	Feeder
+	// FeedBelow is Feed that takes nothing while queue's pending list
+	// holds low tasks or more.
+	FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]UnitRef, error)
+}
+
+// enqueueFed enqueues the units a feed took and acknowledges the ones
+// that landed (see FeedQueue).
+func enqueueFed(ctx context.Context, f Feeder, e Enqueuer, queue string, refs []UnitRef, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tasks: feed %s: %w", queue, err)
 	}
@@ -147,15 +163,23 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	items := make([]unitItem, len(w.Items))
 	for i, wi := range w.Items {
 		it := &items[i]
-		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), register(wi.Index)
+		it.index, it.id, it.ctx = wi.Index, apitype.ItemID(ref.BatchID, wi.Index), ctx
 		// The request is our own Payload, validated by the API; decoding
-		// it again holds bytes that changed in Redis to the same rules.
+		// it again holds bytes that changed in Redis to the same rules
+		// (Decode takes a canonical sliding payload by its fast path).
 		p, err := puzzle.Decode(wi.Request)
 		if err != nil {
 			it.out = &outcome{code: apitype.CodeInvalidPuzzle, msg: err.Error()}
 			continue
 		}
 		it.parsed = p
+		// A table lookup ends within microseconds of starting: a cancel
+		// could not stop it, and FinishUnit drops its outcome when the
+		// item was canceled meanwhile, so it is not registered (a
+		// context and a map entry per item were a tenth of its cost).
+		if !chunk || !h.instant(p) {
+			it.ctx = register(wi.Index)
+		}
 		if chunk || p.Cheap() {
 			continue // solved faster than a cache entry is read (docs/batches.md)
 		}
@@ -241,23 +265,41 @@ func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem,
 	// The store says how many items this call ended, not which. All of
 	// them, unless a duplicate delivery or a cancel raced this write; in
 	// that rare case the first ones are counted, so that the totals stay
-	// right and at most a kind or outcome label is off.
+	// right and at most a kind or outcome label is off. Counts are added
+	// per label pair, not per item: a chunk has one or two pairs.
+	type labels struct{ kind, outcome string }
+	var (
+		counts = map[labels]int{}
+		hits   int
+	)
 	for _, i := range idx[:min(ended, len(idx))] {
 		it := &items[i]
-		kind := "unknown"
+		l := labels{"unknown", string(apitype.TaskStateCompleted)}
 		if it.parsed != nil {
-			kind = string(it.parsed.Kind())
+			l.kind = string(it.parsed.Kind())
 		}
-		label := string(apitype.TaskStateCompleted)
 		if it.out.code != "" {
-			label = it.out.code
+			l.outcome = it.out.code
 		}
-		h.metrics.Tasks.WithLabelValues(kind, label).Inc()
+		counts[l]++
 		if it.out.cached {
-			h.metrics.CacheHits.Inc()
+			hits++
 		}
 	}
+	for l, n := range counts {
+		h.metrics.Tasks.WithLabelValues(l.kind, l.outcome).Add(float64(n))
+	}
+	if hits > 0 {
+		h.metrics.CacheHits.Add(float64(hits))
+	}
 	return nil
+}
+
+// instant reports whether p is solved by a table lookup (sliding boards
+// of up to 9 cells, see sliding.Solve): it never polls its context, so
+// neither a deadline nor a cancel can stop it once it started.
+func instant(p *puzzle.Parsed) bool {
+	return p.Kind() == puzzle.KindSliding && p.Cells() <= 9
 }
 
 // feedAfterUnit refills the bulk queue from the feed when the handler
@@ -269,7 +311,22 @@ func (h *Handler) feedAfterUnit(ctx context.Context, ref UnitRef) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedTimeout)
 	defer cancel()
-	if n, err := FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax); err != nil {
+	var (
+		n   int
+		err error
+	)
+	if lf, ok := h.feed.feeder.(LowWaterFeeder); ok {
+		// Feed once the queue is down to half of FEED_DEPTH, and then up
+		// to it: a feed, its enqueues and one acknowledgement every
+		// depth/2 units rather than all three after every unit. Half a
+		// queue still waits for the workers while this one feeds.
+		low := (h.feed.depth + 1) / 2
+		refs, ferr := lf.FeedBelow(fctx, QueueBulk, low, h.feed.depth, max(feedMax, h.feed.depth-low+1))
+		n, err = enqueueFed(fctx, lf, h.feed.enq, QueueBulk, refs, ferr)
+	} else {
+		n, err = FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax)
+	}
+	if err != nil {
 		h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "landed", n, "err", err)
 	}
 }

@@ -29,7 +29,7 @@ type unitFixture struct {
 	ctx   context.Context
 }
 
-func newUnitFixture(t *testing.T) *unitFixture {
+func newUnitFixture(t testing.TB) *unitFixture {
 	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)

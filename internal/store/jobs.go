@@ -414,13 +414,21 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 // gone or canceled are dropped, not returned. The caller enqueues them
 // and then calls AckFed.
 func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks.UnitRef, error) {
-	if max <= 0 || depth <= 0 {
+	return s.FeedBelow(ctx, queue, depth, depth, max)
+}
+
+// FeedBelow is Feed that takes nothing unless queue's pending list holds
+// fewer than low tasks (low <= depth): a worker that feeds after every
+// unit then makes one feed of several units every few units, not a feed,
+// an enqueue and an acknowledgement per unit.
+func (s *Store) FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]tasks.UnitRef, error) {
+	if max <= 0 || depth <= 0 || low <= 0 {
 		return nil, nil
 	}
 	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
 		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), tasks.PendingListKey(queue), s.k.backlog()},
-		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits).StringSlice()
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}

@@ -292,6 +292,9 @@ return 1
 // ARGV[7] the most refills in one call
 // ARGV[8] the batch units list's key after the batch ID
 // ARGV[9] backlogUnits
+// ARGV[10] low: take nothing unless the pending list is shorter than
+// this (at most depth), so that a feeder called after every task feeds
+// in batches of about depth - low rather than one unit per call
 //
 // It also lowers each fed batch's backlog members to its units still
 // unfed, and drops members whose batch has expired.
@@ -299,8 +302,10 @@ return 1
 // Returns the members taken.
 var feedScript = redis.NewScript(feedLua + `
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[3])
-local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - redis.call('LLEN', KEYS[4]))
+local waiting = redis.call('LLEN', KEYS[4])
 local out = {}
+if waiting >= tonumber(ARGV[10]) then return out end
+local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - waiting)
 if n <= 0 then return out end
 local live, dropped, last, refills = {}, 0, nil, 0
 local fedBy = {}
