@@ -52,6 +52,14 @@ const contentNDJSON = "application/x-ndjson"
 // chunk never reads megabytes of its neighbours.
 const ownPayload = 64 << 10
 
+// chunkPayload bounds the requests of one chunk's cheap unit: with
+// CHUNK_SIZE items to a chunk, an item larger than chunkPayload/CHUNK_SIZE
+// runs in its own unit, so a worker slot holds at most this much request
+// (and its decode, several times more) however large the chunks. At the
+// default 512 a chunk of 8-puzzles (about 80 bytes each) is one unit,
+// and a fill over 8 KiB (larger than about 60x60) runs alone.
+const chunkPayload = 4 << 20
+
 // bigItem is the raw size above which decoding an item takes a decode slot
 // and decodeFactor times its size from the pool: small items cost their
 // bytes and a few allocations, large ones (fills) several times their size
@@ -564,7 +572,7 @@ func (g *ingestRun) settle(last int) error {
 
 // staged is the stored form of a decoded item.
 func (s *Server) staged(p *puzzle.Parsed, customID string) store.StagedItem {
-	own := !p.Cheap() || len(p.Payload()) > ownPayload
+	own := !p.Cheap() || len(p.Payload()) > min(ownPayload, chunkPayload/max(s.opts.ChunkSize, 1))
 	d := s.opts.Limits.Deadline[p.Kind()]
 	if !own {
 		d = min(d, cheapItemTimeout)

@@ -68,6 +68,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "FEED_DEPTH": "0"}, nil, "FEED_DEPTH"},
 		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
+		{false, map[string]string{"CHUNK_SIZE": "4096"}, nil, "CHUNK_SIZE"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
 		{false, map[string]string{"OUTBOX_INTERVAL": "0s"}, nil, "OUTBOX_INTERVAL"},
 		{false, map[string]string{"MAX_CONCURRENT_DECODES": "-1"}, nil, "MAX_CONCURRENT_DECODES"},
