@@ -71,7 +71,9 @@ type Handler struct {
 	metrics *Metrics
 	log     *slog.Logger
 	// flushEvery bounds how long finished items of a chunk wait before
-	// their results are written, so long chunks still show progress.
+	// their results are written, so long chunks still show progress
+	// (100 ms until SetWriteInterval; the binaries set it from
+	// UNIT_WRITE_INTERVAL).
 	flushEvery time.Duration
 	// solveFn runs one solve; tests replace it to provoke panics.
 	solveFn func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error)

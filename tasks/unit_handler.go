@@ -46,6 +46,11 @@ func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
 	h.feed = &feedConfig{feeder: f, enq: e, depth: depth}
 }
 
+// SetWriteInterval sets how long finished items of a running unit (or of
+// a single task's) wait before they are written; the binaries set it
+// from UNIT_WRITE_INTERVAL.
+func (h *Handler) SetWriteInterval(d time.Duration) { h.flushEvery = d }
+
 // FeedQueue takes up to max units from f while queue holds fewer than
 // depth waiting tasks, enqueues each (a task ID conflict means it is on
 // the queue already, which counts as landed) and acknowledges the ones

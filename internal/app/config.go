@@ -162,6 +162,11 @@ type WorkerSettings struct {
 	// starts, and readiness waits for them. Off, the first large sliding
 	// board builds them on demand. Default true.
 	PDBPreload bool
+	// WriteInterval is how long a running batch unit keeps finished items
+	// before it writes them: a unit of CHUNK_SIZE items is written in
+	// pieces, so its batch shows progress and a worker that dies loses
+	// at most this much of it. Default 100ms.
+	WriteInterval time.Duration
 }
 
 func (w *WorkerSettings) bind(s *envflag.Set) {
@@ -170,11 +175,15 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
+	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 }
 
 func (w *WorkerSettings) validate() error {
 	if w.Concurrency < 0 {
 		return fmt.Errorf("WORKER_CONCURRENCY: must not be negative, got %d", w.Concurrency)
+	}
+	if w.WriteInterval < time.Millisecond || w.WriteInterval > time.Minute {
+		return fmt.Errorf("UNIT_WRITE_INTERVAL: must be between 1ms and 1m, got %s", w.WriteInterval)
 	}
 	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
 		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)

@@ -82,6 +82,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// so it never runs dry while a batch waits. The client shares the
 	// worker's connection, so it has nothing of its own to close.
 	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
+	h.SetWriteInterval(cfg.WriteInterval)
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{

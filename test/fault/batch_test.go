@@ -393,17 +393,18 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 // completed once with the exact answer, and the items written before the
 // kill did not run again. The worker runs one task at a time; the test
 // kills it once some items of the running chunk are written and some are
-// not: a chunk of 512 fills of 120x120 (each under the 64 KiB that would
-// give it a unit of its own, and about a millisecond to solve) runs for
-// about half a second and is written every 100 ms, so the kill lands mid
-// chunk by construction; the test checks it.
+// not: a chunk of 64 fills of 120x120 (each under the 64 KiB that would
+// give it a unit of its own at this CHUNK_SIZE, and about a millisecond
+// to solve) runs for about 60 ms and is written every 5 ms
+// (UNIT_WRITE_INTERVAL), so the kill lands mid chunk by construction; the
+// test checks it.
 func testWorkerKilledMidChunk(t *testing.T) {
-	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "512", "RATE_LIMIT_BURST": "1000"}
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "64", "RATE_LIMIT_BURST": "1000"}
 	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
-		worker: map[string]string{"WORKER_CONCURRENCY": "1"}})
+		worker: map[string]string{"WORKER_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
-	reqs := randomFills(1024, 120, 5)
+	reqs := randomFills(256, 120, 5)
 	victim := c.startWorker(nil)
 	var ack struct {
 		ID string `json:"id"`
@@ -424,7 +425,7 @@ func testWorkerKilledMidChunk(t *testing.T) {
 		}
 		active, _ := strconv.Atoi(fmt.Sprint(v[0]))
 		completed, _ := strconv.Atoi(fmt.Sprint(v[1]))
-		if active > 0 && completed%512 != 0 {
+		if active > 0 && completed%64 != 0 {
 			victim.Signal(t, syscall.SIGKILL)
 			return true
 		}
