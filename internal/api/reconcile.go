@@ -15,10 +15,10 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// OutboxStore is what the Reconciler needs of the record store: the feed
+// FeedStore is what the Reconciler needs of the record store: the feed
 // of units waiting to be enqueued and the set of units being enqueued
 // (docs/batches.md); *store.Store satisfies it.
-type OutboxStore interface {
+type FeedStore interface {
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
 	// StaleFed lists units taken from the feed before before and never
 	// acknowledged.
@@ -66,7 +66,7 @@ const staleBatch = 500
 // With the defaults an interrupted enqueue is finished within about
 // Grace + Interval (3 s) while any replica runs.
 type Reconciler struct {
-	store  OutboxStore
+	store  FeedStore
 	enq    Enqueuer
 	log    *slog.Logger
 	opts   ReconcilerOptions
@@ -74,7 +74,7 @@ type Reconciler struct {
 }
 
 // NewReconciler returns a Reconciler; Run runs it.
-func NewReconciler(st OutboxStore, enq Enqueuer, log *slog.Logger, o ReconcilerOptions) *Reconciler {
+func NewReconciler(st FeedStore, enq Enqueuer, log *slog.Logger, o ReconcilerOptions) *Reconciler {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
