@@ -265,7 +265,11 @@ func (g *ingestRun) lines(r io.Reader) error {
 	close(stop)
 	if err != nil && err != io.EOF {
 		// The reader may be waiting for bytes that are not coming yet:
-		// its read ends now, not at the body's deadline.
+		// its read ends now, not at the body's deadline. A read that
+		// fails on the connection cancels net/http's context for the
+		// whole connection, so it must not carry another request:
+		// this answer closes it.
+		g.c.Header("Connection", "close")
 		_ = http.NewResponseController(g.c.Writer).SetReadDeadline(time.Now())
 	}
 	for range ordered {
