@@ -41,16 +41,23 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	batchID := newID()
 	w := s.store.NewBatchWriter(batchID, s.opts.ChunkSize)
 	// Every failure below leaves nothing: the staged chunks go (they
 	// would expire anyway), and so does the claim unless it may be the
 	// batch's now.
 	committed, claimed, hash := false, false, ""
+	unwatch := func() {}
 	defer func() {
 		if committed {
 			return
 		}
+		unwatch()
 		dctx := context.WithoutCancel(ctx)
 		if err := w.Discard(dctx); err != nil {
 			s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
@@ -63,6 +70,17 @@ func (s *Server) createBatch(c *gin.Context) {
 	if err != nil {
 		fail(c, err)
 		return
+	}
+	if in.Webhook != nil {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, *in.Webhook); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = *in.Webhook
 	}
 	if key != "" {
 		hash = in.Hash
@@ -81,6 +99,13 @@ func (s *Server) createBatch(c *gin.Context) {
 			return
 		}
 		claimed = true
+	}
+	// The webhook is recorded before the batch, so that it is there
+	// whenever the batch ends; a commit that fails forgets it.
+	if unwatch, err = s.watchWebhook(ctx, store.WebhookRef(true, batchID), hook); err != nil {
+		unwatch = func() {}
+		fail(c, err)
+		return
 	}
 	cb := store.CommitBatch{ID: batchID, Owner: owner, Format: in.Format, BodyHash: in.Hash, Quota: s.quotaFor(c)}
 	if claimed {

@@ -73,7 +73,17 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	inBody, found, body, err := splitWebhook(body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -84,8 +94,24 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if found {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, inBody); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = inBody
+	}
 	owner := ownerOf(c)
 	id := newID()
+	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	// One round trip answers from the cache, or admits the task against
 	// the owner's quota and records it.
 	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
@@ -93,11 +119,15 @@ func (s *Server) createTask(c *gin.Context) {
 		err = s.quotaError(c)
 	}
 	if err != nil {
+		unwatch()
 		fail(c, err)
 		return
 	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
+	if hook != "" {
+		tr.Webhook = &apitype.Webhook{URL: hook}
+	}
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
@@ -113,6 +143,7 @@ func (s *Server) createTask(c *gin.Context) {
 		// and let the client retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
 		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
+		unwatch()
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
@@ -129,7 +160,11 @@ func (s *Server) createTask(c *gin.Context) {
 		if rec.State.Terminal() {
 			status = http.StatusOK
 		}
-		c.JSON(status, resource(rec))
+		r := resource(rec)
+		if hook != "" {
+			r.Webhook = s.webhookOf(ctx, store.WebhookRef(false, id))
+		}
+		c.JSON(status, r)
 		return
 	}
 	c.JSON(http.StatusAccepted, tr)
@@ -141,7 +176,9 @@ func (s *Server) respondTask(c *gin.Context, status int, id string) {
 		fail(c, err)
 		return
 	}
-	c.JSON(status, resource(t))
+	r := resource(t)
+	r.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(false, id))
+	c.JSON(status, r)
 }
 
 // ownerOf returns the API key name of the caller; "" while auth is off.
@@ -195,7 +232,9 @@ func (s *Server) getTask(c *gin.Context) {
 			return
 		}
 	}
-	c.JSON(http.StatusOK, resource(t))
+	r := resource(t)
+	r.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(false, t.ID))
+	c.JSON(http.StatusOK, r)
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events
@@ -376,6 +415,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		f := b.Format
 		res.Format = &f
 	}
+	res.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(true, b.ID))
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
 			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}
