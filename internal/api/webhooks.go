@@ -76,15 +76,16 @@ func splitWebhook(body []byte) (url string, found bool, rest []byte, err error) 
 	out.WriteByte('{')
 	n := 0
 	for dec.PeekKind() != '}' {
-		name, nerr := dec.ReadToken()
-		if nerr != nil {
+		tok, nerr := dec.ReadToken()
+		if nerr != nil || tok.Kind() != '"' {
 			return "", false, body, nil
 		}
+		name := tok.String() // read before the decoder moves on, which voids tok
 		v, verr := dec.ReadValue()
 		if verr != nil {
 			return "", false, body, nil
 		}
-		if name.String() == "webhook" {
+		if name == "webhook" {
 			if found {
 				return "", false, nil, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, webhookParam, `duplicate field "webhook"`)
 			}
@@ -102,7 +103,7 @@ func splitWebhook(body []byte) (url string, found bool, rest []byte, err error) 
 			out.WriteByte(',')
 		}
 		n++
-		nb, _ := jsontext.AppendQuote(nil, name.String())
+		nb, _ := jsontext.AppendQuote(nil, name)
 		out.Write(nb)
 		out.WriteByte(':')
 		out.Write(v)

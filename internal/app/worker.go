@@ -106,7 +106,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 			}
 			return retryDelay(n, err, t)
 		},
-		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
+		Logger: asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
