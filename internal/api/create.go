@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -81,6 +83,12 @@ func (s *Server) createBatch(c *gin.Context) {
 			return
 		}
 		hook = *in.Webhook
+	} else if hook != "" && in.Hash != "" {
+		// The query's webhook is part of the request an Idempotency-Key
+		// names, as the body's is: a retry with another one is another
+		// request.
+		sum := sha256.Sum256([]byte(in.Hash + "\nwebhook " + hook))
+		in.Hash = hex.EncodeToString(sum[:])
 	}
 	if key != "" {
 		hash = in.Hash

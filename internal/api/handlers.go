@@ -29,7 +29,7 @@ func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
 		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
-		Attempts: t.Attempts, Progress: t.Progress,
+		Attempts: t.Attempts, Progress: t.Progress, Webhook: t.Webhook,
 	}
 	if t.BatchID != "" {
 		b := t.BatchID
@@ -160,11 +160,7 @@ func (s *Server) createTask(c *gin.Context) {
 		if rec.State.Terminal() {
 			status = http.StatusOK
 		}
-		r := resource(rec)
-		if hook != "" {
-			r.Webhook = s.webhookOf(ctx, store.WebhookRef(false, id))
-		}
-		c.JSON(status, r)
+		c.JSON(status, resource(rec))
 		return
 	}
 	c.JSON(http.StatusAccepted, tr)
@@ -176,9 +172,7 @@ func (s *Server) respondTask(c *gin.Context, status int, id string) {
 		fail(c, err)
 		return
 	}
-	r := resource(t)
-	r.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(false, id))
-	c.JSON(status, r)
+	c.JSON(status, resource(t))
 }
 
 // ownerOf returns the API key name of the caller; "" while auth is off.
@@ -232,9 +226,7 @@ func (s *Server) getTask(c *gin.Context) {
 			return
 		}
 	}
-	r := resource(t)
-	r.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(false, t.ID))
-	c.JSON(http.StatusOK, r)
+	c.JSON(http.StatusOK, resource(t))
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events
@@ -415,7 +407,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		f := b.Format
 		res.Format = &f
 	}
-	res.Webhook = s.webhookOf(c.Request.Context(), store.WebhookRef(true, b.ID))
+	res.Webhook = b.Webhook
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
 			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}

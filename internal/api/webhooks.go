@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -19,8 +18,6 @@ type WebhookStore interface {
 	WatchWebhook(ctx context.Context, ref, url string) error
 	// UnwatchWebhook forgets the webhook of a submission that failed.
 	UnwatchWebhook(ctx context.Context, ref string) error
-	// Webhook returns ref's webhook and its delivery; nil when none.
-	Webhook(ctx context.Context, ref string) (*apitype.Webhook, error)
 }
 
 // webhookParam is the query parameter naming a webhook: for NDJSON and
@@ -144,14 +141,4 @@ func (s *Server) watchWebhook(ctx context.Context, ref, url string) (undo func()
 			s.log.Warn("forget the webhook of a failed submission", "ref", ref, "err", err)
 		}
 	}, nil
-}
-
-// webhookOf reads ref's webhook for a GET; a failure leaves it out (the
-// record itself was read) and is logged.
-func (s *Server) webhookOf(ctx context.Context, ref string) *apitype.Webhook {
-	w, err := s.store.Webhook(ctx, ref)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Warn("read webhook", "ref", ref, "err", err)
-	}
-	return w
 }

@@ -210,33 +210,28 @@ func (s *Store) WebhookDelivery(ctx context.Context, ref string) (string, *apity
 	if !ok {
 		return "", nil, false, tasks.ErrWebhookGone
 	}
-	w, err := s.Webhook(ctx, ref)
-	if err != nil {
-		return "", nil, false, err
+	ev := &apitype.WebhookEvent{Timestamp: s.now().UTC()}
+	var (
+		data any
+		w    *apitype.Webhook
+		err  error
+	)
+	if batch {
+		var b *Batch
+		if b, err = s.GetBatch(ctx, id); err == nil {
+			w, ev.Type, data = b.Webhook, apitype.WebhookBatchDone, batchSummary(b, b.Webhook)
+		}
+	} else {
+		var t *Task
+		if t, err = s.Get(ctx, id); err == nil {
+			w, ev.Type, data = t.Webhook, apitype.WebhookTaskDone, taskResource(t, t.Webhook)
+		}
 	}
-	if w == nil {
+	if errors.Is(err, ErrNotFound) || (err == nil && w == nil) {
 		return "", nil, false, tasks.ErrWebhookGone
 	}
-	ev := &apitype.WebhookEvent{Timestamp: s.now().UTC()}
-	var data any
-	if batch {
-		b, err := s.GetBatch(ctx, id)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				err = tasks.ErrWebhookGone
-			}
-			return "", nil, false, err
-		}
-		ev.Type, data = apitype.WebhookBatchDone, batchSummary(b, w)
-	} else {
-		t, err := s.Get(ctx, id)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				err = tasks.ErrWebhookGone
-			}
-			return "", nil, false, err
-		}
-		ev.Type, data = apitype.WebhookTaskDone, taskResource(t, w)
+	if err != nil {
+		return "", nil, false, err
 	}
 	if ev.Data, err = json.Marshal(data); err != nil {
 		return "", nil, false, fmt.Errorf("store: encode webhook event: %w", err)
