@@ -104,18 +104,19 @@ type WebhookHandler struct {
 	store  WebhookStore
 	client *http.Client
 	signer *webhook.Signer
+	m      *Metrics // nil: none
 	log    *slog.Logger
 	now    func() time.Time
 }
 
 // NewWebhookHandler returns the delivery handler. signer is nil when
 // WEBHOOK_SECRET is not set: deliveries then fail (and are retried), as
-// the API accepts no webhook without it.
-func NewWebhookHandler(st WebhookStore, p *webhook.Policy, signer *webhook.Signer, o WebhookOptions, log *slog.Logger) *WebhookHandler {
+// the API accepts no webhook without it. m, when set, counts attempts.
+func NewWebhookHandler(st WebhookStore, p *webhook.Policy, signer *webhook.Signer, o WebhookOptions, m *Metrics, log *slog.Logger) *WebhookHandler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &WebhookHandler{store: st, client: p.Client(o.Timeout), signer: signer, log: log, now: time.Now}
+	return &WebhookHandler{store: st, client: p.Client(o.Timeout), signer: signer, m: m, log: log, now: time.Now}
 }
 
 // ProcessTask makes one delivery attempt. A 2xx delivers; anything else
@@ -155,6 +156,13 @@ func (h *WebhookHandler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 	case !a.Delivered:
 		a.Err = fmt.Sprintf("the receiver answered %d", status)
+	}
+	if h.m != nil {
+		outcome := "failed"
+		if a.Delivered {
+			outcome = "delivered"
+		}
+		h.m.WebhookAttempts.WithLabelValues(outcome).Inc()
 	}
 	if err := h.store.RecordWebhookAttempt(context.WithoutCancel(ctx), p.Ref, a); err != nil {
 		h.log.Warn("webhook: record attempt", "ref", p.Ref, "err", err)

@@ -221,3 +221,25 @@ func TestBatchEventsLive(t *testing.T) {
 		t.Errorf("%d of %d items, %d progress events", len(seen), len(items), progress)
 	}
 }
+
+// A stream is bounded: it ends after MAX_WAIT even if the batch is not
+// done, without a done event, for the client to resume.
+func TestBatchEventsEndAfterMaxWait(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:ka", "MAX_WAIT": "1s"})
+	code, b, _ := s.DoAs("ka", "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	start := time.Now()
+	c := openEvents(t, s, "ka", stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
+	var names []string
+	for ev := range c.events {
+		names = append(names, ev.name)
+	}
+	if took := time.Since(start); took < time.Second || took > 5*time.Second {
+		t.Errorf("the stream lasted %v, want about MAX_WAIT (1s)", took)
+	}
+	if strings.Join(names, ",") != "progress" {
+		t.Errorf("events %v, want only the first progress", names)
+	}
+}

@@ -150,6 +150,17 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	if n, err := s.Store.Watched(t.Context()); err != nil || n != 0 {
 		t.Errorf("%d webhooks still watched (%v)", n, err)
 	}
+	resp, err := http.Get("http://" + s.Workers[0].Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`puzzleq_webhook_attempts_total{outcome="failed"} 2`, `puzzleq_webhook_attempts_total{outcome="delivered"} 1`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("the worker's metrics lack %s", want)
+		}
+	}
 }
 
 // A single task names its webhook in its body (or the query, as NDJSON

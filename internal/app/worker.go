@@ -86,7 +86,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
 	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
-		cfg.WebhookOptions(), log.With("component", "webhooks")))
+		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
 	queues := cfg.weights()
 	if queues[tasks.QueueWebhooks] == 0 {
 		queues[tasks.QueueWebhooks] = 1
