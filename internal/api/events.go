@@ -72,6 +72,8 @@ func (s *Server) batchEvents(c *gin.Context) {
 	defer t.release()
 	es := &eventStream{s: s, c: c, rc: http.NewResponseController(c.Writer), t: t,
 		w: min(from, b.Total), beyond: map[int]struct{}{}}
+	// The connection may carry another request after the stream.
+	defer func() { _ = es.rc.SetWriteDeadline(time.Time{}) }()
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
