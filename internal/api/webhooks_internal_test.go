@@ -93,3 +93,32 @@ func TestReconcilerEnqueuesWebhooksOnce(t *testing.T) {
 		t.Fatalf("enqueued twice: watched %d, queued %d", watched(), len(queued()))
 	}
 }
+
+func TestSplitWebhook(t *testing.T) {
+	const req = `"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}`
+	for _, c := range []struct {
+		name, body, url, rest string
+		found, bad           bool
+	}{
+		{name: "none", body: `{` + req + `}`, rest: `{` + req + `}`},
+		{name: "first", body: `{"webhook":"https://a.example/x",` + req + `}`, url: "https://a.example/x", found: true, rest: `{` + req + `}`},
+		{name: "last", body: `{` + req + `,"webhook":"https://a.example/\u0078"}`, url: "https://a.example/x", found: true, rest: `{` + req + `}`},
+		// A duplicate name is left for puzzle.Decode, which refuses it.
+		{name: "twice", body: `{"webhook":"a",` + req + `,"webhook":"b"}`, rest: `{"webhook":"a",` + req + `,"webhook":"b"}`},
+		{name: "not a string", body: `{"webhook":1,` + req + `}`, bad: true},
+		{name: "not an object", body: `["webhook"]`, rest: `["webhook"]`},
+		{name: "inside a value", body: `{"kind":"webhook"}`, rest: `{"kind":"webhook"}`},
+	} {
+		url, found, rest, err := splitWebhook([]byte(c.body))
+		if (err != nil) != c.bad {
+			t.Errorf("%s: error %v", c.name, err)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		if url != c.url || found != c.found || string(rest) != c.rest {
+			t.Errorf("%s: %q %v %s, want %q %v %s", c.name, url, found, rest, c.url, c.found, c.rest)
+		}
+	}
+}

@@ -205,9 +205,15 @@ func TestWebhookSingleTaskAndQuery(t *testing.T) {
 	if seen[apitype.WebhookTaskDone] != task.ID || seen[apitype.WebhookBatchDone] != batchID {
 		t.Errorf("events for %v, want task.done of %s and batch.done of %s", seen, task.ID, batchID)
 	}
-	t2 := s.WaitTask(task.ID, 5*time.Second)
-	if t2.Webhook == nil || t2.Webhook.Attempts < 1 {
-		t.Errorf("GET task shows no attempt: %+v", t2.Webhook)
+	// The attempt is recorded once the receiver has answered.
+	var t2 apitype.Task
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if t2 = s.WaitTask(task.ID, 5*time.Second); t2.Webhook != nil && t2.Webhook.DeliveredAt != nil {
+			break
+		}
+	}
+	if t2.Webhook == nil || t2.Webhook.Attempts != 1 || t2.Webhook.DeliveredAt == nil {
+		t.Errorf("GET task shows no delivered attempt: %+v", t2.Webhook)
 	}
 }
 

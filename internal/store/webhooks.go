@@ -192,16 +192,6 @@ func webhookOf(m map[string]string) *apitype.Webhook {
 	return w
 }
 
-// Webhook returns the webhook of ref and its delivery so far; nil when
-// it has none.
-func (s *Store) Webhook(ctx context.Context, ref string) (*apitype.Webhook, error) {
-	m, err := s.rdb.HGetAll(ctx, s.k.webhook(ref)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("store: webhook %s: %w", ref, err)
-	}
-	return webhookOf(m), nil
-}
-
 // WebhookDelivery returns what to POST for ref: its URL, the event, and
 // whether an attempt was delivered already. tasks.ErrWebhookGone when the
 // webhook or its record is gone.
