@@ -98,7 +98,7 @@ func TestSplitWebhook(t *testing.T) {
 	const req = `"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}`
 	for _, c := range []struct {
 		name, body, url, rest string
-		found, bad           bool
+		found, bad            bool
 	}{
 		{name: "none", body: `{` + req + `}`, rest: `{` + req + `}`},
 		{name: "first", body: `{"webhook":"https://a.example/x",` + req + `}`, url: "https://a.example/x", found: true, rest: `{` + req + `}`},
