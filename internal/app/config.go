@@ -312,13 +312,36 @@ type APIConfig struct {
 	// the API under 256 MiB with eight 12 MB fill batches uploaded at once
 	// (RELIABILITY.md). Default 32Mi.
 	MaxBytesInFlight int64
-	// APIKeys is "name:key,name:key". With any key configured every /v1
-	// and /monitoring route needs "Authorization: Bearer <key>". Default
-	// "": auth off.
+	// APIKeys is "name:key,name:key", the tenants' keys, each at least
+	// 16 bytes. With any configured every /v1 route needs
+	// "Authorization: Bearer <key>". Default "": auth off.
 	APIKeys string
-	// APIKeysFile is a JSON file of keys with optional per-key limits:
-	// [{"name","key","rate_per_second","burst","max_pending"}]. Default "".
+	// APIKeysFile is a JSON file of keys with optional per-key limits and
+	// role: [{"name","key","rate_per_second","burst","max_pending","role"}],
+	// role "tenant" (the default) or "operator". Default "".
 	APIKeysFile string
+	// OperatorKeys is "name:key,name:key", the keys of the operator
+	// routes: the /monitoring/ dashboard and /metrics on HTTP_ADDR. With
+	// any key configured those routes need one of these, and refuse
+	// tenant keys; operator keys in turn are refused on /v1. Default "":
+	// with API_KEYS set, the operator routes are closed to everyone.
+	OperatorKeys string
+	// Monitoring serves the asynqmon dashboard at /monitoring/. Default
+	// true.
+	Monitoring bool
+	// OperatorRatePerSecond is each operator's request rate on the
+	// operator routes (per client address when auth is off); the
+	// dashboard polls a few requests every 8 s. Default 10.
+	OperatorRatePerSecond int
+	// OperatorBurst is each operator's burst there; a dashboard page
+	// load makes about ten requests. Default 30.
+	OperatorBurst int
+	// AuthFailuresPerMinute is how many failed authentications (no key,
+	// or an unknown one) one client address may make a minute, as a
+	// burst and refilling over the minute; past it the address is
+	// answered 429 for everything, a valid key too, until it refills.
+	// Default 30.
+	AuthFailuresPerMinute int
 	// RatePerSecond is each key's default request rate. Default 20.
 	RatePerSecond int
 	// RateBurst is each key's default burst. Default 40.
@@ -358,7 +381,12 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive (slower: 408)")
 	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
 	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
-	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits")
+	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits and roles")
+	s.String(&c.OperatorKeys, "OPERATOR_KEYS", "", "operator keys for /monitoring/ and /metrics, name:key,name:key")
+	s.Bool(&c.Monitoring, "MONITORING", "true", "serve the asynqmon dashboard at /monitoring/")
+	s.Int(&c.OperatorRatePerSecond, "OPERATOR_RATE_LIMIT_PER_SECOND", "10", "requests per second per operator on /monitoring/ and /metrics")
+	s.Int(&c.OperatorBurst, "OPERATOR_RATE_LIMIT_BURST", "30", "burst of requests per operator on /monitoring/ and /metrics")
+	s.Int(&c.AuthFailuresPerMinute, "AUTH_FAILURES_PER_MINUTE", "30", "failed authentications allowed per client address a minute")
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
@@ -440,7 +468,9 @@ func (c *APIConfig) validate() error {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey}} {
+	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey},
+		{"OPERATOR_RATE_LIMIT_PER_SECOND", c.OperatorRatePerSecond}, {"OPERATOR_RATE_LIMIT_BURST", c.OperatorBurst},
+		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}} {
 		if v.n <= 0 {
 			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
 		}
