@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,6 +28,16 @@ type Common struct {
 	// Default "": the API then runs embedded (in-memory Redis and an
 	// in-process worker); the worker requires it.
 	RedisURL string
+	// RedisSentinels is "host:port,host:port,...", Redis Sentinels that
+	// name the master of RedisMasterName; set instead of RedisURL, both
+	// binaries then follow the master through failovers (go-redis's
+	// failover client, the same for asynq). It is the same as REDIS_URL
+	// redis-sentinel://host:port,...?master=NAME. Default "".
+	RedisSentinels string
+	// RedisMasterName is the master's name in the Sentinels' config
+	// (sentinel monitor NAME ...); required with RedisSentinels. Default
+	// "".
+	RedisMasterName string
 	// KeyPrefix prefixes puzzleq's own Redis keys. Default "pq:".
 	KeyPrefix string
 	// TaskTTL is how long task and batch records are kept. Default 24h.
@@ -63,7 +74,9 @@ type Common struct {
 }
 
 func (c *Common) bind(s *envflag.Set) {
-	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis:// or rediss://)")
+	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis://, rediss:// or redis-sentinel://)")
+	s.String(&c.RedisSentinels, "REDIS_SENTINELS", "", "Redis Sentinel addresses host:port,... (instead of REDIS_URL)")
+	s.String(&c.RedisMasterName, "REDIS_MASTER_NAME", "", "the master's name at the Sentinels (with REDIS_SENTINELS)")
 	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
 	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
 	s.Duration(&c.ResultTTL, "RESULT_TTL", "24h", "how long cached results are kept")
@@ -78,6 +91,9 @@ func (c *Common) bind(s *envflag.Set) {
 }
 
 func (c *Common) validate() error {
+	if err := c.sentinels(); err != nil {
+		return err
+	}
 	if c.RedisURL != "" {
 		if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
 			return fmt.Errorf("REDIS_URL: %v", err)
@@ -110,6 +126,36 @@ func (c *Common) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", c.LogFormat)
 	}
+	return nil
+}
+
+// sentinels checks REDIS_SENTINELS and REDIS_MASTER_NAME and, when they
+// are set, writes them as the redis-sentinel:// REDIS_URL that asynq
+// parses (into its RedisFailoverClientOpt, which newRedisClient opens as
+// go-redis's failover client), so everything downstream has one form.
+func (c *Common) sentinels() error {
+	if c.RedisSentinels == "" {
+		if c.RedisMasterName != "" {
+			return fmt.Errorf("REDIS_MASTER_NAME: needs REDIS_SENTINELS")
+		}
+		return nil
+	}
+	if c.RedisURL != "" {
+		return fmt.Errorf("REDIS_SENTINELS: set either it or REDIS_URL, not both")
+	}
+	if !keyName.MatchString(c.RedisMasterName) {
+		return fmt.Errorf("REDIS_MASTER_NAME: required with REDIS_SENTINELS, 1-64 of A-Z a-z 0-9 _ . -, got %q", c.RedisMasterName)
+	}
+	var addrs []string
+	for _, a := range strings.Split(c.RedisSentinels, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(a, "/?#@") {
+			return fmt.Errorf("REDIS_SENTINELS: %q is not host:port", a)
+		}
+		addrs = append(addrs, a)
+	}
+	c.RedisURL = "redis-sentinel://" + strings.Join(addrs, ",") + "?master=" + c.RedisMasterName
 	return nil
 }
 
@@ -255,11 +301,11 @@ func LoadWorkerConfig(args []string, getenv func(string) string, usage io.Writer
 }
 
 func (c *WorkerConfig) validate() error {
-	if c.RedisURL == "" {
-		return fmt.Errorf("REDIS_URL: required for the worker")
-	}
 	if err := c.Common.validate(); err != nil {
 		return err
+	}
+	if c.RedisURL == "" {
+		return fmt.Errorf("REDIS_URL: required for the worker (or REDIS_SENTINELS)")
 	}
 	if err := c.WorkerSettings.validate(); err != nil {
 		return err
