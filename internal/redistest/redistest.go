@@ -31,8 +31,8 @@ type Server struct {
 	args     []string
 	sentinel string // the Sentinel's config file; "" for a redis-server
 	cmd      *exec.Cmd
-	exited  chan struct{} // closed once cmd has been reaped
-	ownsDir bool          // Launch made Dir, so Stop removes it
+	exited   chan struct{} // closed once cmd has been reaped
+	ownsDir  bool          // Launch made Dir, so Stop removes it
 }
 
 // Binary returns the redis-server binary to use: $REDIS_SERVER, else the
