@@ -111,9 +111,9 @@ type Options struct {
 	// client address a minute, after which it is answered 429.
 	AuthFailuresPerMinute int
 	// Mount, optional, adds routes that are not the API's own (metrics,
-	// the queue dashboard) to the engine; operator is the check of the
-	// operator credential and rate, for the routes that need it.
-	Mount func(e *gin.Engine, operator gin.HandlerFunc)
+	// the queue dashboard) to the engine; operator checks the operator
+	// credential and rate, and signs operators in from a browser.
+	Mount func(e *gin.Engine, operator OperatorAuth)
 }
 
 func (o Options) check() {
@@ -216,7 +216,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
 	if s.opts.Mount != nil {
-		s.opts.Mount(e, s.Operator())
+		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}
 	return e
 }

@@ -89,9 +89,15 @@ func (s *Server) Operator() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		who := "addr:" + c.RemoteIP()
 		if len(s.keys) > 0 {
-			found, ok := s.identify(c, "missing operator key: send Authorization: Bearer <operator key>")
-			if !ok {
+			found, handled := s.operatorFromCookie(c)
+			if handled && found == nil {
 				return
+			}
+			if !handled {
+				var ok bool
+				if found, ok = s.identify(c, "missing operator key: send Authorization: Bearer <operator key>, or sign in at /monitoring/login"); !ok {
+					return
+				}
 			}
 			if !found.IsOperator() {
 				fail(c, newError(http.StatusForbidden, apitype.CodeForbidden, "",

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
@@ -240,5 +242,75 @@ func TestOperatorRoutesOpenWithoutKeys(t *testing.T) {
 	}
 	if codes[200] < 3 || codes[200] > 4 || codes[http.StatusTooManyRequests] != 10-codes[200] {
 		t.Errorf("10 anonymous dashboard requests at 1/s burst 3: %v", codes)
+	}
+}
+
+// TestOperatorBrowserSignIn: a browser cannot send a bearer header, so the
+// dashboard has a sign-in form: the operator key posted once sets a
+// signed, HttpOnly, SameSite=Strict session cookie on /monitoring/, which
+// then opens the dashboard (and nothing on /v1). Tenant and wrong keys
+// are refused; a forged cookie is a failed authentication.
+func TestOperatorBrowserSignIn(t *testing.T) {
+	t.Parallel()
+	s := operatorStack(t, nil)
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path, body string, header ...string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	login := app.MonitoringPath + "login"
+	if resp, b := do("GET", login, ""); resp.StatusCode != 200 || !strings.Contains(b, `name="key"`) {
+		t.Errorf("GET %s: %d %.200s", login, resp.StatusCode, b)
+	}
+	if resp, _ := do("GET", app.MonitoringPath, "", "Accept", "text/html"); resp.StatusCode != 303 || resp.Header.Get("Location") != login {
+		t.Errorf("a browser without a session: %d to %q, want 303 to %s", resp.StatusCode, resp.Header.Get("Location"), login)
+	}
+	form := "Content-Type"
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"wrong-key-0123456789", 401}, {tenantKey, 403}} {
+		if resp, b := do("POST", login, "key="+tc.key, form, "application/x-www-form-urlencoded"); resp.StatusCode != tc.want || len(resp.Cookies()) != 0 {
+			t.Errorf("sign in with %q: %d %v %.200s, want %d and no cookie", tc.key, resp.StatusCode, resp.Cookies(), b, tc.want)
+		}
+	}
+	resp, b := do("POST", login, "key="+opsKey, form, "application/x-www-form-urlencoded")
+	var sess *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == api.OperatorCookie {
+			sess = ck
+		}
+	}
+	if resp.StatusCode != 303 || sess == nil || !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode || sess.Path != app.MonitoringPath {
+		t.Fatalf("sign in: %d %v %.200s, want 303 and an HttpOnly, SameSite=Strict cookie on %s", resp.StatusCode, resp.Cookies(), b, app.MonitoringPath)
+	}
+	if strings.Contains(sess.Value, opsKey) {
+		t.Errorf("the session cookie holds the key")
+	}
+	cookie := sess.Name + "=" + sess.Value
+	for _, p := range []string{app.MonitoringPath, app.MonitoringPath + "api/queues"} {
+		if resp, b := do("GET", p, "", "Cookie", cookie, "Accept", "text/html"); resp.StatusCode != 200 {
+			t.Errorf("GET %s signed in: %d %.200s", p, resp.StatusCode, b)
+		}
+	}
+	if resp, b := do("GET", "/v1/tasks/"+zeroID, "", "Cookie", cookie); resp.StatusCode != 401 {
+		t.Errorf("the operator session on /v1: %d %.200s, want 401", resp.StatusCode, b)
+	}
+	forged := sess.Name + "=" + sess.Value[:len(sess.Value)-2] + "xx"
+	if resp, b := do("GET", app.MonitoringPath+"api/queues", "", "Cookie", forged); resp.StatusCode != 401 {
+		t.Errorf("a forged session: %d %.200s, want 401", resp.StatusCode, b)
 	}
 }

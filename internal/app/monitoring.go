@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynqmon"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/api"
 )
 
 // MonitoringPath is where the asynqmon dashboard is served.
@@ -31,15 +33,59 @@ const monitoringMaxPage = 1_000_000
 // /monitoring/ on the same Redis as the API (the in-memory one when
 // embedded). operator checks the operator credential and rate limit
 // (api.Server.Operator).
-func (a *API) mount(e *gin.Engine, operator gin.HandlerFunc) {
+func (a *API) mount(e *gin.Engine, operator api.OperatorAuth) {
 	if a.cfg.MetricsAddr == "" {
-		e.GET("/metrics", operator, gin.WrapH(a.metricsHandler()))
+		e.GET("/metrics", operator.Check, gin.WrapH(a.metricsHandler()))
 	}
 	if !a.cfg.Monitoring {
 		return
 	}
 	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
-	e.GET(MonitoringPath+"*path", operator, pageLimits, gin.WrapH(a.monitor))
+	e.GET(MonitoringPath+"*path", a.signIn, operator.Check, pageLimits, gin.WrapH(a.monitor))
+	e.POST(MonitoringPath+"login", operator.Login(MonitoringPath))
+}
+
+// loginPath is the dashboard's sign-in page.
+const loginPath = MonitoringPath + "login"
+
+// loginPage is the sign-in form: a browser cannot send a bearer header to
+// the dashboard, so the operator key is posted once and a session cookie
+// (api.OperatorCookie) carries the sign-in.
+const loginPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>puzzleq operator sign-in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<body style="font-family: sans-serif; max-width: 28em; margin: 4em auto">
+<h1>puzzleq dashboard</h1>
+<form method="post" action="` + loginPath + `">
+<label>Operator key <input type="password" name="key" autocomplete="current-password" required autofocus></label>
+<button type="submit">Sign in</button>
+</form>
+<p>Tenant API keys are refused here; the dashboard needs one of <code>OPERATOR_KEYS</code>.</p>
+</body></html>
+`
+
+// signIn serves the sign-in page, and sends a browser that asks for a
+// dashboard page with no credential to it, when keys are configured.
+func (a *API) signIn(c *gin.Context) {
+	if len(a.cfg.keys) == 0 {
+		c.Next()
+		return
+	}
+	if c.Request.URL.Path == loginPath {
+		c.Header("Cache-Control", "no-store")
+		c.Header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+		c.Data(http.StatusOK, "text/html; charset=utf-8", []byte(loginPage))
+		c.Abort()
+		return
+	}
+	_, cookieErr := c.Cookie(api.OperatorCookie)
+	if c.GetHeader("Authorization") == "" && cookieErr != nil && !strings.HasPrefix(c.Param("path"), "/api/") &&
+		strings.Contains(c.GetHeader("Accept"), "text/html") {
+		c.Redirect(http.StatusSeeOther, loginPath)
+		c.Abort()
+		return
+	}
+	c.Next()
 }
 
 // pageLimits refuses, with 400, a dashboard request whose ?size= or
