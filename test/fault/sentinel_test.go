@@ -216,10 +216,10 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	if err != nil || len(role) == 0 || role[0] != "master" {
 		t.Errorf("the new master's ROLE: %v %v", role, err)
 	}
-	t.Logf("sentinel failover (lagging=%v): FIGURES acked=%d (%d before the kill) completed=%d lost=%d lost_batches=%d kill_to_promotion=%v promotion_to_first_ack=%v kill_to_first_ack=%v statuses_after=%v slowest_failed_submit=%v",
+	t.Logf("sentinel failover (lagging=%v): FIGURES acked=%d (%d before the kill) completed=%d lost=%d lost_batches=%d kill_to_promotion=%v promotion_to_first_ack=%v kill_to_first_ack=%v statuses_after=%v slowest_batch_answer=%v slowest_failed_submit=%v",
 		lagging, len(acked.reqs), ackedBefore, len(present), len(lost), len(lostBatches), promotedAt.Sub(killedAt).Round(time.Millisecond),
 		resumedAt.Sub(promotedAt).Round(time.Millisecond), resumedAt.Sub(killedAt).Round(time.Millisecond),
-		sub.statuses, sub.worst.Round(time.Millisecond))
+		sub.statuses, sub.slowest.Round(time.Millisecond), sub.worst.Round(time.Millisecond))
 	for code, n := range sub.statuses {
 		if code != http.StatusAccepted && code != http.StatusOK && code != http.StatusServiceUnavailable {
 			t.Errorf("the submitter got status %d %d times; only 200, 202 and 503 are acceptable (0: no answer)", code, n)
