@@ -121,6 +121,9 @@ func TestDashboardPageSizeCapped(t *testing.T) {
 	if code != 200 || strings.Count(string(b), `"id"`) != 3 {
 		t.Errorf("the 3 pending tasks at size=100: %d %.300s", code, b)
 	}
+	// asynqmon's Prometheus proxy has no Prometheus: 404, not its 500.
+	code, b, _ = s.DoAs(opsKey, "GET", app.MonitoringPath+"api/metrics", nil)
+	wantCode(t, "api/metrics", code, b, 404, apitype.CodeNotFound)
 }
 
 // TestDashboardRateLimited: 300 dashboard requests as fast as 8 clients

@@ -90,8 +90,15 @@ func (a *API) signIn(c *gin.Context) {
 
 // pageLimits refuses, with 400, a dashboard request whose ?size= or
 // ?page= is not a whole number within bounds (asynqmon would take the
-// default for a malformed one, and any size at all).
+// default for a malformed one, and any size at all). It also answers 404
+// for asynqmon's Prometheus proxy (api/metrics): no Prometheus is
+// configured, and asynqmon answers that 500 after nine failed fetches.
 func pageLimits(c *gin.Context) {
+	if c.Param("path") == "/api/metrics" {
+		c.AbortWithStatusJSON(http.StatusNotFound, apitype.ErrorBody{Error: apitype.Error{
+			Code: apitype.CodeNotFound, Message: "the dashboard has no Prometheus to query; use /metrics"}})
+		return
+	}
 	q := c.Request.URL.Query()
 	for _, p := range []struct {
 		name string
