@@ -109,26 +109,26 @@ func (c *sse) item() (int, string) {
 // ended ahead of the stream's position, come again. The tasks end by
 // cancellation, so the test, not a worker, says when.
 func TestBatchEventsResumeLosesNothing(t *testing.T) {
-	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:ka,bob:kb", "CHUNK_SIZE": "2"})
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey + ",bob:" + bobEventsKey, "CHUNK_SIZE": "2"})
 	item := `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`
-	code, b, _ := s.DoAs("ka", "POST", "/v1/batches", `{"tasks":[`+strings.Repeat(item+",", 4)+item+`]}`)
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[`+strings.Repeat(item+",", 4)+item+`]}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", code, b)
 	}
 	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
 	cancel := func(i int) {
 		t.Helper()
-		if code, b, _ := s.DoAs("ka", "DELETE", "/v1/tasks/"+apitype.ItemID(id, i), nil); code != http.StatusOK {
+		if code, b, _ := s.DoAs(aliceEventsKey, "DELETE", "/v1/tasks/"+apitype.ItemID(id, i), nil); code != http.StatusOK {
 			t.Fatalf("cancel item %d: %d %s", i, code, b)
 		}
 	}
 	// Another key's batch does not exist for it.
-	if code, b, _ := s.DoAs("kb", "GET", "/v1/batches/"+id+"/events", nil); code != http.StatusNotFound {
+	if code, b, _ := s.DoAs(bobEventsKey, "GET", "/v1/batches/"+id+"/events", nil); code != http.StatusNotFound {
 		t.Errorf("bob's GET of alice's events: %d %s", code, b)
 	}
 
 	got := map[int]int{}
-	a := openEvents(t, s, "ka", id, "")
+	a := openEvents(t, s, aliceEventsKey, id, "")
 	cancel(0)
 	i, last := a.item()
 	got[i]++
@@ -146,7 +146,7 @@ func TestBatchEventsResumeLosesNothing(t *testing.T) {
 	// While no one listens.
 	cancel(1)
 	cancel(4)
-	r := openEvents(t, s, "ka", id, id2)
+	r := openEvents(t, s, aliceEventsKey, id, id2)
 	for range 3 {
 		i, last = r.item()
 		got[i]++
@@ -178,17 +178,17 @@ func TestBatchEventsResumeLosesNothing(t *testing.T) {
 // A batch run by a worker streams every task once, in whatever order the
 // tasks end, and its progress.
 func TestBatchEventsLive(t *testing.T) {
-	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:ka", "CHUNK_SIZE": "4"})
+	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "CHUNK_SIZE": "4"})
 	items := make([]string, 30)
 	for i := range items {
 		items[i] = `{"kind":"sweep","puzzle":{"board":["...","*..",".*."]}}`
 	}
-	code, b, _ := s.DoAs("ka", "POST", "/v1/batches", `{"tasks":[`+strings.Join(items, ",")+`]}`)
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[`+strings.Join(items, ",")+`]}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", code, b)
 	}
 	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
-	c := openEvents(t, s, "ka", id, "")
+	c := openEvents(t, s, aliceEventsKey, id, "")
 	seen := map[int]bool{}
 	progress := 0
 	deadline := time.After(30 * time.Second)
@@ -225,13 +225,13 @@ func TestBatchEventsLive(t *testing.T) {
 // A stream is bounded: it ends after MAX_WAIT even if the batch is not
 // done, without a done event, for the client to resume.
 func TestBatchEventsEndAfterMaxWait(t *testing.T) {
-	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:ka", "MAX_WAIT": "1s"})
-	code, b, _ := s.DoAs("ka", "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "MAX_WAIT": "1s"})
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", code, b)
 	}
 	start := time.Now()
-	c := openEvents(t, s, "ka", stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
+	c := openEvents(t, s, aliceEventsKey, stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
 	var names []string
 	for ev := range c.events {
 		names = append(names, ev.name)
@@ -243,3 +243,9 @@ func TestBatchEventsEndAfterMaxWait(t *testing.T) {
 		t.Errorf("events %v, want only the first progress", names)
 	}
 }
+
+// The keys of the events tests: long enough for the API to start.
+const (
+	aliceEventsKey = "alice-events-key-0123456789"
+	bobEventsKey   = "bob-events-key-0123456789ab"
+)
