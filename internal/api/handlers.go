@@ -111,8 +111,10 @@ func (s *Server) createTask(c *gin.Context) {
 	if err != nil {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
+		s.undo(ctx, func(ctx context.Context) {
+			_ = s.store.DeleteTasks(ctx, []string{id})
+			_ = s.store.ReleasePending(ctx, owner, id)
+		})
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}

@@ -77,6 +77,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		if opt, a.rdb, err = redisConn(cfg.RedisURL); err != nil {
 			return nil, err
 		}
+		// Every Redis call of a request fails fast on a hung Redis,
+		// asynq's enqueues included: they go through this client.
+		a.rdb.AddHook(callDeadline(redisCallTimeout))
 	}
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
