@@ -188,7 +188,11 @@ func (a *API) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("api shutting down", "shutdown_timeout", a.cfg.ShutdownTimeout.String())
+	// Readiness fails first; Shutdown closes the listener and then (its
+	// OnShutdown hook) the held long polls are answered at once, 202 with
+	// the current state, instead of being cut at ShutdownTimeout.
 	a.server.Drain()
+	a.httpSrv.RegisterOnShutdown(a.server.EndWaits)
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.httpSrv.Shutdown(sctx); err != nil {
