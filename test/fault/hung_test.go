@@ -5,6 +5,7 @@ package fault
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -267,5 +268,155 @@ func testRedisFreeze(t *testing.T) {
 func TestFailFast(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("RedisFreeze", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreeze(t) })
+		t.Run("ShutdownAnswersPolls", func(t *testing.T) { t.Parallel(); timed(t); testShutdownAnswersPolls(t) })
 	})
+}
+
+// testShutdownAnswersPolls is a rolling restart with long polls held:
+// 20 clients hold polls on API A (14 GET a task, 3 GET a batch and 3
+// its results, each ?wait=20s) on work that cannot end yet (the queues
+// are paused), and A gets SIGTERM. A must answer all 20 at once, 202
+// with the current state, and exit well inside its SHUTDOWN_TIMEOUT;
+// each client then polls replica B, as a load balancer would send it,
+// and gets its answer there once the work runs. No request may fail: no
+// EOF, no refused connection, no status but 200 and 202.
+func testShutdownAnswersPolls(t *testing.T) {
+	const (
+		shutdownTimeout = 15 * time.Second
+		clients         = 20
+		wait            = "20s"
+	)
+	c := newCluster(t, clusterOpts{api: map[string]string{"CHUNK_SIZE": "4", "SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, workers: 1})
+	b := c.startReplica(t, "api2", map[string]string{"CHUNK_SIZE": "4"})
+	b.WaitReady(t, 30*time.Second)
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.PauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOracle()
+	reqs := eightPuzzles(14+3*4, 177)
+	w := newWorkload()
+	type poll struct{ kind, id string }
+	var polls []poll
+	for _, r := range reqs[:14] {
+		polls = append(polls, poll{"task", w.addTask(c, r)})
+	}
+	for i := range 3 {
+		ids := w.addBatch(c, reqs[14+4*i:18+4*i])
+		id := ids[0][:strings.IndexByte(ids[0], '-')]
+		polls = append(polls, poll{"batch", id}, poll{"results", id})
+	}
+
+	type outcome struct {
+		fromA    time.Time // when A answered the held poll
+		codeA    int
+		failures []string
+		final    bool // the work's final answer arrived (from B)
+	}
+	outs := make([]outcome, clients)
+	hc := &http.Client{Timeout: 60 * time.Second}
+	var wg sync.WaitGroup
+	for i, p := range polls {
+		wg.Go(func() {
+			out := &outs[i]
+			bases := []string{c.api.URL(), b.URL()}
+			on := 0
+			for attempt := 0; attempt < 8 && !out.final; attempt++ {
+				path := "/v1/tasks/" + p.id + "?wait=" + wait
+				switch p.kind {
+				case "batch":
+					path = "/v1/batches/" + p.id + "?limit=1&wait=" + wait
+				case "results":
+					path = "/v1/batches/" + p.id + "/results?wait=" + wait
+				}
+				resp, err := hc.Get(bases[on] + path)
+				if err != nil {
+					out.failures = append(out.failures, fmt.Sprintf("%s: %v", bases[on], err))
+					on = 1
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted) {
+					out.failures = append(out.failures, fmt.Sprintf("%s: %d %v %.200s", bases[on], resp.StatusCode, err, body))
+					on = 1
+					continue
+				}
+				if on == 0 {
+					out.fromA, out.codeA = time.Now(), resp.StatusCode
+					on = 1 // A is going away: poll B from now on
+					continue
+				}
+				switch p.kind {
+				case "task":
+					var tr apitype.Task
+					out.final = json.Unmarshal(body, &tr) == nil && tr.State.Terminal()
+				case "batch":
+					var br apitype.Batch
+					out.final = json.Unmarshal(body, &br) == nil && br.Done
+				case "results":
+					out.final = resp.StatusCode == http.StatusOK && strings.Count(string(body), `"state":"completed"`) == 4
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second) // every poll is held on A now
+	c.api.Signal(t, syscall.SIGTERM)
+	sentAt := time.Now()
+	if !c.api.WaitExit(shutdownTimeout + 5*time.Second) {
+		t.Fatalf("API A did not exit within SHUTDOWN_TIMEOUT %v + 5s", shutdownTimeout)
+	}
+	exit := time.Since(sentAt)
+	if err := c.api.Err(); err != nil {
+		t.Errorf("API A exit: %v", err)
+	}
+	// All 20 answered by A and now polling B: run the work.
+	pollUntil(10*time.Second, 50*time.Millisecond, func() bool {
+		n := 0
+		for i := range outs {
+			if !outs[i].fromA.IsZero() || len(outs[i].failures) > 0 {
+				n++
+			}
+		}
+		return n == clients
+	})
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.UnpauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+
+	var slowest time.Duration
+	answered, accepted, failed := 0, 0, 0
+	for i, out := range outs {
+		if !out.fromA.IsZero() {
+			answered++
+			slowest = max(slowest, out.fromA.Sub(sentAt))
+			if out.codeA == http.StatusAccepted {
+				accepted++
+			}
+		}
+		if len(out.failures) > 0 {
+			failed++
+			t.Errorf("client %d (%s %s): failed requests: %v", i, polls[i].kind, polls[i].id, out.failures)
+		}
+		if !out.final {
+			t.Errorf("client %d (%s %s): no final answer from B", i, polls[i].kind, polls[i].id)
+		}
+	}
+	if answered != clients || accepted != clients {
+		t.Errorf("A answered %d of %d held polls, %d with 202; want all, 202", answered, clients, accepted)
+	}
+	if slowest > 2*time.Second {
+		t.Errorf("A answered the held polls up to %v after SIGTERM, want at once", slowest)
+	}
+	if exit > 5*time.Second {
+		t.Errorf("A exited %v after SIGTERM, want well under SHUTDOWN_TIMEOUT %v", exit, shutdownTimeout)
+	}
+	c.api = b // the survivor serves the checks
+	w.verify(t, c, o, 60*time.Second)
+	t.Logf("shutdown with polls held: FIGURES clients=%d answered_by_A=%d (202: %d) slowest_answer_after_SIGTERM=%v SIGTERM->exit=%v SHUTDOWN_TIMEOUT=%v failed_requests=%d final_answers_from_B=%d",
+		clients, answered, accepted, slowest.Round(time.Millisecond), exit.Round(time.Millisecond), shutdownTimeout, failed, clients)
 }
