@@ -128,16 +128,16 @@ func jsontextString(v jsontext.Value, s *string) error {
 
 // watchWebhook records ref's webhook, when there is one, before its
 // record is made; the returned func forgets it again, for a submission
-// that failed.
-func (s *Server) watchWebhook(ctx context.Context, ref, url string) (undo func(), err error) {
+// that failed (run it under s.undo, which bounds it).
+func (s *Server) watchWebhook(ctx context.Context, ref, url string) (undo func(context.Context), err error) {
 	if url == "" {
-		return func() {}, nil
+		return func(context.Context) {}, nil
 	}
 	if err := s.store.WatchWebhook(ctx, ref, url); err != nil {
 		return nil, err
 	}
-	return func() {
-		if err := s.store.UnwatchWebhook(context.WithoutCancel(ctx), ref); err != nil {
+	return func(ctx context.Context) {
+		if err := s.store.UnwatchWebhook(ctx, ref); err != nil {
 			s.log.Warn("forget the webhook of a failed submission", "ref", ref, "err", err)
 		}
 	}, nil
