@@ -288,3 +288,24 @@ func (s *Store) dropGone(ctx context.Context, key string, ids []any) {
 		s.rdb.ZRem(ctx, key, ids...)
 	}
 }
+
+// Backlog returns about how many batch units wait in the feed, not yet on
+// the queue (the backlog's members times backlogUnits, an upper bound),
+// and when the oldest batch among them was created: its members are
+// scored by its expiry, which is its creation plus the record TTL.
+func (s *Store) Backlog(ctx context.Context) (int, time.Time, error) {
+	var card *redis.IntCmd
+	var first *redis.ZSliceCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		card = p.ZCard(ctx, s.k.backlog())
+		first = p.ZRangeWithScores(ctx, s.k.backlog(), 0, 0)
+		return nil
+	}); err != nil {
+		return 0, time.Time{}, fmt.Errorf("store: backlog: %w", err)
+	}
+	var oldest time.Time
+	if z := first.Val(); len(z) == 1 {
+		oldest = time.UnixMilli(int64(z[0].Score)).Add(-s.taskTTL)
+	}
+	return int(card.Val()) * backlogUnits, oldest, nil
+}
