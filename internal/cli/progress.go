@@ -92,6 +92,24 @@ func (p *progress) redraw() {
 	_ = p.bar.Set64(v)
 }
 
+// notes serializes notes written without a bar, which come from several
+// goroutines.
+var notes sync.Mutex
+
+// note writes a line to w above the bar (or alone, with no bar), so the
+// bar is redrawn below it rather than the line being drawn over.
+func (p *progress) note(w io.Writer, line string) {
+	if p == nil {
+		notes.Lock()
+		defer notes.Unlock()
+		fmt.Fprintln(w, line)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(w, "\r\x1b[K%s\n", line)
+}
+
 func (p *progress) addSubmitted(n int) {
 	if p != nil {
 		p.submitted.Add(int64(n))
