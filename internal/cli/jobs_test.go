@@ -174,3 +174,24 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalSolveKeepsPDBsInTheCacheDir: solve --local writes the pattern
+// databases of a searched board to os.UserCacheDir()/puzzleq, where the
+// next run reads them instead of building them again.
+func TestLocalSolveKeepsPDBsInTheCacheDir(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache) // os.UserCacheDir on Linux
+	t.Setenv("HOME", cache)           // and on macOS
+	req := `{"kind":"sliding","puzzle":{"board":[[1,2,3,4,5],[6,7,8,0,9]]}}` + "\n"
+	for range 2 {
+		code, out, errOut := run(t, req, "solve", "--local", "--format", "json")
+		if code != 0 || !strings.Contains(out, `"moves":1`) {
+			t.Fatalf("solve --local: exit %d, out %q, stderr %q", code, out, errOut)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(cache, "*", "puzzleq", "sliding-2x5-*"))
+	more, _ := filepath.Glob(filepath.Join(cache, "puzzleq", "sliding-2x5-*"))
+	if len(files)+len(more) != 2 {
+		t.Fatalf("pattern database files in the cache directory: %v %v, want the two of 2x5", files, more)
+	}
+}
