@@ -327,6 +327,11 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 					cancel(b.err)
 				} else {
 					r.progress.addSubmitted(len(b.jobs))
+					if b.sub.Replayed && r.wait && r.progress != nil {
+						// A resumed run: what this batch already did
+						// is not this run's pace.
+						r.noteBaseline(inner, b)
+					}
 					if r.announce != nil {
 						r.announce(b)
 					}
@@ -570,6 +575,23 @@ func (r *runner) pollCounts(ctx context.Context, batches []*batchRun) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// noteBaseline reads how many items of a replayed batch had ended
+// already, and counts them as done before this run (see
+// progress.addBaseline). A failure leaves the counts to the polls.
+func (r *runner) noteBaseline(ctx context.Context, b *batchRun) {
+	bt, err := r.c.GetBatch(ctx, b.sub.ID, "", 1, 0)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := bt.Counts.Ended(); n > b.ended {
+		r.progress.addBaseline(n - b.ended)
+		r.progress.addCompleted(n - b.ended)
+		b.ended = n
 	}
 }
 
