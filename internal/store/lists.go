@@ -120,7 +120,7 @@ func (s *Store) scanIndex(ctx context.Context, key, cursor string, after time.Ti
 			p := at[n-1]
 			pos = &p
 		}
-		if stop || n < len(ids) {
+		if (stop || n < len(ids)) && !(n == len(ids) && len(zs) < count) {
 			c := pos.String()
 			return &c, nil
 		}
