@@ -93,9 +93,9 @@ func (c *Client) BatchItems(ctx context.Context, batchID string, o ListOptions) 
 	return &l, nil
 }
 
-// RetryBatch queues a done batch's failed and canceled tasks again, with
-// their IDs and custom_ids, and returns how many. A batch with tasks that
-// have not ended is a 409 *Error.
+// RetryBatch queues a batch's failed and canceled tasks again, with their
+// IDs and custom_ids, and returns how many (while the batch runs, a task
+// whose chunk still runs waits for a later retry).
 func (c *Client) RetryBatch(ctx context.Context, batchID string) (int, error) {
 	var r apitype.BatchRetried
 	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/batches/" + url.PathEscape(batchID) + "/retry", retry: retryIfNotAccepted}, &r)

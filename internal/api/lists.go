@@ -312,11 +312,7 @@ func (s *Server) retryBatch(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	n, err := s.store.RetryBatch(ctx, b, s.quotaFor(c), s.retryTimeout)
-	switch {
-	case errors.Is(err, store.ErrNotDone):
-		err = newError(http.StatusConflict, apitype.CodeConflict, "",
-			"batch has tasks that have not ended; retry it once it is done (or cancel it first)")
-	case errors.Is(err, store.ErrQuota):
+	if errors.Is(err, store.ErrQuota) {
 		err = s.quotaError(c)
 	}
 	if err != nil && n == 0 {

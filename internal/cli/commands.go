@@ -92,7 +92,7 @@ func newBatchCmd(g *globals) *cobra.Command {
 Exits with status 1 if a task of a finished batch failed or was canceled.
 
 "batch cancel ID" cancels the tasks that have not ended; "batch retry ID"
-runs the failed and canceled tasks of a done batch again, with the same IDs.`,
+runs the failed and canceled tasks again, with the same IDs.`,
 		Example: `  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
   puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch --timeout 10m
   puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f

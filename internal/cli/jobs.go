@@ -341,10 +341,12 @@ func newBatchCancelCmd(g *globals) *cobra.Command {
 func newBatchRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry BATCH",
-		Short: "Run a done batch's failed and canceled tasks again",
-		Long: `Run the failed and canceled tasks of a done batch again, with the same IDs
-and custom_ids; they count against the API key's quota again. Follow them
-with "puzzlectl batch BATCH --watch" or "puzzlectl results BATCH --wait".`,
+		Short: "Run a batch's failed and canceled tasks again",
+		Long: `Run the failed and canceled tasks of a batch again, with the same IDs and
+custom_ids; they count against the API key's quota again. (While the batch
+runs, a task whose chunk still runs waits for a later retry; in a done batch
+every one is retried.) Follow them with "puzzlectl batch BATCH --watch" or
+"puzzlectl results BATCH --wait".`,
 		Example: `  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args:    exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -178,8 +178,7 @@ func TestListTasks(t *testing.T) {
 
 // TestRetryBatch: a done batch's failed and canceled items are pending
 // again with their IDs and custom_ids, counted in the batch and the
-// quota, fed again and run; a batch still running cannot be retried, and
-// the quota is checked.
+// quota, fed again and run; the quota is checked.
 func TestRetryBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Hour, time.Hour)
@@ -189,8 +188,8 @@ func TestRetryBatch(t *testing.T) {
 	items := []store.StagedItem{a, cheap(`{"p":1}`), own(`{"p":2}`), cheap(`{"p":3}`), own(`{"p":4}`)}
 	b := e.commit(t, store.CommitBatch{ID: id, Owner: "alice"}, 2, items)
 	timeout := func(puzzle.Kind, bool) time.Duration { return time.Second }
-	if _, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != store.ErrNotDone {
-		t.Fatalf("retry of a running batch: %v", err)
+	if n, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != nil || n != 0 {
+		t.Fatalf("retry of a batch with nothing failed: %d, %v", n, err)
 	}
 	// Run everything: 0 fails, 2 fails, 1 and 4 complete; 3 is canceled.
 	if _, err := e.s.CancelItem(e.ctx, b, 3); err != nil {
@@ -300,4 +299,60 @@ func TestRetryCanceledBatch(t *testing.T) {
 		}
 	}
 	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateActive: 3})
+}
+
+// TestRetryWaitsForABusyChunk: while a chunk's unit still runs items, its
+// failed cheap item is left for a later retry (the unit's marker counts
+// the others active, and its task ID is taken); an own item is retried at
+// once; once the chunk is idle, the cheap item is retried too, and every
+// count stays exact.
+func TestRetryWaitsForABusyChunk(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	id := bid("busy")
+	b := e.commit(t, store.CommitBatch{ID: id, Owner: "alice"}, 4, []store.StagedItem{cheap(`{"p":0}`), cheap(`{"p":1}`), own(`{"p":2}`)})
+	refs := e.feedAll(t)
+	if got := fmt.Sprint(units(refs)); got != "[c0 x2]" {
+		t.Fatalf("fed %s", got)
+	}
+	for _, r := range refs {
+		if _, err := e.s.StartUnit(e.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail := func(r tasks.UnitRef, i int) {
+		t.Helper()
+		if _, err := e.s.FinishUnit(e.ctx, r, []tasks.ItemOutcome{{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail(refs[0], 0) // item 1 of the same unit still runs
+	fail(refs[1], 2)
+	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateFailed: 2, apitype.TaskStateActive: 1})
+	timeout := func(puzzle.Kind, bool) time.Duration { return time.Second }
+	if n, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != nil || n != 1 {
+		t.Fatalf("retry while chunk 0 runs: %d, %v; want the own item alone", n, err)
+	}
+	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateFailed: 1, apitype.TaskStateActive: 1, apitype.TaskStatePending: 1})
+	e.pending(t, "alice", 2)
+	if got := fmt.Sprint(units(e.feedAll(t))); got != "[x2]" {
+		t.Fatalf("fed %s after the first retry, want [x2]", got)
+	}
+	if _, err := e.s.FinishUnit(e.ctx, refs[0], []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != nil || n != 1 {
+		t.Fatalf("retry once chunk 0 is idle: %d, %v", n, err)
+	}
+	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: 1, apitype.TaskStatePending: 2})
+	e.pending(t, "alice", 2)
+	refs = e.feedAll(t)
+	if got := fmt.Sprint(units(refs)); got != "[c0]" {
+		t.Fatalf("fed %s after the second retry, want [c0]", got)
+	}
+	w, err := e.s.StartUnit(e.ctx, refs[0])
+	if err != nil || len(w.Items) != 1 || w.Items[0].Index != 0 {
+		t.Fatalf("the re-fed chunk runs %+v, %v; want item 0 alone", w, err)
+	}
+	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: 1, apitype.TaskStateActive: 1, apitype.TaskStatePending: 1})
 }

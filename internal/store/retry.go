@@ -10,7 +10,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -21,16 +20,13 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// ErrNotDone is returned by RetryBatch for a batch whose items have not
-// all ended: its units may still run, and a retry is for what ended.
-var ErrNotDone = errors.New("store: the batch has items that have not ended")
-
 // beginRetryScript checks that a batch can be retried and readies it: the
-// batch must be done, and the owner's quota must have room for its failed
-// and canceled items. It clears canceled_at (so that the feed and the
-// workers take its units again) and starts its feed accounting afresh:
-// every unit it had counts as fed, and its backlog members go, since the
-// retried units are counted as they are added.
+// owner's quota must have room for its failed and canceled items. A
+// canceled batch is canceled no more (so that the feed and the workers
+// take its units again), and its feed accounting starts afresh: every
+// unit it had counts as fed, and its backlog members go (the cancel took
+// most of them already), since the retried units are counted as they are
+// added.
 //
 // KEYS[1] batch hash
 // KEYS[2] backlog
@@ -42,12 +38,11 @@ var ErrNotDone = errors.New("store: the batch has items that have not ended")
 // ARGV[2] the owner's quota (0: unlimited)
 // ARGV[3] backlogUnits
 //
-// Returns how many items are to be retried, -1 when the quota has no room
-// for them, -2 when the batch is not done and -3 when it does not exist.
+// Returns how many items are failed or canceled, -1 when the quota has no
+// room for them and -3 when the batch does not exist.
 var beginRetryScript = redis.NewScript(quotaLua + backlogLua + `
-local b = redis.call('HMGET', KEYS[1], 'total', 'ended', 'failed', 'canceled', 'units', 'fed', 'owner')
+local b = redis.call('HMGET', KEYS[1], 'total', 'canceled_at', 'failed', 'canceled', 'units', 'fed', 'owner')
 if not b[1] then return -3 end
-if tonumber(b[2]) < tonumber(b[1]) then return -2 end
 local n = (tonumber(b[3]) or 0) + (tonumber(b[4]) or 0)
 if n == 0 then return 0 end
 local q = tonumber(ARGV[2])
@@ -55,10 +50,12 @@ if b[7] and b[7] ~= '' and q > 0 then
   prune(KEYS[3], KEYS[4], KEYS[5], clock())
   if tonumber(redis.call('GET', KEYS[3]) or '0') + n > q then return -1 end
 end
-local units, fed = tonumber(b[5]) or 0, tonumber(b[6]) or 0
-backlog_set(KEYS[2], ARGV[1], buckets(units - fed, tonumber(ARGV[3])), 0, 0)
-redis.call('HSET', KEYS[1], 'fed', units)
-redis.call('HDEL', KEYS[1], 'canceled_at')
+if b[2] then
+  local units, fed = tonumber(b[5]) or 0, tonumber(b[6]) or 0
+  backlog_set(KEYS[2], ARGV[1], buckets(units - fed, tonumber(ARGV[3])), 0, 0)
+  redis.call('HSET', KEYS[1], 'fed', units)
+  redis.call('HDEL', KEYS[1], 'canceled_at')
+end
 return n
 `)
 
@@ -69,19 +66,28 @@ return n
 // quota again (the batch's unit) and adds their units to the feed with
 // fair scores (docs/batches.md, Fairness), counted in the backlog.
 //
+// A cheap item is re-opened only while every cheap item of its chunk has
+// ended: the chunk's unit is then idle (a unit ends nothing that has an
+// entry), so its marker can go and the unit can be fed again; while the
+// unit still has items to run, its marker counts them active and its task
+// ID is taken, so the item waits for a later retry. An own item's unit
+// holds that item alone, which has ended.
+//
 // KEYS[1] batch hash
 // KEYS[2] res hash of the chunk
 // KEYS[3] feed
 // KEYS[4] the owner's virtual time
 // KEYS[5] feed:vt
 // KEYS[6] backlog
+// KEYS[7] batch req hash
 //
 // ARGV[1..4] owner key affixes
 // ARGV[5] batch ID
 // ARGV[6] the chunk's unit's feed member (used when a cheap item is
 // retried)
 // ARGV[7] backlogUnits
-// then pairs from ARGV[8]: an item's offset in the chunk, and its own
+// ARGV[8] the chunk
+// then pairs from ARGV[9]: an item's offset in the chunk, and its own
 // unit's feed member ("" for a cheap item)
 //
 // Returns how many items it re-opened.
@@ -91,16 +97,32 @@ var retryChunkScript = redis.NewScript(quotaLua + backlogLua + `
 local function keep(k, at)
   if redis.call('PTTL', k) < 0 then redis.call('PEXPIREAT', k, at) else redis.call('PEXPIREAT', k, at, 'GT') end
 end
-local b = redis.call('HMGET', KEYS[1], 'owner', 'expires_at', 'total', 'units', 'fed')
+local b = redis.call('HMGET', KEYS[1], 'owner', 'expires_at', 'total', 'units', 'fed', 'stride')
 if not b[3] then return 0 end
 local owner, exp = b[1] or '', tonumber(b[2])
 local members, delta, r, cheap = {}, {failed = 0, canceled = 0}, 0, false
 local del = {}
-for a = 8, #ARGV, 2 do
+local idle = nil -- is the chunk's unit idle? asked at its first cheap item
+for a = 9, #ARGV, 2 do
   local k, own = ARGV[a], ARGV[a + 1]
   local e = redis.call('HGET', KEYS[2], k)
   local st = e and string.match(e, '^{"state":"(%a+)"')
-  if st == 'failed' or st == 'canceled' then
+  if (st == 'failed' or st == 'canceled') and own == '' and idle == nil then
+    local m = redis.call('HGET', KEYS[7], 'm' .. ARGV[8]) or ''
+    idle = true
+    local offs = {}
+    for i = 1, #m do
+      local kb = string.sub(m, i, i)
+      if not (kb >= 'A' and kb <= 'Z') then offs[#offs + 1] = i - 1 end
+    end
+    for from = 1, #offs, 1000 do
+      local got = redis.call('HMGET', KEYS[2], unpack(offs, from, math.min(#offs, from + 999)))
+      for i = 1, #got do
+        if not got[i] then idle = false end
+      end
+    end
+  end
+  if (st == 'failed' or st == 'canceled') and (own ~= '' or idle) then
     delta[st] = delta[st] - 1
     r = r + 1
     del[#del + 1] = k
@@ -154,11 +176,15 @@ return r
 // whether it runs in its own unit.
 type RetryTimeout func(kind puzzle.Kind, own bool) time.Duration
 
-// RetryBatch re-opens every failed and canceled item of a done batch and
-// feeds their units again; it returns how many items it re-opened. It
-// answers ErrNotDone for a batch with items that have not ended,
-// ErrQuota when owner's quota (0: unlimited) has no room for them, and
-// ErrNotFound for a batch that is gone. The caller then feeds the queue.
+// RetryBatch re-opens the failed and canceled items of a batch and feeds
+// their units again; it returns how many items it re-opened. A cheap item
+// whose chunk still has items running waits for a later retry (see
+// retryChunkScript): in a done batch, every failed and canceled item is
+// re-opened. It answers ErrQuota when the owner's quota (0: unlimited)
+// has no room for the failed and canceled items, and ErrNotFound for a
+// batch that is gone. The caller then feeds the queue. A retry cut short
+// (its context ended) has re-opened whole chunks, exactly; the next one
+// re-opens the rest.
 func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout RetryTimeout) (int, error) {
 	bk := s.k.batch(b.ID)
 	qk := []string{bk, bk, bk}
@@ -172,8 +198,6 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 	switch n {
 	case -1:
 		return 0, ErrQuota
-	case -2:
-		return 0, ErrNotDone
 	case -3:
 		return 0, ErrNotFound
 	case 0:
@@ -187,7 +211,7 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 		}
 		var cheap time.Duration
 		args := append([]any{}, s.k.ownerAffixes()...)
-		args = append(args, b.ID, "", backlogUnits)
+		args = append(args, b.ID, "", backlogUnits, j)
 		for _, ci := range infos {
 			if ci.State != apitype.TaskStateFailed && ci.State != apitype.TaskStateCanceled {
 				continue
@@ -200,12 +224,12 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 			}
 			args = append(args, ci.Index-j*b.Stride, own)
 		}
-		if len(args) == 7 {
+		if len(args) == 8 {
 			continue
 		}
 		args[5] = tasks.UnitRef{BatchID: b.ID, Unit: tasks.ChunkUnit(j), Timeout: cheap + unitMargin}.Member()
 		k, err := retryChunkScript.Run(ctx, s.rdb, []string{bk, s.k.batchRes(b.ID, j), s.k.feed(),
-			s.k.ownerVT(b.Owner), s.k.feedVT(), s.k.backlog()}, args...).Int()
+			s.k.ownerVT(b.Owner), s.k.feedVT(), s.k.backlog(), s.k.batchReq(b.ID)}, args...).Int()
 		if err != nil {
 			return done, fmt.Errorf("store: retry batch %s chunk %d: %w", b.ID, j, err)
 		}
