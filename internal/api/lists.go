@@ -303,6 +303,10 @@ func (s *Server) listItems(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
+// maxRetryTime bounds one retry's work: far more than the 15 s that the
+// largest batch (1,000,000 items, all failed) takes.
+const maxRetryTime = 2 * time.Minute
+
 // retryBatch answers POST /v1/batches/{id}/retry.
 func (s *Server) retryBatch(c *gin.Context) {
 	b, err := s.loadBatch(c)
@@ -310,7 +314,11 @@ func (s *Server) retryBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	ctx := c.Request.Context()
+	// Not cut by REQUEST_TIMEOUT nor by the client leaving: a retry of a
+	// million items takes about 15 s, and one cut short would have to
+	// read its re-opened chunks again before it reached the rest.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), maxRetryTime)
+	defer cancel()
 	n, err := s.store.RetryBatch(ctx, b, s.quotaFor(c), s.retryTimeout)
 	if errors.Is(err, store.ErrQuota) {
 		err = s.quotaError(c)
