@@ -95,11 +95,12 @@ type ServiceStatus struct {
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
 
-// WorkerStatus is one live worker process.
+// WorkerStatus is one live worker process. Its host and process are not
+// told: /v1/status is a tenant's route, and where the workers run is the
+// operator's business (the operator dashboard shows it).
 type WorkerStatus struct {
-	ID   string `json:"id"`
-	Host string `json:"host"`
-	PID  int    `json:"pid"`
+	// ID is the worker's asynq server ID, stable while it runs.
+	ID string `json:"id"`
 	// Slots is its concurrency; Busy the tasks it runs now.
 	Slots     int        `json:"slots"`
 	Busy      int        `json:"busy"`

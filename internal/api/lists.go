@@ -370,7 +370,7 @@ func (s *Server) status(c *gin.Context) {
 		if sv.Status != "active" && sv.Status != "" {
 			continue // "stopped": shutting down, taking nothing new
 		}
-		w := apitype.WorkerStatus{ID: sv.ID, Host: sv.Host, PID: sv.PID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
+		w := apitype.WorkerStatus{ID: sv.ID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
 			StartedAt: timePtr(sv.Started.UTC()), Running: map[string]int{}}
 		for _, a := range sv.ActiveWorkers {
 			w.Running[a.TaskType]++

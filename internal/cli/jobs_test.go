@@ -21,7 +21,7 @@ const failingLine = `{"custom_id":"bad","kind":"sweep","puzzle":{"board":[".....
 // API and a worker.
 func TestJobCommandsOnAStack(t *testing.T) {
 	t.Parallel()
-	s := stacktest.Start(t, stacktest.Options{Workers: 1, Env: map[string]string{"API_KEYS": "alice:alice-key,bob:bob-key"}})
+	s := stacktest.Start(t, stacktest.Options{Workers: 1, Env: map[string]string{"API_KEYS": "alice:alice-key-0123456789,bob:bob-key-0123456789ab"}})
 	as := func(key string, args ...string) []string {
 		return append([]string{"--server", s.URL, "--api-key", key}, args...)
 	}
@@ -30,7 +30,7 @@ func TestJobCommandsOnAStack(t *testing.T) {
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := run(t, "", as("alice-key", "submit", "-f", in, "-o", "json")...)
+	code, out, errOut := run(t, "", as("alice-key-0123456789", "submit", "-f", in, "-o", "json")...)
 	if code != 0 {
 		t.Fatalf("submit: exit %d, stderr %q", code, errOut)
 	}
@@ -43,7 +43,7 @@ func TestJobCommandsOnAStack(t *testing.T) {
 	id := sub.Batch
 
 	t.Run("results", func(t *testing.T) {
-		code, out, errOut := run(t, "", as("alice-key", "results", id, "--wait", "--timeout", "30s")...)
+		code, out, errOut := run(t, "", as("alice-key-0123456789", "results", id, "--wait", "--timeout", "30s")...)
 		rl := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		if code != cli.ExitFailed || len(rl) != 2 || !strings.Contains(rl[0], `"state":"completed"`) || !strings.Contains(rl[1], `"budget_exceeded"`) {
 			t.Fatalf("results --wait: exit %d, out %q, stderr %q; want the two NDJSON lines and exit 1", code, out, errOut)
@@ -52,53 +52,53 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		if err := json.Unmarshal([]byte(rl[1]), &l); err != nil || l.ID != id+"-1" || *l.CustomID != "bad" {
 			t.Fatalf("line %q: %+v %v", rl[1], l, err)
 		}
-		code, out, _ = run(t, "", as("alice-key", "results", id, "--state", "completed")...)
+		code, out, _ = run(t, "", as("alice-key-0123456789", "results", id, "--state", "completed")...)
 		if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"custom_id":"ok"`) {
 			t.Fatalf("results --state completed: exit %d, out %q", code, out)
 		}
-		if code, _, errOut := run(t, "", as("alice-key", "results", id, "--state", "done")...); code != cli.ExitUsage || !strings.Contains(errOut, "--state") {
+		if code, _, errOut := run(t, "", as("alice-key-0123456789", "results", id, "--state", "done")...); code != cli.ExitUsage || !strings.Contains(errOut, "--state") {
 			t.Fatalf("--state done: exit %d, stderr %q", code, errOut)
 		}
-		if code, _, errOut := run(t, "", as("bob-key", "results", id)...); code != cli.ExitNotFound {
+		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "results", id)...); code != cli.ExitNotFound {
 			t.Fatalf("bob reads alice's results: exit %d, stderr %q", code, errOut)
 		}
 	})
 
 	t.Run("list", func(t *testing.T) {
-		code, out, errOut := run(t, "", as("alice-key", "list", "--state", "failed")...)
+		code, out, errOut := run(t, "", as("alice-key-0123456789", "list", "--state", "failed")...)
 		if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "failed") || !strings.HasPrefix(out, "ID") {
 			t.Fatalf("list --state failed: exit %d, out %q, stderr %q", code, out, errOut)
 		}
-		code, out, _ = run(t, "", as("alice-key", "list", "batches", "--state", "completed", "-o", "json")...)
+		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "batches", "--state", "completed", "-o", "json")...)
 		if code != 0 || out != "" {
 			t.Fatalf("list batches --state completed: exit %d, out %q", code, out)
 		}
-		if code, out, _ := run(t, "", as("bob-key", "list")...); code != 0 || strings.Contains(out, id) {
+		if code, out, _ := run(t, "", as("bob-key-0123456789ab", "list")...); code != 0 || strings.Contains(out, id) {
 			t.Fatalf("bob's list: exit %d, out %q", code, out)
 		}
-		if code, _, _ := run(t, "", as("alice-key", "list", "jobs")...); code != cli.ExitUsage {
+		if code, _, _ := run(t, "", as("alice-key-0123456789", "list", "jobs")...); code != cli.ExitUsage {
 			t.Fatalf("list jobs: exit %d", code)
 		}
-		run(t, "", as("alice-key", "solve", "--format", "boj1525")...)
-		code, out, errOut = run(t, "", as("alice-key", "list", "tasks", "--all", "-o", "json")...)
+		run(t, "", as("alice-key-0123456789", "solve", "--format", "boj1525")...)
+		code, out, errOut = run(t, "", as("alice-key-0123456789", "list", "tasks", "--all", "-o", "json")...)
 		if code != 0 {
 			t.Fatalf("list tasks: exit %d, stderr %q", code, errOut)
 		}
 	})
 
 	t.Run("retry and cancel", func(t *testing.T) {
-		code, out, errOut := run(t, "", as("alice-key", "batch", "retry", id)...)
+		code, out, errOut := run(t, "", as("alice-key-0123456789", "batch", "retry", id)...)
 		if code != 0 || !strings.Contains(out, "retrying 1 tasks") {
 			t.Fatalf("batch retry: exit %d, out %q, stderr %q", code, out, errOut)
 		}
-		code, out, _ = run(t, "", as("alice-key", "batch", id, "--watch", "--timeout", "30s", "-o", "json")...)
+		code, out, _ = run(t, "", as("alice-key-0123456789", "batch", id, "--watch", "--timeout", "30s", "-o", "json")...)
 		if code != cli.ExitFailed || !strings.Contains(out, `"failed":1`) || !strings.Contains(out, `"done":true`) {
 			t.Fatalf("batch --watch after the retry: exit %d, out %q", code, out)
 		}
-		if code, _, errOut := run(t, "", as("bob-key", "batch", "retry", id)...); code != cli.ExitNotFound || !strings.Contains(errOut, "--api-key") {
+		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "batch", "retry", id)...); code != cli.ExitNotFound || !strings.Contains(errOut, "--api-key") {
 			t.Fatalf("bob retries: exit %d, stderr %q", code, errOut)
 		}
-		code, out, errOut = run(t, "", as("alice-key", "batch", "cancel", id)...)
+		code, out, errOut = run(t, "", as("alice-key-0123456789", "batch", "cancel", id)...)
 		if code != cli.ExitFailed || !strings.Contains(errOut, "409") {
 			t.Fatalf("batch cancel of a done batch: exit %d, out %q, stderr %q", code, out, errOut)
 		}
@@ -112,13 +112,13 @@ func TestJobCommandsOnAStack(t *testing.T) {
 	})
 
 	t.Run("health and waits without a worker", func(t *testing.T) {
-		if code, out, errOut := run(t, "", as("alice-key", "health")...); code != 0 || !strings.Contains(out, "1 workers alive") {
+		if code, out, errOut := run(t, "", as("alice-key-0123456789", "health")...); code != 0 || !strings.Contains(out, "1 workers alive") {
 			t.Fatalf("health with a worker: exit %d, out %q, stderr %q", code, out, errOut)
 		}
 		if err := s.StopWorkers(); err != nil {
 			t.Fatal(err)
 		}
-		code, out, errOut := run(t, "", as("alice-key", "health")...)
+		code, out, errOut := run(t, "", as("alice-key-0123456789", "health")...)
 		if code != cli.ExitFailed || !strings.Contains(errOut, "no worker is alive") {
 			t.Fatalf("health without a worker: exit %d, out %q, stderr %q", code, out, errOut)
 		}
@@ -126,25 +126,25 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		one := filepath.Join(t.TempDir(), "one.jsonl")
 		os.WriteFile(one, []byte(failingLine+"\n"), 0o644)
 		start := time.Now()
-		code, _, errOut = run(t, "", as("alice-key", "submit", "-f", one, "--wait", "--timeout", "1s")...)
+		code, _, errOut = run(t, "", as("alice-key-0123456789", "submit", "-f", one, "--wait", "--timeout", "1s")...)
 		if code != cli.ExitFailed || !strings.Contains(errOut, "no worker is alive") || !strings.Contains(errOut, "accepted (lines 1-1)") ||
 			time.Since(start) > 20*time.Second {
 			t.Fatalf("submit --wait without a worker: exit %d after %s, stderr %q", code, time.Since(start), errOut)
 		}
-		code, out, _ = run(t, "", as("alice-key", "list", "--state", "pending", "-o", "json")...)
+		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "--state", "pending", "-o", "json")...)
 		var b apitype.BatchSummary
 		if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &b) != nil || b.State != apitype.TaskStatePending {
 			t.Fatalf("list --state pending: exit %d, out %q", code, out)
 		}
-		code, _, errOut = run(t, "", as("alice-key", "batch", b.ID, "--watch", "--timeout", "500ms")...)
+		code, _, errOut = run(t, "", as("alice-key-0123456789", "batch", b.ID, "--watch", "--timeout", "500ms")...)
 		if code != cli.ExitFailed || !strings.Contains(errOut, "--timeout 500ms passed") {
 			t.Fatalf("batch --watch --timeout: exit %d, stderr %q", code, errOut)
 		}
-		code, _, errOut = run(t, "", as("alice-key", "get", b.ID+"-0", "--wait", "--timeout", "500ms")...)
+		code, _, errOut = run(t, "", as("alice-key-0123456789", "get", b.ID+"-0", "--wait", "--timeout", "500ms")...)
 		if code != cli.ExitFailed || !strings.Contains(errOut, "--timeout 500ms passed") {
 			t.Fatalf("get --wait --timeout: exit %d, stderr %q", code, errOut)
 		}
-		code, out, _ = run(t, "", as("alice-key", "batch", "cancel", b.ID)...)
+		code, out, _ = run(t, "", as("alice-key-0123456789", "batch", "cancel", b.ID)...)
 		if code != 0 || !strings.Contains(out, "canceled 1 tasks") {
 			t.Fatalf("batch cancel: exit %d, out %q", code, out)
 		}
@@ -152,13 +152,13 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		// command it stops.
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(300*time.Millisecond, cancel)
-		code, _, errOut = runCtx(ctx, "", as("alice-key", "get", b.ID+"-0", "--wait")...)
+		code, _, errOut = runCtx(ctx, "", as("alice-key-0123456789", "get", b.ID+"-0", "--wait")...)
 		if code != cli.ExitFailed {
 			t.Fatalf("get --wait of the canceled item: exit %d, stderr %q", code, errOut)
 		}
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(300*time.Millisecond, cancel)
-		code, _, errOut = runCtx(ctx, "", as("alice-key", "submit", "-f", one, "--wait", "--run-id", "interrupt")...)
+		code, _, errOut = runCtx(ctx, "", as("alice-key-0123456789", "submit", "-f", one, "--wait", "--run-id", "interrupt")...)
 		if code != cli.ExitInterrupted || !strings.Contains(errOut, "interrupted") {
 			t.Fatalf("interrupted submit --wait: exit %d, stderr %q", code, errOut)
 		}
