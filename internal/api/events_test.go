@@ -244,6 +244,70 @@ func TestBatchEventsEndAfterMaxWait(t *testing.T) {
 	}
 }
 
+// A key holds at most MAX_STREAMS_PER_KEY streams open: one more is 429
+// with the error object, another key is not affected, and a closed
+// stream frees its place.
+func TestBatchEventsStreamsPerKeyBounded(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey + ",bob:" + bobEventsKey,
+		"MAX_STREAMS_PER_KEY": "2"})
+	submit := func(key string) string {
+		t.Helper()
+		code, b, _ := s.DoAs(key, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("POST: %d %s", code, b)
+		}
+		return stacktest.Decode[apitype.BatchCreated](t, b).ID
+	}
+	id, bobID := submit(aliceEventsKey), submit(bobEventsKey)
+	first := openEvents(t, s, aliceEventsKey, id, "")
+	openEvents(t, s, aliceEventsKey, id, "")
+	code, b, _ := s.DoAs(aliceEventsKey, "GET", "/v1/batches/"+id+"/events", nil)
+	if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusTooManyRequests || e.Error.Code != apitype.CodeRateLimited || e.Error.Message == "" {
+		t.Fatalf("a third stream of alice: %d %s, want 429 rate_limited", code, b)
+	}
+	openEvents(t, s, bobEventsKey, bobID, "") // bob's own two are his
+	first.resp.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", s.URL+"/v1/batches/"+id+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+aliceEventsKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream did not free its place: %d", resp.StatusCode)
+		}
+	}
+}
+
+// Stopping the API ends its streams at once, without done, rather than
+// holding them to SHUTDOWN_TIMEOUT (or MAX_WAIT) and cutting them.
+func TestBatchEventsEndOnShutdown(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "SHUTDOWN_TIMEOUT": "20s"})
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	c := openEvents(t, s, aliceEventsKey, stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
+	if ev := <-c.events; ev.name != "progress" {
+		t.Fatalf("first event %s", ev.name)
+	}
+	start := time.Now()
+	s.Close()
+	for ev := range c.events {
+		if ev.name == "done" {
+			t.Error("a stream cut by shutdown sent done")
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the stream ended %v after the stop began, want at once (SHUTDOWN_TIMEOUT is 20s)", took)
+	}
+}
+
 // The keys of the events tests: long enough for the API to start.
 const (
 	aliceEventsKey = "alice-events-key-0123456789"

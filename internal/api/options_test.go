@@ -23,5 +23,6 @@ func OptionsForTest() Options {
 		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second,
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,
+		MaxStreamsPerKey: 1000,
 	}
 }
