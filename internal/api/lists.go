@@ -324,6 +324,10 @@ func (s *Server) retryBatch(c *gin.Context) {
 	if errors.Is(err, store.ErrQuota) {
 		err = s.quotaError(c)
 	}
+	if errors.Is(err, store.ErrRetryRunning) {
+		err = newError(http.StatusConflict, apitype.CodeConflict, "",
+			"a retry of this batch is running; wait for its answer, then retry again if items are still failed")
+	}
 	if err != nil && n == 0 {
 		fail(c, err)
 		return

@@ -161,6 +161,27 @@ func TestListsRetryAndStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("retry while another runs", func(t *testing.T) {
+		// As a retry running on another replica holds it (store.RetryBatch).
+		lock := "lists:batch:" + ids[1] + ":retry"
+		if err := s.RDB.Set(t.Context(), lock, "another", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, b, _ := s.DoAs("alice-key-0123456789", "POST", "/v1/batches/"+ids[1]+"/retry", nil)
+		if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusConflict || e.Error.Code != apitype.CodeConflict {
+			t.Fatalf("retry while another runs: %d %s, want 409 conflict", code, b)
+		}
+		s.RDB.Del(t.Context(), lock)
+		code, b, _ = s.DoAs("alice-key-0123456789", "POST", "/v1/batches/"+ids[1]+"/retry", nil)
+		if r := stacktest.Decode[apitype.BatchRetried](t, b); code != 200 || r.Retried != 1 {
+			t.Fatalf("retry once the other ended: %d %s", code, b)
+		}
+		getAs[apitype.Batch](t, s, "alice-key-0123456789", "/v1/batches/"+ids[1]+"?wait=30s", 200)
+		if n := s.RDB.Exists(t.Context(), lock).Val(); n != 0 {
+			t.Errorf("a retry that answered left its lock")
+		}
+	})
+
 	t.Run("status without workers", func(t *testing.T) {
 		if err := s.StopWorkers(); err != nil {
 			t.Fatal(err)
