@@ -52,6 +52,9 @@ type Store interface {
 // *store.Hub satisfies it.
 type Waiter interface {
 	Wait(key string) (fired <-chan struct{}, release func())
+	// Subscribe is Wait with what the event carried: a single task's
+	// event carries its ended record (store.DecodeEventTask).
+	Subscribe(key string) (w *store.Wake, release func())
 }
 
 // Options are the API's limits and tunables. The limits come from the

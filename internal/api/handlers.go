@@ -104,11 +104,23 @@ func (s *Server) createTask(c *gin.Context) {
 		c.JSON(http.StatusOK, tr)
 		return
 	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 {
+		// Subscribed before the enqueue, so the task cannot end unseen;
+		// the record is the one just written, so it need not be read.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
 	t, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
 	if err == nil {
 		_, err = s.enq.EnqueueContext(ctx, t)
 	}
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
 		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
@@ -120,7 +132,8 @@ func (s *Server) createTask(c *gin.Context) {
 	if wait > 0 {
 		// Submit and wait in one request: 200 with the ended task, or 202
 		// with its state when the wait runs out first.
-		rec, err := s.waitTask(ctx, id, wait)
+		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created}
+		rec, err := s.waitTask(ctx, cur, wait, wake, release)
 		if err != nil {
 			fail(c, err)
 			return
@@ -179,21 +192,29 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+	id := c.Param("id")
+	if batchID, index, ok := apitype.ParseItemID(id); ok {
 		s.getItem(c, batchID, index, wait)
 		return
 	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 && validID(id) {
+		// Subscribed before the read, so an end between the two cannot
+		// be missed, and the record is read once.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
 	t, err := s.loadTask(c)
+	if err == nil && wake != nil && !t.State.Terminal() {
+		t, err = s.waitTask(c.Request.Context(), t, wait, wake, release)
+	} else if release != nil {
+		release()
+	}
 	if err != nil {
 		fail(c, err)
 		return
-	}
-	if wait > 0 && !t.State.Terminal() {
-		t, err = s.waitTask(c.Request.Context(), t.ID, wait)
-		if err != nil {
-			fail(c, err)
-			return
-		}
 	}
 	c.JSON(http.StatusOK, resource(t))
 }
@@ -204,14 +225,48 @@ func (s *Server) getTask(c *gin.Context) {
 const recheckEvery = 5 * time.Second
 
 // waitTask holds until the task ends, the wait runs out or the client
-// leaves, and returns the latest record.
-func (s *Server) waitTask(ctx context.Context, id string, wait time.Duration) (*store.Task, error) {
-	return waitFor(ctx, s.waiter, store.TaskEventKey(id), wait,
-		func() (*store.Task, error) { return s.store.Get(ctx, id) },
-		func(t *store.Task) bool { return t.State.Terminal() })
+// leaves, and returns the latest record. cur is the record as last known,
+// and wake (released with release) a subscription to its event taken
+// before cur was read or written, so no end after cur is missed. The
+// event carries the ended record, so the usual wait reads nothing; only a
+// recheck, the end of the wait, or an event without the record reads it.
+func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Duration, wake *store.Wake, release func()) (*store.Task, error) {
+	id, key := cur.ID, store.TaskEventKey(cur.ID)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		recheck := time.NewTimer(recheckEvery)
+		select {
+		case <-wake.C:
+			release()
+			recheck.Stop()
+			if t := store.DecodeEventTask(id, wake.Data()); t != nil && t.State.Terminal() {
+				return t, nil
+			}
+		case <-recheck.C:
+			release()
+		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return s.store.Get(ctx, id)
+		case <-ctx.Done():
+			release()
+			recheck.Stop()
+			return cur, nil
+		}
+		// No record came with the event, or pub/sub was quiet too long:
+		// subscribe again, then read.
+		wake, release = s.waiter.Subscribe(key)
+		t, err := s.store.Get(ctx, id)
+		if err != nil || t.State.Terminal() {
+			release()
+			return t, err
+		}
+		cur = t
+	}
 }
 
-// waitFor is the long-poll loop shared by tasks and batches: subscribe
+// waitFor is the long-poll loop of batches and batch items: subscribe
 // first, then read, so an event between the two cannot be missed.
 func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duration, read func() (T, error), done func(T) bool) (T, error) {
 	deadline := time.NewTimer(wait)

@@ -137,6 +137,14 @@ return out
 // ARGV[6i+3] error code ("" when none)
 // ARGV[6i+4] error message
 // ARGV[6i+5] "1" when the result came from the cache
+// ARGV[6n+6] the largest result (with error message) whose record the
+//
+//	event of a single task carries, in bytes
+//
+// The event of a single task carries its ended record, "t:<id> <JSON
+// object of the hash's fields>", so a long poll answers from it without
+// reading the record again; a record with a larger result is announced
+// as "t:<id>" alone and read. A batch's tasks are announced by ID alone.
 //
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
@@ -150,7 +158,17 @@ local n = #KEYS - 4
 for i = 1, n do
   local tk = KEYS[4 + i]
   local a = 6 * i
-  local cur = redis.call('HGET', tk, 'state')
+  local cur, rec
+  if ARGV[2] == '1' then
+    cur = redis.call('HGET', tk, 'state')
+  else
+    local kv = redis.call('HGETALL', tk)
+    if #kv > 0 then
+      rec = {}
+      for j = 1, #kv, 2 do rec[kv[j]] = kv[j + 1] end
+      cur = rec.state
+    end
+  end
   if not cur then
     cur = ''
   elseif cur == 'pending' or cur == 'active' then
@@ -163,7 +181,12 @@ for i = 1, n do
     end
     if ARGV[a + 5] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
     redis.call('HSET', tk, unpack(f))
-    redis.call('PUBLISH', ARGV[4], 't:' .. ARGV[a + 1])
+    local msg = 't:' .. ARGV[a + 1]
+    if rec and #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[6 * n + 6]) then
+      for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
+      msg = msg .. ' ' .. cjson.encode(rec)
+    end
+    redis.call('PUBLISH', ARGV[4], msg)
     delta[cur] = (delta[cur] or 0) - 1
     delta[st] = (delta[st] or 0) + 1
     ended = ended + 1

@@ -365,6 +365,12 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	return nil, created, nil
 }
 
+// maxEventRecord is the largest result (with error message), in bytes,
+// whose ended record a single task's event carries. Every API replica
+// receives every event, waiting on the task or not, so a large result is
+// read by the one request that wants it instead.
+const maxEventRecord = 16 << 10
+
 // Finish moves tasks to terminal states in one round trip (one
 // finishManyScript call per batch and owner and at most maxPerScript
 // tasks), caching the results of completed tasks under cacheKeys[i] when
@@ -411,6 +417,7 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 				keys = append(keys, s.k.task(t.ID))
 				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, cached)
 			}
+			args = append(args, maxEventRecord)
 			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,5 +240,64 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 	_, hits, _ = s.Start(ctx, []tasks.Transition{{ID: "s5"}}, []string{"ck"})
 	if string(hits[0]) != `{"moves":1}` {
 		t.Fatalf("start did not return the cached result: %s", hits[0])
+	}
+}
+
+// TestFinishEventCarriesRecord holds the event of an ended single task to
+// the record a read returns, so a long poll may answer from it; a result
+// too large for every API replica to receive travels as the ID alone.
+func TestFinishEventCarriesRecord(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hub := store.NewHub()
+	go s.ListenEvents(lctx, hub)
+	time.Sleep(100 * time.Millisecond) // let the subscription register
+
+	big := json.RawMessage(`"` + strings.Repeat("x", 20<<10) + `"`)
+	cases := []struct {
+		name string
+		tr   tasks.Transition
+		// carried says whether the event holds the record.
+		carried bool
+	}{
+		{"completed", tasks.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
+		{"failed", tasks.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
+		{"large result", tasks.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: tc.tr.ID, Kind: "sliding", Owner: tc.tr.Owner, CacheKey: "k" + tc.tr.ID}, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.Start(ctx, []tasks.Transition{{ID: tc.tr.ID}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			w, release := hub.Subscribe(store.TaskEventKey(tc.tr.ID))
+			defer release()
+			if _, err := s.Finish(ctx, []tasks.Transition{tc.tr}, nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C:
+			case <-time.After(2 * time.Second):
+				t.Fatal("no event")
+			}
+			got := store.DecodeEventTask(tc.tr.ID, w.Data())
+			if !tc.carried {
+				if got != nil {
+					t.Fatalf("the event carried a %d-byte result", len(w.Data()))
+				}
+				return
+			}
+			want, err := s.Get(ctx, tc.tr.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("event record\n%+v\nread\n%+v", got, want)
+			}
+		})
 	}
 }
