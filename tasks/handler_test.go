@@ -198,3 +198,42 @@ func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
 		t.Fatalf("after the last retry: %+v", tk)
 	}
 }
+
+// An instant single task (a table lookup) runs without Start: its record
+// still ends with one attempt and a start time, and one canceled while
+// pending stays canceled and is not solved.
+func TestInstantSingleSkipsStart(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	st := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	h := tasks.NewHandler(st, nil, testLimits(), nil, nil) // the real solver: 8-puzzles are instant
+	f := &fixture{store: st, handler: h, ctx: context.Background()}
+	for _, tc := range []struct {
+		id     string
+		cancel bool
+		want   apitype.TaskState
+	}{
+		{"solved", false, apitype.TaskStateCompleted},
+		{"canceled", true, apitype.TaskStateCanceled},
+	} {
+		task := f.single(t, tc.id, sample8)
+		if tc.cancel {
+			if _, err := st.Cancel(f.ctx, tc.id, "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.ProcessTask(f.ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := st.Get(f.ctx, tc.id)
+		if err != nil || tk.State != tc.want {
+			t.Fatalf("%s: %+v %v", tc.id, tk, err)
+		}
+		if !tc.cancel && (tk.Attempts != 1 || tk.StartedAt.IsZero() || tk.StartedAt.After(tk.CompletedAt) || len(tk.Result) == 0) {
+			t.Fatalf("%s: %+v, want one attempt, a start time and the result", tc.id, tk)
+		}
+		if tc.cancel && (tk.Attempts != 0 || tk.Result != nil) {
+			t.Fatalf("%s: a task canceled while pending ran: %+v", tc.id, tk)
+		}
+	}
+}

@@ -130,16 +130,20 @@ return out
 // ARGV[3] "1" when the tasks have an owner whose quota count to lower
 // ARGV[4] events channel
 // ARGV[5] batch ID ("" when none)
-// then 6 values per task i, from ARGV[6*i]:
-// ARGV[6i]   new state: completed, failed or canceled
-// ARGV[6i+1] task ID
-// ARGV[6i+2] result JSON ("" when none)
-// ARGV[6i+3] error code ("" when none)
-// ARGV[6i+4] error message
-// ARGV[6i+5] "1" when the result came from the cache
-// ARGV[6n+6] the largest result (with error message) whose record the
+// ARGV[6] the largest result (with error message) whose record the
 //
 //	event of a single task carries, in bytes
+//
+// then 7 values per task i, from ARGV[7*i]:
+// ARGV[7i]   new state: completed, failed or canceled
+// ARGV[7i+1] task ID
+// ARGV[7i+2] result JSON ("" when none)
+// ARGV[7i+3] error code ("" when none)
+// ARGV[7i+4] error message
+// ARGV[7i+5] "1" when the result came from the cache
+// ARGV[7i+6] "1" when the task ran without startManyScript (an instant
+//
+//	solve): this call counts its attempt and sets started_at
 //
 // The event of a single task carries its ended record, "t:<id> <JSON
 // object of the hash's fields>", so a long poll answers from it without
@@ -157,7 +161,7 @@ local ended = 0
 local n = #KEYS - 4
 for i = 1, n do
   local tk = KEYS[4 + i]
-  local a = 6 * i
+  local a = 7 * i
   local cur, rec
   if ARGV[2] == '1' then
     cur = redis.call('HGET', tk, 'state')
@@ -180,9 +184,18 @@ for i = 1, n do
       f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[a + 4]
     end
     if ARGV[a + 5] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
+    if ARGV[a + 6] == '1' then
+      if rec then
+        f[#f + 1] = 'attempts'; f[#f + 1] = tostring((tonumber(rec.attempts) or 0) + 1)
+        if not rec.started_at then f[#f + 1] = 'started_at'; f[#f + 1] = ARGV[1] end
+      else
+        redis.call('HINCRBY', tk, 'attempts', 1)
+        redis.call('HSETNX', tk, 'started_at', ARGV[1])
+      end
+    end
     redis.call('HSET', tk, unpack(f))
     local msg = 't:' .. ARGV[a + 1]
-    if rec and #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[6 * n + 6]) then
+    if rec and #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[6]) then
       for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
       msg = msg .. ' ' .. cjson.encode(rec)
     end

@@ -404,20 +404,15 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 				ok, owned = s.k.owner(first.Owner), "1"
 			}
 			keys := make([]string, 0, 4+len(idx))
-			args := make([]any, 0, 5+6*len(idx))
+			args := make([]any, 0, 6+7*len(idx))
 			keys = append(keys, bk)
 			keys = append(keys, ok...)
-			args = append(args, now, batched, owned, s.k.events(), first.BatchID)
+			args = append(args, now, batched, owned, s.k.events(), first.BatchID, maxEventRecord)
 			for _, i := range idx {
 				t := ts[i]
-				cached := "0"
-				if t.Cached {
-					cached = "1"
-				}
 				keys = append(keys, s.k.task(t.ID))
-				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, cached)
+				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted))
 			}
-			args = append(args, maxEventRecord)
 			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 		}
 	})
@@ -435,6 +430,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		}
 	}
 	return states, nil
+}
+
+// flag is a boolean as the scripts take it.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // pipelineScripts runs a pipeline of EVALSHA calls. Script.Run cannot
