@@ -1,9 +1,11 @@
 package tasks_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -234,6 +236,45 @@ func TestInstantSingleSkipsStart(t *testing.T) {
 		}
 		if tc.cancel && (tk.Attempts != 0 || tk.Result != nil) {
 			t.Fatalf("%s: a task canceled while pending ran: %+v", tc.id, tk)
+		}
+	}
+}
+
+// The message the submit script enqueues is, byte for byte, the one
+// asynq.Client writes for NewSolveTask's task, so the workers' asynq reads
+// it as its own; checked for every kind.
+func TestNewSolveEnqueuedMatchesAsynq(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := asynq.NewClientFromRedisClient(rdb)
+	l := testLimits()
+	l.Deadline[puzzle.KindFill] = 1500 * time.Millisecond // not whole seconds
+	for i, req := range []string{
+		sample8,
+		`{"kind":"sweep","puzzle":{"board":["..","*.","*."]}}`,
+		`{"kind":"fill","puzzle":{"game_board":[[1,1,0],[1,1,0],[0,0,0]],"table":[[1,1,1],[0,0,1],[0,0,1]]}}`,
+	} {
+		p := mustParse(t, req)
+		id := fmt.Sprintf("%032x", i+1)
+		for _, owner := range []string{"", "alice"} {
+			task, err := tasks.NewSolveTask(id+owner, owner, p, tasks.QueueInteractive, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.EnqueueContext(context.Background(), task); err != nil {
+				t.Fatal(err)
+			}
+			want, err := rdb.HGet(context.Background(), "asynq:{interactive}:t:"+id+owner, "msg").Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tasks.NewSolveEnqueued(id+owner, owner, p, tasks.QueueInteractive, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Msg, want) || got.ID != id+owner || got.Queue != tasks.QueueInteractive {
+				t.Fatalf("%s, owner %q: message\n%x\nasynq.Client wrote\n%x", p.Kind(), owner, got.Msg, want)
+			}
 		}
 	}
 }

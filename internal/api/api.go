@@ -25,7 +25,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Enqueuer puts tasks on the queue; *asynq.Client satisfies it.
+// Enqueuer puts batch units on the queue; *asynq.Client satisfies it.
+// Single tasks are queued by the store's submit script instead, with
+// their record (store.SubmitTask).
 type Enqueuer interface {
 	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -86,9 +85,28 @@ func (s *Server) createTask(c *gin.Context) {
 	ctx := c.Request.Context()
 	owner := ownerOf(c)
 	id := newID()
+	q, err := tasks.NewSolveEnqueued(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 {
+		// Subscribed before the task is queued, so it cannot end unseen;
+		// the record is the one about to be written, so it need not be
+		// read.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
 	// One round trip answers from the cache, or admits the task against
-	// the owner's quota and records it.
-	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
+	// the owner's quota, records it and queues it, all or nothing: a
+	// failure leaves nothing to undo.
+	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key(), Enqueue: q}, s.quotaFor(c))
+	if (err != nil || hit != nil) && release != nil {
+		release()
+	}
 	if errors.Is(err, store.ErrQuota) {
 		err = s.quotaError(c)
 	}
@@ -102,30 +120,6 @@ func (s *Server) createTask(c *gin.Context) {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
 		c.JSON(http.StatusOK, tr)
-		return
-	}
-	var (
-		wake    *store.Wake
-		release func()
-	)
-	if wait > 0 {
-		// Subscribed before the enqueue, so the task cannot end unseen;
-		// the record is the one just written, so it need not be read.
-		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
-	}
-	t, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
-	if err == nil {
-		_, err = s.enq.EnqueueContext(ctx, t)
-	}
-	if err != nil {
-		if release != nil {
-			release()
-		}
-		// Not acknowledged, so not accepted: undo the record and the quota
-		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
-		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
 	c.Header("Location", "/v1/tasks/"+id)

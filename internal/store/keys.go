@@ -122,3 +122,11 @@ func (k keys) events() string { return k.prefix + "events" }
 // cancels is the pub/sub channel on which cancellations of running tasks
 // are announced, for workers.
 func (k keys) cancels() string { return k.prefix + "cancels" }
+
+// asynqTask, asynqPending and asynqQueues are asynq's own keys (its
+// internal/base: TaskKey, PendingKey, AllQueues), for the one script that
+// writes to them: submitScript enqueues a single task where it records
+// it, as asynq's enqueue script does. Asynq's keys take no prefix.
+func (keys) asynqTask(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
+func (keys) asynqPending(queue string) string  { return "asynq:{" + queue + "}:pending" }
+func (keys) asynqQueues() string               { return "asynq:queues" }

@@ -9,8 +9,11 @@ import "github.com/redis/go-redis/v9"
 
 // submitScript records a single submission in one round trip: it answers
 // from the cache when it can (the record is created completed), and
-// otherwise counts the task against its owner's quota (see quotaLua) and
-// creates the pending record.
+// otherwise counts the task against its owner's quota (see quotaLua),
+// creates the pending record and enqueues the task on asynq's queue, as
+// asynq's own enqueue script does (its HSET and LPUSH, and its queue in
+// the set of queues), so the record and the queued task exist together or
+// not at all.
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry
@@ -18,33 +21,54 @@ import "github.com/redis/go-redis/v9"
 //
 //	task hash thrice when there is no owner)
 //
+// KEYS[6] asynq's task hash, KEYS[7] its queue's pending list, KEYS[8]
+//
+//	asynq's set of queues (the task hash thrice when nothing is enqueued)
+//
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] record TTL, seconds
 // ARGV[3] kind
 // ARGV[4] owner ("" when auth is off)
 // ARGV[5] cache key (kept in the record)
 // ARGV[6] the owner's quota of pending tasks (0: unlimited)
-// ARGV[7] task ID (its unit in the quota)
+// ARGV[7] task ID (its unit in the quota, and asynq's task ID)
+// ARGV[8] asynq's encoded task message (tasks.NewSolveEnqueued); "" to
 //
-// Returns {1, result} for a cache hit, {0, ""} for a new pending task and
-// {-1, ""} when the quota is exhausted (nothing written).
+//	record the task without enqueueing it
+//
+// ARGV[9] now, Unix nanoseconds (asynq's pending_since)
+// ARGV[10] the queue's name to add to asynq's set of queues; "" when
+//
+//	this process has added it already (as asynq.Client remembers it)
+//
+// Returns {1, result} for a cache hit, {0, ""} for a new pending task,
+// {-1, ""} when the quota is exhausted and {-2, ""} when asynq already
+// holds a task of that ID (nothing written for either).
 var submitScript = redis.NewScript(quotaLua + `
 local hit = redis.call('GET', KEYS[2])
 local state = 'pending'
 if hit then
   state = 'completed'
-elseif ARGV[4] ~= '' then
-  local now = clock()
-  prune(KEYS[3], KEYS[4], KEYS[5], now)
-  local q = tonumber(ARGV[6])
-  if q > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > q then return {-1, ''} end
-  admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
+else
+  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[6]) == 1 then return {-2, ''} end
+  if ARGV[4] ~= '' then
+    local now = clock()
+    prune(KEYS[3], KEYS[4], KEYS[5], now)
+    local q = tonumber(ARGV[6])
+    if q > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > q then return {-1, ''} end
+    admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
+  end
 end
 redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if hit then redis.call('HSET', KEYS[1], 'result', hit, 'cached', '1', 'completed_at', ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if hit then return {1, hit} end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[6], 'msg', ARGV[8], 'state', 'pending', 'pending_since', ARGV[9])
+  redis.call('LPUSH', KEYS[7], ARGV[7])
+  if ARGV[10] ~= '' then redis.call('SADD', KEYS[8], ARGV[10]) end
+end
 return {0, ''}
 `)
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,9 @@ type NewTask struct {
 	CacheKey string
 	// Result, when set, creates the task already completed from the cache.
 	Result json.RawMessage
+	// Enqueue is the task SubmitTask puts on asynq's queue with a new
+	// pending record (single tasks only).
+	Enqueue tasks.Enqueued
 }
 
 // Batch is a batch record with its counts per state.
@@ -114,6 +118,9 @@ type Store struct {
 	taskTTL   time.Duration
 	resultTTL time.Duration
 	now       func() time.Time
+	// queuesAdded holds the queues SubmitTask has added to asynq's set
+	// of queues, which it then adds no more.
+	queuesAdded sync.Map
 }
 
 // New returns a Store on rdb. It panics when a TTL is not positive: Redis
@@ -331,24 +338,41 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 	return states, hits, nil
 }
 
+// ErrTaskIDConflict is returned by SubmitTask when asynq already holds a
+// task of the new task's ID.
+var ErrTaskIDConflict = errors.New("a queued task has this ID already")
+
 // SubmitTask records a single task in one round trip: a cache hit creates
 // it completed and returns the result; a miss admits it against owner's
-// quota (ErrQuota when full) and creates it pending. It returns the
-// creation time written to the record.
+// quota (ErrQuota when full), creates it pending and enqueues t.Enqueue
+// on asynq's queue in the same script (one without a message enqueues
+// nothing, for tests of the record alone). It returns the creation time written
+// to the record.
 func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
-	now := s.now()
+	now, q := s.now(), t.Enqueue
 	tk := s.k.task(t.ID)
-	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk}
+	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk, tk, tk, tk}
 	if t.Owner != "" {
 		copy(keys[2:], s.k.owner(t.Owner))
+	}
+	if len(q.Msg) > 0 {
+		copy(keys[5:], []string{s.k.asynqTask(q.Queue, q.ID), s.k.asynqPending(q.Queue), s.k.asynqQueues()})
+	}
+	publish := q.Queue
+	if _, ok := s.queuesAdded.Load(q.Queue); ok {
+		publish = ""
 	}
 	var cmd *redis.Cmd
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		cmd = submitScript.EvalSha(ctx, p, keys,
-			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID)
+			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID,
+			q.Msg, now.UnixNano(), publish)
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
+	}
+	if publish != "" && len(q.Msg) > 0 {
+		s.queuesAdded.Store(q.Queue, true)
 	}
 	res, err := cmd.Slice()
 	if err != nil || len(res) != 2 {
@@ -358,6 +382,8 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	switch code, _ := res[0].(int64); code {
 	case -1:
 		return nil, time.Time{}, ErrQuota
+	case -2:
+		return nil, time.Time{}, ErrTaskIDConflict
 	case 1:
 		str, _ := res[1].(string)
 		return json.RawMessage(str), created, nil
