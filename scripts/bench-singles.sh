@@ -14,6 +14,9 @@
 # and against the floor, and prints per run: hits/s of each, their ratio,
 # the server process's CPU per request (/proc, 10 ms ticks) and Redis
 # commands per request (INFO commandstats, scripts' inner calls included).
+# Then it runs the throughput scenario of distinct 8-puzzles against the
+# API (POST ?wait=, 16 clients) and prints the CPU per task of each
+# process: api, worker, redis-server and loadgen's clients.
 set -euo pipefail
 rounds=$1; shift
 clients=${BENCH_CLIENTS:-16}
@@ -59,6 +62,12 @@ for round in $(seq "$rounds"); do
     measure api $apid $rp http://127.0.0.1:$ap
     measure floor $fpid $rp http://127.0.0.1:$fp
     printf '%-8s ratio  %.2f\n' "$name" "$(echo "$rate_api / $rate_floor" | bc -l)"
+    a0=$(ticks $apid) w0=$(ticks $wpid) r0=$(ticks $rpid) c0=$(cmds "$rp")
+    out=$("$lg" -server http://127.0.0.1:$ap -scenario throughput -submit-wait -clients "$clients" -duration "$dur" -json)
+    read -r hz n cl <<<"$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["complete_per_sec"], r["completed"], r["per_task"]["process_cpu_ms"])')"
+    printf '%-8s singles %7.0f tasks/s  us CPU per task: api %.0f, worker %.0f, redis %.0f, client %.0f; %.1f cmds/task\n' "$name" "$hz" \
+      "$(echo "($(ticks $apid) - $a0) * 10000 / $n" | bc -l)" "$(echo "($(ticks $wpid) - $w0) * 10000 / $n" | bc -l)" \
+      "$(echo "($(ticks $rpid) - $r0) * 10000 / $n" | bc -l)" "$(echo "$cl * 1000" | bc -l)" "$(echo "($(cmds "$rp") - $c0) / $n" | bc -l)"
     kill $fpid $wpid $apid $rpid 2>/dev/null || true
     wait $fpid $wpid $apid $rpid 2>/dev/null || true
   done
