@@ -251,12 +251,12 @@ func TestNewSolveEnqueuedMatchesAsynq(t *testing.T) {
 	l.Deadline[puzzle.KindFill] = 1500 * time.Millisecond // not whole seconds
 	for i, req := range []string{
 		sample8,
-		`{"kind":"sweep","puzzle":{"board":["..","*.","*."]}}`,
+		`{"kind":"sweep","puzzle":{"board":["..","*.","*."]},"options":{"max_nodes":1000}}`,
 		`{"kind":"fill","puzzle":{"game_board":[[1,1,0],[1,1,0],[0,0,0]],"table":[[1,1,1],[0,0,1],[0,0,1]]}}`,
 	} {
 		p := mustParse(t, req)
 		id := fmt.Sprintf("%032x", i+1)
-		for _, owner := range []string{"", "alice"} {
+		for _, owner := range []string{"", "alice", `a "quoted" <key> é`} {
 			task, err := tasks.NewSolveTask(id+owner, owner, p, tasks.QueueInteractive, l)
 			if err != nil {
 				t.Fatal(err)

@@ -4,9 +4,11 @@
 package tasks
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -141,9 +143,9 @@ func NewSolveEnqueued(id, owner string, p *puzzle.Parsed, queue string, l Limits
 	if err != nil {
 		return Enqueued{}, err
 	}
-	payload, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: p.Payload()}})
+	payload, err := solvePayload(id, owner, p.Payload())
 	if err != nil {
-		return Enqueued{}, fmt.Errorf("tasks: encode solve payload: %w", err)
+		return Enqueued{}, err
 	}
 	timeout := int64((l.deadline(p.Kind()) + timeoutMargin) / time.Second)
 	msg := make([]byte, 0, len(payload)+len(typ)+len(id)+len(queue)+24)
@@ -175,4 +177,43 @@ func protoVarint(b []byte, field, v uint64) []byte {
 	}
 	b = binary.AppendUvarint(b, field<<3)
 	return binary.AppendUvarint(b, v)
+}
+
+// solvePayload is json.Marshal of the SolvePayload, byte for byte, built
+// without reflection and without rescanning the request, which puzzle
+// has already written compact: this runs on every single submission,
+// cache hits included. Anything json.Marshal would escape differently
+// (HTML characters, U+2028 and U+2029, which start with 0xE2) takes
+// json.Marshal itself.
+func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
+	if strings.ContainsAny(id+owner, "\"\\<>&\u2028\u2029") || bytes.ContainsAny(req, "<>&\xe2") || !isPlain(id+owner) {
+		b, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: req}})
+		if err != nil {
+			return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
+		}
+		return b, nil
+	}
+	b := make([]byte, 0, len(req)+len(id)+len(owner)+32)
+	b = append(b, '{')
+	if owner != "" {
+		b = append(b, `"owner":"`...)
+		b = append(b, owner...)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"id":"`...)
+	b = append(b, id...)
+	b = append(b, `","request":`...)
+	b = append(b, req...)
+	return append(b, '}'), nil
+}
+
+// isPlain reports whether s is printable ASCII, which JSON strings hold
+// as they are.
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
