@@ -45,6 +45,12 @@ func resource(t *store.Task) apitype.Task {
 // answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		// Every long poll ends at EndWaits (waitFor, waitTask), whatever
+		// its route; only a request with a wait can hold, so only it
+		// pays for the copy of the request that carries the channel.
+		if c.Query("wait") != "" {
+			c.Request = c.Request.WithContext(s.withEnding(c.Request.Context()))
+		}
 		if streamedRoutes[c.FullPath()] {
 			// Bounded by progress instead (see streamContext).
 			c.Next()
@@ -210,7 +216,7 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, resource(t))
+	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events
@@ -219,7 +225,8 @@ func (s *Server) getTask(c *gin.Context) {
 const recheckEvery = 5 * time.Second
 
 // waitTask holds until the task ends, the wait runs out or the client
-// leaves, and returns the latest record. cur is the record as last known,
+// leaves (or the server's EndWaits), and returns the latest record. cur
+// is the record as last known,
 // and wake (released with release) a subscription to its event taken
 // before cur was read or written, so no end after cur is missed. The
 // event carries the ended record, so the usual wait reads nothing; only a
@@ -228,6 +235,7 @@ func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Durati
 	id, key := cur.ID, store.TaskEventKey(cur.ID)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	ending := endingOf(ctx)
 	for {
 		recheck := time.NewTimer(recheckEvery)
 		select {
@@ -240,6 +248,10 @@ func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Durati
 		case <-recheck.C:
 			release()
 		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return s.store.Get(ctx, id)
+		case <-ending: // the server's EndWaits: like the wait running out
 			release()
 			recheck.Stop()
 			return s.store.Get(ctx, id)
@@ -261,10 +273,13 @@ func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Durati
 }
 
 // waitFor is the long-poll loop of batches and batch items: subscribe
-// first, then read, so an event between the two cannot be missed.
+// first, then read, so an event between the two cannot be missed. The
+// server's EndWaits (its channel in ctx: endingOf) ends it like the
+// wait running out, with a fresh read.
 func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duration, read func() (T, error), done func(T) bool) (T, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	ending := endingOf(ctx)
 	for {
 		fired, release := w.Wait(key)
 		v, err := read()
@@ -277,6 +292,10 @@ func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duratio
 		case <-fired:
 		case <-recheck.C:
 		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return read()
+		case <-ending:
 			release()
 			recheck.Stop()
 			return read()
@@ -435,7 +454,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
-	c.JSON(http.StatusOK, res)
+	c.JSON(s.polledStatus(wait, b.Done()), res)
 }
 
 func pageParams(c *gin.Context) (cursor, limit int, err error) {
