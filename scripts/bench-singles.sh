@@ -26,6 +26,7 @@ lg="${!#}/loadgen"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 cmds() { redis-cli -p "$1" info commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" {s += $3} END {print s}'; }
 waitready() { for _ in $(seq 150); do curl -sf "$1/readyz" >/dev/null && return 0; sleep 0.2; done; echo "not ready: $1" >&2; return 1; }
@@ -46,7 +47,7 @@ measure() {
 for round in $(seq "$rounds"); do
   for bin in "$@"; do
     name=$(basename "$bin")
-    rp=$((30000 + RANDOM % 5000)) ap=$((35000 + RANDOM % 5000)) wp=$((40000 + RANDOM % 5000)) fp=$((45000 + RANDOM % 5000))
+    rp=$(freeport) ap=$(freeport) wp=$(freeport) fp=$(freeport)
     run="$dir/run"; rm -rf "$run"; mkdir -p "$run"
     redis-server --port $rp --bind 127.0.0.1 --save '' --appendonly no --dir "$run" --logfile "$run/redis.log" &
     rpid=$!; pids+=($rpid)
