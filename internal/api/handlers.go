@@ -28,7 +28,7 @@ func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
 		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
-		Attempts: t.Attempts, Progress: t.Progress,
+		Attempts: t.Attempts, Progress: t.Progress, Webhook: t.Webhook,
 	}
 	if t.BatchID != "" {
 		b := t.BatchID
@@ -78,7 +78,17 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	inBody, found, body, err := splitWebhook(body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -89,9 +99,25 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if found {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, inBody); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = inBody
+	}
 	owner := ownerOf(c)
 	id := newID()
 	q, err := tasks.NewSolveEnqueued(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
 	if err != nil {
 		fail(c, err)
 		return
@@ -117,11 +143,15 @@ func (s *Server) createTask(c *gin.Context) {
 		err = s.quotaError(c)
 	}
 	if err != nil {
+		s.undo(ctx, unwatch)
 		fail(c, err)
 		return
 	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
+	if hook != "" {
+		tr.Webhook = &apitype.Webhook{URL: hook}
+	}
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
@@ -132,7 +162,7 @@ func (s *Server) createTask(c *gin.Context) {
 	if wait > 0 {
 		// Submit and wait in one request: 200 with the ended task, or 202
 		// with its state when the wait runs out first.
-		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created}
+		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created, Webhook: tr.Webhook}
 		rec, err := s.waitTask(ctx, cur, wait, wake, release)
 		if err != nil {
 			fail(c, err)
@@ -230,7 +260,8 @@ const recheckEvery = 5 * time.Second
 // and wake (released with release) a subscription to its event taken
 // before cur was read or written, so no end after cur is missed. The
 // event carries the ended record, so the usual wait reads nothing; only a
-// recheck, the end of the wait, or an event without the record reads it.
+// recheck, the end of the wait, an event without the record, or a task
+// with a webhook (whose delivery the event does not carry) reads it.
 func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Duration, wake *store.Wake, release func()) (*store.Task, error) {
 	id, key := cur.ID, store.TaskEventKey(cur.ID)
 	deadline := time.NewTimer(wait)
@@ -242,7 +273,9 @@ func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Durati
 		case <-wake.C:
 			release()
 			recheck.Stop()
-			if t := store.DecodeEventTask(id, wake.Data()); t != nil && t.State.Terminal() {
+			// The event's record lacks the webhook's delivery, which
+			// lives beside the record: a task with one is read.
+			if t := store.DecodeEventTask(id, wake.Data()); t != nil && t.State.Terminal() && cur.Webhook == nil {
 				return t, nil
 			}
 		case <-recheck.C:
@@ -444,6 +477,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		f := b.Format
 		res.Format = &f
 	}
+	res.Webhook = b.Webhook
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
 			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}
