@@ -395,9 +395,6 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
 	}
-	if publish != "" && len(q.Msg) > 0 {
-		s.queuesAdded.Store(q.Queue, true)
-	}
 	res, err := cmd.Slice()
 	if err != nil || len(res) != 2 {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: unexpected reply %v", t.ID, res)
@@ -411,6 +408,9 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	case 1:
 		str, _ := res[1].(string)
 		return json.RawMessage(str), created, nil
+	}
+	if publish != "" && len(q.Msg) > 0 {
+		s.queuesAdded.Store(q.Queue, true) // the script added it
 	}
 	return nil, created, nil
 }

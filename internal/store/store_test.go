@@ -301,3 +301,55 @@ func TestFinishEventCarriesRecord(t *testing.T) {
 		})
 	}
 }
+
+// SubmitTask queues a new pending task on asynq's queue in the script that
+// records it, and nothing for a cache hit or an ID asynq holds already.
+func TestSubmitTaskEnqueues(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	rdb := sharedServer(t).Client(t)
+	queue := fmt.Sprintf("q%d", time.Now().UnixNano()) // asynq's keys take no prefix
+	enq := func(id string) tasks.Enqueued { return tasks.Enqueued{ID: id, Queue: queue, Msg: []byte("msg-" + id)} }
+	pending := "asynq:{" + queue + "}:pending"
+
+	// A hit queues nothing, and the queue is not yet asynq's.
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "seed", Kind: "sliding", CacheKey: "ck"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, []tasks.Transition{{ID: "seed", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"}); err != nil {
+		t.Fatal(err)
+	}
+	if hit, _, err := s.SubmitTask(ctx, store.NewTask{ID: "hit", Kind: "sliding", CacheKey: "ck", Enqueue: enq("hit")}, 0); err != nil || hit == nil {
+		t.Fatalf("hit: %s %v", hit, err)
+	}
+	if n, _ := rdb.LLen(ctx, pending).Result(); n != 0 {
+		t.Fatalf("a cache hit queued %d tasks", n)
+	}
+	if ok, _ := rdb.SIsMember(ctx, "asynq:queues", queue).Result(); ok {
+		t.Fatal("a cache hit added the queue")
+	}
+	// A miss records and queues, as asynq's enqueue does.
+	if hit, _, err := s.SubmitTask(ctx, store.NewTask{ID: "miss", Kind: "sliding", CacheKey: "other", Enqueue: enq("miss")}, 0); err != nil || hit != nil {
+		t.Fatalf("miss: %s %v", hit, err)
+	}
+	h, err := rdb.HGetAll(ctx, "asynq:{"+queue+"}:t:miss").Result()
+	if err != nil || h["msg"] != "msg-miss" || h["state"] != "pending" || h["pending_since"] == "" {
+		t.Fatalf("asynq's task hash %v %v", h, err)
+	}
+	if ids, _ := rdb.LRange(ctx, pending, 0, -1).Result(); fmt.Sprint(ids) != "[miss]" {
+		t.Fatalf("pending list %v", ids)
+	}
+	if ok, _ := rdb.SIsMember(ctx, "asynq:queues", queue).Result(); !ok {
+		t.Fatal("the queue was not added to asynq's queues")
+	}
+	// An ID asynq holds already writes nothing.
+	if err := rdb.HSet(ctx, "asynq:{"+queue+"}:t:taken", "msg", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "taken", Kind: "sliding", CacheKey: "third", Enqueue: enq("taken")}, 0); err != store.ErrTaskIDConflict {
+		t.Fatalf("taken ID: %v, want ErrTaskIDConflict", err)
+	}
+	if _, err := s.Get(ctx, "taken"); err != store.ErrNotFound {
+		t.Fatalf("a refused submission left a record: %v", err)
+	}
+}
