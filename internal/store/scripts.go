@@ -21,7 +21,8 @@ import "github.com/redis/go-redis/v9"
 //
 //	task hash thrice when there is no owner)
 //
-// KEYS[6] asynq's task hash, KEYS[7] its queue's pending list, KEYS[8]
+// KEYS[6] the owner's task index (keys.ownerTasks)
+// KEYS[7] asynq's task hash, KEYS[8] its queue's pending list, KEYS[9]
 //
 //	asynq's set of queues (the task hash thrice when nothing is enqueued)
 //
@@ -50,7 +51,7 @@ local state = 'pending'
 if hit then
   state = 'completed'
 else
-  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[6]) == 1 then return {-2, ''} end
+  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[7]) == 1 then return {-2, ''} end
   if ARGV[4] ~= '' then
     local now = clock()
     prune(KEYS[3], KEYS[4], KEYS[5], now)
@@ -63,11 +64,14 @@ redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if hit then redis.call('HSET', KEYS[1], 'result', hit, 'cached', '1', 'completed_at', ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[6], ARGV[1], ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
+redis.call('EXPIRE', KEYS[6], ARGV[2])
 if hit then return {1, hit} end
 if ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[6], 'msg', ARGV[8], 'state', 'pending', 'pending_since', ARGV[9])
-  redis.call('LPUSH', KEYS[7], ARGV[7])
-  if ARGV[10] ~= '' then redis.call('SADD', KEYS[8], ARGV[10]) end
+  redis.call('HSET', KEYS[7], 'msg', ARGV[8], 'state', 'pending', 'pending_since', ARGV[9])
+  redis.call('LPUSH', KEYS[8], ARGV[7])
+  if ARGV[10] ~= '' then redis.call('SADD', KEYS[9], ARGV[10]) end
 end
 return {0, ''}
 `)
