@@ -7,6 +7,14 @@ type Metrics struct {
 	Tasks        *prometheus.CounterVec
 	CacheHits    prometheus.Counter
 	SolveSeconds *prometheus.HistogramVec
+	// Searches counts the expensive solves a worker started: with
+	// identical submissions joined, one per puzzle in flight.
+	Searches *prometheus.CounterVec
+	// Joins counts expensive tasks that joined another run's solve.
+	Joins prometheus.Counter
+	// Waits counts the times an expensive task waited for a slot of its
+	// key (MAX_EXPENSIVE_PER_KEY).
+	Waits prometheus.Counter
 }
 
 // NewMetrics registers the worker metrics on reg.
@@ -23,6 +31,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds)
+	m.Searches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "puzzleq_expensive_solves_total", Help: "Expensive solves a worker started, by kind (identical tasks in flight share one).",
+	}, []string{"kind"})
+	m.Joins = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "puzzleq_solve_joins_total", Help: "Expensive tasks that joined an identical puzzle's solve in flight instead of solving it.",
+	})
+	m.Waits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "puzzleq_expensive_waits_total", Help: "Times an expensive task was put back to wait because its key held all its slots.",
+	})
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.Searches, m.Joins, m.Waits)
 	return m
 }

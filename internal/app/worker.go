@@ -44,6 +44,10 @@ type Worker struct {
 	ready    atomic.Bool
 	pdbReady atomic.Bool
 	ownsConn bool
+	// expCap is the per-key cap of expensive runs in force (see
+	// WorkerSettings.MaxExpensivePerKey); with the default it follows
+	// the cluster's slots (watchSlots).
+	expCap atomic.Int64
 }
 
 // NewWorker connects to Redis and binds the health listener. Run starts
@@ -83,6 +87,8 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// worker's connection, so it has nothing of its own to close.
 	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
+	w.expCap.Store(int64(cfg.expensiveCap(nil)))
+	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -94,6 +100,9 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		ErrorHandler:             h.ErrorHandler(),
+		// An expensive task over its key's cap waits: asynq runs it again
+		// after the wait, and it counts as neither a retry nor a failure.
+		IsFailure: func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
 		RetryDelayFunc:           retryDelay,
 		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
@@ -131,6 +140,9 @@ const leaseRecoveryDelay = 5 * time.Second
 // asynq does.
 func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var netErr net.Error
+	if d, ok := tasks.IsWait(err); ok {
+		return d
+	}
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
@@ -205,6 +217,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
 	w.ready.Store(true)
+	if w.cfg.MaxExpensivePerKey == 0 {
+		go w.watchSlots(lctx)
+	}
 	httpErr := make(chan error, 1)
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
@@ -232,6 +247,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return runErr
+}
+
+// slotsEvery is how often a worker with the default per-key cap re-reads
+// the cluster's slots: a few Redis commands per worker, and a cluster
+// that scales follows within this long.
+const slotsEvery = 10 * time.Second
+
+// watchSlots keeps the per-key cap of expensive runs at half the slots of
+// the workers registered with asynq, until ctx ends. A failed read keeps
+// the cap in force.
+func (w *Worker) watchSlots(ctx context.Context) {
+	insp := asynq.NewInspectorFromRedisClient(w.rdb)
+	t := time.NewTicker(slotsEvery)
+	defer t.Stop()
+	for {
+		if servers, err := insp.Servers(); err != nil {
+			w.log.Warn("read the cluster's worker slots", "err", err)
+		} else {
+			slots := make([]int, len(servers))
+			for i, s := range servers {
+				slots[i] = s.Concurrency
+			}
+			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
+				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(servers))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // preload builds or loads the 15-puzzle's pattern databases; readiness
