@@ -102,9 +102,9 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ErrorHandler:             h.ErrorHandler(),
 		// An expensive task over its key's cap waits: asynq runs it again
 		// after the wait, and it counts as neither a retry nor a failure.
-		IsFailure: func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
-		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
+		IsFailure:      func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		RetryDelayFunc: retryDelay,
+		Logger:         asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
