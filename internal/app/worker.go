@@ -81,6 +81,9 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
 	loadScripts(w.store, log)
 	m := tasks.NewMetrics(reg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "puzzleq_expensive_cap", Help: "Expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY).",
+	}, func() float64 { return float64(w.expCap.Load()) }))
 	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
 	// so it never runs dry while a batch waits. The client shares the
@@ -259,8 +262,9 @@ const slotsEvery = 10 * time.Second
 // the cap in force.
 func (w *Worker) watchSlots(ctx context.Context) {
 	insp := asynq.NewInspectorFromRedisClient(w.rdb)
-	t := time.NewTicker(slotsEvery)
-	defer t.Stop()
+	// Workers of a new deployment start within moments of each other, so
+	// the first reads come sooner: after 1, 2 and 4 s.
+	wait := time.Second
 	for {
 		if servers, err := insp.Servers(); err != nil {
 			w.log.Warn("read the cluster's worker slots", "err", err)
@@ -276,8 +280,9 @@ func (w *Worker) watchSlots(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, slotsEvery)
 	}
 }
 

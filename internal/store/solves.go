@@ -43,8 +43,8 @@ end
 //
 //  1. A task that has not ended becomes a waiter of its solve (and its
 //     record keeps the solve's key, for cancels). A task that has ended
-//     runs only on behalf of waiters (its client canceled it, but others
-//     wait on the same solve): with none, skip.
+//     runs only on behalf of live waiters (its client canceled it, but
+//     others wait on the same solve): with none, skip.
 //  2. A cached answer: hit (the caller ends every waiter with it).
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
@@ -66,10 +66,11 @@ end
 // ARGV[5] record TTL, seconds (the waiters hash lives as long)
 // ARGV[6] now, Unix milliseconds (started_at)
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
+// ARGV[8] task key prefix (keys.task(""))
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
-var admitScript = redis.NewScript(quotaLua + `
+var admitScript = redis.NewScript(quotaLua + liveLua + `
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -83,7 +84,7 @@ if runnable then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
-elseif redis.call('EXISTS', KEYS[4]) == 0 then
+elseif live(KEYS[4], ARGV[8]) == 0 then
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
@@ -274,7 +275,7 @@ func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Admission, error) {
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve).StringSlice()
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task("")).StringSlice()
 	if err != nil || len(v) != 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}

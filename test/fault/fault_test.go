@@ -49,6 +49,7 @@ func TestFault(t *testing.T) {
 				{"GracefulShutdown", testGracefulShutdown},
 				{"Load", testLoad},
 				{"SlowConsumer", testSlowConsumer},
+				{"Flood", testFlood},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}
