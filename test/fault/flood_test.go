@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,10 +54,10 @@ func testFlood(t *testing.T) {
 		"API_KEYS":              floodOwner + ":" + floodKey + "," + calmOwner + ":" + calmKey,
 		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
 	}
-	// MAX_EXPENSIVE_PER_KEY is left at its default, half the slots of the
-	// workers registered with asynq.
+	// MAX_EXPENSIVE_PER_KEY at its default: half the slots of the workers
+	// registered with asynq.
 	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
-		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn"}), workers: floodWorkers})
+		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
 	for _, w := range c.workers {
 		waitReady(t, w)
 	}
@@ -359,4 +360,52 @@ func (c *cluster) getTaskAs(t *testing.T, hc *http.Client, key, id string) (apit
 		return tr, false
 	}
 	return tr, true
+}
+
+// testJoinWorkerKill: a hard board is submitted as a single and three
+// identical copies join its solve; then the worker running the solve is
+// killed with SIGKILL. asynq delivers the lead's task again once its lease
+// has expired, that delivery takes the solve over (it is the same record),
+// and its finish completes all four records with the optimal answer: the
+// joined tasks are not lost with the worker that held their solve.
+func testJoinWorkerKill(t *testing.T) {
+	c := newCluster(t, clusterOpts{worker: withPDB(map[string]string{"WORKER_CONCURRENCY": "2"})})
+	victim := c.startWorker(nil)
+	waitReady(t, victim)
+	hs := hardSet(t, "p75") // 3.5 s of CPU: still solving when the copies have joined
+	o := newOracle()
+	w := newWorkload()
+	lead := w.addTask(c, hs[0].req)
+	if !pollUntil(30*time.Second, 5*time.Millisecond, func() bool {
+		tr, _ := c.getTask(lead, 0)
+		return tr.State == apitype.TaskStateActive
+	}) {
+		t.Fatalf("the lead %s never became active", lead)
+	}
+	var copies []string
+	for range 3 {
+		copies = append(copies, w.addTask(c, hs[0].req))
+	}
+	if !pollUntil(10*time.Second, 5*time.Millisecond, func() bool { return c.joinedCount(t, copies) == len(copies) }) {
+		t.Fatalf("%d of %d copies joined the lead's solve", c.joinedCount(t, copies), len(copies))
+	}
+	if tr, _ := c.getTask(lead, 0); tr.State.Terminal() {
+		t.Fatalf("the lead ended (%s) before the kill: pick a longer board", tr.State)
+	}
+	victim.Signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	if !victim.WaitExit(5 * time.Second) {
+		t.Fatalf("%s still runs 5 s after SIGKILL", victim.Name)
+	}
+	c.startWorker(nil)
+	expectHard(t, o, hs)
+	recs := c.waitTasks(w.ids(), 150*time.Second)
+	took := time.Since(killed)
+	o.check(t, recs, w.reqs)
+	checkHardRecords(t, recs, map[string]hard15{lead: hs[0], copies[0]: hs[0], copies[1]: hs[0], copies[2]: hs[0]})
+	if a := recs[lead].Attempts; a < 2 {
+		t.Errorf("the lead has %d attempts, want the killed run and its redelivery", a)
+	}
+	t.Logf("FIGURES join worker kill: the lead and its 3 joined copies completed %v after the worker holding their solve was killed (lead attempts %d)",
+		took.Round(100*time.Millisecond), recs[lead].Attempts)
 }
