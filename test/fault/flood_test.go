@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // The two keys of the flood scenario.
@@ -193,6 +196,18 @@ func testFlood(t *testing.T) {
 	// other three wait.
 	if n := c.workersMetric(t, "puzzleq_expensive_waits_total"); n < len(boards)-floodCap {
 		t.Errorf("puzzleq_expensive_waits_total is %d: the boards over the cap never waited", n)
+	}
+	// The boards over the cap wait in asynq's retry set, where a wait is
+	// not counted as a retry: they can wait as long as the key's solves
+	// take, never archived for it.
+	waiting, err := c.insp.ListRetryTasks(tasks.QueueInteractive, asynq.PageSize(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range waiting {
+		if ti.Retried != 0 {
+			t.Errorf("waiting task %s counts %d retries (%q), want 0", ti.ID, ti.Retried, ti.LastErr)
+		}
 	}
 	for _, id := range floodIDs {
 		if tr, _ := c.getTaskAs(t, hc, floodKey, id); tr.State.Terminal() {
