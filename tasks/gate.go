@@ -147,9 +147,10 @@ func IsWait(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// waitDelay is how long a capped run waits before it asks again: about a
-// second at first, so a slot that frees is taken within a second or two,
-// growing with every wait to at most 10 s, so that many waiting tasks of
+// waitDelay is how long a capped run waits before it asks again: a second
+// plus jitter at first, so a slot that frees is taken within a second or
+// two, one more second every fourth wait, to at most 10 s plus jitter,
+// so that many waiting tasks of
 // a flooding key cost Redis and the workers little (a wait is one script
 // call and a few microseconds of a slot).
 func waitDelay(waits int, jitter time.Duration) time.Duration {
