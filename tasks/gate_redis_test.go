@@ -3,7 +3,8 @@ package tasks_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,11 +136,37 @@ func TestGateCancelOneOfJoined(t *testing.T) {
 	f.handler.SetGate(f.store, func() int { return 0 })
 	lctx, stop := context.WithCancel(f.ctx)
 	defer stop()
-	var listening sync.WaitGroup
-	listening.Add(1)
-	go func() { listening.Done(); f.store.ListenCancels(lctx, f.cancels.Cancel) }()
-	listening.Wait()
-	time.Sleep(100 * time.Millisecond) // the subscription is live
+	probes := make(chan string, 100)
+	go f.store.ListenCancels(lctx, func(id string) {
+		if strings.HasPrefix(id, "probe-") {
+			probes <- id
+			return
+		}
+		f.cancels.Cancel(id)
+	})
+	// The subscription is live once the cancel of an active task without
+	// a solve comes back through it.
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("probe-%d", i)
+		if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: "sliding"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.store.Start(f.ctx, []tasks.Transition{{ID: id}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.Cancel(f.ctx, id, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-probes:
+		case <-time.After(50 * time.Millisecond):
+			if i < 100 {
+				continue
+			}
+			t.Fatal("the cancel subscription never became live")
+		}
+		break
+	}
 	calls, release := f.blockingSolve()
 
 	lead := f.run(f.singleOf(t, "a", "k1", board15))

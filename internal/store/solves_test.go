@@ -95,11 +95,22 @@ func (f *gateFixture) state(id string) *store.Task {
 	return tk
 }
 
-func (f *gateFixture) announced() []string {
-	time.Sleep(50 * time.Millisecond) // pub/sub delivery
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.ann)
+// announced returns the cancels announced so far, once want is among
+// them or, when want is "", after a pause long enough for a delivery.
+func (f *gateFixture) announced(want string) []string {
+	deadline := time.Now().Add(5 * time.Second)
+	if want == "" {
+		deadline = time.Now().Add(200 * time.Millisecond)
+	}
+	for {
+		f.mu.Lock()
+		got := slices.Clone(f.ann)
+		f.mu.Unlock()
+		if (want != "" && slices.Contains(got, want)) || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (f *gateFixture) pending(owner string) int {
@@ -194,7 +205,7 @@ func TestGateCancel(t *testing.T) {
 	if _, err := f.s.Cancel(f.ctx, "a", "", "o1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.announced(); len(got) != 0 {
+	if got := f.announced(""); len(got) != 0 {
 		t.Fatalf("canceling a with b waiting announced %v, want nothing", got)
 	}
 	if st := f.state("b"); st.State != apitype.TaskStateActive {
@@ -203,7 +214,7 @@ func TestGateCancel(t *testing.T) {
 	if _, err := f.s.Cancel(f.ctx, "b", "", "o2"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.announced(); !slices.Contains(got, "a") {
+	if got := f.announced("a"); !slices.Contains(got, "a") {
 		t.Fatalf("canceling the last waiter announced %v, want the run a", got)
 	}
 	// c joins before the stopped run releases: the solve is still owed.
@@ -249,11 +260,11 @@ func TestGateWorkerDied(t *testing.T) {
 	t.Parallel()
 	f := newGate(t)
 	a, b := f.submit("a", "o1"), f.submit("b", "o2")
-	a.Lease, b.Lease = 200*time.Millisecond, 200*time.Millisecond
+	a.Lease, b.Lease = 2*time.Second, 2*time.Second
 	f.admit(a, 0, tasks.VerdictRun)
 	f.admit(b, 0, tasks.VerdictJoined)
 	// a's worker dies; the lease ends.
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond)
 	c := f.submit("c", "o1")
 	c.Lease = time.Minute
 	f.admit(c, 0, tasks.VerdictRun)
@@ -293,7 +304,7 @@ func TestGateCap(t *testing.T) {
 		r.Solve, r.CacheKey, r.Lease = key, key, lease
 		return r
 	}
-	x1, x2, x3 := run("x1", "o1", "k1", time.Minute), run("x2", "o1", "k2", 200*time.Millisecond), run("x3", "o1", "k3", time.Minute)
+	x1, x2, x3 := run("x1", "o1", "k1", time.Minute), run("x2", "o1", "k2", 2*time.Second), run("x3", "o1", "k3", time.Minute)
 	f.admit(x1, 2, tasks.VerdictRun)
 	f.admit(x2, 2, tasks.VerdictRun)
 	f.admit(run("j", "o1", "k1", time.Minute), 2, tasks.VerdictJoined)
@@ -314,7 +325,7 @@ func TestGateCap(t *testing.T) {
 	f.admit(x3, 2, tasks.VerdictRun)
 	x4 := run("x4", "o1", "k5", time.Minute)
 	f.admit(x4, 2, tasks.VerdictWait)
-	time.Sleep(300 * time.Millisecond) // x2's worker died: its lease ends
+	time.Sleep(2200 * time.Millisecond) // x2's worker died: its lease ends
 	f.admit(x4, 2, tasks.VerdictRun)
 	if n, err := f.s.Running(f.ctx, "o1"); err != nil || n != 2 {
 		t.Errorf("o1 holds %d slots (%v), want 2", n, err)
