@@ -15,6 +15,9 @@ type Metrics struct {
 	// Waits counts the times an expensive task waited for a slot of its
 	// key (MAX_EXPENSIVE_PER_KEY).
 	Waits prometheus.Counter
+	// WebhookAttempts counts webhook delivery attempts by outcome:
+	// delivered, or failed (a non-2xx or no answer).
+	WebhookAttempts *prometheus.CounterVec
 }
 
 // NewMetrics registers the worker metrics on reg.
@@ -30,6 +33,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "puzzleq_solve_duration_seconds", Help: "Time spent in a solver per item.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
 		}, []string{"kind"}),
+		WebhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "puzzleq_webhook_attempts_total", Help: "Webhook delivery attempts, by outcome (delivered or failed).",
+		}, []string{"outcome"}),
 	}
 	m.Searches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "puzzleq_expensive_solves_total", Help: "Expensive solves a worker started, by kind (identical tasks in flight share one).",
@@ -40,6 +46,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Waits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "puzzleq_expensive_waits_total", Help: "Times an expensive task was put back to wait because its key held all its slots.",
 	})
-	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.Searches, m.Joins, m.Waits)
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.Searches, m.Joins, m.Waits, m.WebhookAttempts)
 	return m
 }

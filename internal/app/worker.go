@@ -94,9 +94,15 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	w.mux = asynq.NewServeMux()
 	h.Register(w.mux)
+	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
+		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
+	queues := cfg.weights()
+	if queues[tasks.QueueWebhooks] == 0 {
+		queues[tasks.QueueWebhooks] = 1
+	}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.concurrency(),
-		Queues:            cfg.weights(),
+		Queues:            queues,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		// Move retried tasks back to pending every second, not every 5 s:
 		// crash and outage recovery goes through the retry set.
@@ -105,9 +111,14 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ErrorHandler:             h.ErrorHandler(),
 		// An expensive task over its key's cap waits: asynq runs it again
 		// after the wait, and it counts as neither a retry nor a failure.
-		IsFailure:      func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
-		RetryDelayFunc: retryDelay,
-		Logger:         asynqLogger{log.With(libraryKey, "asynq")},
+		IsFailure: func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if t.Type() == tasks.TypeWebhook && !errors.Is(err, asynq.ErrLeaseExpired) {
+				return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
+			}
+			return retryDelay(n, err, t)
+		},
+		Logger: asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)
