@@ -25,8 +25,8 @@ import (
 
 // The two keys of the flood scenario.
 const (
-	floodOwner, floodKey = "flood", "flood-secret-key"
-	calmOwner, calmKey   = "calm", "calm-secret-key"
+	floodOwner, floodKey = "flood", "flood-secret-key-0123456789"
+	calmOwner, calmKey   = "calm", "calm-secret-key-0123456789"
 )
 
 // Sizes of the flood scenario: three workers of two slots, so the flood
