@@ -20,6 +20,7 @@ var allScripts = []*redis.Script{
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
+	beginRetryScript, retryChunkScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so
