@@ -27,6 +27,10 @@ const (
 	// CodeUnauthorized: API keys are configured and the request has no
 	// valid one.
 	CodeUnauthorized = "unauthorized"
+	// CodeForbidden: a state-changing request authenticated by the
+	// dashboard's session cookie lacks the dashboard's header or comes
+	// from another site (CSRF protection); bearer requests never get it.
+	CodeForbidden = "forbidden"
 	// CodeRateLimited: the API key's request rate is over its limit.
 	CodeRateLimited = "rate_limited"
 	// CodeQuotaExceeded: the API key has too many unfinished tasks.
@@ -60,7 +64,7 @@ const (
 // ErrorCodes returns every code an Error may carry.
 func ErrorCodes() []string {
 	return []string{CodeInvalidRequest, CodeInvalidPuzzle, CodeTooLarge, CodeBodyTooLarge, CodeRequestTimeout, CodeNotFound,
-		CodeMethodNotAllowed, CodeConflict, CodeIncomplete, CodeUnauthorized, CodeRateLimited,
+		CodeMethodNotAllowed, CodeConflict, CodeIncomplete, CodeUnauthorized, CodeForbidden, CodeRateLimited,
 		CodeQuotaExceeded, CodeIdempotencyKeyReused, CodeInProgress, CodeUnavailable, CodeInternal}
 }
 

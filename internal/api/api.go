@@ -46,6 +46,7 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
+	SessionStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -102,6 +103,8 @@ type Options struct {
 	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
 	// its own cap.
 	MaxPendingPerKey int
+	// SessionTTL is how long a dashboard session lasts after sign-in.
+	SessionTTL time.Duration
 	// Mount, optional, adds routes that are not the API's own (metrics,
 	// the queue dashboard) to the engine; authenticate is the API's key
 	// check, for the routes that need it.
@@ -118,7 +121,7 @@ func (o Options) check() {
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
-		{"FeedDepth", int64(o.FeedDepth)},
+		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
@@ -201,6 +204,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
+	s.mountUI(e)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, s.Authenticate())
 	}

@@ -101,7 +101,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
 		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
-		Mount: a.mount,
+		SessionTTL: cfg.UISessionTTL, Mount: a.mount,
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {

@@ -122,3 +122,9 @@ func (k keys) events() string { return k.prefix + "events" }
 // cancels is the pub/sub channel on which cancellations of running tasks
 // are announced, for workers.
 func (k keys) cancels() string { return k.prefix + "cancels" }
+
+// session is a string holding a dashboard session: the hex SHA-256 of the
+// API key it was opened with, under the hex SHA-256 of the session token
+// (the cookie's value), with the session's TTL. Neither the token nor the
+// key is stored, so a read of Redis yields no credential.
+func (k keys) session(tokenDigest string) string { return k.prefix + "session:" + tokenDigest }
