@@ -184,6 +184,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	p := newPage(t)
 	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + aliceKey + ",bob:" + bobKey})
 
+	statusServed := false
+	if code, _ := s.Do("GET", "/v1/status", nil); code == 401 {
+		statusServed = true
+	}
 	// Bob's batch, through the API: alice must never see it.
 	code, b, _ := s.DoAs(bobKey, "POST", "/v1/batches", `{"tasks":[{"custom_id":"bobs","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}]}`)
 	if code != 202 {
@@ -220,6 +224,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Even if this browser had been told bob's batch ID, it is not
 	// alice's: the page drops it.
 	eval[chromedp.Void](p, `localStorage.setItem("puzzleq.batches.alice", JSON.stringify([`+js(bobsBatch)+`]))`)
+
+	if statusServed {
+		p.waitFor("a worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "1"`, 10*time.Second)
+	}
 
 	// Submit the batch from the page and watch it end.
 	p.do("submit a batch",
@@ -300,6 +308,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	// and cancel ends it.
 	if err := s.StopWorkers(); err != nil {
 		t.Fatal(err)
+	}
+	if statusServed {
+		p.waitFor("no worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "0"`, 20*time.Second)
+	} else {
+		t.Log("GET /v1/status is not served yet: the workers step is skipped")
 	}
 	p.do("submit a batch to cancel",
 		chromedp.SetValue(chromedp.ID("ndjson"), `{"custom_id":"never","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`),

@@ -345,46 +345,45 @@ async function refreshStatus() {
   renderStatus(r.body);
 }
 
+// renderStatus shows GET /v1/status (apitype.ServiceStatus): the live
+// workers with their slots and what they run, and the queues' depths.
 function renderStatus(s) {
   const box = $("status");
-  const parts = [];
-  const workers = Array.isArray(s.workers) ? s.workers : null;
-  const alive = workers ? workers.length : (s.workers_alive ?? s.live_workers);
-  const warn = alive === 0;
-  parts.push(el("p", { class: warn ? "error" : "" },
-    el("strong", { id: "workers-alive", text: String(alive ?? "?") }), " worker" + (alive === 1 ? "" : "s") + " alive" +
-    (warn ? ": nothing will run until one starts" : "")));
-  if (workers && workers.length) {
-    const t = el("table", { id: "workers" }, el("thead", {}, el("tr", {},
-      el("th", { text: "worker" }), el("th", { text: "slots" }), el("th", { text: "running" }), el("th", { text: "started" }))));
+  const alive = s.workers_alive ?? 0;
+  const parts = [el("p", { class: alive === 0 ? "error" : "" },
+    el("strong", { id: "workers-alive", text: String(alive) }),
+    " worker" + (alive === 1 ? "" : "s") + " alive" + (alive === 0 ? ": nothing runs until one starts" : "") +
+    " · " + (s.busy ?? 0) + " of " + (s.slots ?? 0) + " slots busy" +
+    " · oldest pending " + (s.oldest_pending_seconds ? fmtDur(s.oldest_pending_seconds) : "none") +
+    (s.backlog_units ? " · about " + s.backlog_units + " batch units in the feed" : ""))];
+  const workers = Array.isArray(s.workers) ? s.workers : [];
+  if (workers.length) {
     const tb = el("tbody");
     for (const w of workers) {
-      const running = w.active ?? w.running ?? w.busy;
+      const running = Object.entries(w.running || {}).map(([k, n]) => k + " " + n).join(", ");
       tb.append(el("tr", {},
-        el("td", { text: w.host ? w.host + (w.pid ? ":" + w.pid : "") : (w.id || "") }),
-        el("td", { text: String(w.slots ?? w.concurrency ?? "") }),
-        el("td", { text: Array.isArray(running) ? String(running.length) : String(running ?? "") }),
-        el("td", { text: fmtTime(w.started_at || w.started) })));
+        el("td", { class: "mono", text: (w.host || w.id || "") + (w.pid ? ":" + w.pid : "") }),
+        el("td", { text: (w.busy ?? 0) + " / " + (w.slots ?? 0) }),
+        el("td", { text: running || "idle" }),
+        el("td", { text: fmtTime(w.started_at) })));
     }
-    t.append(tb);
-    parts.push(t);
+    parts.push(el("table", { id: "workers" }, el("thead", {}, el("tr", {},
+      el("th", { text: "worker" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
   }
-  const queues = s.queues;
-  if (queues && typeof queues === "object") {
-    const t = el("table", { id: "queues" }, el("thead", {}, el("tr", {},
-      el("th", { text: "queue" }), el("th", { text: "pending" }), el("th", { text: "active" }), el("th", { text: "oldest pending" }))));
+  const queues = Array.isArray(s.queues) ? s.queues : [];
+  if (queues.length) {
     const tb = el("tbody");
-    const list = Array.isArray(queues) ? queues : Object.entries(queues).map(([name, q]) => Object.assign({ name }, q));
-    for (const q of list) {
-      const age = q.oldest_pending_age_seconds ?? q.oldest_pending_seconds ?? q.latency_seconds;
-      tb.append(el("tr", {},
-        el("td", { text: q.name || q.queue || "" }),
-        el("td", { text: String(q.pending ?? q.depth ?? q.size ?? "") }),
-        el("td", { text: String(q.active ?? "") }),
-        el("td", { text: age === undefined ? (q.oldest_pending_age || "") : fmtDur(age) })));
+    for (const q of queues) {
+      tb.append(el("tr", { "data-queue": q.name || "" },
+        el("td", { text: q.name || "" }),
+        el("td", { class: "pending", text: String(q.pending ?? 0) }),
+        el("td", { text: String(q.active ?? 0) }),
+        el("td", { text: String(q.retry ?? 0) }),
+        el("td", { text: q.oldest_pending_seconds ? fmtDur(q.oldest_pending_seconds) : "–" })));
     }
-    t.append(tb);
-    parts.push(t);
+    parts.push(el("table", { id: "queues" }, el("thead", {}, el("tr", {},
+      el("th", { text: "queue" }), el("th", { text: "pending" }), el("th", { text: "active" }), el("th", { text: "retry" }),
+      el("th", { text: "oldest pending" }))), tb));
   }
   box.replaceChildren(...parts);
 }
@@ -463,11 +462,44 @@ async function refreshJob() {
 }
 
 // loadItems shows up to MAX_ITEMS items of the batch in one state (or
-// all) from its results stream, one NDJSON line per item.
+// all): from GET /v1/batches/{id}/items where the server has it, else
+// from the results stream, one NDJSON line per item.
 async function loadItems(id, state) {
   if (app.itemsAbort) app.itemsAbort.abort();
   const ctl = new AbortController();
   app.itemsAbort = ctl;
+  if (!app.missing.has("items")) {
+    const q = "?limit=" + MAX_ITEMS + (state ? "&state=" + encodeURIComponent(state) : "");
+    let r;
+    try {
+      r = await api("GET", "/v1/batches/" + encodeURIComponent(id) + "/items" + q, { signal: ctl.signal });
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      throw e;
+    }
+    if (app.selected !== id || ctl.signal.aborted) return;
+    if (r.status === 200 && r.body && Array.isArray(r.body.tasks)) {
+      const rows = r.body.tasks.map((t) => ({ index: itemIndex(t.id), id: t.id, custom_id: t.custom_id,
+        state: t.state, result: t.result, error: t.error }));
+      renderItems(rows, !!r.body.next_cursor);
+      return;
+    }
+    if (!absent(r)) {
+      $("items-note").textContent = "items: " + errText(r);
+      return;
+    }
+    app.missing.add("items");
+  }
+  await loadResults(id, state, ctl);
+}
+
+// itemIndex is the index in an item ID "<batch>-<index>".
+function itemIndex(id) {
+  const i = id.lastIndexOf("-");
+  return i < 0 ? "" : Number(id.slice(i + 1));
+}
+
+async function loadResults(id, state, ctl) {
   const q = state ? "?state=" + encodeURIComponent(state) : "";
   const rows = [];
   let more = false;
@@ -515,7 +547,7 @@ function renderItems(rows, more) {
       el("td", { class: "state " + it.state, text: it.state }),
       el("td", { class: it.error ? "mono error" : "mono", text: out })));
   }
-  $("items-note").textContent = more ? "showing the first " + MAX_ITEMS + "; download for all" :
+  $("items-note").textContent = more ? "showing the first " + rows.length + "; download for all" :
     rows.length + " item" + (rows.length === 1 ? "" : "s");
 }
 
@@ -538,7 +570,7 @@ async function retryJob() {
     return;
   }
   if (r.status >= 200 && r.status < 300) {
-    const n = r.body && (r.body.retried ?? r.body.requeued ?? r.body.count);
+    const n = r.body && r.body.retried;
     $("job-msg").textContent = "retrying" + (n !== undefined ? " " + n + " items" : "");
   } else {
     $("job-msg").textContent = "retry: " + errText(r);
