@@ -290,14 +290,28 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("alice's session reads bob's batch: %d, want 404", st)
 	}
 
-	// Retry the failed item, where the server can.
+	// Retry the failed item, where the server can: it runs again (and
+	// fails again: its budget has not changed).
+	failedItem := apitype.ItemID(id, 2)
+	before := itemEnd(t, s, failedItem)
 	p.do("retry", chromedp.Click(chromedp.ID("retry-btn")))
 	p.waitFor("the retry's answer", `document.getElementById("job-msg").textContent !== ""`, 10*time.Second)
 	switch msg := eval[string](p, `document.getElementById("job-msg").textContent`); {
 	case msg == "this server cannot retry items":
 		t.Log("POST /v1/batches/{id}/retry is not served yet: the retry step is skipped")
 	case strings.HasPrefix(msg, "retrying"):
-		p.waitFor("the retried batch to finish", `document.getElementById("job").dataset.done === "true"`, 30*time.Second)
+		if msg != "retrying 1 items" {
+			t.Errorf("retry message %q, want retrying 1 items", msg)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for itemEnd(t, s, failedItem) == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("the retried item %s did not run again within 30 s", failedItem)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		p.waitFor("the retried batch to finish", `document.getElementById("job").dataset.done === "true" &&
+			document.getElementById("job-counts").textContent.startsWith("completed 2, failed 1 ")`, 30*time.Second)
 		p.shot("4-retried")
 	default:
 		t.Errorf("retry: %q", msg)
@@ -334,6 +348,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	if st := eval[int](p, `fetch("/v1/batches/`+id+`").then(r => r.status)`); st != 401 {
 		t.Errorf("GET after sign-out: %d, want 401", st)
 	}
+}
+
+// itemEnd returns when a batch item last ended, by the API, as alice;
+// "" while it has not ended.
+func itemEnd(t *testing.T, s *stacktest.Stack, itemID string) string {
+	t.Helper()
+	code, b, _ := s.DoAs(aliceKey, "GET", "/v1/tasks/"+itemID, nil)
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", itemID, code, b)
+	}
+	tk := stacktest.Decode[apitype.Task](t, b)
+	if !tk.Terminal() || tk.CompletedAt == nil {
+		return ""
+	}
+	return tk.CompletedAt.Format(time.RFC3339Nano)
 }
 
 // download waits for the browser to save name in its download directory
