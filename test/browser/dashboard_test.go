@@ -243,6 +243,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	p.waitFor("the batch to finish", row+`.dataset.done === "true"`, 30*time.Second)
 	p.waitFor("the job's view to finish", `document.getElementById("job").dataset.done === "true"`, 10*time.Second)
 	p.shot("2-batch-done")
+	// Where the server streams a batch's events, the page follows them.
+	if code, _ := s.Do("GET", "/v1/batches/"+id+"/events", nil); code == 401 {
+		p.waitFor("the job's event stream", `document.getElementById("job").dataset.live === "events"`, 5*time.Second)
+	} else {
+		t.Log("GET /v1/batches/{id}/events is not served yet: the page polls, and the events step is skipped")
+	}
 	if counts := eval[string](p, row+`.querySelector(".counts").textContent`); counts != "completed 2, failed 1" {
 		t.Errorf("the row's counts = %q, want completed 2, failed 1", counts)
 	}

@@ -399,6 +399,7 @@ function selectJob(id) {
   $("job-msg").textContent = "";
   if (!id) return;
   $("job-id").textContent = id;
+  setLive("polling");
   $("download").href = "/v1/batches/" + encodeURIComponent(id) + "/results";
   $("download").setAttribute("download", id + ".results.ndjson");
   renderJobs();
@@ -415,7 +416,10 @@ function openEvents(id) {
   if (app.missing.has("events") || typeof EventSource === "undefined") return;
   const es = new EventSource("/v1/batches/" + encodeURIComponent(id) + "/events");
   let opened = false;
-  es.onopen = () => { opened = true; };
+  es.onopen = () => {
+    opened = true;
+    if (app.selected === id) setLive("events");
+  };
   const poke = () => { if (app.selected === id) refreshJobSoon(); };
   for (const type of ["message", "progress", "item"]) es.addEventListener(type, poke);
   es.addEventListener("done", () => { poke(); es.close(); if (app.events === es) app.events = null; });
@@ -425,6 +429,13 @@ function openEvents(id) {
     if (app.events === es) app.events = null;
   };
   app.events = es;
+}
+
+// setLive says how the job's view is kept current: "events" once its
+// event stream opened, else "polling".
+function setLive(how) {
+  $("job").dataset.live = how;
+  $("job-live").textContent = how === "events" ? "live" : "polling";
 }
 
 function closeEvents() {
