@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"math"
 	"net/http"
 	"strconv"
@@ -30,11 +31,10 @@ type keyEntry struct {
 
 const ctxKey = "puzzleq.key"
 
-// Authenticate identifies the caller by its bearer key, or by the
-// dashboard's session cookie when the request has no Authorization header,
-// when keys are configured; with none configured every caller is the
-// anonymous owner "". A state-changing request authenticated by the cookie
-// must also pass the CSRF check (session.go).
+// Authenticate identifies the caller by its bearer key when keys are
+// configured, or, without an Authorization header, by the dashboard's
+// session cookie (cookieAuth); with none configured every caller is the
+// anonymous owner "".
 // Keys are compared as SHA-256 digests, in constant time, against every
 // configured key, so neither a key's bytes nor which key matched leak
 // through timing. Keys are never logged.
@@ -45,26 +45,8 @@ func (s *Server) Authenticate() gin.HandlerFunc {
 			return
 		}
 		h := c.GetHeader("Authorization")
-		if h == "" {
-			// No bearer header: the dashboard's session cookie may stand
-			// in for it (session.go).
-			k, err := s.sessionKey(c)
-			if err != nil {
-				fail(c, err)
-				return
-			}
-			if k != nil {
-				if !safeMethod(c.Request.Method) {
-					if err := checkCSRF(c); err != nil {
-						fail(c, err)
-						return
-					}
-				}
-				c.Set(ctxOwner, k.Name)
-				c.Set(ctxKey, k)
-				c.Next()
-				return
-			}
+		if h == "" && s.cookieAuth(c) {
+			return // the dashboard's session cookie (session.go)
 		}
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok || tok == "" {
@@ -72,7 +54,13 @@ func (s *Server) Authenticate() gin.HandlerFunc {
 			fail(c, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "", "missing bearer API key: send Authorization: Bearer <key>"))
 			return
 		}
-		found := s.matchKey(sha256.Sum256([]byte(tok)))
+		d := sha256.Sum256([]byte(tok))
+		var found *keyEntry
+		for i := range s.keys {
+			if subtle.ConstantTimeCompare(d[:], s.keys[i].digest[:]) == 1 {
+				found = &s.keys[i]
+			}
+		}
 		if found == nil {
 			c.Header("WWW-Authenticate", `Bearer realm="puzzleq", error="invalid_token"`)
 			fail(c, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "", "unknown API key"))

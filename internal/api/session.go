@@ -112,6 +112,32 @@ func (s *Server) sessionKey(c *gin.Context) (*keyEntry, error) {
 	return s.matchKey(d), nil
 }
 
+// cookieAuth authenticates a request without an Authorization header by
+// its session cookie, for Authenticate. It reports whether it handled the
+// request: authenticated it (a state-changing one only past checkCSRF)
+// and ran the rest of the chain, or answered it with an error. False
+// means there is no live session, and Authenticate answers as without.
+func (s *Server) cookieAuth(c *gin.Context) bool {
+	k, err := s.sessionKey(c)
+	if err != nil {
+		fail(c, err)
+		return true
+	}
+	if k == nil {
+		return false
+	}
+	if !safeMethod(c.Request.Method) {
+		if err := checkCSRF(c); err != nil {
+			fail(c, err)
+			return true
+		}
+	}
+	c.Set(ctxOwner, k.Name)
+	c.Set(ctxKey, k)
+	c.Next()
+	return true
+}
+
 // safeMethod reports whether a request of method m changes nothing.
 func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
