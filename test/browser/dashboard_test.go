@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,9 @@ type page struct {
 	ctx       context.Context
 	shots     string // screenshot directory
 	downloads string // download directory
+
+	mu         sync.Mutex
+	exceptions []string // the page's uncaught exceptions
 }
 
 // newPage starts a headless Chromium with a fresh profile and opens one
@@ -86,6 +90,27 @@ func newPage(t *testing.T) *page {
 		t.Skipf("Chromium at %s does not start: %v", bin, err)
 	}
 	p := &page{t: t, ctx: ctx, shots: artifactDir(t), downloads: t.TempDir()}
+	// An uncaught exception or unhandled rejection in the page's script
+	// fails the test, wherever it happened.
+	go func() {
+		for m, err := range chromedp.Console(ctx) {
+			if err != nil {
+				return
+			}
+			if m.IsException() {
+				p.mu.Lock()
+				p.exceptions = append(p.exceptions, fmt.Sprintf("%s:%d %s", m.URL, m.Line+1, m.Text))
+				p.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, e := range p.exceptions {
+			t.Errorf("the page threw: %s", e)
+		}
+	})
 	if _, err := chromedp.CallBrowser(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
 		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
 		t.Fatalf("set the download directory: %v", err)

@@ -22,6 +22,7 @@ const app = {
   itemsAbort: null,
   itemsKey: "",
   missing: new Set(), // endpoints this server lacks
+  backoffUntil: 0, // no polls before this time (after a 429)
 };
 
 // api sends a request to this origin and returns {status, body, text}.
@@ -39,6 +40,11 @@ async function api(method, path, opts = {}) {
   let body = null;
   if (text) {
     try { body = JSON.parse(text); } catch (_) { body = null; }
+  }
+  if (resp.status === 429) {
+    // Over the key's request rate: the next polls wait as long as asked.
+    const secs = Number(resp.headers.get("Retry-After")) || 1;
+    app.backoffUntil = Date.now() + secs * 1000;
   }
   if (resp.status === 401 && app.session && app.session.auth && !path.startsWith("/ui/")) {
     signedOut("Your session has ended; sign in again.");
@@ -159,12 +165,15 @@ function startPolling() {
   stopPolling();
   const tick = async () => {
     try {
+      $("global-error").textContent = "";
       await Promise.all([refreshJobs(), refreshStatus()]);
       if (app.selected) await refreshJob();
     } catch (e) {
       $("global-error").textContent = String(e);
     }
-    if (!$("dash").hidden) app.timer = setTimeout(tick, POLL_MS);
+    const wait = Math.max(POLL_MS, app.backoffUntil - Date.now());
+    if (wait > POLL_MS) $("global-error").textContent = "over this key's request rate: polling again in " + fmtDur(wait / 1000);
+    if (!$("dash").hidden) app.timer = setTimeout(tick, wait);
   };
   tick();
 }
