@@ -23,6 +23,7 @@ const app = {
   itemsKey: "",
   missing: new Set(), // endpoints this server lacks
   backoffUntil: 0, // no polls before this time (after a 429)
+  gen: 0, // the polling loop's generation: a loop whose is old stops
 };
 
 // api sends a request to this origin and returns {status, body, text}.
@@ -163,7 +164,9 @@ function forgetID(id) {
 
 function startPolling() {
   stopPolling();
+  const gen = app.gen;
   const tick = async () => {
+    if (gen !== app.gen) return; // stopped, or replaced by a newer loop
     try {
       $("global-error").textContent = "";
       await Promise.all([refreshJobs(), refreshStatus()]);
@@ -173,12 +176,13 @@ function startPolling() {
     }
     const wait = Math.max(POLL_MS, app.backoffUntil - Date.now());
     if (wait > POLL_MS) $("global-error").textContent = "over this key's request rate: polling again in " + fmtDur(wait / 1000);
-    if (!$("dash").hidden) app.timer = setTimeout(tick, wait);
+    if (gen === app.gen && !$("dash").hidden) app.timer = setTimeout(tick, wait);
   };
   tick();
 }
 
 function stopPolling() {
+  app.gen++;
   if (app.timer) clearTimeout(app.timer);
   app.timer = null;
   closeEvents();
