@@ -475,6 +475,11 @@ async function refreshJob() {
   if (r.status !== 200) return;
   const b = r.body;
   sample(b, Date.now());
+  if (app.batches.has(id)) {
+    // Keep the job's row in step with its view.
+    app.batches.set(id, Object.assign(app.batches.get(id), { counts: b.counts, done: b.done, done_at: b.done_at }));
+    renderJobs();
+  }
   $("job-bar").replaceWith(Object.assign(bar(b, true), { id: "job-bar" }));
   $("job-counts").textContent = countsText(b) + " · " + (b.total || 0) + " items · " +
     fmtRate(rate(b)) + " · ETA " + eta(b) + " · " + stateOf(b);
