@@ -27,11 +27,14 @@ const (
 	// CodeUnauthorized: API keys are configured and the request has no
 	// valid one.
 	CodeUnauthorized = "unauthorized"
-	// CodeForbidden: a state-changing request authenticated by the
+	// CodeForbidden: the key is valid but not for this route: a tenant
+	// key on an operator route (/monitoring, /metrics), or an operator
+	// key on /v1; or a state-changing request authenticated by the
 	// dashboard's session cookie lacks the dashboard's header or comes
-	// from another site (CSRF protection); bearer requests never get it.
+	// from another site (CSRF protection).
 	CodeForbidden = "forbidden"
-	// CodeRateLimited: the API key's request rate is over its limit.
+	// CodeRateLimited: the API key's request rate is over its limit, or
+	// the client's address failed authentication too often.
 	CodeRateLimited = "rate_limited"
 	// CodeQuotaExceeded: the API key has too many unfinished tasks.
 	CodeQuotaExceeded = "quota_exceeded"

@@ -109,7 +109,10 @@ func (s *Server) sessionKey(c *gin.Context) (*keyEntry, error) {
 	} else {
 		copy(d[:], b)
 	}
-	return s.matchKey(d), nil
+	if k := s.matchKey(d); k != nil && !k.IsOperator() {
+		return k, nil
+	}
+	return nil, nil
 }
 
 // cookieAuth authenticates a request without an Authorization header by
@@ -160,7 +163,7 @@ func checkCSRF(c *gin.Context) error {
 
 // getSession answers who is signed in.
 func (s *Server) getSession(c *gin.Context) {
-	info := SessionInfo{Auth: len(s.keys) > 0}
+	info := SessionInfo{Auth: s.tenantAuth}
 	if info.Auth {
 		k, err := s.sessionKey(c)
 		if err != nil {
@@ -182,8 +185,13 @@ func (s *Server) createSession(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if len(s.keys) == 0 {
+	if !s.tenantAuth {
 		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "API keys are not configured: the dashboard needs no sign-in"))
+		return
+	}
+	addr := c.RemoteIP()
+	if wait, blocked := s.failures.blocked(addr, time.Now()); blocked {
+		s.tooManyFailures(c, wait)
 		return
 	}
 	var in signIn
@@ -198,7 +206,13 @@ func (s *Server) createSession(c *gin.Context) {
 	d := sha256.Sum256([]byte(in.Key))
 	k := s.matchKey(d)
 	if k == nil {
-		fail(c, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "key", "unknown API key"))
+		// Limited per address like a wrong bearer key (authFailed).
+		s.authFailed(c, addr, newError(http.StatusUnauthorized, apitype.CodeUnauthorized, "key", "unknown API key"))
+		return
+	}
+	if k.IsOperator() {
+		fail(c, newError(http.StatusForbidden, apitype.CodeForbidden, "key",
+			"this is an operator key, which /v1 refuses; sign in here with a tenant key, or at /monitoring/login as an operator"))
 		return
 	}
 	var b [32]byte
@@ -232,7 +246,7 @@ func (s *Server) deleteSession(c *gin.Context) {
 	}
 	s.setCookie(c, "", -1)
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, SessionInfo{Auth: len(s.keys) > 0})
+	c.JSON(http.StatusOK, SessionInfo{Auth: s.tenantAuth})
 }
 
 // setCookie sets (maxAge > 0) or clears (maxAge < 0) the session cookie:

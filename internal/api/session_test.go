@@ -13,8 +13,9 @@ import (
 )
 
 const (
-	aliceUIKey = "alice-ui-s3cret"
-	bobUIKey   = "bob-ui-t0ken"
+	aliceUIKey = "alice-ui-s3cret-key-0001"
+	bobUIKey   = "bob-ui-t0ken-key-00002"
+	opsUIKey   = "ops-ui-operator-key-003"
 )
 
 // signInCookie signs in with key and returns the session cookie's value,
@@ -53,7 +54,7 @@ func TestSessionCookieAuth(t *testing.T) {
 	t.Parallel()
 	r := redistest.Start(t)
 	s := stacktest.Start(t, stacktest.Options{Workers: 1, Env: map[string]string{
-		"REDIS_URL": r.URL(), "API_KEYS": "alice:" + aliceUIKey + ",bob:" + bobUIKey}})
+		"REDIS_URL": r.URL(), "API_KEYS": "alice:" + aliceUIKey + ",bob:" + bobUIKey, "OPERATOR_KEYS": "ops:" + opsUIKey}})
 	s.WaitReady()
 
 	// Before sign-in: auth is on and no one is signed in.
@@ -69,7 +70,8 @@ func TestSessionCookieAuth(t *testing.T) {
 	}{
 		{"no UI header", `{"key":"` + aliceUIKey + `"}`, nil, 403, apitype.CodeForbidden},
 		{"cross-site", `{"key":"` + aliceUIKey + `"}`, []string{api.UIHeader, "1", "Sec-Fetch-Site", "cross-site"}, 403, apitype.CodeForbidden},
-		{"wrong key", `{"key":"alice-ui-s3cre"}`, []string{api.UIHeader, "1"}, 401, apitype.CodeUnauthorized},
+		{"wrong key", `{"key":"alice-ui-s3cret-key-000"}`, []string{api.UIHeader, "1"}, 401, apitype.CodeUnauthorized},
+		{"operator key", `{"key":"` + opsUIKey + `"}`, []string{api.UIHeader, "1"}, 403, apitype.CodeForbidden},
 		{"empty key", `{"key":""}`, []string{api.UIHeader, "1"}, 400, apitype.CodeInvalidRequest},
 		{"unknown field", `{"key":"x","keys":"y"}`, []string{api.UIHeader, "1"}, 400, apitype.CodeInvalidRequest},
 		{"not JSON", `key=x`, []string{api.UIHeader, "1"}, 400, apitype.CodeInvalidRequest},
@@ -190,5 +192,24 @@ func TestDashboardServedAndAuthOff(t *testing.T) {
 	}
 	if code, b, _ := s.DoH("POST", api.SessionPath, `{"key":"x"}`, api.UIHeader, "1"); code != 409 {
 		t.Errorf("sign in, auth off: %d %s, want 409", code, b)
+	}
+}
+
+// Wrong keys posted to the sign-in count as failed authentications of the
+// address, like wrong bearer keys: past AUTH_FAILURES_PER_MINUTE the
+// address is refused, the right key too.
+func TestSessionSignInFailuresLimited(t *testing.T) {
+	t.Parallel()
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceUIKey, "AUTH_FAILURES_PER_MINUTE": "3"})
+	var codes []int
+	for range 5 {
+		code, _, _ := s.DoH("POST", api.SessionPath, `{"key":"not-alices-key-at-all"}`, api.UIHeader, "1")
+		codes = append(codes, code)
+	}
+	if codes[0] != 401 || codes[4] != 429 {
+		t.Errorf("five wrong sign-ins answered %v, want 401 first and 429 last", codes)
+	}
+	if code, b, _ := s.DoH("POST", api.SessionPath, `{"key":"`+aliceUIKey+`"}`, api.UIHeader, "1"); code != 429 {
+		t.Errorf("the right key from a refused address: %d %s, want 429", code, b)
 	}
 }

@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	aliceKey = "alice-browser-key"
-	bobKey   = "bob-browser-key"
+	aliceKey = "alice-browser-key-0001"
+	bobKey   = "bob-browser-key-00002"
 )
 
 // batchNDJSON has two items that complete and one that fails: a sweep
