@@ -51,13 +51,15 @@ func (s *Server) createBatch(c *gin.Context) {
 		if committed {
 			return
 		}
-		dctx := context.WithoutCancel(ctx)
-		if err := w.Discard(dctx); err != nil {
-			s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
-		}
-		if claimed {
-			_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
-		}
+		claimed := claimed
+		s.undo(ctx, func(dctx context.Context) {
+			if err := w.Discard(dctx); err != nil {
+				s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
+			}
+			if claimed {
+				_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
+			}
+		})
 	}()
 	in, err := s.ingest(c, w, key != "")
 	if err != nil {
@@ -147,6 +149,34 @@ func batchCreated(id string, total int) apitype.BatchCreated {
 		}
 	}
 	return res
+}
+
+// undoGrace is how long a failed request waits for its undo (see undo)
+// before it answers.
+const undoGrace = 100 * time.Millisecond
+
+// undo runs fn, the cleanup of a request that failed, on a context the
+// client leaving does not end, bounded by RequestTimeout. It waits for
+// fn up to undoGrace: on a healthy Redis the cleanup takes milliseconds
+// and is done before the answer, as a client retrying at once expects;
+// on a hung one the 503 does not wait for it (a batch upload answered
+// after 4 s instead of 2 s, the discard of its staged chunk being the
+// second call to time out), and it ends on its own. What it fails to
+// undo expires (staged keys, claims, quota units).
+func (s *Server) undo(ctx context.Context, fn func(ctx context.Context)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
+		defer cancel()
+		fn(uctx)
+	}()
+	t := time.NewTimer(undoGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // replayBatch answers a retried submission with the batch the first one

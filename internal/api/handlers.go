@@ -46,6 +46,8 @@ func resource(t *store.Task) apitype.Task {
 // answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		// Every long poll ends at EndWaits (waitFor), whatever its route.
+		c.Request = c.Request.WithContext(s.withEnding(c.Request.Context()))
 		if streamedRoutes[c.FullPath()] {
 			// Bounded by progress instead (see streamContext).
 			c.Next()
@@ -111,8 +113,10 @@ func (s *Server) createTask(c *gin.Context) {
 	if err != nil {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
+		s.undo(ctx, func(ctx context.Context) {
+			_ = s.store.DeleteTasks(ctx, []string{id})
+			_ = s.store.ReleasePending(ctx, owner, id)
+		})
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
@@ -195,7 +199,7 @@ func (s *Server) getTask(c *gin.Context) {
 			return
 		}
 	}
-	c.JSON(http.StatusOK, resource(t))
+	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events
@@ -212,10 +216,13 @@ func (s *Server) waitTask(ctx context.Context, id string, wait time.Duration) (*
 }
 
 // waitFor is the long-poll loop shared by tasks and batches: subscribe
-// first, then read, so an event between the two cannot be missed.
+// first, then read, so an event between the two cannot be missed. The
+// server's EndWaits (its channel in ctx: endingOf) ends it like the
+// wait running out, with a fresh read.
 func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duration, read func() (T, error), done func(T) bool) (T, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	ending := endingOf(ctx)
 	for {
 		fired, release := w.Wait(key)
 		v, err := read()
@@ -228,6 +235,10 @@ func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duratio
 		case <-fired:
 		case <-recheck.C:
 		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return read()
+		case <-ending:
 			release()
 			recheck.Stop()
 			return read()
@@ -386,7 +397,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
-	c.JSON(http.StatusOK, res)
+	c.JSON(s.polledStatus(wait, b.Done()), res)
 }
 
 func pageParams(c *gin.Context) (cursor, limit int, err error) {

@@ -11,6 +11,7 @@ package api
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -184,7 +185,7 @@ func (s *Server) batchResults(c *gin.Context) {
 	t := s.admit.ticket()
 	defer t.release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
-		body: progressWriter{c.Writer, progressed}}
+		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(wait, b.Done())}
 	err = s.streamResults(ctx, b, state, from, t, out, progressed)
 	if err == nil {
 		err = out.close()
@@ -344,6 +345,7 @@ type lazyResponse struct {
 	body    io.Writer // c.Writer, with progress
 	t       *ticket
 	gzip    bool
+	status  int // 200, or 202 for a long poll cut short (polledStatus)
 	started bool
 	w       io.Writer
 	buf     *bufio.Writer // the gzip blocks
@@ -371,7 +373,7 @@ func (r *lazyResponse) begin() error {
 		r.w = r.buf
 	}
 	r.started = true
-	r.c.Status(http.StatusOK)
+	r.c.Status(cmp.Or(r.status, http.StatusOK))
 	return nil
 }
 

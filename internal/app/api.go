@@ -76,6 +76,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		if opt, a.rdb, err = redisConn(cfg.RedisURL); err != nil {
 			return nil, err
 		}
+		// Every Redis call of a request fails fast on a hung Redis,
+		// asynq's enqueues included: they go through this client.
+		a.rdb.AddHook(callDeadline(redisCallTimeout))
 	}
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
@@ -170,7 +173,11 @@ func (a *API) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("api shutting down", "shutdown_timeout", a.cfg.ShutdownTimeout.String())
+	// Readiness fails first; Shutdown closes the listener and then (its
+	// OnShutdown hook) the held long polls are answered at once, 202 with
+	// the current state, instead of being cut at ShutdownTimeout.
 	a.server.Drain()
+	a.httpSrv.RegisterOnShutdown(a.server.EndWaits)
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.httpSrv.Shutdown(sctx); err != nil {
