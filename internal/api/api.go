@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/webhook"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -50,6 +52,7 @@ type Store interface {
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
 	SessionStore
+	WebhookStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -108,6 +111,14 @@ type Options struct {
 	MaxPendingPerKey int
 	// SessionTTL is how long a dashboard session lasts after sign-in.
 	SessionTTL time.Duration
+	// WebhookPolicy says where completion webhooks may point
+	// (WEBHOOK_ALLOWED_HOSTS); nil allows public addresses only.
+	WebhookPolicy *webhook.Policy
+	// WebhooksEnabled is true when WEBHOOK_SECRET is set: without it no
+	// webhook could be signed, so a submission naming one is refused.
+	WebhooksEnabled bool
+	// Resolver looks webhook hosts up; nil is net.DefaultResolver.
+	Resolver webhook.Resolver
 	// OperatorRatePerSecond and OperatorBurst are each operator's token
 	// bucket on the operator routes (the dashboard, /metrics).
 	OperatorRatePerSecond, OperatorBurst int
@@ -166,6 +177,12 @@ type Server struct {
 // panics if opts lacks a limit (see Options).
 func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
 	opts.check()
+	if opts.WebhookPolicy == nil {
+		opts.WebhookPolicy, _ = webhook.ParsePolicy("")
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -266,6 +283,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
+	v1.GET("/batches/:id/events", s.batchEvents)
 	s.mountUI(e)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -41,18 +43,25 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	batchID := newID()
 	w := s.store.NewBatchWriter(batchID, s.opts.ChunkSize)
 	// Every failure below leaves nothing: the staged chunks go (they
 	// would expire anyway), and so does the claim unless it may be the
 	// batch's now.
 	committed, claimed, hash := false, false, ""
+	unwatch := func(context.Context) {}
 	defer func() {
 		if committed {
 			return
 		}
 		claimed := claimed
 		s.undo(ctx, func(dctx context.Context) {
+			unwatch(dctx)
 			if err := w.Discard(dctx); err != nil {
 				s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
 			}
@@ -65,6 +74,23 @@ func (s *Server) createBatch(c *gin.Context) {
 	if err != nil {
 		fail(c, err)
 		return
+	}
+	if in.Webhook != nil {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, *in.Webhook); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = *in.Webhook
+	} else if hook != "" && in.Hash != "" {
+		// The query's webhook is part of the request an Idempotency-Key
+		// names, as the body's is: a retry with another one is another
+		// request.
+		sum := sha256.Sum256([]byte(in.Hash + "\nwebhook " + hook))
+		in.Hash = hex.EncodeToString(sum[:])
 	}
 	if key != "" {
 		hash = in.Hash
@@ -83,6 +109,13 @@ func (s *Server) createBatch(c *gin.Context) {
 			return
 		}
 		claimed = true
+	}
+	// The webhook is recorded before the batch, so that it is there
+	// whenever the batch ends; a commit that fails forgets it.
+	if unwatch, err = s.watchWebhook(ctx, store.WebhookRef(true, batchID), hook); err != nil {
+		unwatch = func(context.Context) {}
+		fail(c, err)
+		return
 	}
 	cb := store.CommitBatch{ID: batchID, Owner: owner, Format: in.Format, BodyHash: in.Hash, Quota: s.quotaFor(c)}
 	if claimed {

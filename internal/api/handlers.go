@@ -29,7 +29,7 @@ func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
 		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
-		Attempts: t.Attempts, Progress: t.Progress,
+		Attempts: t.Attempts, Progress: t.Progress, Webhook: t.Webhook,
 	}
 	if t.BatchID != "" {
 		b := t.BatchID
@@ -75,7 +75,17 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	inBody, found, body, err := splitWebhook(body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -86,8 +96,24 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if found {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, inBody); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = inBody
+	}
 	owner := ownerOf(c)
 	id := newID()
+	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	// One round trip answers from the cache, or admits the task against
 	// the owner's quota and records it.
 	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
@@ -95,11 +121,15 @@ func (s *Server) createTask(c *gin.Context) {
 		err = s.quotaError(c)
 	}
 	if err != nil {
+		s.undo(ctx, unwatch)
 		fail(c, err)
 		return
 	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
+	if hook != "" {
+		tr.Webhook = &apitype.Webhook{URL: hook}
+	}
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
@@ -116,6 +146,7 @@ func (s *Server) createTask(c *gin.Context) {
 		s.undo(ctx, func(ctx context.Context) {
 			_ = s.store.DeleteTasks(ctx, []string{id})
 			_ = s.store.ReleasePending(ctx, owner, id)
+			unwatch(ctx)
 		})
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
@@ -387,6 +418,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		f := b.Format
 		res.Format = &f
 	}
+	res.Webhook = b.Webhook
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
 			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}

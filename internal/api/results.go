@@ -58,7 +58,8 @@ var resultsParams = []string{"wait", "state", "from"}
 // bound the wait and the work before their first byte as it would, and
 // after it every step (streamContext), so a client that stops reading is
 // cut within REQUEST_TIMEOUT and a slow one that keeps reading is not.
-var streamedRoutes = map[string]bool{"/v1/batches/:id/results": true, "/v1/batches/:id/output": true}
+var streamedRoutes = map[string]bool{"/v1/batches/:id/results": true, "/v1/batches/:id/output": true,
+	"/v1/batches/:id/events": true}
 
 // loadStreamed reads a batch the caller may see, holding for ?wait= as
 // loadBatchWaiting does, under the deadline the timeout middleware gives

@@ -103,10 +103,12 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
 		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
+		WebhookPolicy: cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
 		SessionTTL: cfg.UISessionTTL, Mount: a.mount,
 	})
-	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
+	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
+		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
