@@ -486,7 +486,7 @@ async function refreshJob() {
   $("job").setAttribute("data-done", String(!!b.done));
   $("cancel-btn").disabled = !!b.done;
   const c = b.counts || {};
-  $("retry-btn").disabled = !((c.failed || 0) + (c.canceled || 0)) || !b.done || app.missing.has("retry");
+  $("retry-btn").disabled = !((c.failed || 0) + (c.canceled || 0)) || app.missing.has("retry");
   // Reload the items when the filter or the counts change.
   const key = id + "|" + $("state-filter").value + "|" + JSON.stringify(c);
   if (key !== app.itemsKey) {
