@@ -62,6 +62,17 @@ func (k keys) ownerAffixes() []any {
 // It lives as long as that batch.
 func (k keys) ownerVT(owner string) string { return k.prefix + "owner:" + owner + ":vt" }
 
+// ownerBatches is a sorted set of an owner's batch IDs scored by their
+// creation time (Unix ms), for GET /v1/batches: the commit adds a batch
+// and trims the members older than the record TTL, and the key expires
+// with the owner's newest batch, so it holds no more than the records
+// that live. An auth-off server's owner is "" (key "owner::batches").
+func (k keys) ownerBatches(owner string) string { return k.prefix + "owner:" + owner + ":batches" }
+
+// ownerTasks is the same index of an owner's single tasks, for
+// GET /v1/tasks, kept by submitScript.
+func (k keys) ownerTasks(owner string) string { return k.prefix + "owner:" + owner + ":tasks" }
+
 // batchReq is a hash of a batch's requests, custom IDs and kind maps, per
 // chunk and per own-unit item (docs/batches.md).
 func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":req" }

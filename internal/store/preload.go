@@ -19,6 +19,7 @@ var allScripts = []*redis.Script{
 	leaseScript,
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
+	beginRetryScript, retryChunkScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so
