@@ -126,6 +126,30 @@ func (k keys) owner(owner string) []string {
 // "rate:" in front of it.
 func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owner }
 
+// solve is a string naming the task whose run is solving an expensive
+// puzzle right now (tasks.SolveRun.Solve: its cache key and budget), a
+// lease that run renews while it solves, so that an identical submission
+// joins it instead of solving again.
+func (k keys) solve(key string) string { return k.prefix + "solve:" + key }
+
+// solveWaiters is a hash of the single tasks waiting on an expensive
+// puzzle's solve (field = task ID, value = its owner), which the solve's
+// end ends together with the same outcome.
+func (k keys) solveWaiters(key string) string { return k.solve(key) + suffixWaiters }
+
+const suffixWaiters = ":waiters"
+
+// solveAffixes returns the text around the solve key in solve and
+// solveWaiters, for the cancel script, which learns the key from the
+// task record.
+func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
+
+// ownerRunning is a sorted set of an API key's expensive runs holding a
+// slot (member = task ID), scored by the Unix millisecond at which their
+// lease ends: the per-key cap counts its live members, and a run whose
+// worker died drops out when its lease ends.
+func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
+
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address
 // when auth is off. redis_rate puts its own "rate:" in front of it.

@@ -517,7 +517,14 @@ func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.
 	if err != nil {
 		return "", err
 	}
-	if prev[0] == apitype.TaskStateActive {
+	switch {
+	case batchID == "" && (prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive):
+		// A single task may wait on an expensive solve that others wait
+		// on too: announceCancel stops it only when none is left.
+		if err := s.announceCancel(ctx, id, prev[0]); err != nil {
+			return prev[0], err
+		}
+	case prev[0] == apitype.TaskStateActive:
 		if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
 			return prev[0], fmt.Errorf("store: announce cancel: %w", err)
 		}
