@@ -508,6 +508,11 @@ type APIConfig struct {
 	// about 2s + this interval of its API dying, while any replica runs;
 	// each look costs a few Redis commands. Default 1s.
 	OutboxInterval time.Duration
+	// UISessionTTL is how long a dashboard sign-in lasts: the session
+	// cookie's Max-Age and its record's TTL in Redis. A working day, so a
+	// user signs in once a day and a forgotten browser is not signed in
+	// for long. Default 12h.
+	UISessionTTL time.Duration
 
 	keys []api.APIKey
 }
@@ -539,6 +544,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
 	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
+	s.Duration(&c.UISessionTTL, "UI_SESSION_TTL", "12h", "how long a dashboard sign-in lasts")
 	return s
 }
 
@@ -602,6 +608,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.MaxConcurrentDecodes < 0 {
 		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)
+	}
+	if c.UISessionTTL < time.Minute || c.UISessionTTL > 30*24*time.Hour {
+		return fmt.Errorf("UI_SESSION_TTL: must be between 1m and 720h, got %s", c.UISessionTTL)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)
