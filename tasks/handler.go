@@ -61,6 +61,10 @@ type Transition struct {
 	Code    string            // failed, canceled: an apitype task error code
 	Msg     string
 	Cached  bool // completed from the cache
+	// Unstarted, for Finish, marks a task that ran without Start (an
+	// instant solve of a single task): Finish counts its attempt and
+	// sets its start time.
+	Unstarted bool
 }
 
 // Handler runs solve, chunk and unit tasks.
@@ -86,6 +90,12 @@ type Handler struct {
 	// instant says whether a request is a table lookup (the function
 	// instant); tests that replace solveFn make it always false.
 	instant func(*puzzle.Parsed) bool
+	// gate admits expensive single tasks (see SetGate); nil: none.
+	gate Gate
+	// capOf returns the per-key cap of expensive runs (0: none).
+	capOf func() int
+	// lease is the expensive runs' lease (0: SolveLease).
+	lease time.Duration
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -124,6 +134,13 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if err := decodePayload(t.Payload(), &p); err != nil || p.ID == "" {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		}
+		if h.gate != nil && t.Type() != TypeFill {
+			// Fills are all cheap; a sliding board is expensive over 9
+			// cells, which only decoding tells.
+			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
+				return h.processExpensive(ctx, p.Owner, p.Item, pz)
+			}
 		}
 		return h.processItems(ctx, "", p.Owner, []Item{p.Item})
 	case TypeUnit:
@@ -179,9 +196,23 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		}
 		parsed[i], keys[i] = p, p.Key()
 	}
-	prev, hits, err := h.store.Start(ctx, ts, keys)
-	if err != nil {
-		return fmt.Errorf("tasks: start %d items: %w", len(items), err)
+	var (
+		prev []apitype.TaskState
+		hits []json.RawMessage
+	)
+	if unstarted := batchID == "" && len(items) == 1 && parsed[0] != nil && h.instant(parsed[0]); unstarted {
+		// An instant solve (a table lookup, microseconds) skips Start:
+		// no client could see it active, and the cache cannot beat the
+		// table. Finish counts the attempt, and leaves alone a task that
+		// ended meanwhile (a cancel), as Start would have.
+		prev = []apitype.TaskState{apitype.TaskStatePending}
+		ts[0].Unstarted = true
+	} else {
+		var err error
+		prev, hits, err = h.store.Start(ctx, ts, keys)
+		if err != nil {
+			return fmt.Errorf("tasks: start %d items: %w", len(items), err)
+		}
 	}
 	for i, hit := range hits {
 		if hit != nil && outs[i] == nil {
@@ -197,7 +228,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		if len(pendingIdx) == 0 {
 			return nil
 		}
-		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx); err != nil {
+		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx, ts[0].Unstarted); err != nil {
 			return err
 		}
 		pendingIdx = pendingIdx[:0]
@@ -292,12 +323,12 @@ func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
 
 // finish writes the outcomes of items idx in one round trip and counts the
 // ones this call actually ended.
-func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
+func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int, unstarted bool) error {
 	ts := make([]Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
 		o := outs[i]
-		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner}
+		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner, Unstarted: unstarted}
 		if o.code == "" {
 			t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
 			if parsed[i] != nil {
@@ -345,6 +376,10 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 	return func(ctx context.Context, t *asynq.Task, err error) {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxR, _ := asynq.GetMaxRetry(ctx)
+		if d, ok := IsWait(err); ok && retried < maxR {
+			h.log.Debug("expensive task waits for a slot of its key", "type", t.Type(), "wait", d.String())
+			return // asynq runs it again after d, counting no retry
+		}
 		h.log.Warn("task error", "type", t.Type(), "retried", retried, "max_retry", maxR, "err", err)
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it
@@ -361,6 +396,16 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 			Msg: "gave up after repeated infrastructure errors"}}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		if h.gate != nil {
+			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
+				// The tasks that joined this one's solve fail with it:
+				// nothing else would end them.
+				if _, ferr := h.gate.FinishSolve(wctx, solveRun(p.Owner, p.Item, pz), ts[0]); ferr != nil {
+					h.log.Error("mark solve failed after last retry", "type", t.Type(), "err", ferr)
+				}
+				return
+			}
+		}
 		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {
 			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
 		}

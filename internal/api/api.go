@@ -28,7 +28,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Enqueuer puts tasks on the queue; *asynq.Client satisfies it.
+// Enqueuer puts batch units on the queue; *asynq.Client satisfies it.
+// Single tasks are queued by the store's submit script instead, with
+// their record (store.SubmitTask).
 type Enqueuer interface {
 	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }
@@ -51,6 +53,7 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
+	SessionStore
 	WebhookStore
 	ListStore
 }
@@ -59,6 +62,9 @@ type Store interface {
 // *store.Hub satisfies it.
 type Waiter interface {
 	Wait(key string) (fired <-chan struct{}, release func())
+	// Subscribe is Wait with what the event carried: a single task's
+	// event carries its ended record (store.DecodeEventTask).
+	Subscribe(key string) (w *store.Wake, release func())
 }
 
 // Options are the API's limits and tunables. The limits come from the
@@ -109,6 +115,8 @@ type Options struct {
 	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
 	// its own cap.
 	MaxPendingPerKey int
+	// SessionTTL is how long a dashboard session lasts after sign-in.
+	SessionTTL time.Duration
 	// WebhookPolicy says where completion webhooks may point
 	// (WEBHOOK_ALLOWED_HOSTS); nil allows public addresses only.
 	WebhookPolicy *webhook.Policy
@@ -146,6 +154,7 @@ func (o Options) check() {
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
+		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
 		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)},
@@ -295,6 +304,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id/items", s.listItems)
 	v1.POST("/batches/:id/retry", s.retryBatch)
 	v1.GET("/status", s.status)
+	s.mountUI(e)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}

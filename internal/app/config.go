@@ -283,6 +283,15 @@ type WorkerSettings struct {
 	// pieces, so its batch shows progress and a worker that dies loses
 	// at most this much of it. Default 100ms.
 	WriteInterval time.Duration
+	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
+	// sweeps, sliding boards over 9 cells) of one API key that run at
+	// once, cluster-wide, so that one key's hard puzzles cannot hold
+	// every slot while cheap tasks of other keys wait behind them. A task
+	// over the cap is not failed: it waits and is retried (README,
+	// "Expensive work"). Default 0: half of the slots of the workers
+	// registered with asynq (the sum of their concurrency), at least 1,
+	// re-read every 10 s.
+	MaxExpensivePerKey int
 }
 
 func (w *WorkerSettings) bind(s *envflag.Set) {
@@ -292,11 +301,15 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
+	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
 }
 
 func (w *WorkerSettings) validate() error {
 	if w.Concurrency < 0 {
 		return fmt.Errorf("WORKER_CONCURRENCY: must not be negative, got %d", w.Concurrency)
+	}
+	if w.MaxExpensivePerKey < 0 {
+		return fmt.Errorf("MAX_EXPENSIVE_PER_KEY: must not be negative, got %d", w.MaxExpensivePerKey)
 	}
 	if w.WriteInterval < time.Millisecond || w.WriteInterval > time.Minute {
 		return fmt.Errorf("UNIT_WRITE_INTERVAL: must be between 1ms and 1m, got %s", w.WriteInterval)
@@ -329,6 +342,24 @@ func (w *WorkerSettings) concurrency() int {
 		return w.Concurrency
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// expensiveCap is the per-key cap of expensive runs: MAX_EXPENSIVE_PER_KEY,
+// or by default half of the cluster's slots (the concurrency of each
+// registered worker; this worker's own when none is known yet), at
+// least 1.
+func (w *WorkerSettings) expensiveCap(slots []int) int {
+	if w.MaxExpensivePerKey > 0 {
+		return w.MaxExpensivePerKey
+	}
+	total := 0
+	for _, n := range slots {
+		total += n
+	}
+	if total == 0 {
+		total = w.concurrency()
+	}
+	return max(1, total/2)
 }
 
 func (w *WorkerSettings) weights() map[string]int {
@@ -484,6 +515,11 @@ type APIConfig struct {
 	// about 2s + this interval of its API dying, while any replica runs;
 	// each look costs a few Redis commands. Default 1s.
 	OutboxInterval time.Duration
+	// UISessionTTL is how long a dashboard sign-in lasts: the session
+	// cookie's Max-Age and its record's TTL in Redis. A working day, so a
+	// user signs in once a day and a forgotten browser is not signed in
+	// for long. Default 12h.
+	UISessionTTL time.Duration
 
 	keys []api.APIKey
 }
@@ -516,6 +552,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
 	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
+	s.Duration(&c.UISessionTTL, "UI_SESSION_TTL", "12h", "how long a dashboard sign-in lasts")
 	return s
 }
 
@@ -579,6 +616,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.MaxConcurrentDecodes < 0 {
 		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)
+	}
+	if c.UISessionTTL < time.Minute || c.UISessionTTL > 30*24*time.Hour {
+		return fmt.Errorf("UI_SESSION_TTL: must be between 1m and 720h, got %s", c.UISessionTTL)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)

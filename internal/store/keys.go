@@ -130,6 +130,30 @@ func (k keys) owner(owner string) []string {
 // "rate:" in front of it.
 func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owner }
 
+// solve is a string naming the task whose run is solving an expensive
+// puzzle right now (tasks.SolveRun.Solve: its cache key and budget), a
+// lease that run renews while it solves, so that an identical submission
+// joins it instead of solving again.
+func (k keys) solve(key string) string { return k.prefix + "solve:" + key }
+
+// solveWaiters is a hash of the single tasks waiting on an expensive
+// puzzle's solve (field = task ID, value = its owner), which the solve's
+// end ends together with the same outcome.
+func (k keys) solveWaiters(key string) string { return k.solve(key) + suffixWaiters }
+
+const suffixWaiters = ":waiters"
+
+// solveAffixes returns the text around the solve key in solve and
+// solveWaiters, for the cancel script, which learns the key from the
+// task record.
+func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
+
+// ownerRunning is a sorted set of an API key's expensive runs holding a
+// slot (member = task ID), scored by the Unix millisecond at which their
+// lease ends: the per-key cap counts its live members, and a run whose
+// worker died drops out when its lease ends.
+func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
+
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address
 // when auth is off. redis_rate puts its own "rate:" in front of it.
@@ -147,6 +171,12 @@ func (k keys) events() string { return k.prefix + "events" }
 // are announced, for workers.
 func (k keys) cancels() string { return k.prefix + "cancels" }
 
+// session is a string holding a dashboard session: the hex SHA-256 of the
+// API key it was opened with, under the hex SHA-256 of the session token
+// (the cookie's value), with the session's TTL. Neither the token nor the
+// key is stored, so a read of Redis yields no credential.
+func (k keys) session(tokenDigest string) string { return k.prefix + "session:" + tokenDigest }
+
 // webhook is a hash holding a completion webhook of one task or batch
 // (ref is "b:<batch ID>" or "t:<task ID>", see WebhookRef): its URL and
 // what its delivery did so far. It lives as long as the record.
@@ -158,3 +188,11 @@ func (k keys) webhook(ref string) string { return k.prefix + "webhook:" + ref }
 // that has ended and only then removes it, so a crash between the end
 // and the enqueue cannot lose the delivery.
 func (k keys) webhookWatch() string { return k.prefix + "webhooks:watch" }
+
+// asynqTask, asynqPending and asynqQueues are asynq's own keys (its
+// internal/base: TaskKey, PendingKey, AllQueues), for the one script that
+// writes to them: submitScript enqueues a single task where it records
+// it, as asynq's enqueue script does. Asynq's keys take no prefix.
+func (keys) asynqTask(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
+func (keys) asynqPending(queue string) string  { return "asynq:{" + queue + "}:pending" }
+func (keys) asynqQueues() string               { return "asynq:queues" }

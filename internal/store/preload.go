@@ -19,6 +19,7 @@ var allScripts = []*redis.Script{
 	leaseScript,
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
+	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
 	beginRetryScript, retryChunkScript,
 }
 
