@@ -39,8 +39,9 @@ type WatchdogOptions struct {
 	// re-driven (WORKER_DEAD_AFTER, whose default is stated there).
 	// Required: NewWatchdog panics without it.
 	DeadAfter time.Duration
-	// Interval is how often the heartbeats are read. Default DeadAfter/4,
-	// at most 1s.
+	// Interval is how often the heartbeats are read. Default DeadAfter/6,
+	// at most 500ms: a pass is one read, and the interval is the part of
+	// a dead worker's recovery time that the watchdog adds to DeadAfter.
 	Interval time.Duration
 }
 
@@ -93,7 +94,7 @@ func NewWatchdog(st WatchdogStore, insp TaskInspector, enq Enqueuer, log *slog.L
 		panic(fmt.Sprintf("api: WatchdogOptions.DeadAfter must be positive, got %s", o.DeadAfter))
 	}
 	if o.Interval <= 0 {
-		o.Interval = min(o.DeadAfter/4, time.Second)
+		o.Interval = min(o.DeadAfter/6, 500*time.Millisecond)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

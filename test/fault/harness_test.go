@@ -98,7 +98,8 @@ type cluster struct {
 	workers []*proc
 	wenv    map[string]string
 	http    *http.Client
-	n       int // workers started so far, for names
+	n       int    // workers started so far, for names
+	key     string // the API key requests carry ("" when auth is off)
 }
 
 // clusterOpts configures newCluster.
@@ -107,6 +108,10 @@ type clusterOpts struct {
 	api       map[string]string // API settings over the defaults
 	worker    map[string]string // worker settings over the defaults
 	workers   int               // workers to start
+	// authed turns the API keys on with faultOwner's key (limits raised
+	// out of the way), and every request of the cluster carries it, so
+	// the per-key quota is in play (checkQuota).
+	authed bool
 }
 
 // newCluster starts Redis, the API and opts.workers workers.
@@ -118,6 +123,11 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	c.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(c.http.CloseIdleConnections)
 	aenv := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+	if o.authed {
+		c.key = faultKey
+		aenv["API_KEYS"] = faultOwner + ":" + faultKey
+		aenv["RATE_LIMIT_PER_SECOND"], aenv["RATE_LIMIT_BURST"] = "10000", "10000"
+	}
 	for k, v := range o.api {
 		aenv[k] = v
 	}
@@ -166,6 +176,9 @@ func (c *cluster) doOn(hc *http.Client, method, path string, body []byte) (int, 
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
