@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -43,6 +44,9 @@ type WatchdogOptions struct {
 	// at most 500ms: a pass is one read, and the interval is the part of
 	// a dead worker's recovery time that the watchdog adds to DeadAfter.
 	Interval time.Duration
+	// Registerer, when set, gets the watchdog's counters:
+	// puzzleq_dead_workers_total and puzzleq_redriven_tasks_total.
+	Registerer prometheus.Registerer
 }
 
 // watchdogLease names the lease that lets one API replica at a time
@@ -81,6 +85,8 @@ type Watchdog struct {
 	seen     map[string]sighting
 	lastPass time.Time
 	now      func() time.Time
+
+	deadWorkers, redriven prometheus.Counter
 }
 
 type sighting struct {
@@ -101,8 +107,19 @@ func NewWatchdog(st WatchdogStore, insp TaskInspector, enq Enqueuer, log *slog.L
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Watchdog{store: st, insp: insp, enq: enq, log: log.With("component", "watchdog"), opts: o,
-		holder: hex.EncodeToString(b[:]), seen: map[string]sighting{}, now: time.Now}
+	w := &Watchdog{store: st, insp: insp, enq: enq, log: log.With("component", "watchdog"), opts: o,
+		holder: hex.EncodeToString(b[:]), seen: map[string]sighting{}, now: time.Now,
+		deadWorkers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "puzzleq_dead_workers_total", Help: "Workers whose heartbeat stopped and whose tasks this API replica re-drove.",
+		}),
+		redriven: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "puzzleq_redriven_tasks_total", Help: "Tasks of dead workers this API replica queued again under a new task ID.",
+		}),
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(w.deadWorkers, w.redriven)
+	}
+	return w
 }
 
 // Run watches every Interval until ctx ends.
@@ -211,6 +228,10 @@ func (w *Watchdog) redrive(ctx context.Context, b tasks.WorkerBeat, silent time.
 	if err != nil {
 		return n, err
 	}
+	if reaped {
+		w.deadWorkers.Inc()
+	}
+	w.redriven.Add(float64(n))
 	w.log.Info("re-drove the tasks of a dead worker", "worker_id", b.Worker, "silent_ms", silent.Milliseconds(),
 		"held", len(held), "redriven", n, "task_ids", ids, "reaped", reaped)
 	delete(w.seen, b.Worker)

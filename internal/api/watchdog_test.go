@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
@@ -88,7 +89,7 @@ func TestWatchdogJudgesByWhatItSaw(t *testing.T) {
 	}
 	set(4)
 	pass(time.Second, "dead") // unchanged for 3 s
-	dead = false // reaped
+	dead = false              // reaped
 	set(4)
 
 	// Redis answers nobody for a while: the beats stop changing, but so
@@ -194,8 +195,9 @@ func TestWatchdogRedrivesADeadWorkersTasks(t *testing.T) {
 		}
 		redriven += n
 	}
-	if redriven != 2 {
-		t.Fatalf("re-drove %d tasks, want the victim's 2", redriven)
+	if redriven != 2 || testutil.ToFloat64(w.redriven) != 2 || testutil.ToFloat64(w.deadWorkers) != 1 {
+		t.Fatalf("re-drove %d tasks (counted %v, dead workers %v), want the victim's 2 of 1 dead worker",
+			redriven, testutil.ToFloat64(w.redriven), testutil.ToFloat64(w.deadWorkers))
 	}
 	for _, orig := range []struct{ queue, id string }{{tasks.QueueInteractive, "s1"}, {tasks.QueueBulk, "b1:x3"}} {
 		o, err := insp.GetTaskInfo(orig.queue, orig.id)

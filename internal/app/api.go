@@ -106,7 +106,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
 	a.watchdog = api.NewWatchdog(a.store, asynq.NewInspectorFromRedisClient(a.rdb), a.client, log,
-		api.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter})
+		api.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter, Registerer: a.reg})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
