@@ -27,7 +27,12 @@ const (
 	// CodeUnauthorized: API keys are configured and the request has no
 	// valid one.
 	CodeUnauthorized = "unauthorized"
-	// CodeRateLimited: the API key's request rate is over its limit.
+	// CodeForbidden: the key is valid but not for this route: a tenant
+	// key on an operator route (/monitoring, /metrics), or an operator
+	// key on /v1.
+	CodeForbidden = "forbidden"
+	// CodeRateLimited: the API key's request rate is over its limit, or
+	// the client's address failed authentication too often.
 	CodeRateLimited = "rate_limited"
 	// CodeQuotaExceeded: the API key has too many unfinished tasks.
 	CodeQuotaExceeded = "quota_exceeded"
@@ -60,7 +65,7 @@ const (
 // ErrorCodes returns every code an Error may carry.
 func ErrorCodes() []string {
 	return []string{CodeInvalidRequest, CodeInvalidPuzzle, CodeTooLarge, CodeBodyTooLarge, CodeRequestTimeout, CodeNotFound,
-		CodeMethodNotAllowed, CodeConflict, CodeIncomplete, CodeUnauthorized, CodeRateLimited,
+		CodeMethodNotAllowed, CodeConflict, CodeIncomplete, CodeUnauthorized, CodeForbidden, CodeRateLimited,
 		CodeQuotaExceeded, CodeIdempotencyKeyReused, CodeInProgress, CodeUnavailable, CodeInternal}
 }
 

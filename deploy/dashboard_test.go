@@ -124,14 +124,15 @@ func TestMonitoringInChromium(t *testing.T) {
 	}
 }
 
-// TestMonitoringNeedsAKey: with API keys configured the dashboard, like
-// /v1, needs one.
-func TestMonitoringNeedsAKey(t *testing.T) {
-	s := startStack(t, map[string]string{"API_KEYS": "ops:s3cret-key-for-tests"})
+// TestMonitoringNeedsAnOperatorKey: with API keys configured the
+// dashboard needs an operator key, and refuses a tenant's.
+func TestMonitoringNeedsAnOperatorKey(t *testing.T) {
+	s := startStack(t, map[string]string{"API_KEYS": "alice:tenant-key-for-tests", "OPERATOR_KEYS": "ops:s3cret-key-for-tests"})
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", http.StatusUnauthorized}, {"Bearer wrong", http.StatusUnauthorized}, {"Bearer s3cret-key-for-tests", http.StatusOK}} {
+	}{{"", http.StatusUnauthorized}, {"Bearer wrong-key-for-tests", http.StatusUnauthorized},
+		{"Bearer tenant-key-for-tests", http.StatusForbidden}, {"Bearer s3cret-key-for-tests", http.StatusOK}} {
 		req, _ := http.NewRequest(http.MethodGet, s.apiURL+app.MonitoringPath+"api/queues", nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)

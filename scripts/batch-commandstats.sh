@@ -27,7 +27,7 @@ json.dump({"tasks": out}, open(sys.argv[1], "w"))
 PY
 redis-server --port $rp --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --logfile "$dir/redis.log" & rpid=$!
 sleep 0.5
-export REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn API_KEYS=alice:alice-key RATE_LIMIT_BURST=1000
+export REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn API_KEYS=alice:alice-key-0123456789 RATE_LIMIT_BURST=1000
 HTTP_ADDR=127.0.0.1:$ap "$bin/api" >"$dir/api.log" 2>&1 & apid=$!
 HTTP_ADDR=127.0.0.1:$wp PDB_PRELOAD=false "$bin/worker" >"$dir/worker.log" 2>&1 & wpid=$!
 for _ in $(seq 100); do

@@ -42,6 +42,8 @@ type Store interface {
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
+	AllowOperator(ctx context.Context, who string, perSecond, burst int) (bool, time.Duration, error)
+	AllowAuthFailure(ctx context.Context, addr string, perMinute int) (bool, time.Duration, error)
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
@@ -102,10 +104,16 @@ type Options struct {
 	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
 	// its own cap.
 	MaxPendingPerKey int
+	// OperatorRatePerSecond and OperatorBurst are each operator's token
+	// bucket on the operator routes (the dashboard, /metrics).
+	OperatorRatePerSecond, OperatorBurst int
+	// AuthFailuresPerMinute bounds the failed authentications of one
+	// client address a minute, after which it is answered 429.
+	AuthFailuresPerMinute int
 	// Mount, optional, adds routes that are not the API's own (metrics,
-	// the queue dashboard) to the engine; authenticate is the API's key
-	// check, for the routes that need it.
-	Mount func(e *gin.Engine, authenticate gin.HandlerFunc)
+	// the queue dashboard) to the engine; operator checks the operator
+	// credential and rate, and signs operators in from a browser.
+	Mount func(e *gin.Engine, operator OperatorAuth)
 }
 
 func (o Options) check() {
@@ -118,7 +126,8 @@ func (o Options) check() {
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
-		{"FeedDepth", int64(o.FeedDepth)},
+		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
+		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
 		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
@@ -129,17 +138,21 @@ func (o Options) check() {
 
 // Server holds the API's dependencies. Create it with New.
 type Server struct {
-	enq      Enqueuer
-	store    Store
-	waiter   Waiter
-	opts     Options
-	log      *slog.Logger
-	metrics  *metrics
-	decodes  chan struct{} // the decode slots
-	admit    *pool         // bytes of bodies and results held at once
-	keys     []keyEntry
-	draining atomic.Bool
-	engine   *gin.Engine
+	enq     Enqueuer
+	store   Store
+	waiter  Waiter
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	decodes chan struct{} // the decode slots
+	admit   *pool         // bytes of bodies and results held at once
+	keys    []keyEntry    // tenant and operator keys
+	// tenantAuth is whether /v1 needs a key: some tenant key is
+	// configured. Operator keys alone leave /v1 open, as no keys do.
+	tenantAuth bool
+	failures   blocklist // addresses over their failed-authentication limit
+	draining   atomic.Bool
+	engine     *gin.Engine
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics. It
@@ -154,6 +167,7 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 		admit: newPool(opts.MaxBytesInFlight)}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
+		s.tenantAuth = s.tenantAuth || !k.IsOperator()
 	}
 	s.engine = s.routes()
 	return s
@@ -202,7 +216,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
 	if s.opts.Mount != nil {
-		s.opts.Mount(e, s.Authenticate())
+		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}
 	return e
 }

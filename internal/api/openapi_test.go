@@ -857,21 +857,21 @@ func TestOpenAPIEmbedded(t *testing.T) {
 func TestOpenAPIAuth(t *testing.T) {
 	doc := loadDoc(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.json")
-	if err := os.WriteFile(keysFile, []byte(`[{"name":"bob","key":"bob-key","rate_per_second":1,"burst":1}]`), 0o600); err != nil {
+	if err := os.WriteFile(keysFile, []byte(`[{"name":"bob","key":"bob-key-0123456789ab","rate_per_second":1,"burst":1}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a := startDocStack(t, map[string]string{
-		"API_KEYS": "alice:alice-key", "API_KEYS_FILE": keysFile,
+		"API_KEYS": "alice:alice-key-0123456789", "API_KEYS_FILE": keysFile,
 		"MAX_PENDING_PER_KEY": "2", "RATE_LIMIT_BURST": "100",
 	}).API
 	c := newClient(t, doc, a.Addr())
-	alice := map[string]string{"Authorization": "Bearer alice-key"}
+	alice := map[string]string{"Authorization": "Bearer alice-key-0123456789"}
 
 	wantError(t, c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), want: 401}), "unauthorized", "")
 	wantError(t, c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: map[string]string{"Authorization": "Bearer nope"}, want: 401}), "unauthorized", "")
 	c.do(call{method: "POST", path: "/v1/tasks", body: []byte(sample), header: alice, want: 202})
 
-	idem := map[string]string{"Authorization": "Bearer alice-key", "Idempotency-Key": "run-1/0"}
+	idem := map[string]string{"Authorization": "Bearer alice-key-0123456789", "Idempotency-Key": "run-1/0"}
 	batch := []byte(`{"tasks":[{"kind":"sweep","puzzle":{"board":["..."]}}]}`)
 	first := c.do(call{method: "POST", path: "/v1/batches", body: batch, header: idem, want: 202})
 	again := c.do(call{method: "POST", path: "/v1/batches", body: batch, header: idem, want: 202})
@@ -883,7 +883,7 @@ func TestOpenAPIAuth(t *testing.T) {
 	q := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(`{"kind":"sweep","puzzle":{"board":[".."]}}`), header: alice, want: 429})
 	wantError(t, q, "quota_exceeded", "")
 	// Bob's bucket holds one request.
-	bob := map[string]string{"Authorization": "Bearer bob-key"}
+	bob := map[string]string{"Authorization": "Bearer bob-key-0123456789ab"}
 	c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: bob, want: 404})
 	rl := c.do(call{method: "GET", path: "/v1/tasks/" + unknownID, header: bob, want: 429})
 	wantError(t, rl, "rate_limited", "")

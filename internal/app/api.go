@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,6 +101,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
 		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
+		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
 		Mount: a.mount,
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
@@ -125,21 +125,6 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 
 func (a *API) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
-}
-
-// MonitoringPath is where the asynqmon dashboard is served.
-const MonitoringPath = "/monitoring/"
-
-// mount adds the routes that are not part of the v1 API: /metrics, and
-// asynqmon's read-only queue dashboard at /monitoring/ on the same Redis
-// as the API (the in-memory one when embedded), behind the API keys when
-// any are configured.
-func (a *API) mount(e *gin.Engine, authenticate gin.HandlerFunc) {
-	if a.cfg.MetricsAddr == "" {
-		e.GET("/metrics", gin.WrapH(a.metricsHandler()))
-	}
-	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
-	e.GET(MonitoringPath+"*path", authenticate, gin.WrapH(a.monitor))
 }
 
 // Addr is the API's listen address.

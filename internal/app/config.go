@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,6 +28,16 @@ type Common struct {
 	// Default "": the API then runs embedded (in-memory Redis and an
 	// in-process worker); the worker requires it.
 	RedisURL string
+	// RedisSentinels is "host:port,host:port,...", Redis Sentinels that
+	// name the master of RedisMasterName; set instead of RedisURL, both
+	// binaries then follow the master through failovers (go-redis's
+	// failover client, the same for asynq). It is the same as REDIS_URL
+	// redis-sentinel://host:port,...?master=NAME. Default "".
+	RedisSentinels string
+	// RedisMasterName is the master's name in the Sentinels' config
+	// (sentinel monitor NAME ...); required with RedisSentinels. Default
+	// "".
+	RedisMasterName string
 	// KeyPrefix prefixes puzzleq's own Redis keys. Default "pq:".
 	KeyPrefix string
 	// TaskTTL is how long task and batch records are kept. Default 24h.
@@ -72,7 +83,9 @@ type Common struct {
 }
 
 func (c *Common) bind(s *envflag.Set) {
-	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis:// or rediss://)")
+	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis://, rediss:// or redis-sentinel://)")
+	s.String(&c.RedisSentinels, "REDIS_SENTINELS", "", "Redis Sentinel addresses host:port,... (instead of REDIS_URL)")
+	s.String(&c.RedisMasterName, "REDIS_MASTER_NAME", "", "the master's name at the Sentinels (with REDIS_SENTINELS)")
 	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
 	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
 	s.Duration(&c.ResultTTL, "RESULT_TTL", "24h", "how long cached results are kept")
@@ -88,6 +101,9 @@ func (c *Common) bind(s *envflag.Set) {
 }
 
 func (c *Common) validate() error {
+	if err := c.sentinels(); err != nil {
+		return err
+	}
 	if c.RedisURL != "" {
 		if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
 			return fmt.Errorf("REDIS_URL: %v", err)
@@ -123,6 +139,36 @@ func (c *Common) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", c.LogFormat)
 	}
+	return nil
+}
+
+// sentinels checks REDIS_SENTINELS and REDIS_MASTER_NAME and, when they
+// are set, writes them as the redis-sentinel:// REDIS_URL that asynq
+// parses (into its RedisFailoverClientOpt, which newRedisClient opens as
+// go-redis's failover client), so everything downstream has one form.
+func (c *Common) sentinels() error {
+	if c.RedisSentinels == "" {
+		if c.RedisMasterName != "" {
+			return fmt.Errorf("REDIS_MASTER_NAME: needs REDIS_SENTINELS")
+		}
+		return nil
+	}
+	if c.RedisURL != "" {
+		return fmt.Errorf("REDIS_SENTINELS: set either it or REDIS_URL, not both")
+	}
+	if !keyName.MatchString(c.RedisMasterName) {
+		return fmt.Errorf("REDIS_MASTER_NAME: required with REDIS_SENTINELS, 1-64 of A-Z a-z 0-9 _ . -, got %q", c.RedisMasterName)
+	}
+	var addrs []string
+	for _, a := range strings.Split(c.RedisSentinels, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(a, "/?#@") {
+			return fmt.Errorf("REDIS_SENTINELS: %q is not host:port", a)
+		}
+		addrs = append(addrs, a)
+	}
+	c.RedisURL = "redis-sentinel://" + strings.Join(addrs, ",") + "?master=" + c.RedisMasterName
 	return nil
 }
 
@@ -278,11 +324,11 @@ func LoadWorkerConfig(args []string, getenv func(string) string, usage io.Writer
 }
 
 func (c *WorkerConfig) validate() error {
-	if c.RedisURL == "" {
-		return fmt.Errorf("REDIS_URL: required for the worker")
-	}
 	if err := c.Common.validate(); err != nil {
 		return err
+	}
+	if c.RedisURL == "" {
+		return fmt.Errorf("REDIS_URL: required for the worker (or REDIS_SENTINELS)")
 	}
 	if err := c.WorkerSettings.validate(); err != nil {
 		return err
@@ -335,13 +381,36 @@ type APIConfig struct {
 	// the API under 256 MiB with eight 12 MB fill batches uploaded at once
 	// (RELIABILITY.md). Default 32Mi.
 	MaxBytesInFlight int64
-	// APIKeys is "name:key,name:key". With any key configured every /v1
-	// and /monitoring route needs "Authorization: Bearer <key>". Default
-	// "": auth off.
+	// APIKeys is "name:key,name:key", the tenants' keys, each at least
+	// 16 bytes. With any configured every /v1 route needs
+	// "Authorization: Bearer <key>". Default "": auth off.
 	APIKeys string
-	// APIKeysFile is a JSON file of keys with optional per-key limits:
-	// [{"name","key","rate_per_second","burst","max_pending"}]. Default "".
+	// APIKeysFile is a JSON file of keys with optional per-key limits and
+	// role: [{"name","key","rate_per_second","burst","max_pending","role"}],
+	// role "tenant" (the default) or "operator". Default "".
 	APIKeysFile string
+	// OperatorKeys is "name:key,name:key", the keys of the operator
+	// routes: the /monitoring/ dashboard and /metrics on HTTP_ADDR. With
+	// any key configured those routes need one of these, and refuse
+	// tenant keys; operator keys in turn are refused on /v1. Default "":
+	// with API_KEYS set, the operator routes are closed to everyone.
+	OperatorKeys string
+	// Monitoring serves the asynqmon dashboard at /monitoring/. Default
+	// true.
+	Monitoring bool
+	// OperatorRatePerSecond is each operator's request rate on the
+	// operator routes (per client address when auth is off); the
+	// dashboard polls a few requests every 8 s. Default 10.
+	OperatorRatePerSecond int
+	// OperatorBurst is each operator's burst there; a dashboard page
+	// load makes about ten requests. Default 30.
+	OperatorBurst int
+	// AuthFailuresPerMinute is how many failed authentications (no key,
+	// or an unknown one) one client address may make a minute, as a
+	// burst and refilling over the minute; past it the address is
+	// answered 429 for everything, a valid key too, until it refills.
+	// Default 30.
+	AuthFailuresPerMinute int
 	// RatePerSecond is each key's default request rate. Default 20.
 	RatePerSecond int
 	// RateBurst is each key's default burst. Default 40.
@@ -389,7 +458,12 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive (slower: 408)")
 	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
 	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
-	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits")
+	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits and roles")
+	s.String(&c.OperatorKeys, "OPERATOR_KEYS", "", "operator keys for /monitoring/ and /metrics, name:key,name:key")
+	s.Bool(&c.Monitoring, "MONITORING", "true", "serve the asynqmon dashboard at /monitoring/")
+	s.Int(&c.OperatorRatePerSecond, "OPERATOR_RATE_LIMIT_PER_SECOND", "10", "requests per second per operator on /monitoring/ and /metrics")
+	s.Int(&c.OperatorBurst, "OPERATOR_RATE_LIMIT_BURST", "30", "burst of requests per operator on /monitoring/ and /metrics")
+	s.Int(&c.AuthFailuresPerMinute, "AUTH_FAILURES_PER_MINUTE", "30", "failed authentications allowed per client address a minute")
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
@@ -475,7 +549,9 @@ func (c *APIConfig) validate() error {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey}} {
+	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey},
+		{"OPERATOR_RATE_LIMIT_PER_SECOND", c.OperatorRatePerSecond}, {"OPERATOR_RATE_LIMIT_BURST", c.OperatorBurst},
+		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}} {
 		if v.n <= 0 {
 			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
 		}

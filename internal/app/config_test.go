@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
@@ -66,6 +68,14 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "LOG_LEVEL": "loud"}, nil, "LOG_LEVEL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "KEY_PREFIX": "a{b}"}, nil, "KEY_PREFIX"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "FEED_DEPTH": "0"}, nil, "FEED_DEPTH"},
+		{true, map[string]string{"REDIS_SENTINELS": "127.0.0.1:26379"}, nil, "REDIS_MASTER_NAME"},
+		{true, map[string]string{"REDIS_MASTER_NAME": "pq"}, nil, "REDIS_SENTINELS"},
+		{true, map[string]string{"REDIS_SENTINELS": "127.0.0.1", "REDIS_MASTER_NAME": "pq"}, nil, "REDIS_SENTINELS"},
+		{true, map[string]string{"REDIS_SENTINELS": "a:1,b:2/x", "REDIS_MASTER_NAME": "pq"}, nil, "REDIS_SENTINELS"},
+		{false, map[string]string{"REDIS_SENTINELS": "a:1", "REDIS_MASTER_NAME": "pq", "REDIS_URL": "redis://x:1"}, nil, "REDIS_SENTINELS"},
+		{false, map[string]string{"API_KEYS": "alice:short"}, nil, "API_KEYS"},
+		{false, map[string]string{"OPERATOR_RATE_LIMIT_BURST": "0"}, nil, "OPERATOR_RATE_LIMIT_BURST"},
+		{false, map[string]string{"AUTH_FAILURES_PER_MINUTE": "0"}, nil, "AUTH_FAILURES_PER_MINUTE"},
 		{false, map[string]string{"MAX_BODY_BYTES": "lots"}, nil, "MAX_BODY_BYTES"},
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"CHUNK_SIZE": "4096"}, nil, "CHUNK_SIZE"},
@@ -85,6 +95,22 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("env %v args %v: error %v, want it to name %s", tc.env, tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestSentinelSettings: REDIS_SENTINELS and REDIS_MASTER_NAME become the
+// redis-sentinel:// URL asynq parses into its failover options.
+func TestSentinelSettings(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"REDIS_SENTINELS": "10.0.0.1:26379, 10.0.0.2:26379,10.0.0.3:26380", "REDIS_MASTER_NAME": "pq-main"}
+	w, err := app.LoadWorkerConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := asynq.ParseRedisURI(w.RedisURL)
+	fo, ok := opt.(asynq.RedisFailoverClientOpt)
+	if err != nil || !ok || fo.MasterName != "pq-main" || strings.Join(fo.SentinelAddrs, " ") != "10.0.0.1:26379 10.0.0.2:26379 10.0.0.3:26380" {
+		t.Errorf("REDIS_URL %q parses to %#v, %v", w.RedisURL, opt, err)
 	}
 }
 

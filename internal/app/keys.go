@@ -16,23 +16,38 @@ import (
 // names and logs.
 var keyName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// loadKeys reads API_KEYS ("name:key,name:key") and API_KEYS_FILE (a JSON
-// list of {"name", "key", "rate_per_second", "burst", "max_pending"}, with
-// exact names, none repeated and no others). Errors name the setting and
-// the entry, never the key itself.
+// MinKeyBytes is the shortest key accepted: 16 bytes, 128 bits when
+// random (openssl rand -hex 16 gives 32), beyond any guessing at the
+// failed-authentication limit. A short key is a typo or a placeholder.
+const MinKeyBytes = 16
+
+// loadKeys reads API_KEYS and OPERATOR_KEYS ("name:key,name:key") and
+// API_KEYS_FILE (a JSON list of {"name", "key", "rate_per_second",
+// "burst", "max_pending", "role"}, with exact names, none repeated and no
+// others). Names are unique across all three, every key is at least
+// MinKeyBytes long, and no two names share one secret: the server could
+// not tell them apart, and would credit one's work to the other. Errors
+// name the setting and the entry, never the key itself.
 func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 	var keys []api.APIKey
-	if c.APIKeys != "" {
-		for i, part := range strings.Split(c.APIKeys, ",") {
+	var from []string // the setting each key came from
+	for _, list := range []struct {
+		setting, value, role string
+	}{{"API_KEYS", c.APIKeys, api.RoleTenant}, {"OPERATOR_KEYS", c.OperatorKeys, api.RoleOperator}} {
+		if list.value == "" {
+			continue
+		}
+		for i, part := range strings.Split(list.value, ",") {
 			part = strings.TrimSpace(part)
 			if part == "" {
 				continue
 			}
 			name, key, ok := strings.Cut(part, ":")
 			if !ok {
-				return nil, fmt.Errorf("API_KEYS: entry %d is not name:key", i+1)
+				return nil, fmt.Errorf("%s: entry %d is not name:key", list.setting, i+1)
 			}
-			keys = append(keys, api.APIKey{Name: name, Key: key})
+			keys = append(keys, api.APIKey{Name: name, Key: key, Role: list.role})
+			from = append(from, list.setting)
 		}
 	}
 	if c.APIKeysFile != "" {
@@ -44,25 +59,40 @@ func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 		// was taken for "key", and the last of two "key"s won.
 		var fileKeys []api.APIKey
 		if err := puzzle.DecodeStrict(b, &fileKeys); err != nil {
-			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending}: %s", keysFileError(err))
+			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending, role}: %s", keysFileError(err))
 		}
-		keys = append(keys, fileKeys...)
+		for _, k := range fileKeys {
+			keys = append(keys, k)
+			from = append(from, "API_KEYS_FILE")
+		}
 	}
 	names := map[string]bool{}
+	secrets := map[string]string{} // key -> name
 	for i, k := range keys {
 		if !keyName.MatchString(k.Name) {
-			return nil, fmt.Errorf("API keys: entry %d: name %q must be 1-64 of A-Z a-z 0-9 _ . -", i+1, k.Name)
+			return nil, fmt.Errorf("%s: entry %d: name %q must be 1-64 of A-Z a-z 0-9 _ . -", from[i], i+1, k.Name)
 		}
 		if k.Key == "" {
-			return nil, fmt.Errorf("API keys: %s has an empty key", k.Name)
+			return nil, fmt.Errorf("%s: %s has an empty key", from[i], k.Name)
+		}
+		if len(k.Key) < MinKeyBytes {
+			return nil, fmt.Errorf("%s: %s's key is %d bytes; keys must be at least %d (openssl rand -hex 16 makes one)",
+				from[i], k.Name, len(k.Key), MinKeyBytes)
 		}
 		if names[k.Name] {
-			return nil, fmt.Errorf("API keys: %s appears twice", k.Name)
+			return nil, fmt.Errorf("%s: %s appears twice (names are unique across API_KEYS, OPERATOR_KEYS and API_KEYS_FILE)", from[i], k.Name)
+		}
+		if other, ok := secrets[k.Key]; ok {
+			return nil, fmt.Errorf("%s: %s has the same key as %s; every name needs a secret of its own", from[i], k.Name, other)
+		}
+		if k.Role != "" && k.Role != api.RoleTenant && k.Role != api.RoleOperator {
+			return nil, fmt.Errorf("%s: %s has role %q; want %q or %q", from[i], k.Name, k.Role, api.RoleTenant, api.RoleOperator)
 		}
 		if k.RatePerSecond < 0 || k.Burst < 0 || k.MaxPending < 0 {
-			return nil, fmt.Errorf("API keys: %s has a negative limit", k.Name)
+			return nil, fmt.Errorf("%s: %s has a negative limit", from[i], k.Name)
 		}
 		names[k.Name] = true
+		secrets[k.Key] = k.Name
 	}
 	return keys, nil
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,7 @@ import (
 // and none shows the secret.
 func TestKeysFileIsStrict(t *testing.T) {
 	t.Parallel()
-	const secret = "s3cret-9f8e7d"
+	const secret = "s3cret-9f8e7d6c5b4a"
 	load := func(body string) ([]api.APIKey, error) {
 		t.Helper()
 		f := filepath.Join(t.TempDir(), "keys.json")
@@ -48,5 +49,62 @@ func TestKeysFileIsStrict(t *testing.T) {
 		case strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "98765"):
 			t.Errorf("%s: the error shows the key: %q", tc.name, err)
 		}
+	}
+}
+
+// TestKeysRefusedAtStart: a short key, one secret under two names, a name
+// used by a tenant and an operator, and an unknown role each stop the API
+// at start, with the setting named and the secret not shown.
+func TestKeysRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	const long, other = "0123456789abcdef-long", "fedcba9876543210-other"
+	file := func(body string) string {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "keys.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string // in the error
+	}{
+		{"short tenant key", map[string]string{"API_KEYS": "alice:short-key"}, "API_KEYS: alice's key is 9 bytes; keys must be at least 16"},
+		{"short operator key", map[string]string{"OPERATOR_KEYS": "ops:0123456789abcde"}, "OPERATOR_KEYS: ops's key is 15 bytes"},
+		{"short file key", map[string]string{"API_KEYS_FILE": file(`[{"name":"bob","key":"tiny"}]`)}, "API_KEYS_FILE: bob's key is 4 bytes"},
+		{"shared secret", map[string]string{"API_KEYS": "alice:" + long + ",bob:" + long}, "API_KEYS: bob has the same key as alice"},
+		{"tenant key as operator", map[string]string{"API_KEYS": "alice:" + long, "OPERATOR_KEYS": "ops:" + long}, "OPERATOR_KEYS: ops has the same key as alice"},
+		{"file shares a secret", map[string]string{"API_KEYS": "alice:" + long, "API_KEYS_FILE": file(`[{"name":"ops","key":"` + long + `","role":"operator"}]`)},
+			"API_KEYS_FILE: ops has the same key as alice"},
+		{"name under two roles", map[string]string{"API_KEYS": "ops:" + long, "OPERATOR_KEYS": "ops:" + other}, "OPERATOR_KEYS: ops appears twice"},
+		{"unknown role", map[string]string{"API_KEYS_FILE": file(`[{"name":"ops","key":"` + long + `","role":"admin"}]`)}, `API_KEYS_FILE: ops has role "admin"`},
+	} {
+		_, err := LoadAPIConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+		switch {
+		case err == nil:
+			t.Errorf("%s: accepted", tc.name)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: %q, want %q", tc.name, err, tc.want)
+		case strings.Contains(err.Error(), long) || strings.Contains(err.Error(), "short-key") || strings.Contains(err.Error(), "tiny"):
+			t.Errorf("%s: the error shows a key: %q", tc.name, err)
+		}
+	}
+	// Roles as configured: API_KEYS tenants, OPERATOR_KEYS operators, the
+	// file's entries as their role says.
+	cfg, err := LoadAPIConfig(nil, func(k string) string {
+		return map[string]string{"API_KEYS": "alice:" + long, "OPERATOR_KEYS": "ops:" + other,
+			"API_KEYS_FILE": file(`[{"name":"ops2","key":"` + long + `-2","role":"operator"},{"name":"bob","key":"` + other + `-2"}]`)}[k]
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, k := range cfg.keys {
+		roles = append(roles, k.Name+"="+k.Role)
+	}
+	if got, want := strings.Join(roles, " "), "alice=tenant ops=operator ops2=operator bob="; got != want {
+		t.Errorf("roles %q, want %q", got, want)
 	}
 }

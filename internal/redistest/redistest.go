@@ -28,10 +28,11 @@ type Server struct {
 	Dir  string // data directory (AOF and RDB files live here)
 	Port int
 
-	args    []string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed once cmd has been reaped
-	ownsDir bool          // Launch made Dir, so Stop removes it
+	args     []string
+	sentinel string // the Sentinel's config file; "" for a redis-server
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed once cmd has been reaped
+	ownsDir  bool          // Launch made Dir, so Stop removes it
 }
 
 // Binary returns the redis-server binary to use: $REDIS_SERVER, else the
@@ -101,6 +102,12 @@ func (s *Server) start() error {
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--dir", s.Dir, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log"),
+	}
+	if s.sentinel != "" {
+		// A Sentinel reads (and rewrites) its config file, and has no
+		// persistence of its own.
+		args = []string{s.sentinel, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+			"--dir", s.Dir, "--daemonize", "no", "--logfile", filepath.Join(s.Dir, "redis.log")}
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(Binary(), args...)

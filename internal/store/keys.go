@@ -124,6 +124,15 @@ func (k keys) owner(owner string) []string {
 // "rate:" in front of it.
 func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owner }
 
+// operatorRate is the token bucket of an operator on the operator routes
+// (/monitoring, /metrics): an operator key's name, or a client address
+// when auth is off. redis_rate puts its own "rate:" in front of it.
+func (k keys) operatorRate(who string) string { return k.prefix + "operator:" + who }
+
+// authFailures is the token bucket of failed authentications from one
+// client address. redis_rate puts its own "rate:" in front of it.
+func (k keys) authFailures(addr string) string { return k.prefix + "authfail:" + addr }
+
 // events is the pub/sub channel on which every terminal task transition
 // and every finished batch is announced, for long polls.
 func (k keys) events() string { return k.prefix + "events" }

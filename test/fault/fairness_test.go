@@ -41,7 +41,7 @@ func TestFairness(t *testing.T) {
 
 // The two keys of the fairness scenario.
 const (
-	bigOwner, bigKey     = "big", "big-secret-key"
+	bigOwner, bigKey     = "big", "big-secret-key-0123"
 	smallOwner, smallKey = "small", "small-secret-key"
 )
 

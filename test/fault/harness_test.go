@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -112,17 +113,30 @@ type clusterOpts struct {
 	// out of the way), and every request of the cluster carries it, so
 	// the per-key quota is in play (checkQuota).
 	authed bool
+	// redis, rdb and redisEnv, when set, are the Redis the cluster uses
+	// (a Sentinel-watched master, say), a client of it, and the settings
+	// that point both binaries at it, instead of a redis-server of its
+	// own and REDIS_URL.
+	redis    *redistest.Server
+	rdb      *redis.Client
+	redisEnv map[string]string
 }
 
 // newCluster starts Redis, the API and opts.workers workers.
 func newCluster(t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
-	r := redistest.Start(t, o.redisArgs...)
-	c := &cluster{t: t, redis: r, rdb: r.Client(t)}
+	c := &cluster{t: t, redis: o.redis, rdb: o.rdb}
+	redisEnv := o.redisEnv
+	if redisEnv == nil {
+		c.redis = redistest.Start(t, o.redisArgs...)
+		c.rdb = c.redis.Client(t)
+		redisEnv = map[string]string{"REDIS_URL": c.redis.URL()}
+	}
 	c.insp = asynq.NewInspectorFromRedisClient(c.rdb)
 	c.http = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(c.http.CloseIdleConnections)
-	aenv := map[string]string{"REDIS_URL": r.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+	aenv := map[string]string{"HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+	maps.Copy(aenv, redisEnv)
 	if o.authed {
 		c.key = faultKey
 		aenv["API_KEYS"] = faultOwner + ":" + faultKey
@@ -132,8 +146,9 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		aenv[k] = v
 	}
 	c.api = stacktest.StartProc(t, "api", apiBin, aenv)
-	c.wenv = map[string]string{"REDIS_URL": r.URL(), "LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms", "PDB_PRELOAD": "false",
+	c.wenv = map[string]string{"LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms", "PDB_PRELOAD": "false",
 		"WORKER_CONCURRENCY": "2"}
+	maps.Copy(c.wenv, redisEnv)
 	for k, v := range o.worker {
 		c.wenv[k] = v
 	}

@@ -219,6 +219,7 @@ type submitter struct {
 	batchAt  map[string]time.Time // the same per batch
 	statuses map[int]int          // answers by status; 0 is no answer
 	worst    time.Duration        // slowest answer that was not a 202
+	slowest  time.Duration        // slowest batch answer of any status
 	quit     chan struct{}
 	done     chan struct{}
 	once     sync.Once
@@ -242,6 +243,7 @@ func startSubmitter(c *cluster, slidings, sweeps []string) *submitter {
 			var ack apitype.BatchCreated
 			s.mu.Lock()
 			s.statuses[code]++
+			s.slowest = max(s.slowest, took)
 			if err == nil && code == http.StatusAccepted && json.Unmarshal(b, &ack) == nil && len(ack.TaskIDs) == len(reqs) {
 				s.acked.batches[ack.ID] = len(ack.TaskIDs)
 				s.batchAt[ack.ID] = now
