@@ -68,10 +68,10 @@ const watchdogLease = "watchdog"
 // A worker is judged by what this watchdog saw change, never by comparing
 // its clock with the worker's: a beat is "unchanged" from the pass that
 // first saw its value. Any gap in the watchdog's own view (a failed read,
-// or passes further apart than DeadAfter, as when this process was
-// frozen or Redis was down for everyone) starts every worker's count
-// again, so an outage of Redis or of the watchdog is never taken for the
-// death of every worker.
+// or passes further apart than DeadAfter/2, as when this process was
+// frozen or a Redis command stalled for everyone) starts every worker's
+// count again, so an outage of Redis or of the watchdog is never taken
+// for the death of every worker.
 type Watchdog struct {
 	store  WatchdogStore
 	insp   TaskInspector
@@ -147,7 +147,9 @@ func (w *Watchdog) RunOnce(ctx context.Context) (int, error) {
 		w.lastPass = time.Time{}
 		return 0, err
 	}
-	fresh := w.lastPass.IsZero() || now.Sub(w.lastPass) > w.opts.DeadAfter
+	// A pass is late when Redis stalled (the read above took long) or this
+	// process did: either way the beats it missed are no evidence.
+	fresh := w.lastPass.IsZero() || now.Sub(w.lastPass) > w.opts.DeadAfter/2
 	w.lastPass = now
 	present := make(map[string]bool, len(beats))
 	var dead []tasks.WorkerBeat

@@ -230,7 +230,7 @@ type WorkerSettings struct {
 	// HeartbeatInterval is how often the worker writes its heartbeat and
 	// the tasks it runs to Redis, where the API's watchdog notices a
 	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
-	// Each beat is one pipelined round trip. Default 1s.
+	// Each beat is one pipelined round trip. Default 500ms.
 	HeartbeatInterval time.Duration
 }
 
@@ -241,7 +241,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
-	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "1s", "how often the worker writes its heartbeat and running tasks")
+	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
 }
 
 func (w *WorkerSettings) validate() error {
@@ -435,8 +435,8 @@ type APIConfig struct {
 	// re-drives its tasks elsewhere (asynq alone would take 60-130 s).
 	// Keep it at 3 HEARTBEAT_INTERVALs or more: a worker only slow to
 	// beat gets its tasks run twice (harmless to results and counts, but
-	// wasted work). With the defaults, a killed worker's tasks run again
-	// 3-5 s after it died. Default 3s.
+	// wasted work). With the defaults, a killed worker's tasks are queued
+	// again 2-3 s after it died. Default 2s.
 	WorkerDeadAfter time.Duration
 
 	keys []api.APIKey
@@ -469,7 +469,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
 	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
-	s.Duration(&c.WorkerDeadAfter, "WORKER_DEAD_AFTER", "3s", "how long a worker's heartbeat may stay unchanged before its tasks are re-driven")
+	s.Duration(&c.WorkerDeadAfter, "WORKER_DEAD_AFTER", "2s", "how long a worker's heartbeat may stay unchanged before its tasks are re-driven")
 	return s
 }
 

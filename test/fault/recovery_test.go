@@ -129,7 +129,7 @@ func testWorkerCrash(t *testing.T) {
 	victim.Signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
 	// What the victim held, as the watchdog will read it: it cannot have
-	// reaped the victim yet (WORKER_DEAD_AFTER is 3 s).
+	// reaped the victim yet (WORKER_DEAD_AFTER is 2 s).
 	victimID, heldTasks := c.heldBy(t, victim)
 	if !victim.WaitExit(5 * time.Second) {
 		t.Fatalf("%s still runs 5s after SIGKILL", victim.Name)
@@ -353,7 +353,7 @@ func (r *stateRecorder) check(t *testing.T, what string) {
 // testFrozenWorker: a worker is frozen with SIGSTOP for 20 s while it
 // solves a 15-puzzle of about 1.6 s of CPU under a 10 s SLIDING_DEADLINE;
 // asynq's lease (30 s) stays valid throughout. The watchdog takes the
-// frozen worker for dead after 3 s and re-drives the board.
+// frozen worker for dead after 2 s and re-drives the board.
 //
 //   - alone: no other worker. When the worker comes back its solve has
 //     overrun the deadline by wall time; that is retried, not final, and
