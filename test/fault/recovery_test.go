@@ -390,9 +390,14 @@ func testFrozenWorker(t *testing.T) {
 			})
 			id := c.submitTask(hs[0].req)
 			rec := c.recordStates(t, id)
-			// Freeze whichever worker runs the board, once it runs.
+			// Freeze whichever worker runs the board, once it runs: the
+			// record is active (a worker records a task as it takes it,
+			// a moment before the handler marks the record active).
 			var victim *proc
 			if !pollUntil(60*time.Second, 5*time.Millisecond, func() bool {
+				if tr, _ := c.getTask(id, 0); tr.State != apitype.TaskStateActive {
+					return false
+				}
 				for _, p := range c.workers {
 					if _, held := c.heldBy(t, p); len(held) == 1 && held[0].ID == id {
 						victim = p
