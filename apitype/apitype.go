@@ -77,6 +77,9 @@ type Task struct {
 	// Progress is what a long search last reported while it runs; null for
 	// everything but sliding boards solved by search.
 	Progress *Progress `json:"progress"`
+	// Webhook is the completion webhook the task was submitted with and
+	// its delivery so far; null when it has none.
+	Webhook *Webhook `json:"webhook"`
 }
 
 // Terminal reports whether the task has ended.
@@ -150,7 +153,79 @@ type Batch struct {
 	Tasks []Task `json:"tasks"`
 	// NextCursor is the cursor of the next page; null on the last page.
 	NextCursor *string `json:"next_cursor"`
+	// Webhook is the completion webhook the batch was submitted with and
+	// its delivery so far; null when it has none.
+	Webhook *Webhook `json:"webhook"`
 }
+
+// Webhook is a completion webhook and what its delivery did so far: the
+// URL is POSTed a WebhookEvent, signed as the Standard Webhooks
+// specification says, once the task or batch has ended, and again with
+// backoff until it answers 2xx or the retries run out.
+type Webhook struct {
+	URL string `json:"url"`
+	// Attempts counts the POSTs made so far.
+	Attempts int `json:"attempts"`
+	// LastStatus is the HTTP status of the last attempt; null before the
+	// first, or when the last got no answer (LastError says why).
+	LastStatus *int `json:"last_status"`
+	// LastError says why the last attempt failed; null when it succeeded
+	// or none was made.
+	LastError     *string    `json:"last_error"`
+	LastAttemptAt *time.Time `json:"last_attempt_at"`
+	// DeliveredAt is when an attempt got a 2xx; null until then.
+	DeliveredAt *time.Time `json:"delivered_at"`
+}
+
+// Webhook event types (WebhookEvent.Type).
+const (
+	// WebhookBatchDone: every task of a batch has ended; Data is the
+	// Batch, without its tasks.
+	WebhookBatchDone = "batch.done"
+	// WebhookTaskDone: a single task has ended; Data is the Task.
+	WebhookTaskDone = "task.done"
+)
+
+// WebhookEvent is the body POSTed to a completion webhook. Its headers
+// are webhook-id (the same for every attempt of one event),
+// webhook-timestamp (the attempt's Unix seconds) and webhook-signature
+// ("v1,<base64 HMAC-SHA256 of id.timestamp.body>" under WEBHOOK_SECRET).
+type WebhookEvent struct {
+	// Type is WebhookBatchDone or WebhookTaskDone.
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	// Data is the Batch (tasks empty) or the Task, as GET answers it.
+	Data json.RawMessage `json:"data"`
+}
+
+// BatchProgress is the data of the progress and done events of
+// GET /v1/batches/{id}/events.
+type BatchProgress struct {
+	ID     string     `json:"id"`
+	Total  int        `json:"total"`
+	Counts Counts     `json:"counts"`
+	Done   bool       `json:"done"`
+	DoneAt *time.Time `json:"done_at"`
+}
+
+// ItemEvent is the data of an item event of GET /v1/batches/{id}/events:
+// one task of the batch that has ended, as a ResultLine has it. Result
+// is left out of a completed task whose result is over MaxEventResult
+// bytes (ResultBytes says how large it is): read it with GET
+// /v1/tasks/{id} or /results?from=index.
+type ItemEvent struct {
+	Index    int             `json:"index"`
+	ID       string          `json:"id"`
+	CustomID *string         `json:"custom_id"`
+	State    TaskState       `json:"state"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *TaskError      `json:"error,omitempty"`
+	// ResultBytes is the size of a completed task's result.
+	ResultBytes int64 `json:"result_bytes,omitempty"`
+}
+
+// MaxEventResult is the largest result an ItemEvent carries.
+const MaxEventResult = 64 << 10
 
 // BatchCreated is the answer of POST /v1/batches.
 type BatchCreated struct {

@@ -92,6 +92,41 @@ type BatchDecoder struct {
 	maxItems int
 	state    int // 0: before the envelope, 1: inside the array, 2: done
 	n        int // items returned
+	webhook  *string
+}
+
+// Webhook returns the envelope's "webhook" member, a string, once the
+// body has been read to its end (Next returned io.EOF); ok is false when
+// the body has none. Its value is the API's to check.
+func (d *BatchDecoder) Webhook() (url string, ok bool) {
+	if d.webhook == nil {
+		return "", false
+	}
+	return *d.webhook, true
+}
+
+// readWebhook reads the value of a "webhook" member: a string, once.
+func (d *BatchDecoder) readWebhook() error {
+	if d.webhook != nil {
+		return inputErr(CodeInvalidRequest, "webhook", `duplicate field "webhook"`)
+	}
+	if k := d.dec.PeekKind(); k != '"' {
+		if k == 0 {
+			_, err := d.dec.ReadToken()
+			return d.syntaxError(err)
+		}
+		return inputErr(CodeInvalidRequest, "webhook", "webhook: expected a string, got "+jsonValue(k, nil))
+	}
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return d.syntaxError(err)
+	}
+	var s string
+	if err := decodePart(v, &s, "webhook"); err != nil {
+		return err
+	}
+	d.webhook = &s
+	return nil
 }
 
 // NewBatchDecoder reads a batch body from r; more than maxItems items
@@ -179,7 +214,8 @@ func (d *BatchDecoder) NextRaw() ([]byte, error) {
 	return v, nil
 }
 
-// open reads the envelope up to the first item: '{', "tasks", '['.
+// open reads the envelope up to the first item: '{', "tasks", '[', with
+// a "webhook" member before "tasks" if there is one.
 func (d *BatchDecoder) open() error {
 	tok, err := d.dec.ReadToken()
 	if err == io.EOF {
@@ -198,6 +234,12 @@ func (d *BatchDecoder) open() error {
 		name, err := d.dec.ReadToken()
 		if err != nil {
 			return d.syntaxError(err)
+		}
+		if name.String() == "webhook" {
+			if err := d.readWebhook(); err != nil {
+				return err
+			}
+			continue
 		}
 		if name.String() != "tasks" {
 			return inputErr(CodeInvalidRequest, truncate(name.String(), 40), fmt.Sprintf("unknown field %q", truncate(name.String(), 40)))
@@ -225,13 +267,19 @@ func (d *BatchDecoder) close() error {
 	if _, err := d.dec.ReadToken(); err != nil { // ']'
 		return d.syntaxError(err)
 	}
-	if d.dec.PeekKind() == '"' {
-		// A member after "tasks": "tasks" again (a duplicate) or an
-		// unknown one; either way the item decoded so far stands for
-		// nothing, and the whole batch is refused.
+	for d.dec.PeekKind() == '"' {
+		// A member after "tasks": "webhook", or "tasks" again (a
+		// duplicate) or an unknown one; for those the items decoded so
+		// far stand for nothing, and the whole batch is refused.
 		name, err := d.dec.ReadToken()
 		if err != nil {
 			return d.syntaxError(err)
+		}
+		if name.String() == "webhook" {
+			if err := d.readWebhook(); err != nil {
+				return err
+			}
+			continue
 		}
 		return inputErr(CodeInvalidRequest, truncate(name.String(), 40), fmt.Sprintf("unknown field %q", truncate(name.String(), 40)))
 	}

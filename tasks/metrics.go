@@ -7,6 +7,9 @@ type Metrics struct {
 	Tasks        *prometheus.CounterVec
 	CacheHits    prometheus.Counter
 	SolveSeconds *prometheus.HistogramVec
+	// WebhookAttempts counts webhook delivery attempts by outcome:
+	// delivered, or failed (a non-2xx or no answer).
+	WebhookAttempts *prometheus.CounterVec
 }
 
 // NewMetrics registers the worker metrics on reg.
@@ -22,7 +25,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "puzzleq_solve_duration_seconds", Help: "Time spent in a solver per item.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
 		}, []string{"kind"}),
+		WebhookAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "puzzleq_webhook_attempts_total", Help: "Webhook delivery attempts, by outcome (delivered or failed).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds)
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.WebhookAttempts)
 	return m
 }

@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/webhook"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -48,6 +51,7 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
+	WebhookStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -104,6 +108,14 @@ type Options struct {
 	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
 	// its own cap.
 	MaxPendingPerKey int
+	// WebhookPolicy says where completion webhooks may point
+	// (WEBHOOK_ALLOWED_HOSTS); nil allows public addresses only.
+	WebhookPolicy *webhook.Policy
+	// WebhooksEnabled is true when WEBHOOK_SECRET is set: without it no
+	// webhook could be signed, so a submission naming one is refused.
+	WebhooksEnabled bool
+	// Resolver looks webhook hosts up; nil is net.DefaultResolver.
+	Resolver webhook.Resolver
 	// OperatorRatePerSecond and OperatorBurst are each operator's token
 	// bucket on the operator routes (the dashboard, /metrics).
 	OperatorRatePerSecond, OperatorBurst int
@@ -153,18 +165,26 @@ type Server struct {
 	failures   blocklist // addresses over their failed-authentication limit
 	draining   atomic.Bool
 	engine     *gin.Engine
+	ending     chan struct{} // closed by EndWaits
+	endOnce    sync.Once
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics. It
 // panics if opts lacks a limit (see Options).
 func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
 	opts.check()
+	if opts.WebhookPolicy == nil {
+		opts.WebhookPolicy, _ = webhook.ParsePolicy("")
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
 		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
-		admit: newPool(opts.MaxBytesInFlight)}
+		admit: newPool(opts.MaxBytesInFlight), ending: make(chan struct{})}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
 		s.tenantAuth = s.tenantAuth || !k.IsOperator()
@@ -179,6 +199,50 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Drain makes /readyz fail, so load balancers stop sending traffic before
 // the listener closes.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// EndWaits answers every long poll held now (GET a task, an item or a
+// batch with ?wait=, /results with ?wait=, a submit with ?wait=), and
+// every one that comes after, at once with the current state: 202 and
+// the resource, so that the client polls again, on another replica.
+// The binary calls it on shutdown once its listener is closed; without
+// it the polls were held to the end of SHUTDOWN_TIMEOUT and then cut,
+// and 20 of 20 clients got EOF on every rolling restart.
+func (s *Server) EndWaits() { s.endOnce.Do(func() { close(s.ending) }) }
+
+// waitsEnded reports whether EndWaits was called.
+func (s *Server) waitsEnded() bool {
+	select {
+	case <-s.ending:
+		return true
+	default:
+		return false
+	}
+}
+
+// polledStatus is the status of a read's answer: 200, or 202 for a
+// long poll (wait > 0) on work that has not ended once EndWaits cut the
+// wait short.
+func (s *Server) polledStatus(wait time.Duration, ended bool) int {
+	if wait > 0 && !ended && s.waitsEnded() {
+		return http.StatusAccepted
+	}
+	return http.StatusOK
+}
+
+// endingKey is the context key under which a request carries the
+// server's ending channel (see EndWaits), for waitFor.
+type endingKey struct{}
+
+// withEnding returns ctx carrying the server's ending channel.
+func (s *Server) withEnding(ctx context.Context) context.Context {
+	return context.WithValue(ctx, endingKey{}, s.ending)
+}
+
+// endingOf is the ending channel ctx carries; nil (never ready) if none.
+func endingOf(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(endingKey{}).(chan struct{})
+	return ch
+}
 
 // Routes lists every route the API serves, as "METHOD /path"; the
 // deployment tests check probe paths against it.
@@ -215,6 +279,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
+	v1.GET("/batches/:id/events", s.batchEvents)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}

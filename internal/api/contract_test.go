@@ -31,6 +31,10 @@ var wireTypes = map[string]reflect.Type{
 	"Status":        reflect.TypeFor[apitype.Status](),
 	"ErrorBody":     reflect.TypeFor[apitype.ErrorBody](),
 	"Error":         reflect.TypeFor[apitype.Error](),
+	"Webhook":       reflect.TypeFor[apitype.Webhook](),
+	"WebhookEvent":  reflect.TypeFor[apitype.WebhookEvent](),
+	"BatchProgress": reflect.TypeFor[apitype.BatchProgress](),
+	"ItemEvent":     reflect.TypeFor[apitype.ItemEvent](),
 }
 
 // TestWireTypesMatchDocument checks every schema of wireTypes against its

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -41,28 +43,54 @@ func (s *Server) createBatch(c *gin.Context) {
 		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "Idempotency-Key", "Idempotency-Key must be at most 200 characters without spaces"))
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	batchID := newID()
 	w := s.store.NewBatchWriter(batchID, s.opts.ChunkSize)
 	// Every failure below leaves nothing: the staged chunks go (they
 	// would expire anyway), and so does the claim unless it may be the
 	// batch's now.
 	committed, claimed, hash := false, false, ""
+	unwatch := func(context.Context) {}
 	defer func() {
 		if committed {
 			return
 		}
-		dctx := context.WithoutCancel(ctx)
-		if err := w.Discard(dctx); err != nil {
-			s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
-		}
-		if claimed {
-			_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
-		}
+		claimed := claimed
+		s.undo(ctx, func(dctx context.Context) {
+			unwatch(dctx)
+			if err := w.Discard(dctx); err != nil {
+				s.log.Warn("discard staged batch", "batch_id", batchID, "err", err)
+			}
+			if claimed {
+				_ = s.store.ReleaseIdempotency(dctx, owner, key, batchID, hash)
+			}
+		})
 	}()
 	in, err := s.ingest(c, w, key != "")
 	if err != nil {
 		fail(c, err)
 		return
+	}
+	if in.Webhook != nil {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, *in.Webhook); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = *in.Webhook
+	} else if hook != "" && in.Hash != "" {
+		// The query's webhook is part of the request an Idempotency-Key
+		// names, as the body's is: a retry with another one is another
+		// request.
+		sum := sha256.Sum256([]byte(in.Hash + "\nwebhook " + hook))
+		in.Hash = hex.EncodeToString(sum[:])
 	}
 	if key != "" {
 		hash = in.Hash
@@ -81,6 +109,13 @@ func (s *Server) createBatch(c *gin.Context) {
 			return
 		}
 		claimed = true
+	}
+	// The webhook is recorded before the batch, so that it is there
+	// whenever the batch ends; a commit that fails forgets it.
+	if unwatch, err = s.watchWebhook(ctx, store.WebhookRef(true, batchID), hook); err != nil {
+		unwatch = func(context.Context) {}
+		fail(c, err)
+		return
 	}
 	cb := store.CommitBatch{ID: batchID, Owner: owner, Format: in.Format, BodyHash: in.Hash, Quota: s.quotaFor(c)}
 	if claimed {
@@ -147,6 +182,34 @@ func batchCreated(id string, total int) apitype.BatchCreated {
 		}
 	}
 	return res
+}
+
+// undoGrace is how long a failed request waits for its undo (see undo)
+// before it answers.
+const undoGrace = 100 * time.Millisecond
+
+// undo runs fn, the cleanup of a request that failed, on a context the
+// client leaving does not end, bounded by RequestTimeout. It waits for
+// fn up to undoGrace: on a healthy Redis the cleanup takes milliseconds
+// and is done before the answer, as a client retrying at once expects;
+// on a hung one the 503 does not wait for it (a batch upload answered
+// after 4 s instead of 2 s, the discard of its staged chunk being the
+// second call to time out), and it ends on its own. What it fails to
+// undo expires (staged keys, claims, quota units).
+func (s *Server) undo(ctx context.Context, fn func(ctx context.Context)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
+		defer cancel()
+		fn(uctx)
+	}()
+	t := time.NewTimer(undoGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // replayBatch answers a retried submission with the batch the first one

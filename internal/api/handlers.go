@@ -29,7 +29,7 @@ func resource(t *store.Task) apitype.Task {
 	r := apitype.Task{
 		ID: t.ID, CustomID: t.CustomID, Kind: t.Kind, State: t.State, Result: t.Result, Cached: t.Cached,
 		CreatedAt: timePtr(t.CreatedAt), StartedAt: timePtr(t.StartedAt), CompletedAt: timePtr(t.CompletedAt),
-		Attempts: t.Attempts, Progress: t.Progress,
+		Attempts: t.Attempts, Progress: t.Progress, Webhook: t.Webhook,
 	}
 	if t.BatchID != "" {
 		b := t.BatchID
@@ -46,6 +46,8 @@ func resource(t *store.Task) apitype.Task {
 // answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		// Every long poll ends at EndWaits (waitFor), whatever its route.
+		c.Request = c.Request.WithContext(s.withEnding(c.Request.Context()))
 		if streamedRoutes[c.FullPath()] {
 			// Bounded by progress instead (see streamContext).
 			c.Next()
@@ -73,7 +75,17 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	inBody, found, body, err := splitWebhook(body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -84,8 +96,24 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if found {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, inBody); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = inBody
+	}
 	owner := ownerOf(c)
 	id := newID()
+	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	// One round trip answers from the cache, or admits the task against
 	// the owner's quota and records it.
 	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
@@ -93,11 +121,15 @@ func (s *Server) createTask(c *gin.Context) {
 		err = s.quotaError(c)
 	}
 	if err != nil {
+		s.undo(ctx, unwatch)
 		fail(c, err)
 		return
 	}
 	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
 	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
+	if hook != "" {
+		tr.Webhook = &apitype.Webhook{URL: hook}
+	}
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
@@ -111,8 +143,11 @@ func (s *Server) createTask(c *gin.Context) {
 	if err != nil {
 		// Not acknowledged, so not accepted: undo the record and the quota
 		// and let the client retry.
-		_ = s.store.DeleteTasks(context.WithoutCancel(ctx), []string{id})
-		_ = s.store.ReleasePending(context.WithoutCancel(ctx), owner, id)
+		s.undo(ctx, func(ctx context.Context) {
+			_ = s.store.DeleteTasks(ctx, []string{id})
+			_ = s.store.ReleasePending(ctx, owner, id)
+			unwatch(ctx)
+		})
 		fail(c, fmt.Errorf("enqueue: %w", err))
 		return
 	}
@@ -195,7 +230,7 @@ func (s *Server) getTask(c *gin.Context) {
 			return
 		}
 	}
-	c.JSON(http.StatusOK, resource(t))
+	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events
@@ -212,10 +247,13 @@ func (s *Server) waitTask(ctx context.Context, id string, wait time.Duration) (*
 }
 
 // waitFor is the long-poll loop shared by tasks and batches: subscribe
-// first, then read, so an event between the two cannot be missed.
+// first, then read, so an event between the two cannot be missed. The
+// server's EndWaits (its channel in ctx: endingOf) ends it like the
+// wait running out, with a fresh read.
 func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duration, read func() (T, error), done func(T) bool) (T, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	ending := endingOf(ctx)
 	for {
 		fired, release := w.Wait(key)
 		v, err := read()
@@ -228,6 +266,10 @@ func waitFor[T any](ctx context.Context, w Waiter, key string, wait time.Duratio
 		case <-fired:
 		case <-recheck.C:
 		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return read()
+		case <-ending:
 			release()
 			recheck.Stop()
 			return read()
@@ -376,6 +418,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		f := b.Format
 		res.Format = &f
 	}
+	res.Webhook = b.Webhook
 	for i, r := range recs {
 		if r == nil { // expired a moment before its batch (they share a TTL)
 			r = &store.Task{ID: apitype.ItemID(b.ID, cursor+i), BatchID: b.ID, State: apitype.TaskStateFailed, ErrCode: apitype.CodeExpired, ErrMsg: "the item has expired"}
@@ -386,7 +429,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
-	c.JSON(http.StatusOK, res)
+	c.JSON(s.polledStatus(wait, b.Done()), res)
 }
 
 func pageParams(c *gin.Context) (cursor, limit int, err error) {

@@ -88,6 +88,9 @@ type ingested struct {
 	Hash string
 	// Kinds counts the items of each kind, for the metrics.
 	Kinds map[puzzle.Kind]int
+	// Webhook is the "webhook" member of a {"tasks": [...]} body,
+	// unchecked; nil when it has none.
+	Webhook *string
 }
 
 // ingest reads the request's batch body in the form its Content-Type and
@@ -448,6 +451,9 @@ func (g *ingestRun) array(r io.Reader) error {
 		i := d.Index()
 		raw, err := d.NextRaw()
 		if err == io.EOF {
+			if u, ok := d.Webhook(); ok {
+				g.out.Webhook = &u
+			}
 			return nil
 		}
 		if err != nil {

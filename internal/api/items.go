@@ -90,7 +90,7 @@ func (s *Server) getItem(c *gin.Context, batchID string, index int, wait time.Du
 			return
 		}
 	}
-	c.JSON(http.StatusOK, resource(t))
+	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
 
 // cancelItem answers DELETE /v1/tasks/{item_id}: 409 when the item has

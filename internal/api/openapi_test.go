@@ -117,8 +117,8 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 		}
 	}
 	// The check above must have had something to check.
-	if v1 != 8 || len(documented) < 12 {
-		t.Errorf("served %d /v1 routes and documented %d in all, want 8 and at least 12: %v", v1, len(documented), a.Routes())
+	if v1 != 9 || len(documented) < 13 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 9 and at least 13: %v", v1, len(documented), a.Routes())
 	}
 	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
 		if !documented[r] {
@@ -406,6 +406,44 @@ const protobufMetrics = "application/vnd.google.protobuf;proto=io.prometheus.cli
 func init() {
 	openapi3filter.RegisterBodyDecoder("application/vnd.google.protobuf", openapi3filter.FileBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonDecoder)
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+}
+
+// sseEvents splits a text/event-stream body into its events, holding each
+// one's data to the document's schema of its kind, and returns the events'
+// names, ids ("" for none) and data.
+func sseEvents(t *testing.T, doc *openapi3.T, body []byte) (names, ids []string, data []map[string]any) {
+	t.Helper()
+	schemas := map[string]string{"progress": "BatchProgress", "done": "BatchProgress", "item": "ItemEvent"}
+	for _, block := range strings.Split(string(body), "\n\n") {
+		var name, id, d string
+		for _, line := range strings.Split(block, "\n") {
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				d = strings.TrimPrefix(line, "data: ")
+			}
+		}
+		if name == "" {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(d), &v); err != nil {
+			t.Fatalf("event %s: data %q: %v", name, d, err)
+		}
+		sch := doc.Components.Schemas[schemas[name]]
+		if sch == nil {
+			t.Fatalf("event %q has no schema", name)
+		}
+		if err := sch.Value.VisitJSON(map[string]any(v)); err != nil {
+			t.Errorf("event %s: %s: %v", name, d, err)
+		}
+		names, ids, data = append(names, name), append(ids, id), append(data, v)
+	}
+	return names, ids, data
 }
 
 // ndjsonDecoder holds every line of an NDJSON answer (/results) to the
@@ -753,6 +791,18 @@ func TestOpenAPIConformance(t *testing.T) {
 		}
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/results?state=done", want: 400, req: reqInvalid}), "invalid_request", "state")
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/results", want: 404}), "not_found", "")
+		// /events of a done batch: its progress, every item, done.
+		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/events", want: 200})
+		names, ids, _ := sseEvents(t, doc, r.body)
+		if strings.Join(names, ",") != "progress,item,item,done" || ids[2] != "2" {
+			t.Errorf("events of a done batch: %v %v\n%s", names, ids, r.body)
+		}
+		r = c.do(call{method: "GET", path: "/v1/batches/" + fid + "/events", want: 200, header: map[string]string{"Last-Event-ID": "1"}})
+		if names, _, data := sseEvents(t, doc, r.body); strings.Join(names, ",") != "progress,item,done" || data[1]["index"] != 1.0 {
+			t.Errorf("events from Last-Event-ID 1: %v\n%s", names, r.body)
+		}
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/events?from=x", want: 400, req: reqInvalid}), "invalid_request", "from")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/events", want: 404}), "not_found", "")
 		b = c.do(call{method: "GET", path: "/v1/batches/" + fid, want: 200}).json(t)
 		wantEqual(t, "failed count", b["counts"].(map[string]any)["failed"], 1)
 	})

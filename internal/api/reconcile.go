@@ -42,7 +42,26 @@ type ReconcilerOptions struct {
 	// (FEED_DEPTH, whose default is stated there); the reconciler tops it
 	// up to that. Required: NewReconciler panics without it.
 	FeedDepth int
+	// Webhooks, when set, is where the reconciler finds completion
+	// webhooks whose task or batch has ended, to enqueue their delivery
+	// (WebhookOptions shape it).
+	Webhooks       WebhookOutbox
+	WebhookOptions tasks.WebhookOptions
 }
+
+// WebhookOutbox is the store's set of watched webhooks (store/webhooks.go);
+// *store.Store satisfies it.
+type WebhookOutbox interface {
+	// DueWebhooks returns watched refs whose record has ended, looking at
+	// up to limit from offset; next is where to look from next time.
+	DueWebhooks(ctx context.Context, offset, limit int) (due []string, next int, err error)
+	// AckWebhook unwatches refs whose delivery is enqueued.
+	AckWebhook(ctx context.Context, refs ...string) error
+}
+
+// webhookPage is how many watched webhooks one pass looks at; a larger
+// set is looked at a page per pass, round the set.
+const webhookPage = 1000
 
 // reconcileLease names the lease that lets one API replica at a time
 // re-enqueue stale units.
@@ -71,6 +90,8 @@ type Reconciler struct {
 	log    *slog.Logger
 	opts   ReconcilerOptions
 	holder string
+	// whOffset is where the next pass looks into the watched webhooks.
+	whOffset int
 }
 
 // NewReconciler returns a Reconciler; Run runs it.
@@ -123,6 +144,11 @@ func (r *Reconciler) Run(ctx context.Context) {
 // atomically, so replicas feeding at once take different units, as the
 // API and the workers already do.
 func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
+	if r.opts.Webhooks != nil {
+		if err := r.webhooks(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("webhook pass failed", "err", err)
+		}
+	}
 	total := 0
 	// Stale units page by page, so that a feeder that died holding
 	// thousands (a batch fed whole with a deep FEED_DEPTH) is finished in
@@ -233,4 +259,39 @@ func enqueueUnit(ctx context.Context, enq Enqueuer, ref tasks.UnitRef) error {
 		return fmt.Errorf("enqueue %s: %w", ref.TaskID(), err)
 	}
 	return nil
+}
+
+// webhooks enqueues the delivery of every watched webhook whose task or
+// batch has ended, then unwatches it: a crash between the two leaves it
+// watched, and the next pass (of any replica) enqueues it again, which the
+// fixed task ID makes a no-op when it had landed. No lease is needed for
+// the same reason.
+func (r *Reconciler) webhooks(ctx context.Context) error {
+	due, next, err := r.opts.Webhooks.DueWebhooks(ctx, r.whOffset, webhookPage)
+	if err != nil {
+		return err
+	}
+	r.whOffset = next
+	var landed []string
+	var firstErr error
+	for _, ref := range due {
+		t, err := tasks.NewWebhookTask(ref, r.opts.WebhookOptions)
+		if err == nil {
+			_, err = r.enq.EnqueueContext(ctx, t)
+		}
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("enqueue webhook %s: %w", ref, err)
+			}
+			continue
+		}
+		landed = append(landed, ref)
+	}
+	if err := r.opts.Webhooks.AckWebhook(context.WithoutCancel(ctx), landed...); err != nil {
+		return errors.Join(firstErr, err)
+	}
+	if len(landed) > 0 {
+		r.log.Debug("webhook deliveries enqueued", "webhooks", len(landed))
+	}
+	return firstErr
 }

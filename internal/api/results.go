@@ -11,6 +11,7 @@ package api
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,7 +58,8 @@ var resultsParams = []string{"wait", "state", "from"}
 // bound the wait and the work before their first byte as it would, and
 // after it every step (streamContext), so a client that stops reading is
 // cut within REQUEST_TIMEOUT and a slow one that keeps reading is not.
-var streamedRoutes = map[string]bool{"/v1/batches/:id/results": true, "/v1/batches/:id/output": true}
+var streamedRoutes = map[string]bool{"/v1/batches/:id/results": true, "/v1/batches/:id/output": true,
+	"/v1/batches/:id/events": true}
 
 // loadStreamed reads a batch the caller may see, holding for ?wait= as
 // loadBatchWaiting does, under the deadline the timeout middleware gives
@@ -184,7 +186,7 @@ func (s *Server) batchResults(c *gin.Context) {
 	t := s.admit.ticket()
 	defer t.release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
-		body: progressWriter{c.Writer, progressed}}
+		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(wait, b.Done())}
 	err = s.streamResults(ctx, b, state, from, t, out, progressed)
 	if err == nil {
 		err = out.close()
@@ -344,6 +346,7 @@ type lazyResponse struct {
 	body    io.Writer // c.Writer, with progress
 	t       *ticket
 	gzip    bool
+	status  int // 200, or 202 for a long poll cut short (polledStatus)
 	started bool
 	w       io.Writer
 	buf     *bufio.Writer // the gzip blocks
@@ -371,7 +374,7 @@ func (r *lazyResponse) begin() error {
 		r.w = r.buf
 	}
 	r.started = true
-	r.c.Status(http.StatusOK)
+	r.c.Status(cmp.Or(r.status, http.StatusOK))
 	return nil
 }
 

@@ -77,6 +77,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		if opt, a.rdb, err = redisConn(cfg.RedisURL); err != nil {
 			return nil, err
 		}
+		// Every Redis call of a request fails fast on a hung Redis,
+		// asynq's enqueues included: they go through this client.
+		a.rdb.AddHook(callDeadline(redisCallTimeout))
 	}
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
@@ -101,10 +104,12 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, MaxBytesInFlight: cfg.MaxBytesInFlight,
 		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
+		WebhookPolicy: cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
 		Mount: a.mount,
 	})
-	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth})
+	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
+		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})
 	a.watchdog = api.NewWatchdog(a.store, asynq.NewInspectorFromRedisClient(a.rdb), a.client, log,
 		api.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter, Registerer: a.reg})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
@@ -175,7 +180,11 @@ func (a *API) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("api shutting down", "shutdown_timeout", a.cfg.ShutdownTimeout.String())
+	// Readiness fails first; Shutdown closes the listener and then (its
+	// OnShutdown hook) the held long polls are answered at once, 202 with
+	// the current state, instead of being cut at ShutdownTimeout.
 	a.server.Drain()
+	a.httpSrv.RegisterOnShutdown(a.server.EndWaits)
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.httpSrv.Shutdown(sctx); err != nil {

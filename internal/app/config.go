@@ -18,6 +18,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/envflag"
+	"github.com/puzzleq/puzzleq/internal/webhook"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -76,6 +77,27 @@ type Common struct {
 	// deep enough that no idle worker finds the queue empty between two
 	// feeds. Default 64.
 	FeedDepth int
+	// WebhookSecret signs completion webhooks, in the Standard Webhooks
+	// form "whsec_<base64 of 24 to 64 bytes>"; the API and the workers
+	// need the same one. Default "": no webhooks (a submission naming one
+	// is answered 400).
+	WebhookSecret string
+	// WebhookAllowedHosts lists host names, addresses and CIDR prefixes
+	// that webhooks may reach although they are not public (loopback,
+	// private, link-local...), comma-separated (SECURITY.md). Default "":
+	// public addresses only.
+	WebhookAllowedHosts string
+	// WebhookTimeout bounds one delivery attempt, connection to answer.
+	// Default 10s.
+	WebhookTimeout time.Duration
+	// WebhookRetryBase is the wait before a failed delivery's first
+	// retry, doubled for each next one up to WebhookRetryMax. Default 10s.
+	WebhookRetryBase time.Duration
+	// WebhookRetryMax caps the wait between retries. Default 10m.
+	WebhookRetryMax time.Duration
+	// WebhookMaxRetry is how many times a failed delivery is retried:
+	// with the defaults, 20 retries span about 2.5 hours. Default 20.
+	WebhookMaxRetry int
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -96,6 +118,12 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
 	s.Int(&c.FeedDepth, "FEED_DEPTH", "64", "most batch units waiting on the bulk queue")
 	s.Int(&c.DeadlineAttempts, "DEADLINE_ATTEMPTS", "3", "deliveries a solve may overrun its deadline before it fails with timeout")
+	s.String(&c.WebhookSecret, "WEBHOOK_SECRET", "", "key signing webhooks, whsec_<base64> (empty: no webhooks)")
+	s.String(&c.WebhookAllowedHosts, "WEBHOOK_ALLOWED_HOSTS", "", "non-public hosts, addresses and CIDRs webhooks may reach")
+	s.Duration(&c.WebhookTimeout, "WEBHOOK_TIMEOUT", "10s", "deadline of one webhook delivery attempt")
+	s.Duration(&c.WebhookRetryBase, "WEBHOOK_RETRY_BASE", "10s", "wait before a failed webhook's first retry, doubled per retry")
+	s.Duration(&c.WebhookRetryMax, "WEBHOOK_RETRY_MAX", "10m", "longest wait between webhook retries")
+	s.Int(&c.WebhookMaxRetry, "WEBHOOK_MAX_RETRY", "20", "retries of a failed webhook delivery")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -132,6 +160,24 @@ func (c *Common) validate() error {
 	}
 	if c.SlidingMaxNodes < 0 {
 		return fmt.Errorf("SLIDING_MAX_NODES: must not be negative")
+	}
+	if c.WebhookSecret != "" {
+		if _, err := webhook.ParseSecret(c.WebhookSecret); err != nil {
+			return fmt.Errorf("WEBHOOK_SECRET: %v", err)
+		}
+	}
+	if _, err := webhook.ParsePolicy(c.WebhookAllowedHosts); err != nil {
+		return fmt.Errorf("WEBHOOK_ALLOWED_HOSTS: %v", err)
+	}
+	if c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute {
+		return fmt.Errorf("WEBHOOK_TIMEOUT: must be between 1ns and 5m, got %s", c.WebhookTimeout)
+	}
+	if c.WebhookRetryBase <= 0 || c.WebhookRetryMax < c.WebhookRetryBase {
+		return fmt.Errorf("WEBHOOK_RETRY_BASE and WEBHOOK_RETRY_MAX: must be positive, the max at least the base; got %s and %s",
+			c.WebhookRetryBase, c.WebhookRetryMax)
+	}
+	if c.WebhookMaxRetry < 0 || c.WebhookMaxRetry > 1000 {
+		return fmt.Errorf("WEBHOOK_MAX_RETRY: must be between 0 and 1000, got %d", c.WebhookMaxRetry)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %v", err)
@@ -181,6 +227,30 @@ func (c *Common) Limits() tasks.Limits {
 		MaxNodes:         map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes, puzzle.KindSliding: c.SlidingMaxNodes},
 		DeadlineAttempts: c.DeadlineAttempts,
 	}
+}
+
+// webhookPolicy is the parsed WEBHOOK_ALLOWED_HOSTS (validated).
+func (c *Common) webhookPolicy() *webhook.Policy {
+	p, err := webhook.ParsePolicy(c.WebhookAllowedHosts)
+	if err != nil {
+		p, _ = webhook.ParsePolicy("")
+	}
+	return p
+}
+
+// webhookSigner is the parsed WEBHOOK_SECRET; nil when unset.
+func (c *Common) webhookSigner() *webhook.Signer {
+	s, err := webhook.ParseSecret(c.WebhookSecret)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// WebhookOptions are the delivery settings.
+func (c *Common) WebhookOptions() tasks.WebhookOptions {
+	return tasks.WebhookOptions{Timeout: c.WebhookTimeout, MaxRetry: c.WebhookMaxRetry,
+		RetryBase: c.WebhookRetryBase, RetryMax: c.WebhookRetryMax}
 }
 
 // Logger builds the process logger to the settings.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -125,5 +126,35 @@ func TestEnvListsCoverSharedSettings(t *testing.T) {
 	}
 	if !strings.Contains(worker, "WORKER_CONCURRENCY") || !strings.Contains(api, "METRICS_ADDR") {
 		t.Error("binary-specific settings missing")
+	}
+}
+
+// With the default settings a failed webhook is retried for at least an
+// hour, however the jitter falls, and a bad secret or allowed host stops
+// the process naming the setting.
+func TestWebhookDefaults(t *testing.T) {
+	t.Parallel()
+	a, err := app.LoadAPIConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := a.WebhookOptions()
+	var span time.Duration
+	for n := range o.MaxRetry {
+		span += tasks.WebhookRetryDelay(n, o.RetryBase, o.RetryMax, func(d time.Duration) time.Duration { return d })
+	}
+	if span < time.Hour {
+		t.Errorf("the default retries span %v, want at least an hour", span)
+	}
+	for k, v := range map[string]string{"WEBHOOK_SECRET": "not-whsec", "WEBHOOK_ALLOWED_HOSTS": "a b", "WEBHOOK_RETRY_MAX": "1s"} {
+		_, err := app.LoadAPIConfig(nil, func(key string) string {
+			if key == k {
+				return v
+			}
+			return ""
+		}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%q: %v", k, v, err)
+		}
 	}
 }

@@ -13,12 +13,26 @@ import (
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
-// Timeouts on every Redis call, so an unreachable Redis turns into a fast
-// 503 instead of a hung request.
+// Timeouts on every Redis connection, so an unreachable Redis turns into
+// an error instead of a hung call. They are the socket's backstop: the
+// caller's context deadline applies too (ContextTimeoutEnabled), and
+// the API bounds each call tighter (redisCallTimeout).
 const (
 	redisDialTimeout = 2 * time.Second
 	redisIOTimeout   = 3 * time.Second
 )
+
+// redisCallTimeout bounds one Redis call of the API: a command or a
+// pipeline, with its wait for a pooled connection, its dial and every
+// retry go-redis makes. A hung Redis (frozen, paused, or a partition
+// that drops packets without a reset) answers nothing, and without it a
+// read timed out after redisIOTimeout and was then retried up to three
+// times: POST /v1/tasks took 10.1 s to fail. With it the request's first
+// call fails after 2 s and the request answers 503, inside the 2.5 s the
+// API promises (SECURITY.md); /readyz, whose own limit is 2 s, fails
+// within it. The slowest legitimate call (a 1,000-item page, a batch
+// commit) takes milliseconds.
+const redisCallTimeout = 2 * time.Second
 
 // redisConn parses url into asynq's connection options with our timeouts
 // and opens a go-redis client with the same options, so asynq and our
@@ -47,14 +61,18 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 
 // newRedisClient is opt.MakeRedisClient with an OnConnect hook, which
 // asynq's options cannot carry: it maps the same fields as asynq v0.26
-// does for the two kinds ParseRedisURI returns.
+// does for the two kinds ParseRedisURI returns. It also turns on
+// ContextTimeoutEnabled, so that a caller's deadline bounds the socket's
+// reads and writes too: without it go-redis uses the context only
+// between retries, and /readyz's 2 s limit took 3.0 s (redisIOTimeout)
+// on a frozen Redis.
 func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
 	switch o := opt.(type) {
 	case asynq.RedisClientOpt:
 		return redis.NewClient(&redis.Options{
 			Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect,
+			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true,
 		}), nil
 	case asynq.RedisFailoverClientOpt:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
@@ -62,7 +80,7 @@ func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *red
 			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
 			Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect,
+			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true,
 		}), nil
 	}
 	return nil, fmt.Errorf("REDIS_URL: unsupported connection type %T", opt)
@@ -77,6 +95,42 @@ func loadScripts(st *store.Store, log *slog.Logger) {
 	defer cancel()
 	if err := st.LoadScripts(ctx); err != nil {
 		log.Warn("could not cache the Lua scripts in Redis at start; they load on the next connection", "err", err)
+	}
+}
+
+// callDeadline is a go-redis hook that bounds each command and pipeline
+// to its duration (see redisCallTimeout), unless the caller's deadline is
+// sooner. The hook runs outside go-redis's retry loop, so the bound
+// covers every attempt: once it passes, the retry's backoff sleep sees
+// the context done and go-redis returns instead of reading again. The
+// store uses no blocking commands (BLPOP and the like), which a bound
+// would cut; pub/sub does not pass through process hooks.
+type callDeadline time.Duration
+
+// bound returns ctx with the call's deadline.
+func (d callDeadline) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(time.Duration(d))
+	if dl, ok := ctx.Deadline(); ok && !dl.After(limit) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, limit)
+}
+
+func (d callDeadline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d callDeadline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := d.bound(ctx)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (d callDeadline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := d.bound(ctx)
+		defer cancel()
+		return next(ctx, cmds)
 	}
 }
 

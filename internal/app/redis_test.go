@@ -2,8 +2,11 @@ package app
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,5 +59,101 @@ func TestNewRedisClientKeepsAsynqOptions(t *testing.T) {
 		}
 		theirs.Close()
 		rdb.Close()
+	}
+}
+
+// hungRedis listens on a free port and accepts connections, reading what
+// is sent and never answering: a frozen Redis as its clients see it.
+func hungRedis(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	return "redis://" + ln.Addr().String() + "/0"
+}
+
+// TestRedisCallsFailFastWhenRedisHangs: on a Redis that takes commands
+// and never answers, a call ends at its deadline, not at the socket's
+// redisIOTimeout and again at each of go-redis's retries: the caller's
+// context bounds the socket (ContextTimeoutEnabled), and the API's hook
+// (callDeadline) bounds a call with no deadline of its own, retries
+// included. The bounds asserted are a third of the socket's timeout;
+// the calls' own are far below them.
+func TestRedisCallsFailFastWhenRedisHangs(t *testing.T) {
+	t.Parallel()
+	url := hungRedis(t)
+	cases := []struct {
+		name string
+		hook bool
+		call func(ctx context.Context, rdb redis.UniversalClient) error
+	}{
+		{"context deadline", false, func(ctx context.Context, rdb redis.UniversalClient) error {
+			ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			return rdb.Ping(ctx).Err()
+		}},
+		{"hook, command", true, func(ctx context.Context, rdb redis.UniversalClient) error {
+			return rdb.Get(ctx, "k").Err()
+		}},
+		{"hook, pipeline", true, func(ctx context.Context, rdb redis.UniversalClient) error {
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Get(ctx, "a")
+				p.Get(ctx, "b")
+				return nil
+			})
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, rdb, err := redisConn(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			if tc.hook {
+				rdb.AddHook(callDeadline(100 * time.Millisecond))
+			}
+			start := time.Now()
+			err = tc.call(context.Background(), rdb)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("a call to a Redis that never answers succeeded")
+			}
+			if took > redisIOTimeout/3 {
+				t.Errorf("the call failed after %v (%v), want at its 100ms deadline, far below the socket's %v", took, err, redisIOTimeout)
+			}
+		})
+	}
+}
+
+// TestCallDeadlineKeepsSoonerDeadline: the hook never extends a caller's
+// deadline, and adds one where there is none.
+func TestCallDeadlineKeepsSoonerDeadline(t *testing.T) {
+	d := callDeadline(time.Minute)
+	soon, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	want, _ := soon.Deadline()
+	ctx, c1 := d.bound(soon)
+	defer c1()
+	if got, _ := ctx.Deadline(); !got.Equal(want) {
+		t.Errorf("deadline %v, want the caller's %v", got, want)
+	}
+	ctx, c2 := d.bound(context.Background())
+	defer c2()
+	if got, ok := ctx.Deadline(); !ok || time.Until(got) > time.Minute || time.Until(got) < 59*time.Second {
+		t.Errorf("deadline %v (%v), want a minute from now", got, ok)
 	}
 }

@@ -90,17 +90,28 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.beat = tasks.NewHeartbeat(w.store, tasks.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.mux.Use(w.beat.Middleware())
 	h.Register(w.mux)
+	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
+		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
+	queues := cfg.weights()
+	if queues[tasks.QueueWebhooks] == 0 {
+		queues[tasks.QueueWebhooks] = 1
+	}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.concurrency(),
-		Queues:            cfg.weights(),
+		Queues:            queues,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		// Move retried tasks back to pending every second, not every 5 s:
 		// crash and outage recovery goes through the retry set.
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		ErrorHandler:             h.ErrorHandler(),
-		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{log.With(libraryKey, "asynq")},
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if t.Type() == tasks.TypeWebhook && !errors.Is(err, asynq.ErrLeaseExpired) {
+				return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
+			}
+			return retryDelay(n, err, t)
+		},
+		Logger: asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: func(err error) {
 			if err != nil {
 				log.Warn("redis health check failed", "err", err)

@@ -158,6 +158,17 @@ func (s *Server) Kill() {
 	}
 }
 
+// Signal sends sig to the server. The fault tests freeze it with
+// SIGSTOP, a hung Redis: the kernel still accepts connections and takes
+// writes, and nothing answers; SIGCONT thaws it. Kill works on a frozen
+// server too.
+func (s *Server) Signal(sig os.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("redistest: signal: the server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
 // Stop kills the server and, if Launch made its data directory, removes
 // it. It is safe to call twice.
 func (s *Server) Stop() {

@@ -140,3 +140,15 @@ func (k keys) events() string { return k.prefix + "events" }
 // cancels is the pub/sub channel on which cancellations of running tasks
 // are announced, for workers.
 func (k keys) cancels() string { return k.prefix + "cancels" }
+
+// webhook is a hash holding a completion webhook of one task or batch
+// (ref is "b:<batch ID>" or "t:<task ID>", see WebhookRef): its URL and
+// what its delivery did so far. It lives as long as the record.
+func (k keys) webhook(ref string) string { return k.prefix + "webhook:" + ref }
+
+// webhookWatch is a sorted set of the webhook refs whose task or batch
+// had not ended when last looked at, scored by when the webhook was
+// recorded (Unix ms). The reconciler enqueues a delivery for each one
+// that has ended and only then removes it, so a crash between the end
+// and the enqueue cannot lose the delivery.
+func (k keys) webhookWatch() string { return k.prefix + "webhooks:watch" }

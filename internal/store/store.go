@@ -43,6 +43,9 @@ type Task struct {
 	// Progress is the latest progress a long search reported; nil when
 	// none.
 	Progress *apitype.Progress
+	// Webhook is the task's completion webhook and its delivery; nil
+	// when it has none (and for batch items, whose batch has it).
+	Webhook *apitype.Webhook
 }
 
 // NewTask describes a task record to create.
@@ -71,6 +74,9 @@ type Batch struct {
 	ExpiresAt time.Time
 	// CanceledAt is when the batch was canceled; zero when it was not.
 	CanceledAt time.Time
+	// Webhook is the batch's completion webhook and its delivery; nil
+	// when it has none.
+	Webhook *apitype.Webhook
 }
 
 // Ended returns how many items of the batch have ended.
@@ -161,16 +167,33 @@ func (s *Store) DeleteTasks(ctx context.Context, ids []string) error {
 	return err
 }
 
-// Get returns one task record.
+// Get returns one task record, with its webhook: both in one round
+// trip.
 func (s *Store) Get(ctx context.Context, id string) (*Task, error) {
-	m, err := s.rdb.HGetAll(ctx, s.k.task(id)).Result()
+	m, wh, err := s.getWithWebhook(ctx, s.k.task(id), WebhookRef(false, id))
 	if err != nil {
 		return nil, fmt.Errorf("store: get task: %w", err)
 	}
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
-	return decodeTask(id, m), nil
+	t := decodeTask(id, m)
+	t.Webhook = webhookOf(wh)
+	return t, nil
+}
+
+// getWithWebhook reads a record's hash and its webhook's in one round
+// trip; the webhook's is empty for the many records without one.
+func (s *Store) getWithWebhook(ctx context.Context, key, ref string) (rec, wh map[string]string, err error) {
+	var rc, wc *redis.MapStringStringCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rc = p.HGetAll(ctx, key)
+		wc = p.HGetAll(ctx, s.k.webhook(ref))
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return rc.Val(), wc.Val(), nil
 }
 
 // GetMany returns records in the order of ids; a missing one is nil.
@@ -226,7 +249,7 @@ func msTime(s string) time.Time {
 
 // GetBatch returns a batch record.
 func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
-	m, err := s.rdb.HGetAll(ctx, s.k.batch(id)).Result()
+	m, wh, err := s.getWithWebhook(ctx, s.k.batch(id), WebhookRef(true, id))
 	if err != nil {
 		return nil, fmt.Errorf("store: get batch: %w", err)
 	}
@@ -243,6 +266,7 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b.DoneAt = msTime(m["done_at"])
 	b.ExpiresAt = msTime(m["expires_at"])
 	b.CanceledAt = msTime(m["canceled_at"])
+	b.Webhook = webhookOf(wh)
 	return b, nil
 }
 

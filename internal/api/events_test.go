@@ -1,0 +1,251 @@
+package api_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
+)
+
+// sse is one connection to /events, its events read as they come.
+type sse struct {
+	t      *testing.T
+	resp   *http.Response
+	events chan sseEvent
+}
+
+type sseEvent struct {
+	name, id string
+	data     []byte
+}
+
+// openEvents connects to a batch's events as key, with Last-Event-ID
+// lastID unless it is "".
+func openEvents(t *testing.T, s *stacktest.Stack, key, batchID, lastID string) *sse {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", s.URL+"/v1/batches/"+batchID+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("GET events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	c := &sse{t: t, resp: resp, events: make(chan sseEvent, 100)}
+	go func() {
+		defer close(c.events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.name != "" {
+					c.events <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				ev.id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data = []byte(strings.TrimPrefix(line, "data: "))
+			}
+		}
+	}()
+	t.Cleanup(func() { resp.Body.Close() })
+	return c
+}
+
+// next returns the next event other than progress, failing after 10 s.
+func (c *sse) next() sseEvent {
+	c.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				c.t.Fatal("the stream ended")
+			}
+			if ev.name != "progress" {
+				return ev
+			}
+		case <-deadline:
+			c.t.Fatal("no event within 10s")
+		}
+	}
+}
+
+// item reads the next event, which must be an item event, and returns
+// its task's index and the event's id.
+func (c *sse) item() (int, string) {
+	c.t.Helper()
+	ev := c.next()
+	if ev.name != "item" {
+		c.t.Fatalf("event %s %s, want an item", ev.name, ev.data)
+	}
+	var it apitype.ItemEvent
+	if err := json.Unmarshal(ev.data, &it); err != nil {
+		c.t.Fatal(err)
+	}
+	return it.Index, ev.id
+}
+
+// A client that loses its stream and resumes it with Last-Event-ID loses
+// no event: the tasks that ended while it was away, and one that had
+// ended ahead of the stream's position, come again. The tasks end by
+// cancellation, so the test, not a worker, says when.
+func TestBatchEventsResumeLosesNothing(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey + ",bob:" + bobEventsKey, "CHUNK_SIZE": "2"})
+	item := `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[`+strings.Repeat(item+",", 4)+item+`]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	cancel := func(i int) {
+		t.Helper()
+		if code, b, _ := s.DoAs(aliceEventsKey, "DELETE", "/v1/tasks/"+apitype.ItemID(id, i), nil); code != http.StatusOK {
+			t.Fatalf("cancel item %d: %d %s", i, code, b)
+		}
+	}
+	// Another key's batch does not exist for it.
+	if code, b, _ := s.DoAs(bobEventsKey, "GET", "/v1/batches/"+id+"/events", nil); code != http.StatusNotFound {
+		t.Errorf("bob's GET of alice's events: %d %s", code, b)
+	}
+
+	got := map[int]int{}
+	a := openEvents(t, s, aliceEventsKey, id, "")
+	cancel(0)
+	i, last := a.item()
+	got[i]++
+	if i != 0 || last != "1" {
+		t.Fatalf("first item event: index %d id %s, want 0 and 1", i, last)
+	}
+	cancel(2) // ahead of the stream's position: its id stays 1
+	i, id2 := a.item()
+	got[i]++
+	if i != 2 || id2 != "1" {
+		t.Fatalf("second item event: index %d id %s, want 2 and 1", i, id2)
+	}
+	a.resp.Body.Close()
+
+	// While no one listens.
+	cancel(1)
+	cancel(4)
+	r := openEvents(t, s, aliceEventsKey, id, id2)
+	for range 3 {
+		i, last = r.item()
+		got[i]++
+	}
+	cancel(3)
+	i, last = r.item()
+	got[i]++
+	if ev := r.next(); ev.name != "done" {
+		t.Fatalf("after the last item: %s %s", ev.name, ev.data)
+	} else if p := stacktest.Decode[apitype.BatchProgress](t, ev.data); !p.Done || p.Counts.Canceled != 5 {
+		t.Errorf("done event %s", ev.data)
+	}
+	if last != "5" {
+		t.Errorf("the last item's id is %s, want 5", last)
+	}
+	for i := range 5 {
+		if got[i] == 0 {
+			t.Errorf("item %d was never sent (got %v)", i, got)
+		}
+	}
+	if got[2] != 2 {
+		t.Errorf("item 2, ahead of the position the client resumed from, was sent %d times, want twice: %v", got[2], got)
+	}
+	if _, ok := <-r.events; ok {
+		t.Error("the stream goes on after done")
+	}
+}
+
+// A batch run by a worker streams every task once, in whatever order the
+// tasks end, and its progress.
+func TestBatchEventsLive(t *testing.T) {
+	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "CHUNK_SIZE": "4"})
+	items := make([]string, 30)
+	for i := range items {
+		items[i] = `{"kind":"sweep","puzzle":{"board":["...","*..",".*."]}}`
+	}
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[`+strings.Join(items, ",")+`]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	c := openEvents(t, s, aliceEventsKey, id, "")
+	seen := map[int]bool{}
+	progress := 0
+	deadline := time.After(30 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				t.Fatalf("the stream ended before done, having sent %d items", len(seen))
+			}
+			switch ev.name {
+			case "progress":
+				progress++
+			case "item":
+				it := stacktest.Decode[apitype.ItemEvent](t, ev.data)
+				if seen[it.Index] {
+					t.Errorf("item %d sent twice without a resume", it.Index)
+				}
+				seen[it.Index] = true
+				if it.State != apitype.TaskStateCompleted || len(it.Result) == 0 {
+					t.Errorf("item event %s", ev.data)
+				}
+			case "done":
+				done = true
+			}
+		case <-deadline:
+			t.Fatalf("not done within 30s; %d items seen", len(seen))
+		}
+	}
+	if len(seen) != len(items) || progress < 1 {
+		t.Errorf("%d of %d items, %d progress events", len(seen), len(items), progress)
+	}
+}
+
+// A stream is bounded: it ends after MAX_WAIT even if the batch is not
+// done, without a done event, for the client to resume.
+func TestBatchEventsEndAfterMaxWait(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "MAX_WAIT": "1s"})
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	start := time.Now()
+	c := openEvents(t, s, aliceEventsKey, stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
+	var names []string
+	for ev := range c.events {
+		names = append(names, ev.name)
+	}
+	if took := time.Since(start); took < time.Second || took > 5*time.Second {
+		t.Errorf("the stream lasted %v, want about MAX_WAIT (1s)", took)
+	}
+	if strings.Join(names, ",") != "progress" {
+		t.Errorf("events %v, want only the first progress", names)
+	}
+}
+
+// The keys of the events tests: long enough for the API to start.
+const (
+	aliceEventsKey = "alice-events-key-0123456789"
+	bobEventsKey   = "bob-events-key-0123456789ab"
+)

@@ -1,0 +1,424 @@
+//go:build fault
+
+package fault
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// probe is one request of a route, with what it must answer.
+type probe struct {
+	route        string // the figure's name
+	method, path string
+	body         []byte
+	ok           int // the status of a healthy answer
+}
+
+// probeResult is a probe's answer.
+type probeResult struct {
+	code int
+	body []byte
+	err  error
+	took time.Duration
+}
+
+// runProbes sends every probe at once and returns the answers by route.
+func (c *cluster) runProbes(ps []probe) map[string]probeResult {
+	out := make(map[string]probeResult, len(ps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() {
+			start := time.Now()
+			code, b, err := c.do(p.method, p.path, p.body)
+			r := probeResult{code: code, body: b, err: err, took: time.Since(start)}
+			mu.Lock()
+			out[p.route] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// figures renders durations by route, sorted by route.
+func figures(d map[string]time.Duration) string {
+	var parts []string
+	for r, v := range d {
+		parts = append(parts, fmt.Sprintf("%s=%v", strings.ReplaceAll(r, " ", "_"), v.Round(time.Millisecond)))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// testRedisFreeze freezes redis-server with SIGSTOP: a hung Redis (CLIENT
+// PAUSE, a VM pause, a partition that drops packets without a reset).
+// The kernel still accepts connections and takes writes, and nothing
+// answers, so only deadlines end a call. While it is frozen every route
+// must answer 503 "unavailable" within 2.5 s, /readyz within its own 2 s
+// limit, and long polls held from before the freeze within their wait
+// and the same 2.5 s; the API and the worker must keep running. After
+// SIGCONT every route must answer normally within 2 s, and every task
+// acknowledged before, during or after must complete with its exact
+// answer, each batch counted exactly.
+func testRedisFreeze(t *testing.T) {
+	const (
+		bound     = 2500 * time.Millisecond // every route, Redis frozen
+		readyz    = 2300 * time.Millisecond // /readyz: its 2 s limit, and scheduling slack
+		heldWait  = 3 * time.Second         // the held long polls' ?wait=
+		recovered = 2 * time.Second         // every route healthy after SIGCONT
+	)
+	c := newCluster(t, clusterOpts{api: map[string]string{"CHUNK_SIZE": "4"}, workers: 1})
+	o := newOracle()
+	reqs := eightPuzzles(60, 131)
+	w := newWorkload()
+	done := w.addTask(c, reqs[0])
+	doneBatch := w.addBatch(c, reqs[1:9])
+	w.verify(t, c, o, 60*time.Second)
+	batchID := doneBatch[0][:strings.IndexByte(doneBatch[0], '-')]
+
+	// Work that stays pending across the freeze: the queues are paused,
+	// so the worker runs nothing while it lives through the freeze.
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.PauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := w.addTask(c, reqs[9])
+	pendingItems := w.addBatch(c, reqs[10:18])
+	pendingBatch := pendingItems[0][:strings.IndexByte(pendingItems[0], '-')]
+	canceled := c.submitTask(reqs[18]) // DELETEd while frozen: it may end canceled
+
+	// Long polls held from before the freeze.
+	held := []probe{
+		{"held GET task wait", "GET", "/v1/tasks/" + pending + "?wait=" + heldWait.String(), nil, 200},
+		{"held GET batch wait", "GET", "/v1/batches/" + pendingBatch + "?limit=1&wait=" + heldWait.String(), nil, 200},
+		{"held GET results wait", "GET", "/v1/batches/" + pendingBatch + "/results?wait=" + heldWait.String(), nil, 200},
+	}
+	heldc := make(chan map[string]probeResult, 1)
+	go func() { heldc <- c.runProbes(held) }()
+	time.Sleep(300 * time.Millisecond)
+
+	// routes are the probes of round i. While Redis is frozen the long
+	// polls are on pending work; after it, when what counts is how soon
+	// each answers, on ended work (the submit-and-wait on a cached
+	// request), so that none sits out its wait.
+	routes := func(i int) []probe {
+		waitTask, waitBatch, waitReq, waitOK := pending, pendingBatch, reqs[24+i], 202
+		if i >= 2 {
+			waitTask, waitBatch, waitReq, waitOK = done, batchID, reqs[0], 200
+		}
+		return []probe{
+			{"POST tasks", "POST", "/v1/tasks", []byte(reqs[20+i]), 202},
+			{"POST tasks wait", "POST", "/v1/tasks?wait=1s", []byte(waitReq), waitOK},
+			{"POST batches", "POST", "/v1/batches", batchBody(reqs[28+4*i : 32+4*i]), 202},
+			{"GET task", "GET", "/v1/tasks/" + done, nil, 200},
+			{"GET item", "GET", "/v1/tasks/" + doneBatch[3], nil, 200},
+			{"GET task wait", "GET", "/v1/tasks/" + waitTask + "?wait=1s", nil, 200},
+			{"GET batch", "GET", "/v1/batches/" + batchID, nil, 200},
+			{"GET batch wait", "GET", "/v1/batches/" + waitBatch + "?wait=1s", nil, 200},
+			{"GET results", "GET", "/v1/batches/" + batchID + "/results", nil, 200},
+			{"GET results wait", "GET", "/v1/batches/" + waitBatch + "/results?wait=1s", nil, 200},
+			{"GET output", "GET", "/v1/batches/" + batchID + "/output", nil, 200},
+			{"DELETE task", "DELETE", "/v1/tasks/" + canceled, nil, 200},
+			{"GET readyz", "GET", "/readyz", nil, 200},
+		}
+	}
+
+	if err := c.redis.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozenAt := time.Now()
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if err := c.redis.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer thaw()
+
+	// Two rounds: the first meets the pool's connections, the second
+	// new ones dialed to the frozen server (the kernel accepts them).
+	slowest := map[string]time.Duration{}
+	for round := range 2 {
+		for route, r := range c.runProbes(routes(round)) {
+			slowest[route] = max(slowest[route], r.took)
+			var e apitype.ErrorBody
+			_ = json.Unmarshal(r.body, &e)
+			if r.err != nil || r.code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
+				t.Errorf("Redis frozen, round %d: %s: %d %v %.200s, want 503 unavailable", round, route, r.code, r.err, r.body)
+			}
+			limit := bound
+			if route == "GET readyz" {
+				limit = readyz
+			}
+			if r.took > limit {
+				t.Errorf("Redis frozen, round %d: %s answered after %v, want within %v", round, route, r.took, limit)
+			}
+		}
+	}
+	// The held polls answer (their wait out, the last read failed)
+	// within their wait and the bound, never hang.
+	heldTook := map[string]time.Duration{}
+	for route, r := range <-heldc {
+		heldTook[route] = r.took
+		if r.err != nil || (r.code != http.StatusServiceUnavailable && r.code != http.StatusOK) {
+			t.Errorf("Redis frozen: %s: %d %v %.200s, want 503 (or 200 read before the freeze)", route, r.code, r.err, r.body)
+		}
+		if r.took > heldWait+bound {
+			t.Errorf("Redis frozen: %s answered after %v, want within its wait %v + %v", route, r.took, heldWait, bound)
+		}
+	}
+	frozenFor := time.Since(frozenAt)
+	for _, p := range append([]*proc{c.api}, c.workers...) {
+		if p.Exited() {
+			t.Fatalf("%s exited while Redis was frozen: %v", p.Name, p.Err())
+		}
+	}
+
+	// Thaw; every route must answer normally within 2 s. The POSTs that
+	// succeed are acknowledged: they join the workload.
+	thaw()
+	thawedAt := time.Now()
+	recovery := map[string]time.Duration{}
+	for i := 0; len(recovery) < len(routes(0)) && time.Since(thawedAt) < 10*time.Second; i++ {
+		ps := routes(2 + i%2)
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		var todo []probe
+		for _, p := range ps {
+			if _, ok := recovery[p.route]; !ok {
+				todo = append(todo, p)
+			}
+		}
+		for route, r := range c.runProbes(todo) {
+			var p probe
+			for _, q := range todo {
+				if q.route == route {
+					p = q
+				}
+			}
+			ok := r.err == nil && r.code == p.ok
+			if route == "DELETE task" {
+				// Canceled now, or by the DELETE sent while frozen, which
+				// Redis ran when it woke.
+				ok = r.err == nil && (r.code == http.StatusOK || r.code == http.StatusConflict)
+			}
+			if !ok {
+				continue
+			}
+			recovery[route] = time.Since(thawedAt)
+			switch p.method {
+			case "POST":
+				if p.path == "/v1/batches" {
+					id, ids := decodeBatchAck(t, r.body)
+					w.batches[id] = len(ids)
+					for k, tid := range ids {
+						w.reqs[tid] = reqs[28+4*(2+i%2)+k]
+					}
+				} else {
+					var tr apitype.Task
+					if err := json.Unmarshal(r.body, &tr); err != nil {
+						t.Fatal(err)
+					}
+					w.reqs[tr.ID] = string(p.body)
+				}
+			}
+		}
+	}
+	for _, p := range routes(0) {
+		if d, ok := recovery[p.route]; !ok || d > recovered {
+			t.Errorf("after SIGCONT: %s healthy after %v (ok %v), want within %v", p.route, d, ok, recovered)
+		}
+	}
+
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.UnpauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.verify(t, c, o, 60*time.Second)
+	if tr, ok := c.getTask(canceled, 30*time.Second); !ok || (tr.State != apitype.TaskStateCanceled && tr.State != apitype.TaskStateCompleted) {
+		t.Errorf("task %s, DELETEd while Redis was frozen: %+v, want canceled or completed", canceled, tr)
+	}
+	c.api.WaitReady(t, 5*time.Second)
+	t.Logf("redis freeze: FIGURES frozen_for=%v tasks=%d batches=%d frozen_503: %s held_polls: %s recovered_after_sigcont: %s",
+		frozenFor.Round(time.Millisecond), len(w.reqs), len(w.batches), figures(slowest), figures(heldTook), figures(recovery))
+}
+
+// TestFailFast runs issue 13's fail-fast scenarios side by side, each
+// with its own Redis, API and workers: a frozen Redis, an API stopped
+// with long polls held, and an API cut off from Redis by a network
+// partition (network namespaces; skipped when not root).
+func TestFailFast(t *testing.T) {
+	t.Run("group", func(t *testing.T) {
+		t.Run("RedisFreeze", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreeze(t) })
+		t.Run("ShutdownAnswersPolls", func(t *testing.T) { t.Parallel(); timed(t); testShutdownAnswersPolls(t) })
+		t.Run("APIPartition", func(t *testing.T) { t.Parallel(); timed(t); testAPIPartition(t) })
+	})
+}
+
+// testShutdownAnswersPolls is a rolling restart with long polls held:
+// 20 clients hold polls on API A (14 GET a task, 3 GET a batch and 3
+// its results, each ?wait=20s) on work that cannot end yet (the queues
+// are paused), and A gets SIGTERM. A must answer all 20 at once, 202
+// with the current state, and exit well inside its SHUTDOWN_TIMEOUT;
+// each client then polls replica B, as a load balancer would send it,
+// and gets its answer there once the work runs. No request may fail: no
+// EOF, no refused connection, no status but 200 and 202.
+func testShutdownAnswersPolls(t *testing.T) {
+	const (
+		shutdownTimeout = 15 * time.Second
+		clients         = 20
+		wait            = "20s"
+	)
+	c := newCluster(t, clusterOpts{api: map[string]string{"CHUNK_SIZE": "4", "SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, workers: 1})
+	b := c.startReplica(t, "api2", map[string]string{"CHUNK_SIZE": "4"})
+	b.WaitReady(t, 30*time.Second)
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.PauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOracle()
+	reqs := eightPuzzles(14+3*4, 177)
+	w := newWorkload()
+	type poll struct{ kind, id string }
+	var polls []poll
+	for _, r := range reqs[:14] {
+		polls = append(polls, poll{"task", w.addTask(c, r)})
+	}
+	for i := range 3 {
+		ids := w.addBatch(c, reqs[14+4*i:18+4*i])
+		id := ids[0][:strings.IndexByte(ids[0], '-')]
+		polls = append(polls, poll{"batch", id}, poll{"results", id})
+	}
+
+	type outcome struct {
+		fromA    time.Time // when A answered the held poll
+		codeA    int
+		failures []string
+		final    bool // the work's final answer arrived (from B)
+	}
+	outs := make([]outcome, clients)
+	hc := &http.Client{Timeout: 60 * time.Second}
+	var wg sync.WaitGroup
+	for i, p := range polls {
+		wg.Go(func() {
+			out := &outs[i]
+			bases := []string{c.api.URL(), b.URL()}
+			on := 0
+			for attempt := 0; attempt < 8 && !out.final; attempt++ {
+				path := "/v1/tasks/" + p.id + "?wait=" + wait
+				switch p.kind {
+				case "batch":
+					path = "/v1/batches/" + p.id + "?limit=1&wait=" + wait
+				case "results":
+					path = "/v1/batches/" + p.id + "/results?wait=" + wait
+				}
+				resp, err := hc.Get(bases[on] + path)
+				if err != nil {
+					out.failures = append(out.failures, fmt.Sprintf("%s: %v", bases[on], err))
+					on = 1
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted) {
+					out.failures = append(out.failures, fmt.Sprintf("%s: %d %v %.200s", bases[on], resp.StatusCode, err, body))
+					on = 1
+					continue
+				}
+				if on == 0 {
+					out.fromA, out.codeA = time.Now(), resp.StatusCode
+					on = 1 // A is going away: poll B from now on
+					continue
+				}
+				switch p.kind {
+				case "task":
+					var tr apitype.Task
+					out.final = json.Unmarshal(body, &tr) == nil && tr.State.Terminal()
+				case "batch":
+					var br apitype.Batch
+					out.final = json.Unmarshal(body, &br) == nil && br.Done
+				case "results":
+					out.final = resp.StatusCode == http.StatusOK && strings.Count(string(body), `"state":"completed"`) == 4
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second) // every poll is held on A now
+	c.api.Signal(t, syscall.SIGTERM)
+	sentAt := time.Now()
+	if !c.api.WaitExit(shutdownTimeout + 5*time.Second) {
+		t.Fatalf("API A did not exit within SHUTDOWN_TIMEOUT %v + 5s", shutdownTimeout)
+	}
+	exit := time.Since(sentAt)
+	if err := c.api.Err(); err != nil {
+		t.Errorf("API A exit: %v", err)
+	}
+	// All 20 answered by A and now polling B: run the work.
+	pollUntil(10*time.Second, 50*time.Millisecond, func() bool {
+		n := 0
+		for i := range outs {
+			if !outs[i].fromA.IsZero() || len(outs[i].failures) > 0 {
+				n++
+			}
+		}
+		return n == clients
+	})
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.UnpauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+
+	var slowest time.Duration
+	answered, accepted, failed := 0, 0, 0
+	for i, out := range outs {
+		if !out.fromA.IsZero() {
+			answered++
+			slowest = max(slowest, out.fromA.Sub(sentAt))
+			if out.codeA == http.StatusAccepted {
+				accepted++
+			}
+		}
+		if len(out.failures) > 0 {
+			failed++
+			t.Errorf("client %d (%s %s): failed requests: %v", i, polls[i].kind, polls[i].id, out.failures)
+		}
+		if !out.final {
+			t.Errorf("client %d (%s %s): no final answer from B", i, polls[i].kind, polls[i].id)
+		}
+	}
+	if answered != clients || accepted != clients {
+		t.Errorf("A answered %d of %d held polls, %d with 202; want all, 202", answered, clients, accepted)
+	}
+	if slowest > 2*time.Second {
+		t.Errorf("A answered the held polls up to %v after SIGTERM, want at once", slowest)
+	}
+	if exit > 5*time.Second {
+		t.Errorf("A exited %v after SIGTERM, want well under SHUTDOWN_TIMEOUT %v", exit, shutdownTimeout)
+	}
+	c.api = b // the survivor serves the checks
+	w.verify(t, c, o, 60*time.Second)
+	t.Logf("shutdown with polls held: FIGURES clients=%d answered_by_A=%d (202: %d) slowest_answer_after_SIGTERM=%v SIGTERM->exit=%v SHUTDOWN_TIMEOUT=%v failed_requests=%d final_answers_from_B=%d",
+		clients, answered, accepted, slowest.Round(time.Millisecond), exit.Round(time.Millisecond), shutdownTimeout, failed, clients)
+}

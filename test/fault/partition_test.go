@@ -1,0 +1,268 @@
+//go:build fault
+
+package fault
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// netns is a network namespace with two veth pairs to the host: one
+// carries its processes' traffic to Redis, the other the test's traffic
+// to them, so that cutting the first partitions a process from Redis
+// while the test still reaches it.
+type netns struct {
+	name       string
+	redisLink  string // the host's end of the Redis path
+	hostRedis  string // the host's address on the Redis path (Redis binds it)
+	inner      string // the namespace's address on the test's path
+	interfaces []string
+}
+
+// ipCmd runs ip (iproute2) with args.
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// newNetns makes a namespace named pqff-<pid>-<tag> with its links; it
+// is deleted, links and all, when the test ends. It skips the test,
+// saying why, when it cannot (not root, no iproute2, no veth).
+func newNetns(t *testing.T, tag string, subnet int) *netns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network partitions need root (ip netns, veth pairs); skipped")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("network partitions need iproute2's ip; skipped")
+	}
+	id := fmt.Sprintf("%04x%s", os.Getpid()&0xffff, tag)
+	n := &netns{name: "pqff-" + id, redisLink: "pqff" + id + "r0"}
+	// 10.213.<subnet>.0/30 is the Redis path, .4/30 the test's.
+	base := fmt.Sprintf("10.213.%d.", subnet)
+	n.hostRedis, n.inner = base+"1", base+"6"
+	if err := ipCmd("netns", "add", n.name); err != nil {
+		t.Skipf("cannot make a network namespace (%v); skipped", err)
+	}
+	t.Cleanup(func() {
+		// Deleting the namespace destroys its veth ends, and with them
+		// their peers on the host.
+		if err := ipCmd("netns", "del", n.name); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+		for _, l := range n.interfaces {
+			_ = exec.Command("ip", "link", "del", l).Run()
+		}
+	})
+	for _, l := range []struct{ host, peer, hostAddr, peerAddr string }{
+		{n.redisLink, "pqff" + id + "r1", base + "1/30", base + "2/30"},
+		{"pqff" + id + "t0", "pqff" + id + "t1", base + "5/30", base + "6/30"},
+	} {
+		n.interfaces = append(n.interfaces, l.host)
+		for _, args := range [][]string{
+			{"link", "add", l.host, "type", "veth", "peer", "name", l.peer},
+			{"link", "set", l.peer, "netns", n.name},
+			{"addr", "add", l.hostAddr, "dev", l.host},
+			{"link", "set", l.host, "up"},
+			{"-n", n.name, "addr", "add", l.peerAddr, "dev", l.peer},
+			{"-n", n.name, "link", "set", l.peer, "up"},
+		} {
+			if err := ipCmd(args...); err != nil {
+				t.Skipf("cannot set up veth pairs (%v); skipped", err)
+			}
+		}
+	}
+	if err := ipCmd("-n", n.name, "link", "set", "lo", "up"); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// cut takes the Redis path down: the namespace's packets to Redis are
+// dropped, with no reset, as in a partition. heal brings it back.
+func (n *netns) cut(t *testing.T) {
+	t.Helper()
+	if err := ipCmd("link", "set", n.redisLink, "down"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *netns) heal(t *testing.T) {
+	t.Helper()
+	if err := ipCmd("link", "set", n.redisLink, "up"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs bin inside the namespace, listening on the test's path.
+func (n *netns) start(t *testing.T, name, bin string, env map[string]string) *proc {
+	t.Helper()
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), name+".sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec "+ip+" netns exec "+n.name+" "+bin+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	env["HTTP_ADDR"] = net.JoinHostPort(n.inner, port)
+	return stacktest.StartProc(t, name, script, env)
+}
+
+// testAPIPartition cuts an API process off from Redis (its packets
+// dropped, no reset) for 5 s while the test still reaches it: every
+// route must answer 503 within 2.5 s, /readyz within its 2 s limit, and
+// after the heal every route must answer normally within 2 s; every task
+// acknowledged before or after completes with the exact answer, each
+// batch counted exactly.
+func testAPIPartition(t *testing.T) {
+	const (
+		bound     = 2500 * time.Millisecond
+		readyz    = 2300 * time.Millisecond
+		recovered = 2 * time.Second
+	)
+	n := newNetns(t, "a", 77)
+	c := newCluster(t, clusterOpts{
+		redisArgs: []string{"--bind", "127.0.0.1 " + n.hostRedis, "--protected-mode", "no"},
+		api:       map[string]string{"CHUNK_SIZE": "4"}, workers: 1,
+	})
+	addr := strings.TrimPrefix(c.redis.URL(), "redis://127.0.0.1")
+	part := n.start(t, "api-partitioned", apiBin, map[string]string{"REDIS_URL": "redis://" + n.hostRedis + addr,
+		"LOG_FORMAT": "text", "CHUNK_SIZE": "4"})
+	o := newOracle()
+	reqs := eightPuzzles(40, 313)
+	w := newWorkload()
+	pc := &cluster{t: t, redis: c.redis, rdb: c.rdb, insp: c.insp, api: part, http: c.http}
+	done := w.addTask(pc, reqs[0])
+	items := w.addBatch(pc, reqs[1:9])
+	batchID := items[0][:strings.IndexByte(items[0], '-')]
+	w.verify(t, pc, o, 60*time.Second)
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.PauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := w.addTask(pc, reqs[9])
+	routes := func(i int) []probe {
+		waitOn := pending
+		if i >= 2 {
+			waitOn = done
+		}
+		return []probe{
+			{"POST tasks", "POST", "/v1/tasks", []byte(reqs[10+i]), 202},
+			{"POST batches", "POST", "/v1/batches", batchBody(reqs[16+4*i : 20+4*i]), 202},
+			{"GET task", "GET", "/v1/tasks/" + done, nil, 200},
+			{"GET item", "GET", "/v1/tasks/" + items[2], nil, 200},
+			{"GET task wait", "GET", "/v1/tasks/" + waitOn + "?wait=1s", nil, 200},
+			{"GET batch", "GET", "/v1/batches/" + batchID, nil, 200},
+			{"GET results", "GET", "/v1/batches/" + batchID + "/results", nil, 200},
+			{"GET readyz", "GET", "/readyz", nil, 200},
+		}
+	}
+
+	n.cut(t)
+	cutAt := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			n.heal(t)
+		}
+	}()
+	slowest := map[string]time.Duration{}
+	for round := range 2 {
+		for route, r := range pc.runProbes(routes(round)) {
+			slowest[route] = max(slowest[route], r.took)
+			var e apitype.ErrorBody
+			_ = json.Unmarshal(r.body, &e)
+			if r.err != nil || r.code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
+				t.Errorf("API partitioned, round %d: %s: %d %v %.200s, want 503 unavailable", round, route, r.code, r.err, r.body)
+			}
+			limit := bound
+			if route == "GET readyz" {
+				limit = readyz
+			}
+			if r.took > limit {
+				t.Errorf("API partitioned, round %d: %s answered after %v, want within %v", round, route, r.took, limit)
+			}
+		}
+	}
+	if d := time.Since(cutAt); d < 5*time.Second {
+		time.Sleep(5*time.Second - d)
+	}
+	cutFor := time.Since(cutAt)
+	if part.Exited() {
+		t.Fatalf("the partitioned API exited: %v", part.Err())
+	}
+	n.heal(t)
+	healed = true
+	healedAt := time.Now()
+	recovery := map[string]time.Duration{}
+	for i := 0; len(recovery) < len(routes(0)) && time.Since(healedAt) < 10*time.Second; i++ {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		var todo []probe
+		for _, p := range routes(2 + i%2) {
+			if _, ok := recovery[p.route]; !ok {
+				todo = append(todo, p)
+			}
+		}
+		for route, r := range pc.runProbes(todo) {
+			var p probe
+			for _, q := range todo {
+				if q.route == route {
+					p = q
+				}
+			}
+			if r.err != nil || r.code != p.ok {
+				continue
+			}
+			recovery[route] = time.Since(healedAt)
+			if p.method != "POST" {
+				continue
+			}
+			if p.path == "/v1/batches" {
+				id, ids := decodeBatchAck(t, r.body)
+				w.batches[id] = len(ids)
+				for k, tid := range ids {
+					w.reqs[tid] = reqs[16+4*(2+i%2)+k]
+				}
+			} else {
+				var tr apitype.Task
+				if err := json.Unmarshal(r.body, &tr); err != nil {
+					t.Fatal(err)
+				}
+				w.reqs[tr.ID] = string(p.body)
+			}
+		}
+	}
+	for _, p := range routes(0) {
+		if d, ok := recovery[p.route]; !ok || d > recovered {
+			t.Errorf("after the heal: %s healthy after %v (ok %v), want within %v", p.route, d, ok, recovered)
+		}
+	}
+	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+		if err := c.insp.UnpauseQueue(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.verify(t, pc, o, 60*time.Second)
+	t.Logf("API partition: FIGURES cut_for=%v tasks=%d batches=%d partitioned_503: %s healthy_after_heal: %s",
+		cutFor.Round(time.Millisecond), len(w.reqs), len(w.batches), figures(slowest), figures(recovery))
+}
