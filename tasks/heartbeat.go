@@ -202,12 +202,19 @@ func (h *Heartbeat) Leave(ctx context.Context) error {
 	return nil
 }
 
-// RedriveQueue is the queue a dead worker's task is re-driven on: the
-// interactive one, whatever the original's, because the task has waited
-// its turn once already. On the bulk queue it would wait behind up to
-// FEED_DEPTH units again; interactive is served first (QUEUE_WEIGHTS),
-// and a crash re-drives at most one worker's concurrency of tasks.
-const RedriveQueue = QueueInteractive
+// RedriveQueue returns the queue a dead worker's task from queue is
+// re-driven on. A batch unit goes to the interactive queue, because it
+// has waited its turn once already: on the bulk queue it would wait
+// behind up to FEED_DEPTH units again, and interactive is served first
+// (QUEUE_WEIGHTS); a crash re-drives at most one worker's concurrency of
+// tasks. Any other task keeps its queue (webhook deliveries stay apart
+// from the solves).
+func RedriveQueue(queue string) string {
+	if queue == QueueBulk {
+		return QueueInteractive
+	}
+	return queue
+}
 
 // RedriveID is the task ID of the copy of task id re-driven after worker
 // died. It differs from id, which asynq still holds as active until it
@@ -217,11 +224,15 @@ const RedriveQueue = QueueInteractive
 func RedriveID(id, worker string) string { return id + "~" + worker }
 
 // RedriveTask builds the copy of a dead worker's task ti: the same type,
-// payload, retries and timeout, under RedriveID on RedriveQueue. Units
+// payload, retries, timeout and retention, under RedriveID on
+// RedriveQueue. Units
 // have fixed task IDs (UnitRef.TaskID) for the feed's deduplication; the
 // copy's ID is its own, and the handler reads the unit from the payload.
 func RedriveTask(ti *asynq.TaskInfo, worker string) *asynq.Task {
-	opts := []asynq.Option{asynq.TaskID(RedriveID(ti.ID, worker)), asynq.Queue(RedriveQueue), asynq.MaxRetry(ti.MaxRetry)}
+	opts := []asynq.Option{asynq.TaskID(RedriveID(ti.ID, worker)), asynq.Queue(RedriveQueue(ti.Queue)), asynq.MaxRetry(ti.MaxRetry)}
+	if ti.Retention > 0 {
+		opts = append(opts, asynq.Retention(ti.Retention))
+	}
 	switch {
 	case ti.Timeout > 0:
 		opts = append(opts, asynq.Timeout(ti.Timeout))

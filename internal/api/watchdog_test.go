@@ -120,7 +120,7 @@ func TestWatchdogJudgesByWhatItSaw(t *testing.T) {
 // servers: a "victim" server runs a single task and a batch unit and
 // stops beating (as a killed worker would); its tasks stay active in
 // asynq, as they would for 60-130 s. The watchdog enqueues a copy of
-// each under RedriveID on RedriveQueue, with the same payload, retries
+// each under RedriveID on the interactive queue, with the same payload, retries
 // and timeout, reaps the victim, and leaves a beating worker alone. A
 // second pass changes nothing.
 func TestWatchdogRedrivesADeadWorkersTasks(t *testing.T) {
@@ -204,7 +204,7 @@ func TestWatchdogRedrivesADeadWorkersTasks(t *testing.T) {
 		if err != nil || o.State != asynq.TaskStateActive {
 			t.Fatalf("original %s: %+v %v, want still active", orig.id, o, err)
 		}
-		c, err := insp.GetTaskInfo(tasks.RedriveQueue, tasks.RedriveID(orig.id, "victim"))
+		c, err := insp.GetTaskInfo(tasks.QueueInteractive, tasks.RedriveID(orig.id, "victim"))
 		if err != nil {
 			t.Fatalf("copy of %s: %v", orig.id, err)
 		}
@@ -223,7 +223,7 @@ func TestWatchdogRedrivesADeadWorkersTasks(t *testing.T) {
 			t.Fatalf("a later pass re-drove %d (%v)", n, err)
 		}
 	}
-	if qi, err := insp.GetQueueInfo(tasks.RedriveQueue); err != nil || qi.Pending != 2 {
-		t.Fatalf("%s queue: %+v %v, want the 2 copies pending", tasks.RedriveQueue, qi, err)
+	if qi, err := insp.GetQueueInfo(tasks.QueueInteractive); err != nil || qi.Pending != 2 {
+		t.Fatalf("%s queue: %+v %v, want the 2 copies pending", tasks.QueueInteractive, qi, err)
 	}
 }

@@ -178,7 +178,7 @@ func testWorkerCrash(t *testing.T) {
 	if !pollUntil(60*time.Second, 50*time.Millisecond, func() bool {
 		if redriveAt == 0 {
 			for _, og := range origs {
-				if !copies[og.id] && !c.gone(t, tasks.RedriveQueue, tasks.RedriveID(og.id, victimID)) {
+				if !copies[og.id] && !c.gone(t, tasks.RedriveQueue(og.queue), tasks.RedriveID(og.id, victimID)) {
 					copies[og.id] = true
 				}
 			}
