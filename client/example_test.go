@@ -36,6 +36,14 @@ func fakeAPI() *httptest.Server {
 			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"task_ids":["a1","a2"]}`)
 		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f":
 			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","total":2,"counts":{"pending":0,"active":0,"completed":2,"failed":0,"canceled":0},"done":true,"tasks":[],"next_cursor":null}`)
+		case r.Method == "GET" && r.URL.Path == "/v1/batches":
+			io.WriteString(w, `{"batches":[{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","state":"failed","total":2,"counts":{"pending":0,"active":0,"completed":1,"failed":1,"canceled":0},"done":true,"kinds":["sliding","sweep"],"format":null,"created_at":"2026-11-30T09:00:00Z","done_at":"2026-11-30T09:00:01Z"}],"next_cursor":null}`)
+		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/items":
+			io.WriteString(w, `{"tasks":[{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1","custom_id":"hard","kind":"sweep","state":"failed","error":{"code":"budget_exceeded","message":"search exceeded max_nodes"}}],"next_cursor":null}`)
+		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/retry":
+			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","retried":1}`)
+		case r.URL.Path == "/v1/status":
+			io.WriteString(w, `{"workers_alive":0,"slots":0,"busy":0,"workers":[],"queues":[],"backlog_units":0,"oldest_pending_seconds":12.5}`)
 		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/output":
 			io.WriteString(w, "{\"moves\":3,\"solvable\":true,\"path\":\"DRD\"}\n{\"moves\":-1,\"solvable\":false,\"path\":\"\"}\n")
 		default:
@@ -177,4 +185,58 @@ func ExampleError() {
 		fmt.Println("server down")
 	}
 	// Output: 404 not_found
+}
+
+// List the batches that failed, newest first, page after page, and
+// retry their failed tasks.
+func ExampleClient_ListBatches() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+	ctx := context.Background()
+
+	o := client.ListOptions{State: client.StateFailed}
+	for {
+		page, err := c.ListBatches(ctx, o)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, b := range page.Batches {
+			fmt.Printf("%s: %d of %d failed\n", b.ID, b.Counts.Failed, b.Total)
+			items, err := c.BatchItems(ctx, b.ID, client.ListOptions{State: client.StateFailed})
+			if err != nil {
+				log.Fatal(err)
+			}
+			for _, t := range items.Tasks {
+				fmt.Printf("  %s (%s): %s\n", t.ID, *t.CustomID, t.Error.Code)
+			}
+			n, err := c.RetryBatch(ctx, b.ID)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf("  retried %d\n", n)
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		o.Cursor = *page.NextCursor
+	}
+	// Output:
+	// 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f: 1 of 2 failed
+	//   9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1 (hard): budget_exceeded
+	//   retried 1
+}
+
+// Check that a worker is alive before waiting on work.
+func ExampleClient_Status() {
+	srv := fakeAPI()
+	defer srv.Close()
+	st, err := client.New(srv.URL).Status(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if st.WorkersAlive == 0 {
+		fmt.Printf("no worker is alive; the oldest work has waited %.0fs\n", st.OldestPendingSeconds)
+	}
+	// Output: no worker is alive; the oldest work has waited 12s
 }

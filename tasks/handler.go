@@ -86,6 +86,12 @@ type Handler struct {
 	// instant says whether a request is a table lookup (the function
 	// instant); tests that replace solveFn make it always false.
 	instant func(*puzzle.Parsed) bool
+	// gate admits expensive single tasks (see SetGate); nil: none.
+	gate Gate
+	// capOf returns the per-key cap of expensive runs (0: none).
+	capOf func() int
+	// lease is the expensive runs' lease (0: SolveLease).
+	lease time.Duration
 }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
@@ -124,6 +130,13 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if err := decodePayload(t.Payload(), &p); err != nil || p.ID == "" {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		}
+		if h.gate != nil && t.Type() != TypeFill {
+			// Fills are all cheap; a sliding board is expensive over 9
+			// cells, which only decoding tells.
+			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
+				return h.processExpensive(ctx, p.Owner, p.Item, pz)
+			}
 		}
 		return h.processItems(ctx, "", p.Owner, []Item{p.Item})
 	case TypeUnit:
@@ -373,6 +386,10 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 	return func(ctx context.Context, t *asynq.Task, err error) {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxR, _ := asynq.GetMaxRetry(ctx)
+		if d, ok := IsWait(err); ok && retried < maxR {
+			h.log.Debug("expensive task waits for a slot of its key", "type", t.Type(), "wait", d.String())
+			return // asynq runs it again after d, counting no retry
+		}
 		h.log.Warn("task error", "type", t.Type(), "retried", retried, "max_retry", maxR, "err", err)
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it
@@ -389,6 +406,16 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 			Msg: "gave up after repeated infrastructure errors"}}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		if h.gate != nil {
+			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
+				// The tasks that joined this one's solve fail with it:
+				// nothing else would end them.
+				if _, ferr := h.gate.FinishSolve(wctx, solveRun(p.Owner, p.Item, pz), ts[0]); ferr != nil {
+					h.log.Error("mark solve failed after last retry", "type", t.Type(), "err", ferr)
+				}
+				return
+			}
+		}
 		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {
 			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
 		}

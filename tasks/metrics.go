@@ -7,6 +7,14 @@ type Metrics struct {
 	Tasks        *prometheus.CounterVec
 	CacheHits    prometheus.Counter
 	SolveSeconds *prometheus.HistogramVec
+	// Searches counts the expensive solves a worker started: with
+	// identical submissions joined, one per puzzle in flight.
+	Searches *prometheus.CounterVec
+	// Joins counts expensive tasks that joined another run's solve.
+	Joins prometheus.Counter
+	// Waits counts the times an expensive task waited for a slot of its
+	// key (MAX_EXPENSIVE_PER_KEY).
+	Waits prometheus.Counter
 	// WebhookAttempts counts webhook delivery attempts by outcome:
 	// delivered, or failed (a non-2xx or no answer).
 	WebhookAttempts *prometheus.CounterVec
@@ -29,6 +37,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "puzzleq_webhook_attempts_total", Help: "Webhook delivery attempts, by outcome (delivered or failed).",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.WebhookAttempts)
+	m.Searches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "puzzleq_expensive_solves_total", Help: "Expensive solves a worker started, by kind (identical tasks in flight share one).",
+	}, []string{"kind"})
+	m.Joins = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "puzzleq_solve_joins_total", Help: "Expensive tasks that joined an identical puzzle's solve in flight instead of solving it.",
+	})
+	m.Waits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "puzzleq_expensive_waits_total", Help: "Times an expensive task was put back to wait because its key held all its slots.",
+	})
+	reg.MustRegister(m.Tasks, m.CacheHits, m.SolveSeconds, m.Searches, m.Joins, m.Waits, m.WebhookAttempts)
 	return m
 }

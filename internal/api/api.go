@@ -52,6 +52,7 @@ type Store interface {
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
 	WebhookStore
+	ListStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -116,6 +117,9 @@ type Options struct {
 	WebhooksEnabled bool
 	// Resolver looks webhook hosts up; nil is net.DefaultResolver.
 	Resolver webhook.Resolver
+	// Presence reports the live workers and the queues for
+	// GET /v1/status; without it the route answers 503.
+	Presence Presence
 	// OperatorRatePerSecond and OperatorBurst are each operator's token
 	// bucket on the operator routes (the dashboard, /metrics).
 	OperatorRatePerSecond, OperatorBurst int
@@ -258,7 +262,7 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.recoverer(), s.observe())
+	e.Use(s.recoverer(), s.observe(), strictQuery())
 	e.NoRoute(func(c *gin.Context) {
 		fail(c, newError(http.StatusNotFound, apitype.CodeNotFound, "", "no such route"))
 	})
@@ -271,15 +275,20 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/openapi.yaml", s.openapi)
 
 	v1 := e.Group("/v1", s.admitted(), s.timeout(), s.Authenticate(), s.rateLimit())
+	v1.GET("/tasks", s.listTasks)
 	v1.POST("/tasks", s.createTask)
 	v1.GET("/tasks/:id", s.getTask)
 	v1.DELETE("/tasks/:id", s.cancelTask)
+	v1.GET("/batches", s.listBatches)
 	v1.POST("/batches", s.createBatch)
 	v1.GET("/batches/:id", s.getBatch)
 	v1.DELETE("/batches/:id", s.cancelBatch)
 	v1.GET("/batches/:id/output", s.batchOutput)
 	v1.GET("/batches/:id/results", s.batchResults)
 	v1.GET("/batches/:id/events", s.batchEvents)
+	v1.GET("/batches/:id/items", s.listItems)
+	v1.POST("/batches/:id/retry", s.retryBatch)
+	v1.GET("/status", s.status)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}

@@ -35,6 +35,13 @@ var wireTypes = map[string]reflect.Type{
 	"WebhookEvent":  reflect.TypeFor[apitype.WebhookEvent](),
 	"BatchProgress": reflect.TypeFor[apitype.BatchProgress](),
 	"ItemEvent":     reflect.TypeFor[apitype.ItemEvent](),
+	"BatchSummary":  reflect.TypeFor[apitype.BatchSummary](),
+	"BatchList":     reflect.TypeFor[apitype.BatchList](),
+	"TaskList":      reflect.TypeFor[apitype.TaskList](),
+	"BatchRetried":  reflect.TypeFor[apitype.BatchRetried](),
+	"ServiceStatus": reflect.TypeFor[apitype.ServiceStatus](),
+	"WorkerStatus":  reflect.TypeFor[apitype.WorkerStatus](),
+	"QueueStatus":   reflect.TypeFor[apitype.QueueStatus](),
 }
 
 // TestWireTypesMatchDocument checks every schema of wireTypes against its
@@ -163,6 +170,13 @@ func checkSchema(t *testing.T, at string, typ reflect.Type, s *openapi3.Schema) 
 		t.Errorf("%s is nullable, but its Go type %s cannot be null", at, typ)
 	}
 	switch {
+	case s.Type.Is("object") && len(s.Properties) == 0 && s.AdditionalProperties.Schema != nil:
+		// A map: string keys, one schema for every value.
+		if typ.Kind() != reflect.Map || typ.Key().Kind() != reflect.String {
+			t.Errorf("%s is a map of strings, its Go type is %s", at, typ)
+			return
+		}
+		checkSchema(t, at+"{}", typ.Elem(), s.AdditionalProperties.Schema.Value)
 	case s.Type.Is("object"):
 		checkObject(t, at, typ, s)
 	case s.Type.Is("array"):
@@ -184,6 +198,10 @@ func checkSchema(t *testing.T, at string, typ reflect.Type, s *openapi3.Schema) 
 		case reflect.Int, reflect.Int32, reflect.Int64:
 		default:
 			t.Errorf("%s is an integer, its Go type is %s", at, typ)
+		}
+	case s.Type.Is("number"):
+		if typ.Kind() != reflect.Float64 && typ.Kind() != reflect.Float32 {
+			t.Errorf("%s is a number, its Go type is %s", at, typ)
 		}
 	case s.Type.Is("boolean"):
 		if typ.Kind() != reflect.Bool {

@@ -117,8 +117,8 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 		}
 	}
 	// The check above must have had something to check.
-	if v1 != 9 || len(documented) < 13 {
-		t.Errorf("served %d /v1 routes and documented %d in all, want 9 and at least 13: %v", v1, len(documented), a.Routes())
+	if v1 != 14 || len(documented) < 18 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 14 and at least 18: %v", v1, len(documented), a.Routes())
 	}
 	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
 		if !documented[r] {
@@ -805,6 +805,25 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/events", want: 404}), "not_found", "")
 		b = c.do(call{method: "GET", path: "/v1/batches/" + fid, want: 200}).json(t)
 		wantEqual(t, "failed count", b["counts"].(map[string]any)["failed"], 1)
+
+		// The lists, the failed items and their retry (lists_test.go
+		// covers them further).
+		l := c.do(call{method: "GET", path: "/v1/batches?limit=1", want: 200}).json(t)
+		wantEqual(t, "newest batch", l["batches"].([]any)[0].(map[string]any)["id"], fid)
+		c.do(call{method: "GET", path: "/v1/batches?state=failed&kind=sweep&created_after=2026-01-01T00:00:00Z", want: 200})
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches?state=done", want: 400, req: reqInvalid}), "invalid_request", "state")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches?stat=failed", want: 400}), "invalid_request", "stat")
+		c.do(call{method: "GET", path: "/v1/tasks?state=completed&limit=5", want: 200})
+		failedItems := c.do(call{method: "GET", path: "/v1/batches/" + fid + "/items?state=failed", want: 200}).json(t)
+		wantEqual(t, "failed items", len(failedItems["tasks"].([]any)), 1)
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/items", want: 404}), "not_found", "")
+		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/items?limit=0", want: 400, req: reqInvalid}), "invalid_request", "limit")
+		wantJSON(t, "retry", c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry", want: 200}).json(t),
+			`{"id":"`+fid+`","retried":1}`)
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + unknownID + "/retry", want: 404}), "not_found", "")
+		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry?all=1", want: 400}), "invalid_request", "all")
+		st := c.do(call{method: "GET", path: "/v1/status", want: 200}).json(t)
+		wantEqual(t, "workers alive", st["workers_alive"], 1)
 	})
 
 	t.Cleanup(func() { c.checkCoverage(t) })

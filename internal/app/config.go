@@ -302,6 +302,15 @@ type WorkerSettings struct {
 	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
 	// Each beat is one pipelined round trip. Default 500ms.
 	HeartbeatInterval time.Duration
+	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
+	// sweeps, sliding boards over 9 cells) of one API key that run at
+	// once, cluster-wide, so that one key's hard puzzles cannot hold
+	// every slot while cheap tasks of other keys wait behind them. A task
+	// over the cap is not failed: it waits and is retried (README,
+	// "Expensive work"). Default 0: half of the slots of the workers
+	// registered with asynq (the sum of their concurrency), at least 1,
+	// re-read every 10 s.
+	MaxExpensivePerKey int
 }
 
 func (w *WorkerSettings) bind(s *envflag.Set) {
@@ -312,11 +321,15 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
+	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
 }
 
 func (w *WorkerSettings) validate() error {
 	if w.Concurrency < 0 {
 		return fmt.Errorf("WORKER_CONCURRENCY: must not be negative, got %d", w.Concurrency)
+	}
+	if w.MaxExpensivePerKey < 0 {
+		return fmt.Errorf("MAX_EXPENSIVE_PER_KEY: must not be negative, got %d", w.MaxExpensivePerKey)
 	}
 	if w.WriteInterval < time.Millisecond || w.WriteInterval > time.Minute {
 		return fmt.Errorf("UNIT_WRITE_INTERVAL: must be between 1ms and 1m, got %s", w.WriteInterval)
@@ -352,6 +365,24 @@ func (w *WorkerSettings) concurrency() int {
 		return w.Concurrency
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// expensiveCap is the per-key cap of expensive runs: MAX_EXPENSIVE_PER_KEY,
+// or by default half of the cluster's slots (the concurrency of each
+// registered worker; this worker's own when none is known yet), at
+// least 1.
+func (w *WorkerSettings) expensiveCap(slots []int) int {
+	if w.MaxExpensivePerKey > 0 {
+		return w.MaxExpensivePerKey
+	}
+	total := 0
+	for _, n := range slots {
+		total += n
+	}
+	if total == 0 {
+		total = w.concurrency()
+	}
+	return max(1, total/2)
 }
 
 func (w *WorkerSettings) weights() map[string]int {

@@ -60,6 +60,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{}, nil, "REDIS_URL"},
 		{true, map[string]string{"REDIS_URL": "http://x"}, nil, "REDIS_URL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "WORKER_CONCURRENCY": "-1"}, nil, "WORKER_CONCURRENCY"},
+		{true, map[string]string{"REDIS_URL": "redis://x:1", "MAX_EXPENSIVE_PER_KEY": "-1"}, nil, "MAX_EXPENSIVE_PER_KEY"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "TASK_CHECK_INTERVAL": "soon"}, nil, "TASK_CHECK_INTERVAL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "TASK_CHECK_INTERVAL": "0s"}, nil, "TASK_CHECK_INTERVAL"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "QUEUE_WEIGHTS": "interactive=6"}, nil, "QUEUE_WEIGHTS"},

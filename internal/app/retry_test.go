@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 func TestRetryDelay(t *testing.T) {
@@ -26,10 +28,35 @@ func TestRetryDelay(t *testing.T) {
 		{"lease expired", asynq.ErrLeaseExpired, 3 * time.Second, 10 * time.Second},
 		{"redis refused", refused, time.Second, 2 * time.Second},
 		{"other", errors.New("boom"), 15 * time.Second, time.Hour},
+		// A task over its key's cap runs again after the wait it asked for.
+		{"waits for a slot", fmt.Errorf("wrapped: %w", &tasks.WaitError{In: 2500 * time.Millisecond}), 2500 * time.Millisecond, 2500 * time.Millisecond},
 	} {
 		d := retryDelay(1, tc.err, task)
 		if d < tc.min || d > tc.max {
 			t.Errorf("%s: %v, want within [%v, %v]", tc.name, d, tc.min, tc.max)
+		}
+	}
+}
+
+// TestExpensiveCap: MAX_EXPENSIVE_PER_KEY when set, else half the slots
+// of the registered workers, else half of this worker's own, at least 1.
+func TestExpensiveCap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		set, own int
+		slots    []int
+		want     int
+	}{
+		{0, 2, []int{2, 2, 2}, 3},
+		{0, 2, nil, 1},
+		{0, 8, nil, 4},
+		{0, 1, []int{1}, 1},
+		{0, 2, []int{8, 1}, 4},
+		{5, 2, []int{2, 2, 2}, 5},
+	} {
+		w := WorkerSettings{MaxExpensivePerKey: tc.set, Concurrency: tc.own}
+		if got := w.expensiveCap(tc.slots); got != tc.want {
+			t.Errorf("MAX_EXPENSIVE_PER_KEY=%d, own %d, cluster %v: cap %d, want %d", tc.set, tc.own, tc.slots, got, tc.want)
 		}
 	}
 }

@@ -45,6 +45,10 @@ type Worker struct {
 	ready    atomic.Bool
 	pdbReady atomic.Bool
 	ownsConn bool
+	// expCap is the per-key cap of expensive runs in force (see
+	// WorkerSettings.MaxExpensivePerKey); with the default it follows
+	// the cluster's slots (watchSlots).
+	expCap atomic.Int64
 }
 
 // NewWorker connects to Redis and binds the health listener. Run starts
@@ -78,12 +82,17 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
 	loadScripts(w.store, log)
 	m := tasks.NewMetrics(reg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "puzzleq_expensive_cap", Help: "Expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY).",
+	}, func() float64 { return float64(w.expCap.Load()) }))
 	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
 	// so it never runs dry while a batch waits. The client shares the
 	// worker's connection, so it has nothing of its own to close.
 	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
+	w.expCap.Store(int64(cfg.expensiveCap(nil)))
+	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	w.mux = asynq.NewServeMux()
 	// The heartbeat records every task as it starts, so the API's
 	// watchdog can re-drive them if this process dies (tasks.Heartbeat).
@@ -105,6 +114,9 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		ErrorHandler:             h.ErrorHandler(),
+		// An expensive task over its key's cap waits: asynq runs it again
+		// after the wait, and it counts as neither a retry nor a failure.
+		IsFailure: func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
 		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
 			if t.Type() == tasks.TypeWebhook && !errors.Is(err, asynq.ErrLeaseExpired) {
 				return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
@@ -147,6 +159,9 @@ const leaseRecoveryDelay = 5 * time.Second
 // asynq does.
 func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var netErr net.Error
+	if d, ok := tasks.IsWait(err); ok {
+		return d
+	}
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
@@ -236,6 +251,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
 	w.ready.Store(true)
+	if w.cfg.MaxExpensivePerKey == 0 {
+		go w.watchSlots(lctx)
+	}
 	httpErr := make(chan error, 1)
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
@@ -271,6 +289,40 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return runErr
+}
+
+// slotsEvery is how often a worker with the default per-key cap re-reads
+// the cluster's slots: a few Redis commands per worker, and a cluster
+// that scales follows within this long.
+const slotsEvery = 10 * time.Second
+
+// watchSlots keeps the per-key cap of expensive runs at half the slots of
+// the workers registered with asynq, until ctx ends. A failed read keeps
+// the cap in force.
+func (w *Worker) watchSlots(ctx context.Context) {
+	insp := asynq.NewInspectorFromRedisClient(w.rdb)
+	// Workers of a new deployment start within moments of each other, so
+	// the first reads come sooner: after 1, 2 and 4 s.
+	wait := time.Second
+	for {
+		if servers, err := insp.Servers(); err != nil {
+			w.log.Warn("read the cluster's worker slots", "err", err)
+		} else {
+			slots := make([]int, len(servers))
+			for i, s := range servers {
+				slots[i] = s.Concurrency
+			}
+			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
+				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(servers))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, slotsEvery)
+	}
 }
 
 // preload builds or loads the 15-puzzle's pattern databases; readiness

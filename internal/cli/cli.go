@@ -14,12 +14,15 @@ import (
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
-// Exit statuses, following the conventions of kubectl and gh.
+// Exit statuses, following the conventions of kubectl and gh; each cause
+// has its own, so scripts can branch on them.
 const (
-	ExitOK          = 0 // success
-	ExitFailed      = 1 // a task failed (budget, timeout, internal error)
-	ExitUsage       = 2 // bad flags or bad input
-	ExitUnreachable = 3 // the server cannot be reached
+	ExitOK          = 0   // success
+	ExitFailed      = 1   // a task failed (budget, timeout, internal error), or the server is not healthy
+	ExitUsage       = 2   // bad flags or bad input
+	ExitUnreachable = 3   // the server cannot be reached
+	ExitNotFound    = 4   // no such task or batch, or the API key is refused (401, 403, 404)
+	ExitInterrupted = 130 // interrupted (Ctrl-C, SIGTERM): 128 + SIGINT, as shells report it
 )
 
 // usageError marks errors that are the caller's fault: exit status 2.
@@ -49,8 +52,30 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !started {
 		err = usageError{err}
 	}
-	fmt.Fprintf(stderr, "puzzlectl: %v\n", err)
+	if ctx.Err() != nil {
+		// Interrupted: whatever the command made of the cancel, the
+		// cause is the signal.
+		fmt.Fprintf(stderr, "puzzlectl: interrupted: %v\n", err)
+		return ExitInterrupted
+	}
+	fmt.Fprintf(stderr, "puzzlectl: %v%s\n", err, hint(err))
 	return exitCode(err)
+}
+
+// hint says which flag or environment variable a failure points at.
+func hint(err error) string {
+	var ae *client.Error
+	switch {
+	case errors.As(err, &ae) && ae.StatusCode == 401:
+		return "\n  the server wants an API key: pass --api-key KEY or set PUZZLEQ_API_KEY"
+	case errors.As(err, &ae) && ae.StatusCode == 404 && ae.Code == "not_found":
+		return "\n  check the ID, and that --server (PUZZLEQ_URL) and --api-key (PUZZLEQ_API_KEY) are the ones it was created with: another key's tasks and batches are not found"
+	case errors.Is(err, client.ErrUnreachable):
+		return "\n  is the server running? Set --server URL or PUZZLEQ_URL (default " + defaultServer + ")"
+	case errors.Is(err, errWaitTimeout):
+		return "\n  wait longer with a larger --timeout, or without it"
+	}
+	return ""
 }
 
 func exitCode(err error) int {
@@ -64,6 +89,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, client.ErrUnreachable):
 		return ExitUnreachable
+	case errors.As(err, &ae) && (ae.StatusCode == 401 || ae.StatusCode == 403 || ae.StatusCode == 404):
+		return ExitNotFound
 	case errors.As(err, &ae) && (ae.StatusCode == 400 || ae.StatusCode == 413 || ae.StatusCode == 422):
 		// The server rejected the input: the caller's fault, as locally.
 		return ExitUsage
@@ -83,11 +110,18 @@ and submits and inspects tasks and batches of the API.
 The server is --server, else $PUZZLEQ_URL, else http://localhost:8080; the
 API key is --api-key, else $PUZZLEQ_API_KEY.
 
-Exit status: 0 success, 1 a task failed, 2 bad flags or input, 3 the server
-cannot be reached (after retries).`,
+Exit status:
+  0    success
+  1    a task failed or was canceled (or, for health, the server is not healthy)
+  2    bad flags or input
+  3    the server cannot be reached (after retries)
+  4    no such task or batch, or the API key is refused (401, 403, 404)
+  130  interrupted (Ctrl-C)`,
 		Example: `  printf '1 0 3\n4 2 5\n7 8 6\n' | puzzlectl solve --format boj1525
   puzzlectl submit -f jobs.jsonl --wait --out results.jsonl
   puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch
+  puzzlectl results 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --state failed
+  puzzlectl list batches --state failed
   puzzlectl health --server http://puzzleq:8080`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -99,6 +133,9 @@ cannot be reached (after retries).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	g := &globals{}
 	g.bind(root)
-	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newBatchCmd(g), newHealthCmd(g))
+	root.Version = Version
+	root.SetVersionTemplate("puzzlectl {{.Version}}\n")
+	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newBatchCmd(g), newHealthCmd(g),
+		newResultsCmd(g), newListCmd(g), newVersionCmd())
 	return root, g
 }

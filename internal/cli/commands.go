@@ -37,12 +37,14 @@ canceled.`,
 			if err != nil {
 				return err
 			}
-			t, err := c.Get(cmd.Context(), args[0], 0)
+			ctx, cancel := g.waitContext(cmd)
+			defer cancel()
+			t, err := c.Get(ctx, args[0], 0)
 			for err == nil && wait && !t.Terminal() {
-				t, err = c.Get(cmd.Context(), args[0], longPoll)
+				t, err = c.Get(ctx, args[0], longPoll)
 			}
 			if err != nil {
-				return err
+				return waitError(ctx, err)
 			}
 			if err := printTask(cmd.OutOrStdout(), format, t); err != nil {
 				return err
@@ -50,7 +52,7 @@ canceled.`,
 			return taskExit(t)
 		},
 	}
-	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait until the task has ended")
+	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait until the task has ended (at most --timeout, when set)")
 	return cmd
 }
 
@@ -83,13 +85,18 @@ milliseconds. Cancelling a task that has already ended is an error (status 1).`,
 func newBatchCmd(g *globals) *cobra.Command {
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "batch ID",
-		Short: "Show a batch's counts per state",
+		Use:   "batch ID | batch cancel ID | batch retry ID",
+		Short: "Show, cancel or retry a batch",
 		Long: `Show a batch's counts per state and whether every task has ended. With
 --watch, keep showing the counts as they change until the batch is done.
-Exits with status 1 if a task of a finished batch failed or was canceled.`,
+Exits with status 1 if a task of a finished batch failed or was canceled.
+
+"batch cancel ID" cancels the tasks that have not ended; "batch retry ID"
+runs the failed and canceled tasks again, with the same IDs.`,
 		Example: `  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
-  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch`,
+  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch --timeout 10m
+  puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
+  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := g.outputFormat("table")
@@ -102,15 +109,20 @@ Exits with status 1 if a task of a finished batch failed or was canceled.`,
 			}
 			out := cmd.OutOrStdout()
 			tty := isTerminal(out)
+			ctx, cancel := g.waitContext(cmd)
+			defer cancel()
 			var last *client.Batch
 			for first := true; ; first = false {
 				wait := time.Duration(0)
 				if watch && !first {
 					wait = time.Second
 				}
-				b, err := c.GetBatch(cmd.Context(), args[0], "", 1, wait)
+				b, err := c.GetBatch(ctx, args[0], "", 1, wait)
 				if err != nil {
-					return err
+					if tty && !first && format == "table" {
+						fmt.Fprintln(out)
+					}
+					return waitError(ctx, err)
 				}
 				b.Tasks, b.NextCursor = nil, nil
 				if !watch {
@@ -139,54 +151,9 @@ Exits with status 1 if a task of a finished batch failed or was canceled.`,
 			}
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "W", false, "keep showing the counts until the batch is done")
+	cmd.Flags().BoolVarP(&watch, "watch", "W", false, "keep showing the counts until the batch is done (at most --timeout, when set)")
+	cmd.AddCommand(newBatchCancelCmd(g), newBatchRetryCmd(g))
 	return cmd
-}
-
-func newHealthCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "health",
-		Short: "Check that the server is live and ready",
-		Long: `Check the server's /healthz (the process answers) and /readyz (it can
-reach Redis). Exits with status 1 when it is live but not ready, and 3 when
-it cannot be reached.`,
-		Example: `  puzzlectl health
-  puzzlectl health --server https://puzzleq.example.com -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			h, err := c.Health(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if format == "json" {
-				if err := writeJSON(out, struct {
-					Server string `json:"server"`
-					*client.Health
-				}{c.BaseURL(), h}); err != nil {
-					return err
-				}
-			} else {
-				ready := "ready"
-				if !h.Ready {
-					ready = "not ready: " + h.Reason
-				}
-				fmt.Fprintf(out, "%s: live, %s\n", c.BaseURL(), ready)
-			}
-			if !h.Ready {
-				return fmt.Errorf("server is not ready: %s", h.Reason)
-			}
-			return nil
-		},
-	}
 }
 
 func exactArgs(n int, what string) cobra.PositionalArgs {

@@ -27,10 +27,29 @@ type progress struct {
 	wait      bool
 	submitted atomic.Int64
 	completed atomic.Int64
-	mu        sync.Mutex
-	stop      chan struct{}
-	done      chan struct{}
+	// baseline counts what had ended before this run (the batches of a
+	// resumed run): it moves the bar but is not progress of this run, so
+	// the rate leaves it out.
+	baseline atomic.Int64
+	mu       sync.Mutex
+	stop     chan struct{}
+	done     chan struct{}
+
+	// Guarded by mu: when the bar started, and the recent samples of
+	// the value the rate is measured on (rateWindow of them).
+	start   time.Time
+	samples []sample
 }
+
+// sample is the bar's value (less the baseline) at a moment.
+type sample struct {
+	at time.Time
+	v  int64
+}
+
+// rateWindow is how far back the rate looks: long enough to smooth the
+// steps in which counts arrive, short enough to follow a change of pace.
+const rateWindow = 10 * time.Second
 
 // newProgress returns a bar on w when w is a terminal, else nil. The bar's
 // value is the tasks completed (with wait) or submitted (without); the
@@ -40,15 +59,17 @@ func newProgress(w io.Writer, total int, wait bool) *progress {
 	if !isTerminal(w) || total == 0 {
 		return nil
 	}
-	p := &progress{total: total, wait: wait, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &progress{total: total, wait: wait, stop: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
+	// The rate and the ETA are the bar's own (rateText): progressbar's
+	// count from its start, so they read 0 until the first step and
+	// count a resumed run's earlier work as done in an instant.
 	p.bar = progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("tasks"),
-		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetPredictTime(false),
 		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetRenderBlankState(true),
 		progressbar.OptionSetDescription(p.describe()),
@@ -58,11 +79,70 @@ func newProgress(w io.Writer, total int, wait bool) *progress {
 	return p
 }
 
+// describe is the text after the bar: the other count, the rate and the
+// ETA. Called with mu held (or before the bar exists).
 func (p *progress) describe() string {
+	rate := p.rateText(time.Now())
 	if p.wait {
-		return fmt.Sprintf("submitted %d/%d, completed", p.submitted.Load(), p.total)
+		return fmt.Sprintf("completed; submitted %d/%d; %s", p.submitted.Load(), p.total, rate)
 	}
-	return "submitted"
+	return "submitted; " + rate
+}
+
+// value is the bar's value: tasks completed with wait, else submitted.
+func (p *progress) value() int64 {
+	if p.wait {
+		return p.completed.Load()
+	}
+	return p.submitted.Load()
+}
+
+// rateText measures the rate over the last rateWindow (or since the
+// start, when shorter) of this run's own progress, and the time left at
+// that rate. Within the first second it has nothing to measure yet.
+func (p *progress) rateText(now time.Time) string {
+	v := p.value() - p.baseline.Load()
+	p.samples = append(p.samples, sample{now, v})
+	for len(p.samples) > 2 && now.Sub(p.samples[1].at) >= rateWindow {
+		p.samples = p.samples[1:]
+	}
+	from := sample{p.start, 0}
+	if now.Sub(p.start) > rateWindow {
+		from = p.samples[0]
+	}
+	el := now.Sub(from.at)
+	left := int64(p.total) - p.value()
+	if el <= 0 || (now.Sub(p.start) < time.Second && left > 0) {
+		return "measuring the rate"
+	}
+	perSec := float64(v-from.v) / el.Seconds()
+	switch {
+	case left <= 0:
+		return fmt.Sprintf("%s tasks/s", rateString(perSec))
+	case perSec <= 0:
+		return "0 tasks/s, ETA unknown"
+	}
+	eta := time.Duration(float64(left) / perSec * float64(time.Second))
+	return fmt.Sprintf("%s tasks/s, ETA %s", rateString(perSec), eta.Round(time.Second))
+}
+
+// rateString prints a rate with the digits that matter.
+func rateString(r float64) string {
+	switch {
+	case r >= 100:
+		return fmt.Sprintf("%.0f", r)
+	case r >= 10:
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// addBaseline counts n tasks that had ended before this run: they move
+// the bar (addCompleted) but not the rate.
+func (p *progress) addBaseline(n int) {
+	if p != nil && n > 0 {
+		p.baseline.Add(int64(n))
+	}
 }
 
 // loop redraws a few times a second, so the rate and ETA move even while
@@ -85,11 +165,25 @@ func (p *progress) redraw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.bar.Describe(p.describe())
-	v := p.submitted.Load()
-	if p.wait {
-		v = p.completed.Load()
+	_ = p.bar.Set64(p.value())
+}
+
+// notes serializes notes written without a bar, which come from several
+// goroutines.
+var notes sync.Mutex
+
+// note writes a line to w above the bar (or alone, with no bar), so the
+// bar is redrawn below it rather than the line being drawn over.
+func (p *progress) note(w io.Writer, line string) {
+	if p == nil {
+		notes.Lock()
+		defer notes.Unlock()
+		fmt.Fprintln(w, line)
+		return
 	}
-	_ = p.bar.Set64(v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(w, "\r\x1b[K%s\n", line)
 }
 
 func (p *progress) addSubmitted(n int) {

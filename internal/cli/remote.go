@@ -55,7 +55,7 @@ func (g *globals) bind(root *cobra.Command) {
 	// The key's default is read in client(), not here: a default shows in
 	// --help, and the key must not.
 	f.StringVar(&g.apiKey, "api-key", "", "API key, sent as a bearer token (default $PUZZLEQ_API_KEY)")
-	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each HTTP request, not counting a long poll's wait")
+	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each HTTP request, not counting a long poll's wait; set with --wait or --watch, it bounds the whole wait")
 	f.IntVar(&g.retries, "retries", 6, "retries of a transient error (network, 5xx) before giving up; 429s are retried until the run ends")
 	f.StringVarP(&g.output, "output", "o", "", "output format: json or table (default: table; submit results are JSON lines)")
 }
@@ -172,6 +172,9 @@ type runner struct {
 	// upload streams each line as it passes, and a failure of it is the
 	// run's error (see validation).
 	gate *validation
+	// announce, when set, is called with each batch once it is
+	// accepted, from the goroutine that submitted it.
+	announce func(b *batchRun)
 
 	mu sync.Mutex // guards batchRun.ended
 }
@@ -324,6 +327,14 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 					cancel(b.err)
 				} else {
 					r.progress.addSubmitted(len(b.jobs))
+					if b.sub.Replayed && r.wait && r.progress != nil {
+						// A resumed run: what this batch already did
+						// is not this run's pace.
+						r.noteBaseline(inner, b)
+					}
+					if r.announce != nil {
+						r.announce(b)
+					}
 				}
 				close(b.submitted)
 			}
@@ -429,7 +440,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 func (r *runner) submit(ctx context.Context, b *batchRun) (*client.BatchSubmission, error) {
 	sub, err := r.c.SubmitNDJSON(ctx, b.body, b.key)
 	if err != nil {
-		return nil, batchError(b, err)
+		return nil, batchError(b, err, r.resumable)
 	}
 	if sub.Total != len(b.jobs) || (sub.TaskIDs != nil && len(sub.TaskIDs) != len(b.jobs)) {
 		return nil, fmt.Errorf("batch %d: the server accepted %d tasks of %d", b.index+1, sub.Total, len(b.jobs))
@@ -440,12 +451,14 @@ func (r *runner) submit(ctx context.Context, b *batchRun) (*client.BatchSubmissi
 // bodyLine matches the line number the server names in a rejected body.
 var bodyLine = regexp.MustCompile(`^line (\d+): `)
 
-// batchError names the batch and its lines in a submission error, and
-// suggests smaller batches when the server timed out or ran out of room.
+// batchError names the batch and its lines in a submission error, and,
+// for a command with a --batch-size flag (sizeFlag: submit's resumable
+// runs), suggests smaller batches when the server timed out or ran out of
+// room.
 // A line the server names is a line of the batch's body, which skips the
 // input's blank lines and starts at the batch's first: it is translated
 // to the input's line.
-func batchError(b *batchRun, err error) error {
+func batchError(b *batchRun, err error, sizeFlag bool) error {
 	lines := fmt.Sprintf("lines %d-%d", b.jobs[0].line, b.jobs[len(b.jobs)-1].line)
 	var ae *client.Error
 	if errors.As(err, &ae) && ae.StatusCode < 500 && ae.StatusCode != 429 {
@@ -454,13 +467,16 @@ func batchError(b *batchRun, err error) error {
 				lines = fmt.Sprintf("input line %d", b.jobs[n-1].line)
 			}
 		}
-		if ae.StatusCode == 413 {
+		if ae.StatusCode == 413 && sizeFlag {
 			return fmt.Errorf("batch %d (%s): %w (a smaller --batch-size keeps each batch under the server's limits)", b.index+1, lines, err)
 		}
 		return fmt.Errorf("batch %d (%s): %w", b.index+1, lines, err)
 	}
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if !sizeFlag {
+		return fmt.Errorf("batch %d (%s): %w", b.index+1, lines, err)
 	}
 	return fmt.Errorf("batch %d (%s): %w (a smaller --batch-size lightens each request)", b.index+1, lines, err)
 }
@@ -559,6 +575,23 @@ func (r *runner) pollCounts(ctx context.Context, batches []*batchRun) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// noteBaseline reads how many items of a replayed batch had ended
+// already, and counts them as done before this run (see
+// progress.addBaseline). A failure leaves the counts to the polls.
+func (r *runner) noteBaseline(ctx context.Context, b *batchRun) {
+	bt, err := r.c.GetBatch(ctx, b.sub.ID, "", 1, 0)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := bt.Counts.Ended(); n > b.ended {
+		r.progress.addBaseline(n - b.ended)
+		r.progress.addCompleted(n - b.ended)
+		b.ended = n
 	}
 }
 

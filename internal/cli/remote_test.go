@@ -149,8 +149,8 @@ func TestSubmitWaitSurvivesDroppedResponses(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	if stdout != "" || stderr != "" {
-		t.Errorf("stdout %q, stderr %q: want both empty (results go to --out, no bar without a terminal)", stdout, stderr)
+	if stdout != "" || withoutAccepted(stderr) != "" {
+		t.Errorf("stdout %q, stderr %q: want both empty but for the batch IDs (results go to --out, no bar without a terminal)", stdout, stderr)
 	}
 	if proxy.Dropped() != 2 {
 		t.Errorf("proxy dropped %d responses, want 2", proxy.Dropped())
@@ -431,7 +431,7 @@ func TestTaskAndBatchCommands(t *testing.T) {
 		t.Errorf("get canceled task: exit %d, out %q; want 1", code, out)
 	}
 	code, _, errOut = run(t, "", "--server", s.base, "get", "00000000000000000000000000000000")
-	if code != cli.ExitFailed || !strings.Contains(errOut, "not_found") {
+	if code != cli.ExitNotFound || !strings.Contains(errOut, "not_found") || !strings.Contains(errOut, "--api-key") {
 		t.Errorf("get missing: exit %d, stderr %q", code, errOut)
 	}
 
@@ -458,9 +458,10 @@ func TestTaskAndBatchCommands(t *testing.T) {
 		t.Errorf("batch --watch: exit %d, out %q", code, out)
 	}
 
-	code, out, _ = run(t, "", "--server", s.base, "health")
-	if code != 0 || !strings.Contains(out, "live, ready") {
-		t.Errorf("health: exit %d, out %q", code, out)
+	// No worker runs here: health says so and fails.
+	code, out, errOut = run(t, "", "--server", s.base, "health")
+	if code != cli.ExitFailed || !strings.Contains(out, "live, ready, 0 workers alive") || !strings.Contains(errOut, "no worker is alive") {
+		t.Errorf("health without workers: exit %d, out %q, stderr %q", code, out, errOut)
 	}
 }
 
@@ -499,8 +500,8 @@ func TestProgressBarOnlyOnTerminal(t *testing.T) {
 	}
 
 	code, out2, errOut := run(t, "", "submit", "--server", s.base, "-f", in, "--wait", "--batch-size", "500")
-	if code != 0 || errOut != "" || out2 != out.String() {
-		t.Errorf("without a terminal: exit %d, stderr %q (want none), same results %v", code, errOut, out2 == out.String())
+	if code != 0 || withoutAccepted(errOut) != "" || strings.Count(errOut, " accepted (lines ") != 6 || out2 != out.String() {
+		t.Errorf("without a terminal: exit %d, stderr %q (want the 6 batch IDs only), same results %v", code, errOut, out2 == out.String())
 	}
 }
 
@@ -513,10 +514,15 @@ func TestAPIKeyIsSentAndNeverShown(t *testing.T) {
 			io.WriteString(w, `{"error":{"code":"unauthorized","message":"unknown API key"}}`)
 			return
 		}
+		if r.URL.Path == "/v1/status" {
+			io.WriteString(w, `{"workers_alive":1,"slots":4,"busy":0,"workers":[],"queues":[],"backlog_units":0,"oldest_pending_seconds":0}`)
+			return
+		}
 		io.WriteString(w, `{"status":"ok"}`)
 	}))
 	defer srv.Close()
-	if code, _, errOut := run(t, "", "health", "--server", srv.URL); code != cli.ExitFailed || !strings.Contains(errOut, "unauthorized") {
+	if code, _, errOut := run(t, "", "health", "--server", srv.URL); code != cli.ExitNotFound || !strings.Contains(errOut, "unauthorized") ||
+		!strings.Contains(errOut, "--api-key KEY or set PUZZLEQ_API_KEY") {
 		t.Errorf("without a key: exit %d, stderr %q", code, errOut)
 	}
 	if code, out, errOut := run(t, "", "health", "--server", srv.URL, "--api-key", key); code != 0 {
@@ -530,3 +536,9 @@ func TestAPIKeyIsSentAndNeverShown(t *testing.T) {
 		t.Errorf("--help shows the API key: %q", out)
 	}
 }
+
+// acceptedLine is the stderr line of a batch submit --wait accepted.
+var acceptedLine = regexp.MustCompile(`(?m)^puzzlectl: batch [0-9a-f]{32} accepted \(lines \d+-\d+\)\n`)
+
+// withoutAccepted is stderr without those lines.
+func withoutAccepted(s string) string { return acceptedLine.ReplaceAllString(s, "") }

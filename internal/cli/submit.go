@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -131,6 +133,26 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
 				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true, gate: gate}
 			r.progress = newProgress(stderr, len(jobs), wait)
+			ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+			var warned sync.WaitGroup
+			if wait {
+				// The batch IDs go to stderr as they are accepted, so a
+				// run that is stopped can still be followed up.
+				// The first accepted batch also asks whether a worker is
+				// alive (not before: bad input touches no server).
+				var once sync.Once
+				r.announce = func(b *batchRun) {
+					r.progress.note(stderr, fmt.Sprintf("puzzlectl: batch %s accepted (lines %d-%d)",
+						b.sub.ID, b.jobs[0].line, b.jobs[len(b.jobs)-1].line))
+					once.Do(func() {
+						warned.Add(1)
+						go func() { defer warned.Done(); warnNoWorker(ctx, c, r.progress, stderr) }()
+					})
+				}
+				ctx, cancel = g.waitContext(cmd)
+			}
+			defer cancel()
+			defer warned.Wait()
 			customIDs := false
 			if format == "table" {
 				for i := range jobs {
@@ -151,7 +173,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				}
 			}
 			failed := 0
-			err = r.run(cmd.Context(), jobs, output{
+			err = r.run(ctx, jobs, output{
 				batch: func(b *batchRun) error {
 					first, last := b.jobs[0].line, b.jobs[len(b.jobs)-1].line
 					if tw != nil {
@@ -187,7 +209,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				}
 			}
 			if err != nil {
-				return err
+				return waitError(ctx, err)
 			}
 			if failed > 0 {
 				return &taskFailedError{failed: failed, total: len(jobs)}
@@ -196,7 +218,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "file of JSON requests, one per line; - for stdin")
-	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for every task and print the results in input order")
+	cmd.Flags().BoolVarP(&wait, "wait", "w", false, "wait for every task and print the results in input order (at most --timeout, when set)")
 	cmd.Flags().StringVar(&outPath, "out", "", "write the results to this file instead of stdout")
 	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "most requests per batch (at most the server's MAX_BATCH_ITEMS); a batch also stays within 256 MiB")
 	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "batches submitted at once")
@@ -311,4 +333,18 @@ func firstNonNil(errs []error) error {
 		}
 	}
 	return nil
+}
+
+// warnNoWorker warns on stderr when the server says no worker is alive:
+// the run would otherwise sit at 0% with nothing to say why. A server
+// that cannot say (an older one, or an error) gets no warning; the run
+// reports its own errors.
+func warnNoWorker(ctx context.Context, c *client.Client, p *progress, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil || st.WorkersAlive > 0 {
+		return
+	}
+	p.note(stderr, fmt.Sprintf("puzzlectl: warning: no worker is alive at %s: the tasks are accepted but wait until one starts (see puzzlectl health)", c.BaseURL()))
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +114,8 @@ type BatchWriter struct {
 
 	total int // items added
 	units int // units staged or buffered
+	// kindSet holds the kinds of the items added, for the batch record.
+	kindSet map[puzzle.Kind]bool
 
 	// The chunk being filled.
 	lines    []byte   // request lines, '\n'-separated
@@ -168,6 +171,10 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 		// Canonical requests are compact JSON: no newline, never "-".
 		return fmt.Errorf("store: batch writer: item %d: request is not one line of JSON", w.total)
 	}
+	if w.kindSet == nil {
+		w.kindSet = map[puzzle.Kind]bool{}
+	}
+	w.kindSet[it.Kind] = true
 	i := w.total
 	k := len(w.kinds)
 	if k > 0 {
@@ -253,6 +260,16 @@ func (w *BatchWriter) wait() error {
 		w.inflight, w.inflightBytes = nil, 0
 	}
 	return w.err
+}
+
+// Kinds returns the kinds of the items added, sorted.
+func (w *BatchWriter) Kinds() []string {
+	out := make([]string, 0, len(w.kindSet))
+	for k := range w.kindSet {
+		out = append(out, string(k))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Total is the number of items added so far.
@@ -367,11 +384,11 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 		return err
 	}
 	_, claim := s.claimOf(cb)
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT(), s.k.backlog())
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT(), s.k.backlog(), s.k.ownerBatches(cb.Owner))
 	chunks := (w.total + w.stride - 1) / w.stride
 	v, err := commitBatchScript.Run(ctx, s.rdb, keys,
 		ms(s.now()), s.taskTTL.Milliseconds(), cb.ID, cb.Owner, cb.Format, claim, cb.Quota,
-		w.total, w.stride, chunks, w.units, feedWindow, backlogUnits).Int()
+		w.total, w.stride, chunks, w.units, feedWindow, backlogUnits, strings.Join(w.Kinds(), ",")).Int()
 	if err != nil {
 		return fmt.Errorf("store: commit batch %s: %w", cb.ID, err)
 	}
@@ -400,7 +417,7 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 	if cb.Owner != "" {
 		owned = "1"
 	}
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.backlog())
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.backlog(), s.k.ownerBatches(cb.Owner))
 	v, err := abandonCommitScript.Run(ctx, s.rdb, keys, cb.ID, claim, owned, s.k.batchResBase(cb.ID), backlogUnits).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: abandon batch %s: %w", cb.ID, err)
@@ -731,6 +748,7 @@ type ChunkInfo struct {
 	Result string
 
 	ref string // the cache entry holding the result, when stored once
+	own bool   // the item runs in its own unit
 }
 
 // cancelArgs are the arguments of cancelItemsScript up to the offsets.

@@ -163,6 +163,7 @@ end
 // KEYS[9] the owner's virtual time
 // KEYS[10] feed:vt
 // KEYS[11] backlog
+// KEYS[12] the owner's batch index (keys.ownerBatches)
 //
 // ARGV[1] now, Unix milliseconds (created_at)
 // ARGV[2] record TTL, milliseconds
@@ -177,6 +178,7 @@ end
 // ARGV[11] units
 // ARGV[12] the feed window: how many units move at a time
 // ARGV[13] backlogUnits: waiting units per backlog member
+// ARGV[14] the kinds of the batch's items, sorted, comma-separated
 //
 // Returns 1 when committed, 0 when the batch already exists (nothing
 // changes), -1 when the quota would be passed, -2 when the claim is no
@@ -201,8 +203,13 @@ local bf = {'total', total, 'stride', ARGV[9], 'chunks', ARGV[10], 'units', unit
 if owner ~= '' then bf[#bf + 1] = 'owner'; bf[#bf + 1] = owner end
 if ARGV[5] ~= '' then bf[#bf + 1] = 'format'; bf[#bf + 1] = ARGV[5] end
 if total == 0 then bf[#bf + 1] = 'done_at'; bf[#bf + 1] = ARGV[1] end
+if ARGV[14] ~= '' then bf[#bf + 1] = 'kinds'; bf[#bf + 1] = ARGV[14] end
 redis.call('HSET', KEYS[1], unpack(bf))
 redis.call('PEXPIREAT', KEYS[1], exp)
+redis.call('ZADD', KEYS[12], ARGV[1], batch)
+redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', '(' .. (tonumber(ARGV[1]) - ttl))
+redis.call('PEXPIREAT', KEYS[12], exp, 'GT')
+if redis.call('PTTL', KEYS[12]) < 0 then redis.call('PEXPIREAT', KEYS[12], exp) end
 if total > 0 then redis.call('PEXPIREAT', KEYS[2], exp) end
 local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0')))
 local moved = refill(KEYS[3], KEYS[8], batch, base, 0, units, tonumber(ARGV[12]))
@@ -233,6 +240,7 @@ return 1
 //
 // KEYS[8] feed
 // KEYS[9] backlog
+// KEYS[10] the owner's batch index
 //
 // ARGV[1] batch ID
 // ARGV[2] the idempotency claim's value ("" when none)
@@ -266,6 +274,7 @@ redis.call('ZREM', KEYS[8], mark)
 backlog_set(KEYS[9], ARGV[1], buckets(units, tonumber(ARGV[5])), 0, 0)
 for j = 0, chunks - 1 do redis.call('DEL', ARGV[4] .. j) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[10], ARGV[1])
 if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('DEL', KEYS[4]) end
 if ARGV[3] == '1' then release(KEYS[5], KEYS[6], KEYS[7], {[ARGV[1]] = math.huge}) end
 return 1

@@ -62,6 +62,17 @@ func (k keys) ownerAffixes() []any {
 // It lives as long as that batch.
 func (k keys) ownerVT(owner string) string { return k.prefix + "owner:" + owner + ":vt" }
 
+// ownerBatches is a sorted set of an owner's batch IDs scored by their
+// creation time (Unix ms), for GET /v1/batches: the commit adds a batch
+// and trims the members older than the record TTL, and the key expires
+// with the owner's newest batch, so it holds no more than the records
+// that live. An auth-off server's owner is "" (key "owner::batches").
+func (k keys) ownerBatches(owner string) string { return k.prefix + "owner:" + owner + ":batches" }
+
+// ownerTasks is the same index of an owner's single tasks, for
+// GET /v1/tasks, kept by submitScript.
+func (k keys) ownerTasks(owner string) string { return k.prefix + "owner:" + owner + ":tasks" }
+
 // batchReq is a hash of a batch's requests, custom IDs and kind maps, per
 // chunk and per own-unit item (docs/batches.md).
 func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":req" }
@@ -123,6 +134,30 @@ func (k keys) owner(owner string) []string {
 // rateLimit is the token bucket of an API key. redis_rate puts its own
 // "rate:" in front of it.
 func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owner }
+
+// solve is a string naming the task whose run is solving an expensive
+// puzzle right now (tasks.SolveRun.Solve: its cache key and budget), a
+// lease that run renews while it solves, so that an identical submission
+// joins it instead of solving again.
+func (k keys) solve(key string) string { return k.prefix + "solve:" + key }
+
+// solveWaiters is a hash of the single tasks waiting on an expensive
+// puzzle's solve (field = task ID, value = its owner), which the solve's
+// end ends together with the same outcome.
+func (k keys) solveWaiters(key string) string { return k.solve(key) + suffixWaiters }
+
+const suffixWaiters = ":waiters"
+
+// solveAffixes returns the text around the solve key in solve and
+// solveWaiters, for the cancel script, which learns the key from the
+// task record.
+func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
+
+// ownerRunning is a sorted set of an API key's expensive runs holding a
+// slot (member = task ID), scored by the Unix millisecond at which their
+// lease ends: the per-key cap counts its live members, and a run whose
+// worker died drops out when its lease ends.
+func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
 
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address

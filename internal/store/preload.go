@@ -19,6 +19,8 @@ var allScripts = []*redis.Script{
 	leaseScript, reapScript,
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
+	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
+	beginRetryScript, retryChunkScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -231,7 +232,7 @@ func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, e
 	refs := map[int]*redis.IntCmd{}
 	for k := range n {
 		kb := kindAt(k)
-		ci := ChunkInfo{Index: first + k, State: apitype.TaskStatePending, Kind: kindOf(kb)}
+		ci := ChunkInfo{Index: first + k, State: apitype.TaskStatePending, Kind: kindOf(kb), own: isOwnKind(kb)}
 		if k < len(ids) {
 			ci.CustomID = customID(ids[k])
 		}
@@ -343,41 +344,60 @@ func (s *Store) ChunkResults(ctx context.Context, b *Batch, j int, idx []int) (r
 }
 
 // ItemsPage returns items [start, start+limit) of b as task records,
-// results included, for GET /v1/batches/{id}. It reads the batch record,
-// and each chunk the page covers with one HMGET of its kind map and
-// custom IDs and one of its entries, markers and progress, all in one
-// pipeline; then the results that entries refer to. Items past the
-// batch's end are left out.
+// results included, for GET /v1/batches/{id}. Items past the batch's end
+// are left out.
 func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*Task, error) {
 	if start < 0 || limit <= 0 || start >= b.Total || b.Stride <= 0 {
 		return nil, nil
 	}
 	end := min(b.Total, start+limit)
+	idx := make([]int, 0, end-start)
+	for i := start; i < end; i++ {
+		idx = append(idx, i)
+	}
+	return s.ItemsAt(ctx, b, idx)
+}
+
+// ItemsAt returns the items of b at indexes idx (ascending) as task
+// records, results included, for GET /v1/batches/{id} and its items
+// list. It reads the batch record, and each chunk the items are in with
+// one HMGET of its kind map and custom IDs and one of their entries,
+// markers and progress, all in one pipeline; then the results that
+// entries refer to. Indexes past the batch's end are left out.
+func (s *Store) ItemsAt(ctx context.Context, b *Batch, idx []int) ([]*Task, error) {
+	if b.Stride <= 0 {
+		return nil, nil
+	}
+	idx = slices.DeleteFunc(slices.Clone(idx), func(i int) bool { return i < 0 || i >= b.Total })
+	if len(idx) == 0 {
+		return nil, nil
+	}
 	type part struct {
-		first, count  int
-		req, res      *redis.SliceCmd
-		entry, marker []string
+		items    []int
+		req, res *redis.SliceCmd
 	}
 	var parts []*part
 	var bh *redis.SliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		bh = p.HMGet(ctx, s.k.batch(b.ID), "owner", "created_at", "total")
-		for i := start; i < end; {
-			j := i / b.Stride
-			next := min(end, (j+1)*b.Stride)
-			pt := &part{first: i, count: next - i}
+		for x := 0; x < len(idx); {
+			j := idx[x] / b.Stride
+			pt := &part{}
+			for x < len(idx) && idx[x]/b.Stride == j {
+				pt.items = append(pt.items, idx[x])
+				x++
+			}
 			js := strconv.Itoa(j)
 			pt.req = p.HMGet(ctx, s.k.batchReq(b.ID), "m"+js, "i"+js)
 			// Per item its entry, its own unit's marker and its progress,
 			// and last the chunk unit's marker.
-			fields := make([]string, 0, 3*pt.count+1)
-			for x := i; x < next; x++ {
-				k := strconv.Itoa(x - j*b.Stride)
+			fields := make([]string, 0, 3*len(pt.items)+1)
+			for _, i := range pt.items {
+				k := strconv.Itoa(i - j*b.Stride)
 				fields = append(fields, k, "a"+k, "p"+k)
 			}
 			pt.res = p.HMGet(ctx, s.k.batchRes(b.ID, j), append(fields, "a")...)
 			parts = append(parts, pt)
-			i = next
 		}
 		return nil
 	}); err != nil {
@@ -390,7 +410,7 @@ func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*T
 	h := readHead{owner: hv[0], createdAt: msTime(hv[1])}
 	h.total, _ = strconv.Atoi(hv[2])
 
-	raws := make([]rawItem, 0, end-start)
+	raws := make([]rawItem, 0, len(idx))
 	refs := map[int]string{} // raws' index: the cache entry its entry refers to
 	for _, pt := range parts {
 		rv, _ := hmgetStrings(pt.req)
@@ -400,9 +420,8 @@ func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*T
 		}
 		v, _ := hmgetStrings(pt.res)
 		chunkMarker := v[len(v)-1]
-		k0 := pt.first % b.Stride
-		for x := range pt.count {
-			k := k0 + x
+		for x, i := range pt.items {
+			k := i % b.Stride
 			r := rawItem{entry: v[3*x], progress: v[3*x+2]}
 			var kb byte
 			if k < len(kinds) {
@@ -442,7 +461,7 @@ func (s *Store) ItemsPage(ctx context.Context, b *Batch, start, limit int) ([]*T
 	}
 	out := make([]*Task, len(raws))
 	for i, r := range raws {
-		out[i] = toTask(b.ID, start+i, h, r)
+		out[i] = toTask(b.ID, idx[i], h, r)
 	}
 	return out, nil
 }

@@ -18,6 +18,8 @@ import "github.com/redis/go-redis/v9"
 //
 //	task hash thrice when there is no owner)
 //
+// KEYS[6] the owner's task index (keys.ownerTasks)
+//
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] record TTL, seconds
 // ARGV[3] kind
@@ -44,6 +46,9 @@ redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
 if hit then redis.call('HSET', KEYS[1], 'result', hit, 'cached', '1', 'completed_at', ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[6], ARGV[1], ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
+redis.call('EXPIRE', KEYS[6], ARGV[2])
 if hit then return {1, hit} end
 return {0, ''}
 `)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,9 @@ type Batch struct {
 	// Webhook is the batch's completion webhook and its delivery; nil
 	// when it has none.
 	Webhook *apitype.Webhook
+	// Kinds are the kinds of its items, sorted; nil for a batch
+	// committed before the record kept them.
+	Kinds []string
 }
 
 // Ended returns how many items of the batch have ended.
@@ -256,6 +260,13 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	if len(m) == 0 {
 		return nil, ErrNotFound
 	}
+	b := decodeBatch(id, m)
+	b.Webhook = webhookOf(wh)
+	return b, nil
+}
+
+// decodeBatch reads a batch hash's fields.
+func decodeBatch(id string, m map[string]string) *Batch {
 	b := &Batch{ID: id, Owner: m["owner"], Format: m["format"], Counts: map[apitype.TaskState]int{}}
 	b.Total, _ = strconv.Atoi(m["total"])
 	b.Stride, _ = strconv.Atoi(m["stride"])
@@ -266,8 +277,10 @@ func (s *Store) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b.DoneAt = msTime(m["done_at"])
 	b.ExpiresAt = msTime(m["expires_at"])
 	b.CanceledAt = msTime(m["canceled_at"])
-	b.Webhook = webhookOf(wh)
-	return b, nil
+	if k := m["kinds"]; k != "" {
+		b.Kinds = strings.Split(k, ",")
+	}
+	return b
 }
 
 // The store is what the worker's handler needs.
@@ -362,7 +375,7 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
 	now := s.now()
 	tk := s.k.task(t.ID)
-	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk}
+	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk, s.k.ownerTasks(t.Owner)}
 	if t.Owner != "" {
 		copy(keys[2:], s.k.owner(t.Owner))
 	}
@@ -504,7 +517,14 @@ func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.
 	if err != nil {
 		return "", err
 	}
-	if prev[0] == apitype.TaskStateActive {
+	switch {
+	case batchID == "" && (prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive):
+		// A single task may wait on an expensive solve that others wait
+		// on too: announceCancel stops it only when none is left.
+		if err := s.announceCancel(ctx, id, prev[0]); err != nil {
+			return prev[0], err
+		}
+	case prev[0] == apitype.TaskStateActive:
 		if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
 			return prev[0], fmt.Errorf("store: announce cancel: %w", err)
 		}

@@ -406,11 +406,15 @@ func TestCancelRunningSweep(t *testing.T) {
 	for attempt, req := range slowSweeps(t) {
 		tk := s.Submit(req, http.StatusAccepted)
 		deadline := time.Now().Add(10 * time.Second)
+		// The record's state is read from Redis, not through the API: a
+		// solve takes 15-60 ms, and on a loaded machine a GET took as
+		// long, so the API's answer often came too late to cancel.
 		var state apitype.TaskState
-		for state = s.WaitTask(tk.ID, 0).State; state == apitype.TaskStatePending; state = s.WaitTask(tk.ID, 0).State {
+		for state = recordState(t, s, tk.ID); state == apitype.TaskStatePending; state = recordState(t, s, tk.ID) {
 			if time.Now().After(deadline) {
 				t.Fatal("the sweep never started")
 			}
+			time.Sleep(100 * time.Microsecond)
 		}
 		if state != apitype.TaskStateActive {
 			continue // it finished before we saw it running: try the next board
@@ -448,6 +452,16 @@ func TestCancelRunningSweep(t *testing.T) {
 		return
 	}
 	t.Fatal("none of the 8 slow boards could be caught running: the solver outran the test; find a slower board")
+}
+
+// recordState reads a task record's state straight from Redis.
+func recordState(t *testing.T, s *stacktest.Stack, id string) apitype.TaskState {
+	t.Helper()
+	v, err := s.RDB.HGet(context.Background(), "pq:task:"+id, "state").Result()
+	if err != nil {
+		t.Fatalf("state of %s: %v", id, err)
+	}
+	return apitype.TaskState(v)
 }
 
 func TestSubmitAndWaitInOneRequest(t *testing.T) {

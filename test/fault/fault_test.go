@@ -21,8 +21,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TestFault runs every scenario. The three that mostly wait on asynq's
-// lease recovery (worker crash, Redis restart, Redis host crash) run
+// TestFault runs every scenario. The four that mostly wait on asynq's
+// lease recovery (worker crash, Redis restart, Redis host crash, the
+// killed worker of a joined solve) run
 // alongside a sequence of the others; the load and the storm run alone in that sequence so their
 // figures are not skewed by each other. First it builds the 15-puzzle's
 // pattern databases into a directory the workers load them from.
@@ -39,6 +40,7 @@ func TestFault(t *testing.T) {
 		t.Run("FrozenWorker", func(t *testing.T) { t.Parallel(); timed(t); testFrozenWorker(t) })
 		t.Run("RedisRestart", func(t *testing.T) { t.Parallel(); timed(t); testRedisRestart(t) })
 		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); timed(t); testHostCrash(t) })
+		t.Run("JoinWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testJoinWorkerKill(t) })
 		t.Run("Sequence", func(t *testing.T) {
 			t.Parallel()
 			for _, sc := range []struct {
@@ -49,6 +51,7 @@ func TestFault(t *testing.T) {
 				{"GracefulShutdown", testGracefulShutdown},
 				{"Load", testLoad},
 				{"SlowConsumer", testSlowConsumer},
+				{"Flood", testFlood},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}

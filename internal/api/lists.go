@@ -1,0 +1,416 @@
+package api
+
+// The list routes (GET /v1/batches, GET /v1/tasks,
+// GET /v1/batches/{id}/items), the retry of a batch's failed items
+// (POST /v1/batches/{id}/retry), the service's status (GET /v1/status)
+// and the check that every route is sent only the query parameters it
+// takes.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// ListStore is what the list, retry and status routes need of the store;
+// *store.Store satisfies it.
+type ListStore interface {
+	// ListBatches returns a page of owner's batches, newest first.
+	ListBatches(ctx context.Context, owner string, f store.ListFilter, cursor string, limit int) ([]*store.Batch, *string, error)
+	// ListTasks returns a page of owner's single tasks, newest first.
+	ListTasks(ctx context.Context, owner string, f store.ListFilter, cursor string, limit int) ([]*store.Task, *string, error)
+	// ItemsAt returns the items of b at the given indexes.
+	ItemsAt(ctx context.Context, b *store.Batch, idx []int) ([]*store.Task, error)
+	// RetryBatch re-opens a done batch's failed and canceled items.
+	RetryBatch(ctx context.Context, b *store.Batch, quota int, timeout store.RetryTimeout) (int, error)
+	// Backlog reports the units waiting in the feed and the creation
+	// time of the oldest batch they belong to.
+	Backlog(ctx context.Context) (units int, oldest time.Time, err error)
+}
+
+// Presence reports the live workers and the queues' depths;
+// *asynq.Inspector satisfies it.
+type Presence interface {
+	Servers() ([]*asynq.ServerInfo, error)
+	// Queues names the queues that exist: GetQueueInfo fails for one
+	// on which nothing was ever enqueued.
+	Queues() ([]string, error)
+	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
+}
+
+// queryParams are the query parameters each route takes (by its gin
+// path). Any other is refused with 400 naming it, as an unknown JSON
+// field is: a misspelt "state" would otherwise silently list everything.
+// A route that is not here (the mounted dashboards, /metrics) is not
+// checked.
+var queryParams = map[string][]string{
+	"GET /healthz":                nil,
+	"GET /readyz":                 nil,
+	"GET /openapi.yaml":           nil,
+	"GET /v1/status":              nil,
+	"GET /v1/tasks":               listParams,
+	"POST /v1/tasks":              {"wait", "webhook"},
+	"GET /v1/tasks/:id":           {"wait"},
+	"DELETE /v1/tasks/:id":        nil,
+	"GET /v1/batches":             listParams,
+	"POST /v1/batches":            {"format", "webhook"},
+	"GET /v1/batches/:id":         {"wait", "cursor", "limit"},
+	"DELETE /v1/batches/:id":      nil,
+	"GET /v1/batches/:id/output":  {"wait"},
+	"GET /v1/batches/:id/results": resultsParams,
+	"GET /v1/batches/:id/items":   {"state", "cursor", "limit"},
+	"GET /v1/batches/:id/events":  {"from"},
+	"POST /v1/batches/:id/retry":  nil,
+}
+
+// listParams are the query parameters of the owner's lists.
+var listParams = []string{"state", "kind", "created_after", "cursor", "limit"}
+
+// strictQuery answers 400 to a request with a query parameter its route
+// does not take (see queryParams).
+func strictQuery() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		allowed, ok := queryParams[c.Request.Method+" "+c.FullPath()]
+		if ok && c.Request.URL.RawQuery != "" {
+			if err := onlyParams(c, allowed); err != nil {
+				fail(c, err)
+				return
+			}
+		}
+		c.Next()
+	}
+}
+
+// listFilter reads the filters of a list's query.
+func listFilter(c *gin.Context) (store.ListFilter, error) {
+	var f store.ListFilter
+	if v, ok := c.GetQuery("state"); ok {
+		st, err := parseState(v)
+		if err != nil {
+			return f, err
+		}
+		f.State = st
+	}
+	if v, ok := c.GetQuery("kind"); ok {
+		if _, err := puzzle.SpecOf(puzzle.Kind(v)); err != nil {
+			return f, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "kind",
+				"kind must be one of sliding, sweep, fill; got %q", truncate(v, 20))
+		}
+		f.Kind = v
+	}
+	if v, ok := c.GetQuery("created_after"); ok {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "created_after",
+				"created_after must be an RFC 3339 time such as 2026-11-30T09:00:00Z; got %q", truncate(v, 40))
+		}
+		f.CreatedAfter = t
+	}
+	return f, nil
+}
+
+// parseState reads a task state of a query's state parameter.
+func parseState(v string) (apitype.TaskState, error) {
+	st := apitype.TaskState(v)
+	if !slices.Contains(apitype.TaskStates(), st) {
+		return "", newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "state",
+			"state must be one of pending, active, completed, failed, canceled; got %q", truncate(v, 20))
+	}
+	return st, nil
+}
+
+// listLimit reads ?limit=, 1 to maxPageLimit, defaultPageLimit when
+// absent.
+func listLimit(c *gin.Context) (int, error) {
+	v, ok := c.GetQuery("limit")
+	if !ok {
+		return defaultPageLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPageLimit {
+		return 0, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "limit", "limit must be between 1 and %d", maxPageLimit)
+	}
+	return n, nil
+}
+
+// errBadCursor is the answer to a cursor this server did not hand out.
+var errBadCursor = newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "cursor", "cursor must be a value returned as next_cursor")
+
+// listQuery reads a list's filter, cursor and limit.
+func listQuery(c *gin.Context) (store.ListFilter, string, int, error) {
+	f, err := listFilter(c)
+	if err != nil {
+		return f, "", 0, err
+	}
+	limit, err := listLimit(c)
+	if err != nil {
+		return f, "", 0, err
+	}
+	return f, c.Query("cursor"), limit, nil
+}
+
+func listError(err error) error {
+	if errors.Is(err, store.ErrBadCursor) {
+		return errBadCursor
+	}
+	return err
+}
+
+// summary renders a batch record as a list's entry.
+func summary(b *store.Batch) apitype.BatchSummary {
+	r := apitype.BatchSummary{ID: b.ID, State: store.BatchState(b), Total: b.Total, Counts: counts(b), Done: b.Done(),
+		Kinds: b.Kinds, CreatedAt: timePtr(b.CreatedAt), DoneAt: timePtr(b.DoneAt)}
+	if r.Kinds == nil {
+		r.Kinds = []string{}
+	}
+	if b.Format != "" {
+		f := b.Format
+		r.Format = &f
+	}
+	return r
+}
+
+func counts(b *store.Batch) apitype.Counts {
+	return apitype.Counts{Pending: b.Counts[apitype.TaskStatePending], Active: b.Counts[apitype.TaskStateActive],
+		Completed: b.Counts[apitype.TaskStateCompleted], Failed: b.Counts[apitype.TaskStateFailed],
+		Canceled: b.Counts[apitype.TaskStateCanceled]}
+}
+
+// listBatches answers GET /v1/batches.
+func (s *Server) listBatches(c *gin.Context) {
+	f, cursor, limit, err := listQuery(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	bs, next, err := s.store.ListBatches(c.Request.Context(), ownerOf(c), f, cursor, limit)
+	if err != nil {
+		fail(c, listError(err))
+		return
+	}
+	out := apitype.BatchList{Batches: make([]apitype.BatchSummary, 0, len(bs)), NextCursor: next}
+	for _, b := range bs {
+		out.Batches = append(out.Batches, summary(b))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// listTasks answers GET /v1/tasks.
+func (s *Server) listTasks(c *gin.Context) {
+	f, cursor, limit, err := listQuery(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	ts, next, err := s.store.ListTasks(c.Request.Context(), ownerOf(c), f, cursor, limit)
+	if err != nil {
+		fail(c, listError(err))
+		return
+	}
+	out := apitype.TaskList{Tasks: make([]apitype.Task, 0, len(ts)), NextCursor: next}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, resource(t))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// itemsScanChunks bounds the chunks one filtered items page reads the
+// states of: a filter that matches little answers a short page with a
+// cursor rather than reading a million items in one request.
+const itemsScanChunks = 16
+
+// listItems answers GET /v1/batches/{id}/items: a page of the batch's
+// items in submission order, those in state only when it is set. It
+// reads the states of up to itemsScanChunks chunks (without results),
+// then the matching items whole.
+func (s *Server) listItems(c *gin.Context) {
+	var state apitype.TaskState
+	if v, ok := c.GetQuery("state"); ok {
+		st, err := parseState(v)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		state = st
+	}
+	cursor, _, err := pageParams(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	limit, err := listLimit(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	b, err := s.loadBatch(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	ctx := c.Request.Context()
+	var idx []int
+	next := cursor
+	if state == "" {
+		for i := cursor; i < b.Total && len(idx) < limit; i++ {
+			idx = append(idx, i)
+		}
+		next = cursor + len(idx)
+	} else if b.Stride > 0 {
+		for j, read := cursor/b.Stride, 0; j < b.Chunks() && len(idx) < limit && read < itemsScanChunks; j, read = j+1, read+1 {
+			infos, err := s.store.ChunkInfos(ctx, b, j)
+			if err != nil {
+				fail(c, err)
+				return
+			}
+			next = min(b.Total, (j+1)*b.Stride)
+			for _, ci := range infos {
+				if ci.Index < cursor || ci.State != state {
+					continue
+				}
+				idx = append(idx, ci.Index)
+				if len(idx) == limit {
+					next = ci.Index + 1
+					break
+				}
+			}
+		}
+	}
+	recs, err := s.store.ItemsAt(ctx, b, idx)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	out := apitype.TaskList{Tasks: make([]apitype.Task, 0, len(recs))}
+	for _, r := range recs {
+		out.Tasks = append(out.Tasks, resource(r))
+	}
+	if next < b.Total {
+		n := strconv.Itoa(next)
+		out.NextCursor = &n
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// maxRetryTime bounds one retry's work: far more than the 15 s that the
+// largest batch (1,000,000 items, all failed) takes.
+const maxRetryTime = 2 * time.Minute
+
+// retryBatch answers POST /v1/batches/{id}/retry.
+func (s *Server) retryBatch(c *gin.Context) {
+	b, err := s.loadBatch(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	// Not cut by REQUEST_TIMEOUT nor by the client leaving: a retry of a
+	// million items takes about 15 s, and one cut short would have to
+	// read its re-opened chunks again before it reached the rest.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), maxRetryTime)
+	defer cancel()
+	n, err := s.store.RetryBatch(ctx, b, s.quotaFor(c), s.retryTimeout)
+	if errors.Is(err, store.ErrQuota) {
+		err = s.quotaError(c)
+	}
+	if err != nil && n == 0 {
+		fail(c, err)
+		return
+	}
+	if n > 0 {
+		s.feedAfterCommit(ctx, b.ID)
+	}
+	if err != nil {
+		// Some chunks were re-opened and are running; the rest are
+		// re-opened by the next retry.
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, apitype.BatchRetried{ID: b.ID, Retried: n})
+}
+
+// retryTimeout is what a retried item adds to its unit's timeout, as at
+// submission (staged).
+func (s *Server) retryTimeout(k puzzle.Kind, own bool) time.Duration {
+	d := s.opts.Limits.Deadline[k]
+	if !own {
+		d = min(d, cheapItemTimeout)
+	}
+	return d
+}
+
+// queues are the queues GET /v1/status reports.
+var queues = []string{tasks.QueueInteractive, tasks.QueueBulk}
+
+// status answers GET /v1/status: the live workers (asynq's server
+// heartbeats), their slots, the queues' depths and the oldest waiting
+// work, the feed's included.
+func (s *Server) status(c *gin.Context) {
+	if s.opts.Presence == nil {
+		fail(c, errors.New("no presence source is wired"))
+		return
+	}
+	out := apitype.ServiceStatus{Workers: []apitype.WorkerStatus{}, Queues: []apitype.QueueStatus{}}
+	servers, err := s.opts.Presence.Servers()
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	for _, sv := range servers {
+		if sv.Status != "active" && sv.Status != "" {
+			continue // "stopped": shutting down, taking nothing new
+		}
+		w := apitype.WorkerStatus{ID: sv.ID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
+			StartedAt: timePtr(sv.Started.UTC()), Running: map[string]int{}}
+		for _, a := range sv.ActiveWorkers {
+			w.Running[a.TaskType]++
+		}
+		out.Workers = append(out.Workers, w)
+		out.WorkersAlive++
+		out.Slots += w.Slots
+		out.Busy += w.Busy
+	}
+	slices.SortFunc(out.Workers, func(a, b apitype.WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
+	exist, err := s.opts.Presence.Queues()
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	for _, q := range queues {
+		qs := apitype.QueueStatus{Name: q}
+		if slices.Contains(exist, q) {
+			info, err := s.opts.Presence.GetQueueInfo(q)
+			if err != nil {
+				fail(c, err)
+				return
+			}
+			qs.Pending, qs.Active, qs.Retry = info.Pending, info.Active, info.Retry
+			if info.Pending > 0 {
+				qs.OldestPendingSeconds = info.Latency.Seconds()
+			}
+		}
+		out.Queues = append(out.Queues, qs)
+		out.OldestPendingSeconds = max(out.OldestPendingSeconds, qs.OldestPendingSeconds)
+	}
+	units, oldest, err := s.store.Backlog(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	out.BacklogUnits = units
+	if units > 0 && !oldest.IsZero() {
+		out.OldestPendingSeconds = max(out.OldestPendingSeconds, time.Since(oldest).Seconds())
+	}
+	c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,361 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// The store is the worker's gate for expensive runs (see tasks.Gate):
+// one solve in flight per identical puzzle, and a cap per key on the runs
+// holding a slot. Each decision is one script, so two workers admitting
+// the same puzzle at the same moment see each other.
+
+// liveLua counts the waiters of a solve whose records have not ended,
+// dropping the others from the hash: a waiter whose cancel's
+// announcement was lost, or whose record expired, must not keep a solve
+// running that nobody waits for.
+const liveLua = `
+local function live(wk, tprefix)
+  local w = redis.call('HKEYS', wk)
+  local n = 0
+  for i = 1, #w do
+    local st = redis.call('HGET', tprefix .. w[i], 'state')
+    if st == 'pending' or st == 'active' then
+      n = n + 1
+    else
+      redis.call('HDEL', wk, w[i])
+    end
+  end
+  return n
+end
+`
+
+// admitScript decides what one run of an expensive single task does
+// (tasks.Verdict), in this order:
+//
+//  1. A task that has not ended becomes a waiter of its solve (and its
+//     record keeps the solve's key, for cancels). A task that has ended
+//     runs only on behalf of live waiters (its client canceled it, but
+//     others wait on the same solve): with none, skip.
+//  2. A cached answer: hit (the caller ends every waiter with it).
+//  3. Another run holds the solve's lease: joined. The task becomes
+//     active, with "joined" naming that run's task, and holds no slot.
+//  4. The owner's live slots (leases not yet ended) are at the cap, and
+//     this task holds none of them: wait, counting the wait in the record.
+//  5. Otherwise run: take a slot and the solve's lease, mark the task
+//     active (an attempt, started_at once) like startManyScript.
+//
+// KEYS[1] task hash
+// KEYS[2] cache entry of the puzzle
+// KEYS[3] the solve's lease (keys.solve)
+// KEYS[4] the solve's waiters (keys.solveWaiters)
+// KEYS[5] the owner's slots (keys.ownerRunning)
+//
+// ARGV[1] task ID
+// ARGV[2] owner ("" when auth is off)
+// ARGV[3] lease, milliseconds
+// ARGV[4] the owner's cap of slots (0: none)
+// ARGV[5] record TTL, seconds (the waiters hash lives as long)
+// ARGV[6] now, Unix milliseconds (started_at)
+// ARGV[7] the solve's key (tasks.SolveRun.Solve)
+// ARGV[8] task key prefix (keys.task(""))
+//
+// Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
+// {"wait", waits so far}, {"hit", result} or {"skip", ""}.
+var admitScript = redis.NewScript(quotaLua + liveLua + `
+local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
+local st = rec[1]
+local runnable = st == 'pending' or st == 'active'
+local function start()
+  if not runnable then return end
+  local f = {'attempts', (tonumber(rec[2]) or 0) + 1, 'state', 'active'}
+  if not rec[3] then f[5] = 'started_at'; f[6] = ARGV[6] end
+  redis.call('HSET', KEYS[1], unpack(f))
+end
+if runnable then
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[4], ARGV[5])
+  redis.call('HSET', KEYS[1], 'solve', ARGV[7])
+elseif live(KEYS[4], ARGV[8]) == 0 then
+  return {'skip', ''}
+end
+local hit = redis.call('GET', KEYS[2])
+if hit then return {'hit', hit} end
+local lead = redis.call('GET', KEYS[3])
+if lead and lead ~= ARGV[1] then
+  start()
+  if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
+  return {'joined', lead}
+end
+local now = clock()
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local cap = tonumber(ARGV[4])
+if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
+  local w = 0
+  if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
+  return {'wait', tostring(w)}
+end
+local lease = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[5], lease)
+redis.call('SET', KEYS[3], ARGV[1], 'PX', lease)
+start()
+return {'run', ''}
+`)
+
+// renewSolveScript extends a run's slot and its solve's lease. The lease
+// is taken again when it has lapsed (nobody else took it), never from
+// another run that took it meanwhile.
+//
+// KEYS[1] the solve's lease
+// KEYS[2] the owner's slots
+// ARGV[1] task ID
+// ARGV[2] lease, milliseconds
+//
+// Returns 1 while the run holds the solve's lease, 0 when another run
+// took it.
+var renewSolveScript = redis.NewScript(quotaLua + `
+local lease = tonumber(ARGV[2])
+local lead = redis.call('GET', KEYS[1])
+local mine = 0
+if not lead or lead == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
+  mine = 1
+end
+redis.call('ZADD', KEYS[2], clock() + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], lease)
+return mine
+`)
+
+// finishSolveScript ends a solve: every waiter whose record is pending or
+// active (and the run's own record, if it is not listed) gets the
+// outcome, with "t:<id>" published for long polls and its owner's quota
+// released (per single task, as finishManyScript does); a completed
+// result that was solved, not read from the cache, is cached without
+// shortening an existing entry's life. Then the waiters, the lease (when
+// it is still this run's) and the run's slot go. A waiter that had ended
+// (canceled, or ended by another run of the same solve) is left alone,
+// so a second run of the same task, or of the same puzzle, changes and
+// counts nothing twice.
+//
+// KEYS[1] the solve's waiters
+// KEYS[2] the solve's lease
+// KEYS[3] the run's owner's slots
+// KEYS[4] cache entry of the puzzle
+// KEYS[5] the run's task hash
+//
+// ARGV[1] now, Unix milliseconds
+// ARGV[2] the run's task ID
+// ARGV[3] state: completed or failed
+// ARGV[4] result JSON ("" when none)
+// ARGV[5] error code ("" when none)
+// ARGV[6] error message
+// ARGV[7] "1" when the result came from the cache
+// ARGV[8] events channel
+// ARGV[9] task key prefix (keys.task(""))
+// ARGV[10..13] owner affixes (keys.ownerAffixes)
+// ARGV[14] result TTL, seconds
+//
+// Returns how many records it ended.
+var finishSolveScript = redis.NewScript(quotaLua + `
+if ARGV[3] == 'completed' and ARGV[7] ~= '1' and ARGV[4] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[4], 'NX', 'EX', ARGV[14])
+  redis.call('EXPIRE', KEYS[4], ARGV[14], 'GT')
+end
+local w = redis.call('HGETALL', KEYS[1])
+local listed = false
+for i = 1, #w, 2 do
+  if w[i] == ARGV[2] then listed = true end
+end
+if not listed then
+  w[#w + 1] = ARGV[2]
+  w[#w + 1] = redis.call('HGET', KEYS[5], 'owner') or ''
+end
+local ends, owners = {}, {}
+local n = 0
+for i = 1, #w, 2 do
+  local id, owner = w[i], w[i + 1]
+  local tk = ARGV[9] .. id
+  local cur = redis.call('HGET', tk, 'state')
+  if cur == 'pending' or cur == 'active' then
+    local f = {'state', ARGV[3], 'completed_at', ARGV[1]}
+    if ARGV[4] ~= '' then f[#f + 1] = 'result'; f[#f + 1] = ARGV[4] end
+    if ARGV[5] ~= '' then
+      f[#f + 1] = 'err_code'; f[#f + 1] = ARGV[5]
+      f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[6]
+    end
+    if ARGV[7] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
+    redis.call('HSET', tk, unpack(f))
+    redis.call('PUBLISH', ARGV[8], 't:' .. id)
+    n = n + 1
+    if owner ~= '' then
+      if not ends[owner] then ends[owner] = {}; owners[#owners + 1] = owner end
+      ends[owner][id] = 1
+    end
+  end
+end
+for _, owner in ipairs(owners) do
+  local b = ARGV[10] .. owner
+  release(b .. ARGV[11], b .. ARGV[12], b .. ARGV[13], ends[owner])
+end
+redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[2])
+return n
+`)
+
+// releaseSolveScript gives up a run whose solve was canceled: unless a
+// task joined meanwhile (a live waiter), the run's slot and lease go.
+//
+// KEYS[1] the solve's waiters
+// KEYS[2] the solve's lease
+// KEYS[3] the run's owner's slots
+// ARGV[1] the run's task ID
+// ARGV[2] task key prefix
+//
+// Returns the live waiters: 0 when released, otherwise the solve is
+// still owed and nothing was released.
+var releaseSolveScript = redis.NewScript(liveLua + `
+local n = live(KEYS[1], ARGV[2])
+if n > 0 then return n end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 0
+`)
+
+// cancelSolveScript announces a single task's cancel to the workers once
+// finishManyScript has canceled its record. A task that never waited on
+// an expensive solve is announced as before (when it was active). One
+// that did leaves its solve's waiters, and the solve is stopped only when
+// no live waiter remains: canceling one of several identical tasks does
+// not cancel the others. Then the run that leads the solve is told to
+// stop (it runs under its own task's ID), and this task too when it was
+// active.
+//
+// KEYS[1] task hash
+// ARGV[1] task ID
+// ARGV[2] "1" when the task was active before the cancel
+// ARGV[3] cancels channel
+// ARGV[4], ARGV[5] solve affixes (keys.solveAffixes)
+// ARGV[6] task key prefix
+//
+// Returns 1 when a stop was announced (or nothing ran), 0 when the solve
+// goes on for other waiters.
+var cancelSolveScript = redis.NewScript(liveLua + `
+local key = redis.call('HGET', KEYS[1], 'solve')
+if not key then
+  if ARGV[2] == '1' then redis.call('PUBLISH', ARGV[3], ARGV[1]) end
+  return 1
+end
+local sk = ARGV[4] .. key
+local wk = sk .. ARGV[5]
+redis.call('HDEL', wk, ARGV[1])
+if live(wk, ARGV[6]) > 0 then return 0 end
+local lead = redis.call('GET', sk)
+if lead then redis.call('PUBLISH', ARGV[3], lead) end
+if ARGV[2] == '1' and lead ~= ARGV[1] then redis.call('PUBLISH', ARGV[3], ARGV[1]) end
+return 1
+`)
+
+// The store is the worker's gate for expensive runs.
+var _ tasks.Gate = (*Store)(nil)
+
+func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
+
+// Admit decides what a run of an expensive single task does, in one
+// round trip (admitScript).
+func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Admission, error) {
+	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner)}
+	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task("")).StringSlice()
+	if err != nil || len(v) != 2 {
+		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
+	}
+	a := tasks.Admission{Verdict: tasks.Verdict(v[0])}
+	switch a.Verdict {
+	case tasks.VerdictHit:
+		a.Result = json.RawMessage(v[1])
+	case tasks.VerdictJoined:
+		a.Lead = v[1]
+	case tasks.VerdictWait:
+		a.Waits, _ = strconv.Atoi(v[1])
+	case tasks.VerdictRun, tasks.VerdictSkip:
+	default:
+		return a, fmt.Errorf("store: admit %s: unknown verdict %q", r.ID, v[0])
+	}
+	return a, nil
+}
+
+// RenewSolve extends a run's slot and solve (renewSolveScript).
+func (s *Store) RenewSolve(ctx context.Context, r tasks.SolveRun) error {
+	err := renewSolveScript.Run(ctx, s.rdb, []string{s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
+		r.ID, leaseMS(r.LeaseOrDefault())).Err()
+	if err != nil {
+		return fmt.Errorf("store: renew solve of %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// FinishSolve ends every task waiting on r's solve with t's outcome
+// (finishSolveScript).
+func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Transition) (int, error) {
+	cached := "0"
+	if t.Cached {
+		cached = "1"
+	}
+	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID)}
+	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
+	args = append(args, s.k.ownerAffixes()...)
+	args = append(args, int64(s.resultTTL/time.Second))
+	n, err := finishSolveScript.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
+	}
+	return n, nil
+}
+
+// ReleaseSolve gives up a canceled run unless a task joined it meanwhile
+// (releaseSolveScript).
+func (s *Store) ReleaseSolve(ctx context.Context, r tasks.SolveRun) (int, error) {
+	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
+		r.ID, s.k.task("")).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: release solve of %s: %w", r.ID, err)
+	}
+	return n, nil
+}
+
+// announceCancel tells the workers that single task id was canceled,
+// unless other tasks still wait on the solve it waited on
+// (cancelSolveScript).
+func (s *Store) announceCancel(ctx context.Context, id string, prev apitype.TaskState) error {
+	active := "0"
+	if prev == apitype.TaskStateActive {
+		active = "1"
+	}
+	args := []any{id, active, s.k.cancels()}
+	args = append(args, s.k.solveAffixes()...)
+	args = append(args, s.k.task(""))
+	if err := cancelSolveScript.Run(ctx, s.rdb, []string{s.k.task(id)}, args...).Err(); err != nil {
+		return fmt.Errorf("store: announce cancel: %w", err)
+	}
+	return nil
+}
+
+// Running returns how many of owner's expensive runs hold a slot now
+// (leases not yet ended), for tests and operators.
+func (s *Store) Running(ctx context.Context, owner string) (int, error) {
+	n, err := s.rdb.ZCount(ctx, s.k.ownerRunning(owner), strconv.FormatInt(ms(s.now())+1, 10), "+inf").Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: running count: %w", err)
+	}
+	return int(n), nil
+}

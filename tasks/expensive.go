@@ -1,0 +1,156 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+// SetGate makes h run expensive single tasks through g (see Gate): one
+// solve per identical puzzle in flight, and at most capOf() runs per key
+// holding slots (0: no cap), read at each admission so that a cap
+// derived from the cluster's size follows it. Without it every task runs
+// as it comes. Call it before the handler serves tasks.
+func (h *Handler) SetGate(g Gate, capOf func() int) { h.gate, h.capOf = g, capOf }
+
+// SetSolveLease sets the lease of expensive runs (SolveLease until
+// then), for tests that kill workers.
+func (h *Handler) SetSolveLease(d time.Duration) { h.lease = d }
+
+// solveRun is the Gate's name for a run of single task it.
+func solveRun(owner string, it Item, p *puzzle.Parsed) SolveRun {
+	k := p.Key()
+	return SolveRun{ID: it.ID, Owner: owner, Solve: solveKey(p, k), CacheKey: k}
+}
+
+// processExpensive runs an expensive single task through the gate. Every
+// step is idempotent, as in processItems: a redelivered task that leads
+// its solve takes it over (same ID), one that joined joins again, and
+// FinishSolve ends each waiting record once.
+func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p *puzzle.Parsed) error {
+	r := solveRun(owner, it, p)
+	r.Lease = h.lease
+	limit := 0
+	if h.capOf != nil {
+		limit = h.capOf()
+	}
+	// Register for cancellation before admitting, so a cancel that lands
+	// between the two is not missed. The solve runs under this task's ID
+	// whoever waits on it; the store announces its cancel only once no
+	// waiter is left (cancelSolveScript).
+	sctx, cancel := context.WithCancel(ctx)
+	release := h.cancels.register(it.ID, cancel)
+	defer func() { release(); cancel() }()
+
+	a, err := h.gate.Admit(ctx, r, limit)
+	if err != nil {
+		return fmt.Errorf("tasks: admit %s: %w", it.ID, err)
+	}
+	switch a.Verdict {
+	case VerdictSkip:
+		return nil
+	case VerdictJoined:
+		h.log.Debug("expensive task joined an identical solve in flight", "task_id", it.ID, "lead_id", a.Lead)
+		if h.metrics != nil {
+			h.metrics.Joins.Inc()
+		}
+		return nil
+	case VerdictWait:
+		if h.metrics != nil {
+			h.metrics.Waits.Inc()
+		}
+		return &WaitError{In: waitDelay(a.Waits, rand.N(time.Second))}
+	case VerdictHit:
+		return h.finishSolve(ctx, r, p, &outcome{result: a.Result, cached: true})
+	}
+
+	stop := h.renewWhile(ctx, r)
+	defer stop()
+	for {
+		if h.metrics != nil {
+			h.metrics.Searches.WithLabelValues(string(p.Kind())).Inc()
+		}
+		o := h.solve(ctx, sctx, it.ID, p)
+		if ctx.Err() != nil {
+			// Shutdown or a lost lease: asynq runs the task again, and
+			// that run takes the solve over (it has the same ID); the
+			// leases last until then.
+			return fmt.Errorf("tasks: interrupted: %w", ctx.Err())
+		}
+		if !o.skip {
+			return h.finishSolve(ctx, r, p, o)
+		}
+		// Canceled: no waiter was left. Give the solve up, unless a task
+		// joined it meanwhile, whose answer is then still owed.
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		n, err := h.gate.ReleaseSolve(wctx, r)
+		wcancel()
+		if err != nil {
+			return fmt.Errorf("tasks: release solve of %s: %w", it.ID, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		h.log.Info("canceled solve resumed for tasks that joined it", "task_id", it.ID, "waiters", n)
+		release()
+		cancel()
+		sctx, cancel = context.WithCancel(ctx)
+		release = h.cancels.register(it.ID, cancel)
+	}
+}
+
+// finishSolve ends every task waiting on r's solve with o and counts the
+// records it ended.
+func (h *Handler) finishSolve(ctx context.Context, r SolveRun, p *puzzle.Parsed, o *outcome) error {
+	t := Transition{ID: r.ID, Owner: r.Owner}
+	label := string(apitype.TaskStateCompleted)
+	if o.code == "" {
+		t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
+	} else {
+		t.State, t.Code, t.Msg = apitype.TaskStateFailed, o.code, o.msg
+		label = o.code
+	}
+	// Done work is written even if the task's ctx just ended.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	n, err := h.gate.FinishSolve(wctx, r, t)
+	if err != nil {
+		return fmt.Errorf("tasks: finish solve of %s: %w", r.ID, err)
+	}
+	if h.metrics != nil && n > 0 {
+		h.metrics.Tasks.WithLabelValues(string(p.Kind()), label).Add(float64(n))
+		if o.cached {
+			h.metrics.CacheHits.Add(float64(n))
+		}
+	}
+	return nil
+}
+
+// renewWhile renews r's slot and solve every third of its lease until
+// the returned stop is called (or ctx ends). A failed renewal is only
+// logged: the next one may work, and a lease that lapsed costs at most a
+// second run of the same puzzle, never a lost task.
+func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.LeaseOrDefault() / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				if err := h.gate.RenewSolve(rctx, r); err != nil && rctx.Err() == nil {
+					h.log.Warn("renew expensive run's lease", "task_id", r.ID, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

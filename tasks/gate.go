@@ -1,0 +1,158 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/puzzleq/puzzleq/puzzle"
+)
+
+// Expensive work (the requests that are not puzzle.Cheap: sweeps, and
+// sliding boards over 9 cells) goes through a Gate before it runs:
+//
+//   - One solve in flight per identical puzzle, cluster-wide. A single
+//     task whose puzzle is being solved by another run joins that run: it
+//     is ended with the same result or failure when the solve ends, and
+//     its own delivery returns at once, so it holds no slot.
+//   - A cap per API key on expensive runs holding a slot, so that one
+//     key's hard puzzles never take every slot. A run over the cap is not
+//     failed: it returns a WaitError, which asynq turns into a retry after
+//     WaitError.In without counting it as a failure (see IsWait).
+//
+// Both are leases in Redis that the running worker renews every
+// SolveLease/3, so a worker that dies frees its slot, and its in-flight
+// solve is taken over by asynq's redelivery of the same task (or by the
+// next identical submission) once the lease has ended.
+
+// SolveLease is how long a run's slot and in-flight solve last without
+// being renewed. Its run renews them every third of it, so only a worker
+// that died (or froze) for this long loses them.
+const SolveLease = 30 * time.Second
+
+// SolveRun names one run of an expensive single task for the Gate.
+type SolveRun struct {
+	// ID is the task record's ID; it is also the run's member of its
+	// owner's slots and the name of its in-flight solve, so a task run
+	// twice (a redelivery, a watchdog's copy) holds one slot and leads
+	// its own solve, never joins itself.
+	ID    string
+	Owner string
+	// Solve identifies identical work: the puzzle's cache key and, when
+	// the request lowered it, its node budget (see SolveKey).
+	Solve string
+	// CacheKey is where a completed result is cached.
+	CacheKey string
+	// Lease is how long the run's slot and solve last unrenewed; 0 means
+	// SolveLease.
+	Lease time.Duration
+}
+
+// LeaseOrDefault is r.Lease, or SolveLease when it is 0.
+func (r SolveRun) LeaseOrDefault() time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return SolveLease
+}
+
+// SolveKey is what identical work shares: the cache key, and the node
+// budget a request asked for, since a smaller budget may fail where a
+// larger one succeeds (the key leaves budgets out, as only answers are
+// cached).
+func SolveKey(p *puzzle.Parsed) string { return solveKey(p, p.Key()) }
+
+// solveKey is SolveKey given p's cache key k.
+func solveKey(p *puzzle.Parsed, k string) string {
+	if n := p.MaxNodes(); n > 0 {
+		k += "-n" + strconv.FormatInt(n, 10)
+	}
+	return k
+}
+
+// Verdict is what a Gate decided for a run.
+type Verdict string
+
+// The verdicts of Gate.Admit.
+const (
+	// VerdictRun: the run leads the solve and holds a slot: solve, then
+	// FinishSolve (or ReleaseSolve if every waiter canceled).
+	VerdictRun Verdict = "run"
+	// VerdictJoined: another run is solving the same puzzle; the task
+	// waits for it, and this delivery is done.
+	VerdictJoined Verdict = "joined"
+	// VerdictWait: the owner's slots are full; retry later (WaitError).
+	VerdictWait Verdict = "wait"
+	// VerdictHit: the answer is cached (Admission.Result); FinishSolve
+	// with it ends every waiter.
+	VerdictHit Verdict = "hit"
+	// VerdictSkip: the task has ended and nothing waits on its puzzle.
+	VerdictSkip Verdict = "skip"
+)
+
+// Admission is a Gate's answer to Admit.
+type Admission struct {
+	Verdict Verdict
+	// Result is the cached answer of VerdictHit.
+	Result json.RawMessage
+	// Lead is the task whose run a VerdictJoined task joined.
+	Lead string
+	// Waits is how many times the task has been told to wait, for its
+	// backoff (VerdictWait).
+	Waits int
+}
+
+// Gate admits expensive runs; *store.Store satisfies it.
+type Gate interface {
+	// Admit decides what a run does, and for VerdictRun takes its slot
+	// and its in-flight solve for SolveLease; cap is the owner's most
+	// runs holding slots (0: no cap).
+	Admit(ctx context.Context, r SolveRun, cap int) (Admission, error)
+	// RenewSolve extends a VerdictRun's slot and solve by SolveLease.
+	RenewSolve(ctx context.Context, r SolveRun) error
+	// FinishSolve ends every task waiting on the run's solve (this one
+	// included) with t's outcome, caches a completed result, and frees
+	// the run's slot and solve. It returns how many records it ended;
+	// records that had ended already (canceled, or ended by another run
+	// of the same solve) are left alone, so it is idempotent.
+	FinishSolve(ctx context.Context, r SolveRun, t Transition) (int, error)
+	// ReleaseSolve gives up a run whose solve was canceled because no
+	// task waits on it any more. It returns how many tasks joined
+	// meanwhile: when not 0 the solve is still owed, and the run keeps
+	// its slot and solve.
+	ReleaseSolve(ctx context.Context, r SolveRun) (int, error)
+}
+
+// WaitError is returned by a run over its owner's cap: asynq retries the
+// task after In, and the binaries' asynq configuration (IsWait) counts
+// neither a retry nor a failure for it, so a task can wait as long as it
+// needs to.
+type WaitError struct {
+	In time.Duration
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("tasks: the key's expensive slots are full; runs again in %s", e.In)
+}
+
+// IsWait reports whether err is a WaitError, and its delay.
+func IsWait(err error) (time.Duration, bool) {
+	var we *WaitError
+	if errors.As(err, &we) {
+		return we.In, true
+	}
+	return 0, false
+}
+
+// waitDelay is how long a capped run waits before it asks again: a second
+// plus jitter at first, so a slot that frees is taken within a second or
+// two, one more second every fourth wait, to at most 10 s plus jitter,
+// so that many waiting tasks of
+// a flooding key cost Redis and the workers little (a wait is one script
+// call and a few microseconds of a slot).
+func waitDelay(waits int, jitter time.Duration) time.Duration {
+	return min(time.Second+time.Duration(waits/4)*time.Second, 10*time.Second) + jitter
+}
