@@ -157,6 +157,32 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 	}
 }
 
+// An expensive single task runs through the gate (one solve per puzzle,
+// a cap per key); an overrun there is retried the same way, and the
+// retry takes the solve over.
+func TestDeadlineOverrunIsRetriedThroughTheGate(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	l := testLimits()
+	l.DeadlineAttempts = 3
+	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
+	h := tasks.NewHandler(f.store, nil, l, nil, nil)
+	h.SetGate(f.store, func() int { return 1 })
+	var calls atomic.Int32
+	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // the worker froze mid solve
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"solvable":true,"moves":1}`), nil
+	}
+	f.serveWith(t, h)
+	f.submitSingle(t, "big", board15b, l)
+	if tk := f.waitEnded(t, "big"); tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"solvable":true,"moves":1}` || calls.Load() != 2 {
+		t.Errorf("expensive task that overran once: %+v %s after %d solves, want completed on the second", tk, tk.Result, calls.Load())
+	}
+}
+
 // The heartbeat middleware records each task while it runs, by queue and
 // asynq task ID, and the next beat forgets it once it ended.
 func TestHeartbeatRecordsRunningTasks(t *testing.T) {
