@@ -29,7 +29,9 @@ const (
 	CodeUnauthorized = "unauthorized"
 	// CodeForbidden: the key is valid but not for this route: a tenant
 	// key on an operator route (/monitoring, /metrics), or an operator
-	// key on /v1.
+	// key on /v1; or a state-changing request authenticated by the
+	// dashboard's session cookie lacks the dashboard's header or comes
+	// from another site (CSRF protection).
 	CodeForbidden = "forbidden"
 	// CodeRateLimited: the API key's request rate is over its limit, or
 	// the client's address failed authentication too often.

@@ -51,6 +51,7 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
 	ItemStore
+	SessionStore
 	WebhookStore
 	ListStore
 }
@@ -109,6 +110,8 @@ type Options struct {
 	// MaxPendingPerKey caps a key's unfinished tasks unless the key sets
 	// its own cap.
 	MaxPendingPerKey int
+	// SessionTTL is how long a dashboard session lasts after sign-in.
+	SessionTTL time.Duration
 	// WebhookPolicy says where completion webhooks may point
 	// (WEBHOOK_ALLOWED_HOSTS); nil allows public addresses only.
 	WebhookPolicy *webhook.Policy
@@ -142,6 +145,7 @@ func (o Options) check() {
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
+		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
 		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
@@ -289,6 +293,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id/items", s.listItems)
 	v1.POST("/batches/:id/retry", s.retryBatch)
 	v1.GET("/status", s.status)
+	s.mountUI(e)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})
 	}

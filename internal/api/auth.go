@@ -52,9 +52,10 @@ const ctxKey = "puzzleq.key"
 
 // Authenticate identifies the caller of /v1 by its bearer key when tenant
 // keys are configured; with none configured every caller is the anonymous
-// owner "". Keys are compared as SHA-256 digests, in constant time,
-// against every configured key, so neither a key's bytes nor which key
-// matched leak through timing. Keys are never logged. An operator key is
+// owner "". Without an Authorization header the dashboard's session
+// cookie may stand in for the key (cookieAuth). Keys are compared as
+// SHA-256 digests, in constant time, against every configured key, so
+// neither a key's bytes nor which key matched leak through timing. Keys are never logged. An operator key is
 // refused (403): the roles are disjoint. Failed attempts are limited per
 // client address (see authFailed).
 func (s *Server) Authenticate() gin.HandlerFunc {
@@ -62,6 +63,9 @@ func (s *Server) Authenticate() gin.HandlerFunc {
 		if !s.tenantAuth {
 			c.Next()
 			return
+		}
+		if c.GetHeader("Authorization") == "" && s.cookieAuth(c) {
+			return // the dashboard's session cookie (session.go)
 		}
 		found, ok := s.identify(c, "missing bearer API key: send Authorization: Bearer <key>")
 		if !ok {

@@ -22,6 +22,7 @@ func OptionsForTest() Options {
 		ChunkSize: 64, FeedDepth: 64, EnqueueParallelism: 8, MaxConcurrentDecodes: 2,
 		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, RequestTimeout: 10 * time.Second,
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
+		SessionTTL:            time.Hour,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,
 	}
 }

@@ -539,6 +539,11 @@ type APIConfig struct {
 	// wasted work). With the defaults, a killed worker's tasks are queued
 	// again 2-3 s after it died. Default 2s.
 	WorkerDeadAfter time.Duration
+	// UISessionTTL is how long a dashboard sign-in lasts: the session
+	// cookie's Max-Age and its record's TTL in Redis. A working day, so a
+	// user signs in once a day and a forgotten browser is not signed in
+	// for long. Default 12h.
+	UISessionTTL time.Duration
 
 	keys []api.APIKey
 }
@@ -571,6 +576,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
 	s.Duration(&c.WorkerDeadAfter, "WORKER_DEAD_AFTER", "2s", "how long a worker's heartbeat may stay unchanged before its tasks are re-driven")
+	s.Duration(&c.UISessionTTL, "UI_SESSION_TTL", "12h", "how long a dashboard sign-in lasts")
 	return s
 }
 
@@ -637,6 +643,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.MaxConcurrentDecodes < 0 {
 		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)
+	}
+	if c.UISessionTTL < time.Minute || c.UISessionTTL > 30*24*time.Hour {
+		return fmt.Errorf("UI_SESSION_TTL: must be between 1m and 720h, got %s", c.UISessionTTL)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)

@@ -176,6 +176,12 @@ func (k keys) events() string { return k.prefix + "events" }
 // are announced, for workers.
 func (k keys) cancels() string { return k.prefix + "cancels" }
 
+// session is a string holding a dashboard session: the hex SHA-256 of the
+// API key it was opened with, under the hex SHA-256 of the session token
+// (the cookie's value), with the session's TTL. Neither the token nor the
+// key is stored, so a read of Redis yields no credential.
+func (k keys) session(tokenDigest string) string { return k.prefix + "session:" + tokenDigest }
+
 // webhook is a hash holding a completion webhook of one task or batch
 // (ref is "b:<batch ID>" or "t:<task ID>", see WebhookRef): its URL and
 // what its delivery did so far. It lives as long as the record.
