@@ -5,10 +5,12 @@
 // MAX_BATCH_ITEMS, a million by default (SubmitNDJSON, GetBatch, Results):
 //
 //	c := client.New("http://localhost:8080", client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
-//	t, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
-//	if err == nil {
-//		t, err = c.Get(ctx, t.ID, 30*time.Second) // long poll until the task ends
-//	}
+//	// Submit and wait in one request, long polling on if the wait runs out.
+//	t, err := c.Solve(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`), 30*time.Second)
+//
+// Solve is the cheapest way to one answer: one request (POST /v1/tasks
+// with ?wait=) answered from the task's own end event. Submit, then Get
+// with a wait, does the same in two.
 //
 // Requests are the wire form of POST /v1/tasks, passed as raw JSON, so the
 // client never drops a field the server understands. A batch is NDJSON,
@@ -261,6 +263,38 @@ func (c *Client) Submit(ctx context.Context, req []byte) (*Task, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// SubmitWait submits one request and holds it until the task ends or
+// wait (at most the server's MAX_WAIT, 60s by default) passes: the task
+// comes back ended, or pending or active when the wait ran out first.
+// Like Submit it is retried only when the server surely created nothing;
+// a connection lost during the wait loses the task's ID, since the server
+// sends it with the answer.
+func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration) (*Task, error) {
+	var t Task
+	cl := call{method: http.MethodPost, path: "/v1/tasks", body: BytesBody(req), retry: retryIfNotAccepted}
+	if wait > 0 {
+		cl.query, cl.wait = url.Values{"wait": {wait.String()}}, wait
+	}
+	if _, err := c.do(ctx, cl, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Solve submits one request and returns the task once it has ended: one
+// request when it ends within wait (SubmitWait), then long polls of wait
+// each (Get) until it ends or ctx does. wait <= 0 means 30s.
+func (c *Client) Solve(ctx context.Context, req []byte, wait time.Duration) (*Task, error) {
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	t, err := c.SubmitWait(ctx, req, wait)
+	for err == nil && !t.State.Terminal() {
+		t, err = c.Get(ctx, t.ID, wait)
+	}
+	return t, err
 }
 
 // Get reads a task. With wait > 0 the server holds the request until the

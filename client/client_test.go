@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -220,5 +221,35 @@ func TestWithHTTPClient(t *testing.T) {
 	}
 	if through.Load() != 1 {
 		t.Errorf("%d requests went through the given client, want 1", through.Load())
+	}
+}
+
+// Solve submits with ?wait= and, when the wait runs out first, long polls
+// the task until it ends; it never submits twice.
+func TestSolveSubmitsWithWaitThenPolls(t *testing.T) {
+	t.Parallel()
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls = append(calls, r.Method+" "+r.URL.RequestURI())
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"id":"0123456789abcdef0123456789abcdef","kind":"sliding","state":"active"}`)
+		case len(calls) < 3:
+			fmt.Fprint(w, `{"id":"0123456789abcdef0123456789abcdef","kind":"sliding","state":"active"}`)
+		default:
+			fmt.Fprint(w, `{"id":"0123456789abcdef0123456789abcdef","kind":"sliding","state":"completed","result":{"moves":3}}`)
+		}
+	}))
+	defer srv.Close()
+	c := client.New(srv.URL, fast()...)
+	task, err := c.Solve(context.Background(), []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`), 2*time.Second)
+	if err != nil || task.State != client.StateCompleted || string(task.Result) != `{"moves":3}` {
+		t.Fatalf("Solve = %+v, %v", task, err)
+	}
+	want := []string{"POST /v1/tasks?wait=2s", "GET /v1/tasks/0123456789abcdef0123456789abcdef?wait=2s", "GET /v1/tasks/0123456789abcdef0123456789abcdef?wait=2s"}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("requests %q, want %q", calls, want)
 	}
 }

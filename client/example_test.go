@@ -73,6 +73,21 @@ func ExampleClient_Submit() {
 	// Output: completed {"moves":3,"solvable":true,"path":"DRD"}
 }
 
+// Solve one puzzle: one request that waits for the answer (POST
+// /v1/tasks?wait=), long polling on should the wait run out first.
+func ExampleClient_Solve() {
+	srv := fakeAPI() // e.g. "http://localhost:8080"
+	defer srv.Close()
+	c := client.New(srv.URL, client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
+
+	t, err := c.Solve(context.Background(), []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`), 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(t.State, string(t.Result))
+	// Output: completed {"moves":3,"solvable":true,"path":"DRD"}
+}
+
 // Submit a batch with an idempotency key, wait for it, read its results.
 func ExampleClient_SubmitBatch() {
 	srv := fakeAPI()

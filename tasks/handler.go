@@ -61,6 +61,10 @@ type Transition struct {
 	Code    string            // failed, canceled: an apitype task error code
 	Msg     string
 	Cached  bool // completed from the cache
+	// Unstarted, for Finish, marks a task that ran without Start (an
+	// instant solve of a single task): Finish counts its attempt and
+	// sets its start time.
+	Unstarted bool
 }
 
 // Handler runs solve, chunk and unit tasks.
@@ -214,9 +218,23 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		}
 		parsed[i], keys[i] = p, p.Key()
 	}
-	prev, hits, err := h.store.Start(ctx, ts, keys)
-	if err != nil {
-		return fmt.Errorf("tasks: start %d items: %w", len(items), err)
+	var (
+		prev []apitype.TaskState
+		hits []json.RawMessage
+	)
+	if unstarted := batchID == "" && len(items) == 1 && parsed[0] != nil && h.instant(parsed[0]); unstarted {
+		// An instant solve (a table lookup, microseconds) skips Start:
+		// no client could see it active, and the cache cannot beat the
+		// table. Finish counts the attempt, and leaves alone a task that
+		// ended meanwhile (a cancel), as Start would have.
+		prev = []apitype.TaskState{apitype.TaskStatePending}
+		ts[0].Unstarted = true
+	} else {
+		var err error
+		prev, hits, err = h.store.Start(ctx, ts, keys)
+		if err != nil {
+			return fmt.Errorf("tasks: start %d items: %w", len(items), err)
+		}
 	}
 	for i, hit := range hits {
 		if hit != nil && outs[i] == nil {
@@ -232,7 +250,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		if len(pendingIdx) == 0 {
 			return nil
 		}
-		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx); err != nil {
+		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx, ts[0].Unstarted); err != nil {
 			return err
 		}
 		pendingIdx = pendingIdx[:0]
@@ -333,12 +351,12 @@ func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
 
 // finish writes the outcomes of items idx in one round trip and counts the
 // ones this call actually ended.
-func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int) error {
+func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int, unstarted bool) error {
 	ts := make([]Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
 		o := outs[i]
-		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner}
+		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner, Unstarted: unstarted}
 		if o.code == "" {
 			t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
 			if parsed[i] != nil {

@@ -1,9 +1,11 @@
 package tasks_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -196,5 +198,83 @@ func TestErrorHandlerFailsRecordAfterLastRetry(t *testing.T) {
 	tk, _ := f.store.Get(f.ctx, "gave-up")
 	if tk.State != apitype.TaskStateFailed || tk.ErrCode != apitype.CodeInternal {
 		t.Fatalf("after the last retry: %+v", tk)
+	}
+}
+
+// An instant single task (a table lookup) runs without Start: its record
+// still ends with one attempt and a start time, and one canceled while
+// pending stays canceled and is not solved.
+func TestInstantSingleSkipsStart(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	st := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	h := tasks.NewHandler(st, nil, testLimits(), nil, nil) // the real solver: 8-puzzles are instant
+	f := &fixture{store: st, handler: h, ctx: context.Background()}
+	for _, tc := range []struct {
+		id     string
+		cancel bool
+		want   apitype.TaskState
+	}{
+		{"solved", false, apitype.TaskStateCompleted},
+		{"canceled", true, apitype.TaskStateCanceled},
+	} {
+		task := f.single(t, tc.id, sample8)
+		if tc.cancel {
+			if _, err := st.Cancel(f.ctx, tc.id, "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.ProcessTask(f.ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := st.Get(f.ctx, tc.id)
+		if err != nil || tk.State != tc.want {
+			t.Fatalf("%s: %+v %v", tc.id, tk, err)
+		}
+		if !tc.cancel && (tk.Attempts != 1 || tk.StartedAt.IsZero() || tk.StartedAt.After(tk.CompletedAt) || len(tk.Result) == 0) {
+			t.Fatalf("%s: %+v, want one attempt, a start time and the result", tc.id, tk)
+		}
+		if tc.cancel && (tk.Attempts != 0 || tk.Result != nil) {
+			t.Fatalf("%s: a task canceled while pending ran: %+v", tc.id, tk)
+		}
+	}
+}
+
+// The message the submit script enqueues is, byte for byte, the one
+// asynq.Client writes for NewSolveTask's task, so the workers' asynq reads
+// it as its own; checked for every kind.
+func TestNewSolveEnqueuedMatchesAsynq(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := asynq.NewClientFromRedisClient(rdb)
+	l := testLimits()
+	l.Deadline[puzzle.KindFill] = 1500 * time.Millisecond // not whole seconds
+	for i, req := range []string{
+		sample8,
+		`{"kind":"sweep","puzzle":{"board":["..","*.","*."]},"options":{"max_nodes":1000}}`,
+		`{"kind":"fill","puzzle":{"game_board":[[1,1,0],[1,1,0],[0,0,0]],"table":[[1,1,1],[0,0,1],[0,0,1]]}}`,
+	} {
+		p := mustParse(t, req)
+		id := fmt.Sprintf("%032x", i+1)
+		for _, owner := range []string{"", "alice", `a "quoted" <key> é`} {
+			task, err := tasks.NewSolveTask(id+owner, owner, p, tasks.QueueInteractive, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.EnqueueContext(context.Background(), task); err != nil {
+				t.Fatal(err)
+			}
+			want, err := rdb.HGet(context.Background(), "asynq:{interactive}:t:"+id+owner, "msg").Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tasks.NewSolveEnqueued(id+owner, owner, p, tasks.QueueInteractive, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Msg, want) || got.ID != id+owner || got.Queue != tasks.QueueInteractive {
+				t.Fatalf("%s, owner %q: message\n%x\nasynq.Client wrote\n%x", p.Kind(), owner, got.Msg, want)
+			}
+		}
 	}
 }

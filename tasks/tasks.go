@@ -4,8 +4,11 @@
 package tasks
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -124,4 +127,103 @@ func NewSolveTask(id, owner string, p *puzzle.Parsed, queue string, l Limits) (*
 	}
 	return asynq.NewTask(typ, b, asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(maxRetry),
 		asynq.Timeout(l.deadline(p.Kind())+timeoutMargin)), nil
+}
+
+// Enqueued is a task as asynq keeps it in Redis, for a script that
+// records a task and enqueues it in one call (the store's submit script)
+// instead of asynq.Client's own round trip.
+type Enqueued struct {
+	// ID is the task's ID, Queue its queue.
+	ID, Queue string
+	// Msg is asynq's task message, encoded as asynq.Client encodes it.
+	Msg []byte
+}
+
+// NewSolveEnqueued is NewSolveTask's task in asynq's stored form.
+//
+// asynq stores a task as a protobuf TaskMessage (its internal/proto, not
+// importable). The fields that NewSolveTask's options set are written
+// here, in field order, as proto.Marshal writes them; asynq's other
+// fields are zero, which protobuf leaves out. The message must stay
+// decodable by the asynq release the workers run: protobuf field numbers
+// never change, and TestNewSolveEnqueuedMatchesAsynq holds the bytes equal
+// to asynq.Client's own.
+func NewSolveEnqueued(id, owner string, p *puzzle.Parsed, queue string, l Limits) (Enqueued, error) {
+	typ, err := TypeFor(p.Kind())
+	if err != nil {
+		return Enqueued{}, err
+	}
+	payload, err := solvePayload(id, owner, p.Payload())
+	if err != nil {
+		return Enqueued{}, err
+	}
+	timeout := int64((l.deadline(p.Kind()) + timeoutMargin) / time.Second)
+	msg := make([]byte, 0, len(payload)+len(typ)+len(id)+len(queue)+24)
+	msg = protoBytes(msg, 1, []byte(typ))   // type
+	msg = protoBytes(msg, 2, payload)       // payload
+	msg = protoBytes(msg, 3, []byte(id))    // id
+	msg = protoBytes(msg, 4, []byte(queue)) // queue
+	msg = protoVarint(msg, 5, maxRetry)     // retry
+	if timeout > 0 {
+		msg = protoVarint(msg, 8, uint64(timeout)) // timeout, seconds
+	}
+	return Enqueued{ID: id, Queue: queue, Msg: msg}, nil
+}
+
+// protoBytes appends a protobuf length-delimited field (wire type 2).
+func protoBytes(b []byte, field uint64, v []byte) []byte {
+	if len(v) == 0 {
+		return b // proto3 leaves empty fields out
+	}
+	b = binary.AppendUvarint(b, field<<3|2)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// protoVarint appends a protobuf varint field (wire type 0).
+func protoVarint(b []byte, field, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, field<<3)
+	return binary.AppendUvarint(b, v)
+}
+
+// solvePayload is json.Marshal of the SolvePayload, byte for byte, built
+// without reflection and without rescanning the request, which puzzle
+// has already written compact: this runs on every single submission,
+// cache hits included. Anything json.Marshal would escape differently
+// (HTML characters, U+2028 and U+2029, which start with 0xE2) takes
+// json.Marshal itself.
+func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
+	if strings.ContainsAny(id+owner, "\"\\<>&\u2028\u2029") || bytes.ContainsAny(req, "<>&\xe2") || !isPlain(id+owner) {
+		b, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: req}})
+		if err != nil {
+			return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
+		}
+		return b, nil
+	}
+	b := make([]byte, 0, len(req)+len(id)+len(owner)+32)
+	b = append(b, '{')
+	if owner != "" {
+		b = append(b, `"owner":"`...)
+		b = append(b, owner...)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"id":"`...)
+	b = append(b, id...)
+	b = append(b, `","request":`...)
+	b = append(b, req...)
+	return append(b, '}'), nil
+}
+
+// isPlain reports whether s is printable ASCII, which JSON strings hold
+// as they are.
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

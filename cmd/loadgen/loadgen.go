@@ -42,6 +42,8 @@ type options struct {
 	seed          uint64
 	logLevel      string
 	submitWait    bool
+	serveFloor    string
+	floorRedis    string
 }
 
 func parseOptions(args []string, out io.Writer) (*options, error) {
@@ -67,6 +69,8 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the puzzle order")
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the in-process API and workers")
 	fs.BoolVar(&o.submitWait, "submit-wait", false, "clients submit with POST /v1/tasks?wait= (one request per task) instead of POST then GET ?wait=")
+	fs.StringVar(&o.serveFloor, "serve-floor", "", "instead of load, serve the bare net/http + one Lua call floor on this loopback address (see floor.go), until interrupted")
+	fs.StringVar(&o.floorRedis, "floor-redis", "127.0.0.1:6379", "the Redis of -serve-floor")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -143,6 +147,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if o.serveFloor != "" {
+		if err := checkLoopback("http://" + o.serveFloor); err != nil {
+			return err
+		}
+		return serveFloor(ctx, o.serveFloor, o.floorRedis)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

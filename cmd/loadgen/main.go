@@ -21,6 +21,12 @@
 // Usage:
 //
 //	go run ./cmd/loadgen [-scenario all] [-workers 1] [-clients 32] [-duration 10s] [-json]
+//	go run ./cmd/loadgen -serve-floor 127.0.0.1:PORT -floor-redis 127.0.0.1:PORT
+//
+// -serve-floor serves, instead, the floor that the cache scenario is held
+// against: a bare net/http server making one Lua round trip per request
+// (floor.go). Run the cache scenario with -server against it and against
+// a separate API process.
 package main
 
 import (

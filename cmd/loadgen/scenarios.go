@@ -266,8 +266,12 @@ func (lg *loadgen) throughputAndRaw(ctx context.Context, thr, raw bool) (*Result
 		if ranDry {
 			tr.Notes = append(tr.Notes, "stopped early: the distinct puzzles ran out")
 		}
-		tr.Notes = append(tr.Notes, fmt.Sprintf("%d closed-loop clients, each POST /v1/tasks then GET ?wait=%s, distinct puzzles; %d slice(s) of %s",
-			lg.o.clients, taskWait, rounds, slice))
+		style := "POST /v1/tasks then GET ?wait=" + taskWait
+		if lg.o.submitWait {
+			style = "POST /v1/tasks?wait=" + taskWait
+		}
+		tr.Notes = append(tr.Notes, fmt.Sprintf("%d closed-loop clients, each %s, distinct puzzles; %d slice(s) of %s",
+			lg.o.clients, style, rounds, slice))
 	}
 	if raw {
 		rig.result(rr)

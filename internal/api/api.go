@@ -28,7 +28,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Enqueuer puts tasks on the queue; *asynq.Client satisfies it.
+// Enqueuer puts batch units on the queue; *asynq.Client satisfies it.
+// Single tasks are queued by the store's submit script instead, with
+// their record (store.SubmitTask).
 type Enqueuer interface {
 	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }
@@ -60,6 +62,9 @@ type Store interface {
 // *store.Hub satisfies it.
 type Waiter interface {
 	Wait(key string) (fired <-chan struct{}, release func())
+	// Subscribe is Wait with what the event carried: a single task's
+	// event carries its ended record (store.DecodeEventTask).
+	Subscribe(key string) (w *store.Wake, release func())
 }
 
 // Options are the API's limits and tunables. The limits come from the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -46,8 +45,12 @@ func resource(t *store.Task) apitype.Task {
 // answers (streamedRoutes) bound their progress instead.
 func (s *Server) timeout() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		// Every long poll ends at EndWaits (waitFor), whatever its route.
-		c.Request = c.Request.WithContext(s.withEnding(c.Request.Context()))
+		// Every long poll ends at EndWaits (waitFor, waitTask), whatever
+		// its route; only a request with a wait can hold, so only it
+		// pays for the copy of the request that carries the channel.
+		if c.Query("wait") != "" {
+			c.Request = c.Request.WithContext(s.withEnding(c.Request.Context()))
+		}
 		if streamedRoutes[c.FullPath()] {
 			// Bounded by progress instead (see streamContext).
 			c.Next()
@@ -109,14 +112,33 @@ func (s *Server) createTask(c *gin.Context) {
 	}
 	owner := ownerOf(c)
 	id := newID()
+	q, err := tasks.NewSolveEnqueued(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
 	if err != nil {
 		fail(c, err)
 		return
 	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 {
+		// Subscribed before the task is queued, so it cannot end unseen;
+		// the record is the one about to be written, so it need not be
+		// read.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
 	// One round trip answers from the cache, or admits the task against
-	// the owner's quota and records it.
-	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, s.quotaFor(c))
+	// the owner's quota, records it and queues it, all or nothing: a
+	// failure leaves nothing to undo.
+	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key(), Enqueue: q}, s.quotaFor(c))
+	if (err != nil || hit != nil) && release != nil {
+		release()
+	}
 	if errors.Is(err, store.ErrQuota) {
 		err = s.quotaError(c)
 	}
@@ -136,26 +158,12 @@ func (s *Server) createTask(c *gin.Context) {
 		c.JSON(http.StatusOK, tr)
 		return
 	}
-	t, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
-	if err == nil {
-		_, err = s.enq.EnqueueContext(ctx, t)
-	}
-	if err != nil {
-		// Not acknowledged, so not accepted: undo the record and the quota
-		// and let the client retry.
-		s.undo(ctx, func(ctx context.Context) {
-			_ = s.store.DeleteTasks(ctx, []string{id})
-			_ = s.store.ReleasePending(ctx, owner, id)
-			unwatch(ctx)
-		})
-		fail(c, fmt.Errorf("enqueue: %w", err))
-		return
-	}
 	c.Header("Location", "/v1/tasks/"+id)
 	if wait > 0 {
 		// Submit and wait in one request: 200 with the ended task, or 202
 		// with its state when the wait runs out first.
-		rec, err := s.waitTask(ctx, id, wait)
+		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created, Webhook: tr.Webhook}
+		rec, err := s.waitTask(ctx, cur, wait, wake, release)
 		if err != nil {
 			fail(c, err)
 			return
@@ -214,21 +222,29 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+	id := c.Param("id")
+	if batchID, index, ok := apitype.ParseItemID(id); ok {
 		s.getItem(c, batchID, index, wait)
 		return
 	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 && validID(id) {
+		// Subscribed before the read, so an end between the two cannot
+		// be missed, and the record is read once.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
 	t, err := s.loadTask(c)
+	if err == nil && wake != nil && !t.State.Terminal() {
+		t, err = s.waitTask(c.Request.Context(), t, wait, wake, release)
+	} else if release != nil {
+		release()
+	}
 	if err != nil {
 		fail(c, err)
 		return
-	}
-	if wait > 0 && !t.State.Terminal() {
-		t, err = s.waitTask(c.Request.Context(), t.ID, wait)
-		if err != nil {
-			fail(c, err)
-			return
-		}
 	}
 	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
@@ -239,14 +255,57 @@ func (s *Server) getTask(c *gin.Context) {
 const recheckEvery = 5 * time.Second
 
 // waitTask holds until the task ends, the wait runs out or the client
-// leaves, and returns the latest record.
-func (s *Server) waitTask(ctx context.Context, id string, wait time.Duration) (*store.Task, error) {
-	return waitFor(ctx, s.waiter, store.TaskEventKey(id), wait,
-		func() (*store.Task, error) { return s.store.Get(ctx, id) },
-		func(t *store.Task) bool { return t.State.Terminal() })
+// leaves (or the server's EndWaits), and returns the latest record. cur
+// is the record as last known,
+// and wake (released with release) a subscription to its event taken
+// before cur was read or written, so no end after cur is missed. The
+// event carries the ended record, so the usual wait reads nothing; only a
+// recheck, the end of the wait, an event without the record, or a task
+// with a webhook (whose delivery the event does not carry) reads it.
+func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Duration, wake *store.Wake, release func()) (*store.Task, error) {
+	id, key := cur.ID, store.TaskEventKey(cur.ID)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	ending := endingOf(ctx)
+	for {
+		recheck := time.NewTimer(recheckEvery)
+		select {
+		case <-wake.C:
+			release()
+			recheck.Stop()
+			// The event's record lacks the webhook's delivery, which
+			// lives beside the record: a task with one is read.
+			if t := store.DecodeEventTask(id, wake.Data()); t != nil && t.State.Terminal() && cur.Webhook == nil {
+				return t, nil
+			}
+		case <-recheck.C:
+			release()
+		case <-deadline.C:
+			release()
+			recheck.Stop()
+			return s.store.Get(ctx, id)
+		case <-ending: // the server's EndWaits: like the wait running out
+			release()
+			recheck.Stop()
+			return s.store.Get(ctx, id)
+		case <-ctx.Done():
+			release()
+			recheck.Stop()
+			return cur, nil
+		}
+		// No record came with the event, or pub/sub was quiet too long:
+		// subscribe again, then read.
+		wake, release = s.waiter.Subscribe(key)
+		t, err := s.store.Get(ctx, id)
+		if err != nil || t.State.Terminal() {
+			release()
+			return t, err
+		}
+		cur = t
+	}
 }
 
-// waitFor is the long-poll loop shared by tasks and batches: subscribe
+// waitFor is the long-poll loop of batches and batch items: subscribe
 // first, then read, so an event between the two cannot be missed. The
 // server's EndWaits (its channel in ctx: endingOf) ends it like the
 // wait running out, with a fresh read.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
@@ -44,9 +45,10 @@ type readStack struct {
 	hub  *store.Hub
 	enq  *asynq.Client
 	insp *asynq.Inspector
+	rdb  *redis.Client
 }
 
-func newReadStack(t *testing.T, tune ...func(*Options)) *readStack {
+func newReadStack(t testing.TB, tune ...func(*Options)) *readStack {
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
@@ -75,11 +77,11 @@ func newReadStack(t *testing.T, tune ...func(*Options)) *readStack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &readStack{srv: srv, st: st, hub: hub, enq: enq, insp: asynq.NewInspectorFromRedisClient(rdb)}
+	return &readStack{srv: srv, st: st, hub: hub, enq: enq, insp: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb}
 }
 
 // sliding8 is the canonical request of an 8-puzzle, distinct per i.
-func sliding8(t *testing.T, i int) []byte {
+func sliding8(t testing.TB, i int) []byte {
 	t.Helper()
 	p := []int{1, 2, 3, 4, 5, 6, 7, 8, 0}
 	for j, k := 0, i; j < 8; j, k = j+1, k/(9-j) {

@@ -35,25 +35,28 @@ func TestEmbeddedQuickStart(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 	base := "http://" + a.Addr()
 
-	resp, err := http.Post(base+"/v1/tasks", "application/json",
-		strings.NewReader(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
+	// Submit and wait in one request, answered from the task's end
+	// event; then the same task read back by a long poll.
+	const sample = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
+	resp, err := http.Post(base+"/v1/tasks?wait=10s", "application/json", strings.NewReader(sample))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tk apitype.Task
 	json.NewDecoder(resp.Body).Decode(&tk)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("submit: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` || tk.StartedAt == nil {
+		t.Fatalf("embedded solve: %d %+v %s", resp.StatusCode, tk, tk.Result)
 	}
 	resp, err = http.Get(base + "/v1/tasks/" + tk.ID + "?wait=10s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	json.NewDecoder(resp.Body).Decode(&tk)
+	var again apitype.Task
+	json.NewDecoder(resp.Body).Decode(&again)
 	resp.Body.Close()
-	if tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"moves":3,"solvable":true,"path":"DRD"}` {
-		t.Fatalf("embedded solve: %+v %s", tk, tk.Result)
+	if again.State != tk.State || string(again.Result) != string(tk.Result) || !again.CompletedAt.Equal(*tk.CompletedAt) {
+		t.Fatalf("read back: %+v, answered %+v", again, tk)
 	}
 
 	// Records expire: the embedded Redis's clock follows the wall clock.

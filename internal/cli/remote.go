@@ -630,10 +630,19 @@ type remoteSolver struct {
 	stderr io.Writer
 }
 
+// maxSingles is the most requests solve sends as single tasks: a handful
+// of boards is someone waiting at a terminal, served by the interactive
+// queue, one request each (POST /v1/tasks?wait=) at once. More go as a
+// batch, whose work waits in the bulk queue's fair feed.
+const maxSingles = 8
+
 func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
 	c, err := s.g.client()
 	if err != nil {
 		return nil, err
+	}
+	if len(reqs) <= maxSingles {
+		return solveSingles(cmd.Context(), c, reqs)
 	}
 	jobs := make([]job, len(reqs))
 	for i, p := range reqs {
@@ -656,6 +665,33 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 		return nil
 	}})
 	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// solveSingles solves each request as a single task, all at once, and
+// returns the results in order; the first case that did not complete is
+// the error.
+func solveSingles(ctx context.Context, c *client.Client, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, p := range reqs {
+		wg.Go(func() {
+			t, err := c.Solve(ctx, p.Payload(), longPoll)
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("case %d: %w", i+1, err)
+			case t.State != client.StateCompleted:
+				errs[i] = fmt.Errorf("case %d: %s", i+1, taskFailure(t.ID, t.State, t.Error))
+			default:
+				out[i] = t.Result
+			}
+		})
+	}
+	wg.Wait()
+	if err := firstNonNil(errs); err != nil {
 		return nil, err
 	}
 	return out, nil

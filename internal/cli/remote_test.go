@@ -110,6 +110,31 @@ func TestRemoteSolveMatchesLocal(t *testing.T) {
 	}
 }
 
+// A handful of boards is solved as single tasks on the interactive
+// queue, one request each; a ninth makes a batch.
+func TestRemoteSolveHandfulAsSingles(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	lines := slidingLines(9, 11)
+	for _, tc := range []struct {
+		n       int
+		batches int
+	}{{1, 0}, {8, 0}, {9, 1}} {
+		in := strings.Join(lines[:tc.n], "\n") + "\n"
+		lcode, lout, _ := run(t, in, "solve", "--local", "--format", "json")
+		rcode, rout, rerr := run(t, in, "solve", "--server", s.base, "--format", "json")
+		if lcode != 0 || rcode != 0 || lout != rout {
+			t.Fatalf("%d boards: local exit %d %q, remote exit %d %q (%s)", tc.n, lcode, lout, rcode, rout, rerr)
+		}
+		if got := s.Keys("pq:batch:*:req"); got != tc.batches {
+			t.Fatalf("after %d boards: %d batches, want %d", tc.n, got, tc.batches)
+		}
+	}
+	if got := s.Keys("pq:task:*"); got != 9 {
+		t.Fatalf("%d single-task records, want 9 (1 + 8)", got)
+	}
+}
+
 // resultLine is one line of submit --wait: the item's id, state, result
 // and error, as the API names them, under the request's line number and
 // with its custom_id.

@@ -26,8 +26,10 @@ func newSolveCmd(g *globals) *cobra.Command {
 		Use:   "solve --format FORMAT",
 		Short: "Solve puzzles read from stdin in a judge format",
 		Long: `Read puzzles from stdin in a judge format and write exactly the judge's
-answer to stdout: in this process with --local, else through the API (as one
-batch, waiting for its results), with byte-for-byte the same output.
+answer to stdout: in this process with --local, else through the API, with
+byte-for-byte the same output. Up to 8 puzzles go as single tasks on the
+interactive queue, each one request that waits for its answer; more go as one
+batch, waiting for its results.
 
 Formats:
   boj1525  Baekjoon 1525: a sliding board, one row per line; prints the moves

@@ -312,23 +312,23 @@ func TestSubmitProgressBarIsFed(t *testing.T) {
 	}
 }
 
-// solve through the API is a run of NDJSON batches too: the results come
-// back in order and are rendered as the format says; a case that failed
-// is an error naming it.
+// solve through the API of more than a handful of boards is a run of
+// NDJSON batches too: the results come back in order and are rendered as
+// the format says; a case that failed is an error naming it.
 func TestRemoteSolveStreamsResults(t *testing.T) {
 	t.Parallel()
-	f := startFakeAPI(t, func(f *fakeAPI) { f.perPoll = 2 })
-	var in strings.Builder
-	for _, l := range slidingLines(5, 4) {
+	f := startFakeAPI(t, func(f *fakeAPI) { f.perPoll = 4 })
+	var in, want strings.Builder
+	for i, l := range slidingLines(10, 4) {
 		in.WriteString(l + "\n")
+		fmt.Fprintf(&want, "{\"item\":%d}\n", i)
 	}
 	code, out, errOut := run(t, in.String(), "solve", "--server", f.URL, "--format", "json")
-	want := "{\"item\":0}\n{\"item\":1}\n{\"item\":2}\n{\"item\":3}\n{\"item\":4}\n"
-	if code != 0 || out != want {
-		t.Fatalf("exit %d, out %q, stderr %q; want %q", code, out, errOut, want)
+	if code != 0 || out != want.String() {
+		t.Fatalf("exit %d, out %q, stderr %q; want %q", code, out, errOut, want.String())
 	}
-	if posts, _, polls := f.snapshot(); len(posts) != 1 || posts[0].lines != 5 || len(polls) != 3 {
-		t.Errorf("posts %+v, %d /results requests; want one batch of 5 read in 3", posts, len(polls))
+	if posts, _, polls := f.snapshot(); len(posts) != 1 || posts[0].lines != 10 || len(polls) != 3 {
+		t.Errorf("posts %+v, %d /results requests; want one batch of 10 read in 3", posts, len(polls))
 	}
 	bad := strings.Replace(in.String(), "]]}}\n", `]]},"options":{"max_nodes":1}}`+"\n", 1)
 	code, out, errOut = run(t, bad, "solve", "--server", f.URL, "--format", "json")

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,29 +15,44 @@ import (
 // connection per waiting request.
 type Hub struct {
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters map[string]map[*Wake]struct{}
 }
 
 // NewHub returns an empty Hub.
-func NewHub() *Hub { return &Hub{waiters: map[string]map[chan struct{}]struct{}{}} }
+func NewHub() *Hub { return &Hub{waiters: map[string]map[*Wake]struct{}{}} }
 
-// Wait registers interest in key. The channel is closed when Notify(key)
-// runs. Call release when done waiting, whether or not it fired.
-func (h *Hub) Wait(key string) (fired <-chan struct{}, release func()) {
+// Wake is one waiter's registration for an event. C is closed when the
+// event arrives; Data then returns what the event carried.
+type Wake struct {
+	// C is closed when the event arrives.
+	C    <-chan struct{}
+	ch   chan struct{}
+	data []byte
+}
+
+// Data returns what the event carried after its key: a single task's
+// ended record (DecodeEventTask reads it), or nil. Read it only once C is
+// closed.
+func (w *Wake) Data() []byte { return w.data }
+
+// Subscribe registers interest in key. Call release when done waiting,
+// whether or not it fired.
+func (h *Hub) Subscribe(key string) (w *Wake, release func()) {
 	ch := make(chan struct{})
+	w = &Wake{C: ch, ch: ch}
 	h.mu.Lock()
 	set := h.waiters[key]
 	if set == nil {
-		set = map[chan struct{}]struct{}{}
+		set = map[*Wake]struct{}{}
 		h.waiters[key] = set
 	}
-	set[ch] = struct{}{}
+	set[w] = struct{}{}
 	h.mu.Unlock()
-	return ch, func() {
+	return w, func() {
 		h.mu.Lock()
 		if set, ok := h.waiters[key]; ok {
-			if _, ok := set[ch]; ok {
-				delete(set, ch)
+			if _, ok := set[w]; ok {
+				delete(set, w)
 				if len(set) == 0 {
 					delete(h.waiters, key)
 				}
@@ -45,15 +62,43 @@ func (h *Hub) Wait(key string) (fired <-chan struct{}, release func()) {
 	}
 }
 
-// Notify wakes every waiter on key.
-func (h *Hub) Notify(key string) {
+// Wait registers interest in key. The channel is closed when an event for
+// key arrives. Call release when done waiting, whether or not it fired.
+func (h *Hub) Wait(key string) (fired <-chan struct{}, release func()) {
+	w, release := h.Subscribe(key)
+	return w.C, release
+}
+
+// Notify wakes every waiter on the event msg: its key, optionally
+// followed by a space and data (see finishManyScript).
+func (h *Hub) Notify(msg string) {
+	key, data, _ := strings.Cut(msg, " ")
 	h.mu.Lock()
 	set := h.waiters[key]
 	delete(h.waiters, key)
 	h.mu.Unlock()
-	for ch := range set {
-		close(ch)
+	var b []byte
+	if data != "" {
+		b = []byte(data)
 	}
+	for w := range set {
+		w.data = b
+		close(w.ch)
+	}
+}
+
+// DecodeEventTask returns the ended record of task id that its event
+// carried (Wake.Data), or nil when the event carried none or it does not
+// decode.
+func DecodeEventTask(id string, data []byte) *Task {
+	if len(data) == 0 {
+		return nil
+	}
+	var m map[string]string
+	if json.Unmarshal(data, &m) != nil || m["state"] == "" {
+		return nil
+	}
+	return decodeTask(id, m)
 }
 
 // Waiting returns how many keys have waiters, for metrics and tests.

@@ -9,8 +9,11 @@ import "github.com/redis/go-redis/v9"
 
 // submitScript records a single submission in one round trip: it answers
 // from the cache when it can (the record is created completed), and
-// otherwise counts the task against its owner's quota (see quotaLua) and
-// creates the pending record.
+// otherwise counts the task against its owner's quota (see quotaLua),
+// creates the pending record and enqueues the task on asynq's queue, as
+// asynq's own enqueue script does (its HSET and LPUSH, and its queue in
+// the set of queues), so the record and the queued task exist together or
+// not at all.
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry
@@ -19,6 +22,9 @@ import "github.com/redis/go-redis/v9"
 //	task hash thrice when there is no owner)
 //
 // KEYS[6] the owner's task index (keys.ownerTasks)
+// KEYS[7] asynq's task hash, KEYS[8] its queue's pending list, KEYS[9]
+//
+//	asynq's set of queues (the task hash thrice when nothing is enqueued)
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] record TTL, seconds
@@ -26,21 +32,33 @@ import "github.com/redis/go-redis/v9"
 // ARGV[4] owner ("" when auth is off)
 // ARGV[5] cache key (kept in the record)
 // ARGV[6] the owner's quota of pending tasks (0: unlimited)
-// ARGV[7] task ID (its unit in the quota)
+// ARGV[7] task ID (its unit in the quota, and asynq's task ID)
+// ARGV[8] asynq's encoded task message (tasks.NewSolveEnqueued); "" to
 //
-// Returns {1, result} for a cache hit, {0, ""} for a new pending task and
-// {-1, ""} when the quota is exhausted (nothing written).
+//	record the task without enqueueing it
+//
+// ARGV[9] now, Unix nanoseconds (asynq's pending_since)
+// ARGV[10] the queue's name to add to asynq's set of queues; "" when
+//
+//	this process has added it already (as asynq.Client remembers it)
+//
+// Returns {1, result} for a cache hit, {0, ""} for a new pending task,
+// {-1, ""} when the quota is exhausted and {-2, ""} when asynq already
+// holds a task of that ID (nothing written for either).
 var submitScript = redis.NewScript(quotaLua + `
 local hit = redis.call('GET', KEYS[2])
 local state = 'pending'
 if hit then
   state = 'completed'
-elseif ARGV[4] ~= '' then
-  local now = clock()
-  prune(KEYS[3], KEYS[4], KEYS[5], now)
-  local q = tonumber(ARGV[6])
-  if q > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > q then return {-1, ''} end
-  admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
+else
+  if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[7]) == 1 then return {-2, ''} end
+  if ARGV[4] ~= '' then
+    local now = clock()
+    prune(KEYS[3], KEYS[4], KEYS[5], now)
+    local q = tonumber(ARGV[6])
+    if q > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') + 1 > q then return {-1, ''} end
+    admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
+  end
 end
 redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
@@ -50,6 +68,11 @@ redis.call('ZADD', KEYS[6], ARGV[1], ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
 redis.call('EXPIRE', KEYS[6], ARGV[2])
 if hit then return {1, hit} end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[7], 'msg', ARGV[8], 'state', 'pending', 'pending_since', ARGV[9])
+  redis.call('LPUSH', KEYS[8], ARGV[7])
+  if ARGV[10] ~= '' then redis.call('SADD', KEYS[9], ARGV[10]) end
+end
 return {0, ''}
 `)
 
@@ -135,13 +158,25 @@ return out
 // ARGV[3] "1" when the tasks have an owner whose quota count to lower
 // ARGV[4] events channel
 // ARGV[5] batch ID ("" when none)
-// then 6 values per task i, from ARGV[6*i]:
-// ARGV[6i]   new state: completed, failed or canceled
-// ARGV[6i+1] task ID
-// ARGV[6i+2] result JSON ("" when none)
-// ARGV[6i+3] error code ("" when none)
-// ARGV[6i+4] error message
-// ARGV[6i+5] "1" when the result came from the cache
+// ARGV[6] the largest result (with error message) whose record the
+//
+//	event of a single task carries, in bytes
+//
+// then 7 values per task i, from ARGV[7*i]:
+// ARGV[7i]   new state: completed, failed or canceled
+// ARGV[7i+1] task ID
+// ARGV[7i+2] result JSON ("" when none)
+// ARGV[7i+3] error code ("" when none)
+// ARGV[7i+4] error message
+// ARGV[7i+5] "1" when the result came from the cache
+// ARGV[7i+6] "1" when the task ran without startManyScript (an instant
+//
+//	solve): this call counts its attempt and sets started_at
+//
+// The event of a single task carries its ended record, "t:<id> <JSON
+// object of the hash's fields>", so a long poll answers from it without
+// reading the record again; a record with a larger result is announced
+// as "t:<id>" alone and read. A batch's tasks are announced by ID alone.
 //
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
@@ -154,8 +189,18 @@ local ended = 0
 local n = #KEYS - 4
 for i = 1, n do
   local tk = KEYS[4 + i]
-  local a = 6 * i
-  local cur = redis.call('HGET', tk, 'state')
+  local a = 7 * i
+  local cur, rec
+  if ARGV[2] == '1' then
+    cur = redis.call('HGET', tk, 'state')
+  else
+    local kv = redis.call('HGETALL', tk)
+    if #kv > 0 then
+      rec = {}
+      for j = 1, #kv, 2 do rec[kv[j]] = kv[j + 1] end
+      cur = rec.state
+    end
+  end
   if not cur then
     cur = ''
   elseif cur == 'pending' or cur == 'active' then
@@ -167,8 +212,22 @@ for i = 1, n do
       f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[a + 4]
     end
     if ARGV[a + 5] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
+    if ARGV[a + 6] == '1' then
+      if rec then
+        f[#f + 1] = 'attempts'; f[#f + 1] = tostring((tonumber(rec.attempts) or 0) + 1)
+        if not rec.started_at then f[#f + 1] = 'started_at'; f[#f + 1] = ARGV[1] end
+      else
+        redis.call('HINCRBY', tk, 'attempts', 1)
+        redis.call('HSETNX', tk, 'started_at', ARGV[1])
+      end
+    end
     redis.call('HSET', tk, unpack(f))
-    redis.call('PUBLISH', ARGV[4], 't:' .. ARGV[a + 1])
+    local msg = 't:' .. ARGV[a + 1]
+    if rec and #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[6]) then
+      for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
+      msg = msg .. ' ' .. cjson.encode(rec)
+    end
+    redis.call('PUBLISH', ARGV[4], msg)
     delta[cur] = (delta[cur] or 0) - 1
     delta[st] = (delta[st] or 0) + 1
     ended = ended + 1

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,9 @@ type NewTask struct {
 	CacheKey string
 	// Result, when set, creates the task already completed from the cache.
 	Result json.RawMessage
+	// Enqueue is the task SubmitTask puts on asynq's queue with a new
+	// pending record (single tasks only).
+	Enqueue tasks.Enqueued
 }
 
 // Batch is a batch record with its counts per state.
@@ -124,6 +128,9 @@ type Store struct {
 	taskTTL   time.Duration
 	resultTTL time.Duration
 	now       func() time.Time
+	// queuesAdded holds the queues SubmitTask has added to asynq's set
+	// of queues, which it then adds no more.
+	queuesAdded sync.Map
 }
 
 // New returns a Store on rdb. It panics when a TTL is not positive: Redis
@@ -368,21 +375,35 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 	return states, hits, nil
 }
 
+// ErrTaskIDConflict is returned by SubmitTask when asynq already holds a
+// task of the new task's ID.
+var ErrTaskIDConflict = errors.New("a queued task has this ID already")
+
 // SubmitTask records a single task in one round trip: a cache hit creates
 // it completed and returns the result; a miss admits it against owner's
-// quota (ErrQuota when full) and creates it pending. It returns the
-// creation time written to the record.
+// quota (ErrQuota when full), creates it pending and enqueues t.Enqueue
+// on asynq's queue in the same script (one without a message enqueues
+// nothing, for tests of the record alone). It returns the creation time written
+// to the record.
 func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawMessage, time.Time, error) {
-	now := s.now()
+	now, q := s.now(), t.Enqueue
 	tk := s.k.task(t.ID)
-	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk, s.k.ownerTasks(t.Owner)}
+	keys := []string{tk, s.k.cache(t.CacheKey), tk, tk, tk, s.k.ownerTasks(t.Owner), tk, tk, tk}
 	if t.Owner != "" {
 		copy(keys[2:], s.k.owner(t.Owner))
+	}
+	if len(q.Msg) > 0 {
+		copy(keys[6:], []string{s.k.asynqTask(q.Queue, q.ID), s.k.asynqPending(q.Queue), s.k.asynqQueues()})
+	}
+	publish := q.Queue
+	if _, ok := s.queuesAdded.Load(q.Queue); ok {
+		publish = ""
 	}
 	var cmd *redis.Cmd
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		cmd = submitScript.EvalSha(ctx, p, keys,
-			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID)
+			ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID,
+			q.Msg, now.UnixNano(), publish)
 	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit task %s: %w", t.ID, err)
@@ -395,12 +416,23 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	switch code, _ := res[0].(int64); code {
 	case -1:
 		return nil, time.Time{}, ErrQuota
+	case -2:
+		return nil, time.Time{}, ErrTaskIDConflict
 	case 1:
 		str, _ := res[1].(string)
 		return json.RawMessage(str), created, nil
 	}
+	if publish != "" && len(q.Msg) > 0 {
+		s.queuesAdded.Store(q.Queue, true) // the script added it
+	}
 	return nil, created, nil
 }
+
+// maxEventRecord is the largest result (with error message), in bytes,
+// whose ended record a single task's event carries. Every API replica
+// receives every event, waiting on the task or not, so a large result is
+// read by the one request that wants it instead.
+const maxEventRecord = 16 << 10
 
 // Finish moves tasks to terminal states in one round trip (one
 // finishManyScript call per batch and owner and at most maxPerScript
@@ -435,18 +467,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 				ok, owned = s.k.owner(first.Owner), "1"
 			}
 			keys := make([]string, 0, 4+len(idx))
-			args := make([]any, 0, 5+6*len(idx))
+			args := make([]any, 0, 6+7*len(idx))
 			keys = append(keys, bk)
 			keys = append(keys, ok...)
-			args = append(args, now, batched, owned, s.k.events(), first.BatchID)
+			args = append(args, now, batched, owned, s.k.events(), first.BatchID, maxEventRecord)
 			for _, i := range idx {
 				t := ts[i]
-				cached := "0"
-				if t.Cached {
-					cached = "1"
-				}
 				keys = append(keys, s.k.task(t.ID))
-				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, cached)
+				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted))
 			}
 			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 		}
@@ -465,6 +493,14 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		}
 	}
 	return states, nil
+}
+
+// flag is a boolean as the scripts take it.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // pipelineScripts runs a pipeline of EVALSHA calls. Script.Run cannot

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,5 +240,116 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 	_, hits, _ = s.Start(ctx, []tasks.Transition{{ID: "s5"}}, []string{"ck"})
 	if string(hits[0]) != `{"moves":1}` {
 		t.Fatalf("start did not return the cached result: %s", hits[0])
+	}
+}
+
+// TestFinishEventCarriesRecord holds the event of an ended single task to
+// the record a read returns, so a long poll may answer from it; a result
+// too large for every API replica to receive travels as the ID alone.
+func TestFinishEventCarriesRecord(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hub := store.NewHub()
+	go s.ListenEvents(lctx, hub)
+	time.Sleep(100 * time.Millisecond) // let the subscription register
+
+	big := json.RawMessage(`"` + strings.Repeat("x", 20<<10) + `"`)
+	cases := []struct {
+		name string
+		tr   tasks.Transition
+		// carried says whether the event holds the record.
+		carried bool
+	}{
+		{"completed", tasks.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
+		{"failed", tasks.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
+		{"large result", tasks.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: tc.tr.ID, Kind: "sliding", Owner: tc.tr.Owner, CacheKey: "k" + tc.tr.ID}, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.Start(ctx, []tasks.Transition{{ID: tc.tr.ID}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			w, release := hub.Subscribe(store.TaskEventKey(tc.tr.ID))
+			defer release()
+			if _, err := s.Finish(ctx, []tasks.Transition{tc.tr}, nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C:
+			case <-time.After(2 * time.Second):
+				t.Fatal("no event")
+			}
+			got := store.DecodeEventTask(tc.tr.ID, w.Data())
+			if !tc.carried {
+				if got != nil {
+					t.Fatalf("the event carried a %d-byte result", len(w.Data()))
+				}
+				return
+			}
+			want, err := s.Get(ctx, tc.tr.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("event record\n%+v\nread\n%+v", got, want)
+			}
+		})
+	}
+}
+
+// SubmitTask queues a new pending task on asynq's queue in the script that
+// records it, and nothing for a cache hit or an ID asynq holds already.
+func TestSubmitTaskEnqueues(t *testing.T) {
+	t.Parallel()
+	s, ctx := newStore(t)
+	rdb := sharedServer(t).Client(t)
+	queue := fmt.Sprintf("q%d", time.Now().UnixNano()) // asynq's keys take no prefix
+	enq := func(id string) tasks.Enqueued { return tasks.Enqueued{ID: id, Queue: queue, Msg: []byte("msg-" + id)} }
+	pending := "asynq:{" + queue + "}:pending"
+
+	// A hit queues nothing, and the queue is not yet asynq's.
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "seed", Kind: "sliding", CacheKey: "ck"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, []tasks.Transition{{ID: "seed", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"}); err != nil {
+		t.Fatal(err)
+	}
+	if hit, _, err := s.SubmitTask(ctx, store.NewTask{ID: "hit", Kind: "sliding", CacheKey: "ck", Enqueue: enq("hit")}, 0); err != nil || hit == nil {
+		t.Fatalf("hit: %s %v", hit, err)
+	}
+	if n, _ := rdb.LLen(ctx, pending).Result(); n != 0 {
+		t.Fatalf("a cache hit queued %d tasks", n)
+	}
+	if ok, _ := rdb.SIsMember(ctx, "asynq:queues", queue).Result(); ok {
+		t.Fatal("a cache hit added the queue")
+	}
+	// A miss records and queues, as asynq's enqueue does.
+	if hit, _, err := s.SubmitTask(ctx, store.NewTask{ID: "miss", Kind: "sliding", CacheKey: "other", Enqueue: enq("miss")}, 0); err != nil || hit != nil {
+		t.Fatalf("miss: %s %v", hit, err)
+	}
+	h, err := rdb.HGetAll(ctx, "asynq:{"+queue+"}:t:miss").Result()
+	if err != nil || h["msg"] != "msg-miss" || h["state"] != "pending" || h["pending_since"] == "" {
+		t.Fatalf("asynq's task hash %v %v", h, err)
+	}
+	if ids, _ := rdb.LRange(ctx, pending, 0, -1).Result(); fmt.Sprint(ids) != "[miss]" {
+		t.Fatalf("pending list %v", ids)
+	}
+	if ok, _ := rdb.SIsMember(ctx, "asynq:queues", queue).Result(); !ok {
+		t.Fatal("the queue was not added to asynq's queues")
+	}
+	// An ID asynq holds already writes nothing.
+	if err := rdb.HSet(ctx, "asynq:{"+queue+"}:t:taken", "msg", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "taken", Kind: "sliding", CacheKey: "third", Enqueue: enq("taken")}, 0); err != store.ErrTaskIDConflict {
+		t.Fatalf("taken ID: %v, want ErrTaskIDConflict", err)
+	}
+	if _, err := s.Get(ctx, "taken"); err != store.ErrNotFound {
+		t.Fatalf("a refused submission left a record: %v", err)
 	}
 }

@@ -35,6 +35,7 @@ func TestBatchDurability(t *testing.T) {
 		t.Run("APIKilledMidSubmitIdempotent", func(t *testing.T) { t.Parallel(); testAPIKilledMidSubmit(t, true) })
 		t.Run("WorkerKilledMidChunk", func(t *testing.T) { t.Parallel(); testWorkerKilledMidChunk(t) })
 		t.Run("QuotaUnderExpiryAndCancels", func(t *testing.T) { t.Parallel(); testQuotaExpiryAndCancels(t) })
+		t.Run("APIKilledMidSingles", func(t *testing.T) { t.Parallel(); testAPIKilledMidSingles(t) })
 	})
 }
 
