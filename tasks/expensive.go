@@ -81,6 +81,12 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p
 			// leases last until then.
 			return fmt.Errorf("tasks: interrupted: %w", ctx.Err())
 		}
+		if o.overrun && !h.lastDeadlineAttempt(ctx) {
+			// Wall time ran out, not the search's budget: asynq runs the
+			// task again, which takes the solve over like a run after a
+			// lost lease (same ID).
+			return fmt.Errorf("tasks: task %s: %w", it.ID, ErrDeadlineOverrun)
+		}
 		if !o.skip {
 			return h.finishSolve(ctx, r, p, o)
 		}

@@ -161,6 +161,28 @@ type outcome struct {
 	code   string
 	msg    string
 	skip   bool // canceled while running: the record already says so
+	// overrun: the solve passed its wall-clock deadline (code timeout),
+	// final only on the last of Limits.DeadlineAttempts deliveries.
+	overrun bool
+}
+
+// ErrDeadlineOverrun is returned for a task whose solve passed its
+// deadline on a delivery before the last of Limits.DeadlineAttempts: wall
+// time depends on the machine (a frozen or throttled worker overruns
+// what the same solve meets elsewhere), so asynq retries the task, and
+// the items it had finished are written first.
+var ErrDeadlineOverrun = errors.New("solve deadline overrun; retried")
+
+// lastDeadlineAttempt reports whether a deadline overrun in this delivery
+// is final: it is the last of Limits.DeadlineAttempts (or of asynq's
+// deliveries), or ctx is not an asynq task's and no retry would come.
+func (h *Handler) lastDeadlineAttempt(ctx context.Context) bool {
+	maxR, ok := asynq.GetMaxRetry(ctx)
+	if h.limits.DeadlineAttempts <= 1 || !ok {
+		return true
+	}
+	retried, _ := asynq.GetRetryCount(ctx)
+	return retried+1 >= h.limits.DeadlineAttempts || retried >= maxR
 }
 
 // processItems runs items of one batch (or one single task). Every step
@@ -250,6 +272,12 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 			}
 			return fmt.Errorf("tasks: interrupted: %w", ctx.Err())
 		}
+		if outs[i].overrun && !h.lastDeadlineAttempt(ctx) {
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("tasks: task %s: %w", items[i].ID, ErrDeadlineOverrun)
+		}
 		if !outs[i].skip {
 			pendingIdx = append(pendingIdx, i)
 		}
@@ -301,7 +329,7 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 	case ictx.Err() != nil:
 		return &outcome{skip: true} // canceled by a client
 	case errors.Is(err, context.DeadlineExceeded):
-		return &outcome{code: apitype.CodeTimeout, msg: fmt.Sprintf("%s solve exceeded its deadline of %s", k, h.limits.deadline(k))}
+		return &outcome{code: apitype.CodeTimeout, msg: fmt.Sprintf("%s solve exceeded its deadline of %s", k, h.limits.deadline(k)), overrun: true}
 	case errors.Is(err, solvers.ErrBudgetExceeded):
 		return &outcome{code: apitype.CodeBudgetExceeded, msg: err.Error()}
 	case errors.As(err, &ie):

@@ -90,6 +90,12 @@ type Limits struct {
 	Deadline map[puzzle.Kind]time.Duration
 	// MaxNodes per item of each kind; 0 leaves the solver's default.
 	MaxNodes map[puzzle.Kind]int64
+	// DeadlineAttempts is how many deliveries of a task may overrun a
+	// Deadline before the item fails with timeout; earlier overruns
+	// return ErrDeadlineOverrun, which asynq retries. 0 or 1: the first
+	// overrun is final (and so is any overrun outside asynq, where there
+	// is no retry).
+	DeadlineAttempts int
 }
 
 // deadline is the deadline of kind k.
@@ -102,6 +108,10 @@ const timeoutMargin = 30 * time.Second
 
 // maxRetry bounds retries of infrastructure errors (Redis unreachable).
 const maxRetry = 10
+
+// MaxDeliveries is the most times asynq delivers one task: the first and
+// maxRetry retries. Limits.DeadlineAttempts cannot exceed it.
+const MaxDeliveries = maxRetry + 1
 
 // NewSolveTask builds the task for one single request. id is both the
 // record ID and asynq's task ID, so operators can find it in asynq's

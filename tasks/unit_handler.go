@@ -219,6 +219,14 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		if it.out == nil {
 			it.out = h.solve(ctx, it.ctx, it.id, it.parsed)
 		}
+		if it.out.overrun && ctx.Err() == nil && !h.lastDeadlineAttempt(ctx) {
+			// Not this item's failure: write what is done, and let asynq
+			// deliver the unit again for the rest.
+			if err := flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("tasks: unit %s item %s: %w", ref.TaskID(), it.id, ErrDeadlineOverrun)
+		}
 		if !it.out.skip {
 			done = append(done, i)
 		}

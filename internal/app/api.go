@@ -33,6 +33,7 @@ type API struct {
 	hub       *store.Hub
 	server    *api.Server
 	outbox    *api.Reconciler
+	watchdog  *api.Watchdog
 	reg       *prometheus.Registry
 	ln        net.Listener
 	metricsLn net.Listener
@@ -110,6 +111,8 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
 		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})
+	a.watchdog = api.NewWatchdog(a.store, asynq.NewInspectorFromRedisClient(a.rdb), a.client, log,
+		api.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter, Registerer: a.reg})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
@@ -160,6 +163,8 @@ func (a *API) Run(ctx context.Context) error {
 	defer stopOutbox()
 	outboxDone := make(chan struct{})
 	go func() { defer close(outboxDone); a.outbox.Run(rctx) }()
+	watchdogDone := make(chan struct{})
+	go func() { defer close(watchdogDone); a.watchdog.Run(rctx) }()
 	errc := make(chan error, 2)
 	go func() { errc <- a.httpSrv.Serve(a.ln) }()
 	if a.metricSrv != nil {
@@ -191,6 +196,7 @@ func (a *API) Run(ctx context.Context) error {
 	}
 	stopOutbox()
 	<-outboxDone
+	<-watchdogDone
 	stopWorker()
 	wg.Wait()
 	a.log.Info("api stopped")

@@ -60,6 +60,15 @@ type Common struct {
 	// SweepMaxNodes caps the sweep search's nodes; 0 keeps the solver's
 	// default. Requests may lower it, never raise it. Default 0.
 	SweepMaxNodes int64
+	// DeadlineAttempts is how many deliveries of a task may overrun a
+	// solve deadline before the item fails with timeout. Wall time is not
+	// the solve's to decide: a frozen or throttled worker overruns a
+	// deadline that the same solve meets elsewhere, so an overrun is
+	// retried like an infrastructure fault (about a second later, on
+	// whichever worker takes it). The node budgets are what fail a search
+	// for good (budget_exceeded), the same on every machine. Deliveries
+	// are asynq's: a retry for any reason counts. Default 3.
+	DeadlineAttempts int
 	// FeedDepth is how many batch units asynq's bulk queue holds waiting
 	// at most: the API (after a commit), every worker (after a unit) and
 	// the reconciler move units from the fair feed onto the queue only
@@ -108,6 +117,7 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.FillDeadline, "FILL_DEADLINE", "10s", "deadline of one fill solve")
 	s.Int64(&c.SweepMaxNodes, "SWEEP_MAX_NODES", "0", "node budget of one sweep solve (0: solver default)")
 	s.Int(&c.FeedDepth, "FEED_DEPTH", "64", "most batch units waiting on the bulk queue")
+	s.Int(&c.DeadlineAttempts, "DEADLINE_ATTEMPTS", "3", "deliveries a solve may overrun its deadline before it fails with timeout")
 	s.String(&c.WebhookSecret, "WEBHOOK_SECRET", "", "key signing webhooks, whsec_<base64> (empty: no webhooks)")
 	s.String(&c.WebhookAllowedHosts, "WEBHOOK_ALLOWED_HOSTS", "", "non-public hosts, addresses and CIDRs webhooks may reach")
 	s.Duration(&c.WebhookTimeout, "WEBHOOK_TIMEOUT", "10s", "deadline of one webhook delivery attempt")
@@ -141,6 +151,9 @@ func (c *Common) validate() error {
 	}
 	if c.FeedDepth < 1 || c.FeedDepth > 100000 {
 		return fmt.Errorf("FEED_DEPTH: must be between 1 and 100000, got %d", c.FeedDepth)
+	}
+	if c.DeadlineAttempts < 1 || c.DeadlineAttempts > tasks.MaxDeliveries {
+		return fmt.Errorf("DEADLINE_ATTEMPTS: must be between 1 and %d, got %d", tasks.MaxDeliveries, c.DeadlineAttempts)
 	}
 	if c.SweepMaxNodes < 0 {
 		return fmt.Errorf("SWEEP_MAX_NODES: must not be negative")
@@ -211,7 +224,8 @@ func (c *Common) Limits() tasks.Limits {
 		Deadline: map[puzzle.Kind]time.Duration{
 			puzzle.KindSliding: c.SlidingDeadline, puzzle.KindSweep: c.SweepDeadline, puzzle.KindFill: c.FillDeadline,
 		},
-		MaxNodes: map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes, puzzle.KindSliding: c.SlidingMaxNodes},
+		MaxNodes:         map[puzzle.Kind]int64{puzzle.KindSweep: c.SweepMaxNodes, puzzle.KindSliding: c.SlidingMaxNodes},
+		DeadlineAttempts: c.DeadlineAttempts,
 	}
 }
 
@@ -283,6 +297,11 @@ type WorkerSettings struct {
 	// pieces, so its batch shows progress and a worker that dies loses
 	// at most this much of it. Default 100ms.
 	WriteInterval time.Duration
+	// HeartbeatInterval is how often the worker writes its heartbeat and
+	// the tasks it runs to Redis, where the API's watchdog notices a
+	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
+	// Each beat is one pipelined round trip. Default 500ms.
+	HeartbeatInterval time.Duration
 	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
 	// sweeps, sliding boards over 9 cells) of one API key that run at
 	// once, cluster-wide, so that one key's hard puzzles cannot hold
@@ -301,6 +320,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
+	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
 	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
 }
 
@@ -313,6 +333,9 @@ func (w *WorkerSettings) validate() error {
 	}
 	if w.WriteInterval < time.Millisecond || w.WriteInterval > time.Minute {
 		return fmt.Errorf("UNIT_WRITE_INTERVAL: must be between 1ms and 1m, got %s", w.WriteInterval)
+	}
+	if w.HeartbeatInterval < 100*time.Millisecond || w.HeartbeatInterval > time.Minute {
+		return fmt.Errorf("HEARTBEAT_INTERVAL: must be between 100ms and 1m, got %s", w.HeartbeatInterval)
 	}
 	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
 		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)
@@ -515,6 +538,14 @@ type APIConfig struct {
 	// about 2s + this interval of its API dying, while any replica runs;
 	// each look costs a few Redis commands. Default 1s.
 	OutboxInterval time.Duration
+	// WorkerDeadAfter is how long a worker's heartbeat must stay
+	// unchanged before the API's watchdog takes the worker for dead and
+	// re-drives its tasks elsewhere (asynq alone would take 60-130 s).
+	// Keep it at 3 HEARTBEAT_INTERVALs or more: a worker only slow to
+	// beat gets its tasks run twice (harmless to results and counts, but
+	// wasted work). With the defaults, a killed worker's tasks are queued
+	// again 2-3 s after it died. Default 2s.
+	WorkerDeadAfter time.Duration
 	// UISessionTTL is how long a dashboard sign-in lasts: the session
 	// cookie's Max-Age and its record's TTL in Redis. A working day, so a
 	// user signs in once a day and a forgotten browser is not signed in
@@ -552,6 +583,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
 	s.Int(&c.MaxConcurrentDecodes, "MAX_CONCURRENT_DECODES", "0", "batch bodies decoded at once (0: GOMAXPROCS)")
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
+	s.Duration(&c.WorkerDeadAfter, "WORKER_DEAD_AFTER", "2s", "how long a worker's heartbeat may stay unchanged before its tasks are re-driven")
 	s.Duration(&c.UISessionTTL, "UI_SESSION_TTL", "12h", "how long a dashboard sign-in lasts")
 	return s
 }
@@ -613,6 +645,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
 		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)
+	}
+	if c.WorkerDeadAfter < time.Second || c.WorkerDeadAfter > 10*time.Minute {
+		return fmt.Errorf("WORKER_DEAD_AFTER: must be between 1s and 10m, got %s", c.WorkerDeadAfter)
 	}
 	if c.MaxConcurrentDecodes < 0 {
 		return fmt.Errorf("MAX_CONCURRENT_DECODES: must not be negative, got %d", c.MaxConcurrentDecodes)

@@ -38,6 +38,7 @@ type Worker struct {
 	srv      *asynq.Server
 	mux      *asynq.ServeMux
 	cancels  *tasks.Cancels
+	beat     *tasks.Heartbeat
 	reg      *prometheus.Registry
 	ln       net.Listener // nil when embedded in the API
 	httpSrv  *http.Server
@@ -93,6 +94,10 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.expCap.Store(int64(cfg.expensiveCap(nil)))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	w.mux = asynq.NewServeMux()
+	// The heartbeat records every task as it starts, so the API's
+	// watchdog can re-drive them if this process dies (tasks.Heartbeat).
+	w.beat = tasks.NewHeartbeat(w.store, tasks.NewWorkerID(), cfg.HeartbeatInterval, log)
+	w.mux.Use(w.beat.Middleware())
 	h.Register(w.mux)
 	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
 		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
@@ -160,6 +165,10 @@ func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
+	case errors.Is(err, tasks.ErrDeadlineOverrun):
+		// The machine was slow or frozen, not the task wrong: try again
+		// soon, wherever a slot is free.
+		return time.Second + rand.N(time.Second)
 	case errors.As(err, &netErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed):
 		return time.Second + rand.N(time.Second)
@@ -174,6 +183,10 @@ func (w *Worker) Addr() string {
 	}
 	return w.ln.Addr().String()
 }
+
+// ID is the worker's heartbeat ID (tasks.NewWorkerID), which names it in
+// Redis and in the watchdog's logs.
+func (w *Worker) ID() string { return w.beat.ID() }
 
 // Cancels returns the registry of running solves, for tests.
 func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
@@ -227,6 +240,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		// large sliding board that arrives first builds what it needs.
 		go w.preload(lctx)
 	}
+	// The first beat goes out before any task is fetched; the beats
+	// outlive asynq's shutdown, which may run tasks for ShutdownTimeout.
+	bctx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeat()
+	_ = w.beat.Beat(bctx)
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); w.beat.Run(bctx) }()
 	if err := w.srv.Start(w.mux); err != nil {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
@@ -238,7 +258,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
 	}
-	w.log.Info("worker started", "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
+	w.log.Info("worker started", "worker_id", w.beat.ID(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
 		"task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
 	// A health server that stops takes the worker down with an error, so
@@ -254,6 +274,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
 	w.ready.Store(false)
 	w.srv.Shutdown() // stops fetching, waits up to ShutdownTimeout, requeues the rest
+	stopBeat()
+	<-beatDone
+	// asynq gave back what did not finish, so nothing is left to re-drive.
+	leaveCtx, cancelLeave := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := w.beat.Leave(leaveCtx); err != nil {
+		w.log.Warn("heartbeat: leave", "err", err)
+	}
+	cancelLeave()
 	if w.httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

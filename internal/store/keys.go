@@ -120,6 +120,15 @@ func (k keys) backlog() string { return k.prefix + "backlog" }
 // feedVT is a string holding the score of the last unit taken from feed.
 func (k keys) feedVT() string { return k.prefix + "feed:vt" }
 
+// workers is a sorted set of the workers that heartbeat, scored by the
+// time each wrote with its last beat (Unix ms, by its own clock): the
+// watchdog reads it to notice a worker that stopped (tasks.Heartbeat).
+func (k keys) workers() string { return k.prefix + "workers" }
+
+// workerHeld is a hash of the asynq tasks a worker runs: field = a run
+// token of the worker's, value = tasks.HeldTask as JSON.
+func (k keys) workerHeld(worker string) string { return k.prefix + "worker:" + worker + ":held" }
+
 // owner returns the three quota keys of an owner, in the order the
 // scripts take them: pending, open, expiry.
 func (k keys) owner(owner string) []string {

@@ -16,7 +16,7 @@ var allScripts = []*redis.Script{
 	submitScript, startManyScript, finishManyScript,
 	pendingScript, releaseScript, releaseClaimScript,
 	progressScript,
-	leaseScript,
+	leaseScript, reapScript,
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,

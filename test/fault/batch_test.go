@@ -389,7 +389,7 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 
 // testWorkerKilledMidChunk: a worker is killed with SIGKILL while it runs
 // a chunk: its items are active (perhaps some already written). At that
-// moment, and after asynq has recovered the chunk on another worker, the
+// moment, and after the chunk ran again on another worker, the
 // quota count equals the unfinished records; in the end every item
 // completed once with the exact answer, and the items written before the
 // kill did not run again. The worker runs one task at a time; the test
@@ -458,8 +458,9 @@ func testWorkerKilledMidChunk(t *testing.T) {
 	}
 
 	c.startWorker(nil)
-	// asynq requeues the dead worker's chunk once its lease (30 s) and the
-	// recoverer's cutoff have passed: up to about 2 minutes.
+	// The API's watchdog re-drives the dead worker's chunk a few seconds
+	// after the kill (asynq alone would requeue it only after its lease
+	// and the recoverer's cutoff: up to about 2 minutes).
 	if b := waitBatchDone(t, hc, c.api.URL(), ack.ID, 200*time.Second); !b.Done {
 		t.Fatalf("batch not done 200s after the kill: %v", b.Counts)
 	}

@@ -99,7 +99,8 @@ type cluster struct {
 	workers []*proc
 	wenv    map[string]string
 	http    *http.Client
-	n       int // workers started so far, for names
+	n       int    // workers started so far, for names
+	key     string // the API key requests carry ("" when auth is off)
 }
 
 // clusterOpts configures newCluster.
@@ -108,6 +109,10 @@ type clusterOpts struct {
 	api       map[string]string // API settings over the defaults
 	worker    map[string]string // worker settings over the defaults
 	workers   int               // workers to start
+	// authed turns the API keys on with faultOwner's key (limits raised
+	// out of the way), and every request of the cluster carries it, so
+	// the per-key quota is in play (checkQuota).
+	authed bool
 	// redis, rdb and redisEnv, when set, are the Redis the cluster uses
 	// (a Sentinel-watched master, say), a client of it, and the settings
 	// that point both binaries at it, instead of a redis-server of its
@@ -132,6 +137,11 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	t.Cleanup(c.http.CloseIdleConnections)
 	aenv := map[string]string{"HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
 	maps.Copy(aenv, redisEnv)
+	if o.authed {
+		c.key = faultKey
+		aenv["API_KEYS"] = faultOwner + ":" + faultKey
+		aenv["RATE_LIMIT_PER_SECOND"], aenv["RATE_LIMIT_BURST"] = "10000", "10000"
+	}
 	for k, v := range o.api {
 		aenv[k] = v
 	}
@@ -185,6 +195,9 @@ func (c *cluster) doOn(hc *http.Client, method, path string, body []byte) (int, 
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

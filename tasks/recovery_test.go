@@ -1,0 +1,239 @@
+package tasks_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/solvers"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// serveWith runs h on a real asynq server on f's Redis until the test
+// ends, serving both queues, with mws around the handler and overruns
+// retried after 10 ms.
+func (f *unitFixture) serveWith(t *testing.T, h *tasks.Handler, mws ...asynq.MiddlewareFunc) {
+	t.Helper()
+	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
+		Concurrency: 2, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueInteractive: 1}, TaskCheckInterval: 5 * time.Millisecond,
+		DelayedTaskCheckInterval: 50 * time.Millisecond,
+		ErrorHandler:             h.ErrorHandler(), LogLevel: asynq.ErrorLevel,
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 10 * time.Millisecond },
+	})
+	mux := asynq.NewServeMux()
+	mux.Use(mws...)
+	h.Register(mux)
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+}
+
+// waitEnded waits until single task id has ended, and returns it.
+func (f *unitFixture) waitEnded(t *testing.T, id string) *store.Task {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tk, err := f.store.Get(f.ctx, id)
+		if err == nil && tk.State.Terminal() {
+			return tk
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not ended after 30 s: %+v %v", id, tk, err)
+		}
+	}
+}
+
+// submitSingle records a single task as the API does and enqueues it.
+func (f *unitFixture) submitSingle(t *testing.T, id, req string, l tasks.Limits) {
+	t.Helper()
+	p := mustParse(t, req)
+	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind())}, 0); err != nil {
+		t.Fatal(err)
+	}
+	task, err := tasks.NewSolveTask(id, "", p, tasks.QueueInteractive, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asynq.NewClientFromRedisClient(f.rdb).EnqueueContext(f.ctx, task); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A solve that overruns its wall-clock deadline is retried, and final
+// (timeout) only on the last of DeadlineAttempts deliveries; the node
+// budget fails at once. A unit writes what it finished before the
+// overrun and runs the rest again.
+func TestDeadlineOverrunIsRetried(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	l := testLimits()
+	l.DeadlineAttempts = 3
+	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
+	h := tasks.NewHandler(f.store, nil, l, nil, nil)
+	var (
+		mu    sync.Mutex
+		calls = map[string]int{} // request -> solves
+	)
+	// "frozen" overruns once (a worker stopped mid solve), "slow" every
+	// time, "huge" hits its node budget; the rest solve.
+	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		req := string(p.Payload())
+		mu.Lock()
+		calls[req]++
+		n := calls[req]
+		mu.Unlock()
+		switch {
+		case req == string(mustParse(t, sample8).Payload()) && n == 1,
+			req == string(mustParse(t, sample8b).Payload()):
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case p.Kind() == puzzle.KindSweep:
+			return nil, solvers.ErrBudgetExceeded
+		}
+		return p.Solve(context.WithoutCancel(ctx))
+	}
+	f.serveWith(t, h)
+
+	f.submitSingle(t, "frozen", sample8, l)
+	f.submitSingle(t, "slow", sample8b, l)
+	f.submitSingle(t, "huge", sampleSweep, l)
+	want, _ := mustParse(t, sample8).Solve(f.ctx)
+	if tk := f.waitEnded(t, "frozen"); tk.State != apitype.TaskStateCompleted || string(tk.Result) != string(want) || tk.Attempts != 2 {
+		t.Errorf("overran once: %+v %s, want completed on the 2nd attempt with %s", tk, tk.Result, want)
+	}
+	if tk := f.waitEnded(t, "slow"); tk.State != apitype.TaskStateFailed || tk.ErrCode != apitype.CodeTimeout || tk.Attempts != 3 {
+		t.Errorf("overran every time: %+v, want failed timeout after 3 attempts", tk)
+	}
+	if tk := f.waitEnded(t, "huge"); tk.State != apitype.TaskStateFailed || tk.ErrCode != apitype.CodeBudgetExceeded || tk.Attempts != 1 {
+		t.Errorf("over budget: %+v, want failed budget_exceeded at once", tk)
+	}
+
+	// A unit of three cheap items whose second overruns once: the first is
+	// written by the first delivery and not solved again.
+	mu.Lock()
+	clear(calls)
+	mu.Unlock()
+	reqs := []string{sample8b, sample8, sampleFill}
+	// Here sample8b solves; sample8 (item 1) overruns on its first solve.
+	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		req := string(p.Payload())
+		mu.Lock()
+		calls[req]++
+		n := calls[req]
+		mu.Unlock()
+		if req == string(mustParse(t, sample8).Payload()) && n == 1 {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return p.Solve(context.WithoutCancel(ctx))
+	}
+	f.stage(t, "u1", 4, reqs)
+	if n, err := tasks.FeedQueue(f.ctx, f.store, asynq.NewClientFromRedisClient(f.rdb), tasks.QueueBulk, 4, 4); err != nil || n != 1 {
+		t.Fatalf("feed: %d %v", n, err)
+	}
+	b := f.waitDone(t, "u1")
+	if b.Counts[apitype.TaskStateCompleted] != 3 {
+		t.Fatalf("unit counts %v, want 3 completed", b.Counts)
+	}
+	mu.Lock()
+	first := calls[string(mustParse(t, sample8b).Payload())]
+	mu.Unlock()
+	if first != 1 {
+		t.Errorf("the item finished before the overrun was solved %d times, want 1", first)
+	}
+	for i, r := range reqs {
+		want, _ := mustParse(t, r).Solve(f.ctx)
+		if tk := f.item(t, "u1", i); tk.State != apitype.TaskStateCompleted || string(tk.Result) != string(want) {
+			t.Errorf("item %d: %+v %s, want %s", i, tk, tk.Result, want)
+		}
+	}
+}
+
+// An expensive single task runs through the gate (one solve per puzzle,
+// a cap per key); an overrun there is retried the same way, and the
+// retry takes the solve over.
+func TestDeadlineOverrunIsRetriedThroughTheGate(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	l := testLimits()
+	l.DeadlineAttempts = 3
+	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
+	h := tasks.NewHandler(f.store, nil, l, nil, nil)
+	h.SetGate(f.store, func() int { return 1 })
+	var calls atomic.Int32
+	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // the worker froze mid solve
+			return nil, ctx.Err()
+		}
+		return json.RawMessage(`{"solvable":true,"moves":1}`), nil
+	}
+	f.serveWith(t, h)
+	f.submitSingle(t, "big", board15b, l)
+	if tk := f.waitEnded(t, "big"); tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"solvable":true,"moves":1}` || calls.Load() != 2 {
+		t.Errorf("expensive task that overran once: %+v %s after %d solves, want completed on the second", tk, tk.Result, calls.Load())
+	}
+}
+
+// The heartbeat middleware records each task while it runs, by queue and
+// asynq task ID, and the next beat forgets it once it ended.
+func TestHeartbeatRecordsRunningTasks(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	l := testLimits()
+	h := tasks.NewHandler(f.store, nil, l, nil, nil)
+	release := make(chan struct{})
+	var started atomic.Int32
+	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		started.Add(1)
+		<-release
+		return p.Solve(ctx)
+	}
+	hb := tasks.NewHeartbeat(f.store, "w-test", time.Hour, nil) // beats only when told
+	if err := hb.Beat(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.serveWith(t, h, hb.Middleware())
+	f.submitSingle(t, "run1", sample8, l)
+	for deadline := time.Now().Add(10 * time.Second); started.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the task never started")
+		}
+	}
+	held, err := f.store.Held(f.ctx, "w-test")
+	if err != nil || len(held) != 1 || held[0] != (tasks.HeldTask{Queue: tasks.QueueInteractive, ID: "run1"}) || hb.Running() != 1 {
+		t.Fatalf("held while running: %v %v (running %d)", held, err, hb.Running())
+	}
+	close(release)
+	if tk := f.waitEnded(t, "run1"); tk.State != apitype.TaskStateCompleted {
+		t.Fatalf("record %+v", tk)
+	}
+	for deadline := time.Now().Add(10 * time.Second); hb.Running() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the middleware still counts the task")
+		}
+	}
+	if held, _ := f.store.Held(f.ctx, "w-test"); len(held) != 1 {
+		t.Fatalf("held before the next beat: %v, want the ended task until then", held)
+	}
+	if err := hb.Beat(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := f.store.Held(f.ctx, "w-test"); len(held) != 0 {
+		t.Fatalf("held after a beat: %v", held)
+	}
+	if err := hb.Leave(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := f.store.Workers(f.ctx); err != nil || len(ws) != 0 {
+		t.Fatalf("workers after leaving: %v %v", ws, err)
+	}
+}
