@@ -90,8 +90,23 @@ func (t *ticket) put(n int64) {
 	}
 	t.held -= n
 	p.used -= n
+	if t.held == 0 {
+		p.drop(t)
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// drop takes t out of the holders: one that holds nothing is no holder,
+// or it would stay first for good and no other could ever be the oldest.
+// The caller holds p.mu.
+func (p *pool) drop(t *ticket) {
+	for i, h := range p.holders {
+		if h == t {
+			p.holders = append(p.holders[:i], p.holders[i+1:]...)
+			return
+		}
+	}
 }
 
 // holding is the share's weight now. The body's reader may take more
@@ -112,12 +127,7 @@ func (t *ticket) release() {
 	}
 	p.used -= t.held
 	t.held = 0
-	for i, h := range p.holders {
-		if h == t {
-			p.holders = append(p.holders[:i], p.holders[i+1:]...)
-			break
-		}
-	}
+	p.drop(t)
 	close(p.changed)
 	p.changed = make(chan struct{})
 }

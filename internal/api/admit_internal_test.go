@@ -85,3 +85,40 @@ func TestPoolWaitsAndGivesUp(t *testing.T) {
 		t.Errorf("in use %d, want 10", got)
 	}
 }
+
+// A ticket that gave back all it held (put) and was released is no
+// holder any more: before, it stayed first in the holders for good, so
+// no later request was ever the oldest, and one that needed more than
+// the capacity (a large fill batch) waited until its deadline (503),
+// whatever else was running. An events stream that sent results (take,
+// then put) and ended left such a ticket.
+func TestPoolForgetsAnEmptyTicket(t *testing.T) {
+	p := newPool(100)
+	ctx := context.Background()
+	gone := p.ticket()
+	if err := gone.take(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	gone.put(10)
+	gone.release()
+	again := p.ticket() // took, gave back, took again: one entry
+	for range 2 {
+		if err := again.take(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		again.put(5)
+	}
+	again.release()
+	alone, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tk := p.ticket()
+	defer tk.release()
+	if err := tk.take(alone, 150); err != nil {
+		t.Fatalf("the only holder could not overdraw the pool: %v", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.holders) != 1 {
+		t.Errorf("%d holders, want the one that holds", len(p.holders))
+	}
+}

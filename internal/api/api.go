@@ -134,6 +134,10 @@ type Options struct {
 	// AuthFailuresPerMinute bounds the failed authentications of one
 	// client address a minute, after which it is answered 429.
 	AuthFailuresPerMinute int
+	// MaxStreamsPerKey bounds the event streams (GET
+	// /v1/batches/{id}/events) one key holds open on this replica at
+	// once; one more is answered 429.
+	MaxStreamsPerKey int
 	// Mount, optional, adds routes that are not the API's own (metrics,
 	// the queue dashboard) to the engine; operator checks the operator
 	// credential and rate, and signs operators in from a browser.
@@ -153,6 +157,7 @@ func (o Options) check() {
 		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
+		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)},
 		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
@@ -180,6 +185,7 @@ type Server struct {
 	engine     *gin.Engine
 	ending     chan struct{} // closed by EndWaits
 	endOnce    sync.Once
+	streams    streamCounts // the open event streams of each key
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics. It

@@ -18,9 +18,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -41,6 +43,9 @@ const eventsPoll = 500 * time.Millisecond
 // eventsHeartbeat is how often an idle stream sends a comment, so that
 // proxies and the client see it is alive.
 const eventsHeartbeat = 15 * time.Second
+
+// errStreamEnded ends a stream when the server shuts down (EndWaits).
+var errStreamEnded = errors.New("the server is shutting down")
 
 // eventsRetry is the reconnection delay the stream asks of EventSource.
 const eventsRetry = 2 * time.Second
@@ -64,6 +69,15 @@ func (s *Server) batchEvents(c *gin.Context) {
 		fail(c, fmt.Errorf("batch %s has no stride", b.ID))
 		return
 	}
+	// Each stream polls Redis until it ends, so a key holds a bounded
+	// number open at once on this replica (SECURITY.md).
+	owner := ownerOf(c)
+	if !s.streams.open(owner, s.opts.MaxStreamsPerKey) {
+		fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
+			"this key has %d event streams open, the most allowed (MAX_STREAMS_PER_KEY); close one first", s.opts.MaxStreamsPerKey))
+		return
+	}
+	defer s.streams.close(owner)
 	// A stream lasts at most MAX_WAIT; EventSource reconnects by itself,
 	// from the last id.
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.MaxWait)
@@ -82,7 +96,7 @@ func (s *Server) batchEvents(c *gin.Context) {
 	if err := es.write([]byte("retry: " + strconv.Itoa(int(eventsRetry/time.Millisecond)) + "\n\n")); err != nil {
 		return
 	}
-	if err := es.run(ctx, b); err != nil && ctx.Err() == nil {
+	if err := es.run(ctx, b); err != nil && ctx.Err() == nil && !errors.Is(err, errStreamEnded) {
 		s.log.Info("batch events ended early", "batch_id", b.ID, "err", err)
 	}
 }
@@ -103,6 +117,35 @@ func eventsFrom(c *gin.Context) (int, error) {
 			"%s must be an event id of this stream (an item index); got %q", field, truncate(v, 20))
 	}
 	return n, nil
+}
+
+// streamCounts counts the open event streams of each key.
+type streamCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// open counts one more stream of owner, unless it has limit open already.
+func (sc *streamCounts) open(owner string, limit int) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.n[owner] >= limit {
+		return false
+	}
+	if sc.n == nil {
+		sc.n = map[string]int{}
+	}
+	sc.n[owner]++
+	return true
+}
+
+// close counts one stream of owner fewer.
+func (sc *streamCounts) close(owner string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.n[owner]--; sc.n[owner] <= 0 {
+		delete(sc.n, owner)
+	}
 }
 
 // eventStream is one client's stream.
@@ -186,6 +229,11 @@ func (e *eventStream) run(ctx context.Context, b *store.Batch) error {
 			err = e.write([]byte(": keepalive\n\n"))
 		case <-ctx.Done():
 			err = ctx.Err()
+		case <-e.s.ending:
+			// Shutting down: end the stream now rather than be cut at
+			// SHUTDOWN_TIMEOUT; EventSource reconnects, to another
+			// replica, from the last id.
+			err = errStreamEnded
 		}
 		poll.Stop()
 		release()

@@ -2,9 +2,13 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,8 +248,125 @@ func TestBatchEventsEndAfterMaxWait(t *testing.T) {
 	}
 }
 
+// A key holds at most MAX_STREAMS_PER_KEY streams open: one more is 429
+// with the error object, another key is not affected, and a closed
+// stream frees its place.
+func TestBatchEventsStreamsPerKeyBounded(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey + ",bob:" + bobEventsKey,
+		"MAX_STREAMS_PER_KEY": "2"})
+	submit := func(key string) string {
+		t.Helper()
+		code, b, _ := s.DoAs(key, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("POST: %d %s", code, b)
+		}
+		return stacktest.Decode[apitype.BatchCreated](t, b).ID
+	}
+	id, bobID := submit(aliceEventsKey), submit(bobEventsKey)
+	first := openEvents(t, s, aliceEventsKey, id, "")
+	openEvents(t, s, aliceEventsKey, id, "")
+	code, b, _ := s.DoAs(aliceEventsKey, "GET", "/v1/batches/"+id+"/events", nil)
+	if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusTooManyRequests || e.Error.Code != apitype.CodeRateLimited || e.Error.Message == "" {
+		t.Fatalf("a third stream of alice: %d %s, want 429 rate_limited", code, b)
+	}
+	openEvents(t, s, bobEventsKey, bobID, "") // bob's own two are his
+	first.resp.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", s.URL+"/v1/batches/"+id+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+aliceEventsKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream did not free its place: %d", resp.StatusCode)
+		}
+	}
+}
+
+// Stopping the API ends its streams at once, without done, rather than
+// holding them to SHUTDOWN_TIMEOUT (or MAX_WAIT) and cutting them.
+func TestBatchEventsEndOnShutdown(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "SHUTDOWN_TIMEOUT": "20s"})
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	c := openEvents(t, s, aliceEventsKey, stacktest.Decode[apitype.BatchCreated](t, b).ID, "")
+	if ev := <-c.events; ev.name != "progress" {
+		t.Fatalf("first event %s", ev.name)
+	}
+	start := time.Now()
+	s.Close()
+	for ev := range c.events {
+		if ev.name == "done" {
+			t.Error("a stream cut by shutdown sent done")
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the stream ended %v after the stop began, want at once (SHUTDOWN_TIMEOUT is 20s)", took)
+	}
+}
+
 // The keys of the events tests: long enough for the API to start.
 const (
 	aliceEventsKey = "alice-events-key-0123456789"
 	bobEventsKey   = "bob-events-key-0123456789ab"
 )
+
+// A client that stops reading is cut off, and its connection closed: the
+// stream's write deadline (REQUEST_TIMEOUT) cuts the stream, and the
+// response writer's failed write ends the connection, so a client that
+// never reads again holds neither a goroutine nor a connection. 40,000
+// canceled items make some 7 MB of events, more than the socket buffers
+// hold, so the stream cannot have ended by itself before the cut.
+func TestBatchEventsSlowReaderCut(t *testing.T) {
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "REQUEST_TIMEOUT": "1s"})
+	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches",
+		strings.Repeat(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`+"\n", 40000), "Content-Type", "application/x-ndjson")
+	if code != http.StatusAccepted {
+		t.Fatalf("POST: %d %.200s", code, b)
+	}
+	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	if code, b, _ := s.DoAs(aliceEventsKey, "DELETE", "/v1/batches/"+id, nil); code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, b)
+	}
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.DialContext(t.Context(), "tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /v1/batches/" + id + "/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceEventsKey + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // reads nothing: the stream is cut after 1 s of it
+	// What was sent comes, then the end of the connection, at once: not
+	// after IdleTimeout (2 min) or never.
+	start := time.Now()
+	got, err := io.ReadAll(deadlineReader{conn, 10 * time.Second})
+	if err != nil {
+		t.Fatalf("after %d bytes: %v (the connection stayed open %v after the cut)", len(got), err, time.Since(start))
+	}
+	if bytes.Contains(got, []byte("event: done")) {
+		t.Errorf("read %d bytes and the done event: the whole stream came, so the reader was not cut", len(got))
+	}
+	t.Logf("FIGURES slow reader: %d bytes arrived before the cut; connection closed %v after it began reading", len(got), time.Since(start))
+}
+
+// deadlineReader reads from a connection with a deadline per read.
+type deadlineReader struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (r deadlineReader) Read(p []byte) (int, error) {
+	_ = r.c.SetReadDeadline(time.Now().Add(r.d))
+	return r.c.Read(p)
+}

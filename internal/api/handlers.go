@@ -461,12 +461,24 @@ func (s *Server) getBatch(c *gin.Context) {
 		return
 	}
 	var recs []*store.Task
+	next := b.Total
 	if cursor < b.Total {
-		recs, err = s.store.ItemsPage(c.Request.Context(), b, cursor, min(limit, b.Total-cursor))
+		// Bounded by its results' size too (itemsPage), and taken from
+		// the admission pool while it is held.
+		var idx []int
+		var size int64
+		idx, next, size, err = s.itemsPage(c.Request.Context(), b, cursor, limit, "")
 		if err != nil {
 			fail(c, err)
 			return
 		}
+		var done func()
+		recs, done, err = s.readPage(c.Request.Context(), b, idx, size)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		defer done()
 	}
 	res := apitype.Batch{ID: b.ID, Total: b.Total, Done: b.Done(),
 		Counts: apitype.Counts{Pending: b.Counts[apitype.TaskStatePending], Active: b.Counts[apitype.TaskStateActive],
@@ -484,7 +496,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		}
 		res.Tasks = append(res.Tasks, resource(r))
 	}
-	if next := cursor + len(recs); next < b.Total {
+	if next < b.Total {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}

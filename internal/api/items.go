@@ -23,9 +23,6 @@ import (
 type ItemStore interface {
 	// GetItem returns item index of a batch as a task record.
 	GetItem(ctx context.Context, batchID string, index int) (*store.Task, error)
-	// ItemsPage returns items [start, start+limit) of b, results
-	// included.
-	ItemsPage(ctx context.Context, b *store.Batch, start, limit int) ([]*store.Task, error)
 	// ChunkInfos returns chunk j's items without their results, and
 	// the results' sizes.
 	ChunkInfos(ctx context.Context, b *store.Batch, j int) ([]store.ChunkInfo, error)

@@ -161,6 +161,27 @@ func TestListsRetryAndStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("retry while another runs", func(t *testing.T) {
+		// As a retry running on another replica holds it (store.RetryBatch).
+		lock := "lists:batch:" + ids[1] + ":retry"
+		if err := s.RDB.Set(t.Context(), lock, "another", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, b, _ := s.DoAs("alice-key-0123456789", "POST", "/v1/batches/"+ids[1]+"/retry", nil)
+		if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusConflict || e.Error.Code != apitype.CodeConflict {
+			t.Fatalf("retry while another runs: %d %s, want 409 conflict", code, b)
+		}
+		s.RDB.Del(t.Context(), lock)
+		code, b, _ = s.DoAs("alice-key-0123456789", "POST", "/v1/batches/"+ids[1]+"/retry", nil)
+		if r := stacktest.Decode[apitype.BatchRetried](t, b); code != 200 || r.Retried != 1 {
+			t.Fatalf("retry once the other ended: %d %s", code, b)
+		}
+		getAs[apitype.Batch](t, s, "alice-key-0123456789", "/v1/batches/"+ids[1]+"?wait=30s", 200)
+		if n := s.RDB.Exists(t.Context(), lock).Val(); n != 0 {
+			t.Errorf("a retry that answered left its lock")
+		}
+	})
+
 	t.Run("status without workers", func(t *testing.T) {
 		if err := s.StopWorkers(); err != nil {
 			t.Fatal(err)
@@ -184,4 +205,58 @@ func TestListsRetryAndStatus(t *testing.T) {
 			t.Fatalf("work waits a second with no worker, but oldest_pending_seconds is %v: %+v", st.OldestPendingSeconds, st)
 		}
 	})
+}
+
+// A page of a batch's items ends early, with a cursor, once its results
+// pass 8 MiB (pageResultBytes), on GET /v1/batches/{id} and on /items,
+// and paging on reads every item once: six 300x300 fills of about 1.6 MB
+// of result each come as pages of 5 and 1. Before, a page held every
+// result it listed, and one of eight 1000x1000 fills was 156 MB.
+func TestItemsPageBoundedByResultBytes(t *testing.T) {
+	s := stacktest.StartWith(t, 1, nil)
+	const n = 300
+	row := "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]"
+	full := "[" + strings.TrimSuffix(strings.Repeat(strings.ReplaceAll(row, "0", "1")+",", n), ",") + "]"
+	empty := "[" + strings.TrimSuffix(strings.Repeat(row+",", n), ",") + "]"
+	item := `{"kind":"fill","puzzle":{"game_board":` + empty + `,"table":` + full + `}}`
+	code, b, _ := s.DoH("POST", "/v1/batches", strings.Repeat(item+"\n", 6), "Content-Type", "application/x-ndjson")
+	if code != http.StatusAccepted {
+		t.Fatalf("submit: %d %.300s", code, b)
+	}
+	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	if bt := getAs[apitype.Batch](t, s, "", "/v1/batches/"+id+"?wait=60s&limit=1", 200); bt.Counts.Completed != 6 {
+		t.Fatalf("not all completed: %+v", bt.Counts)
+	}
+	for _, route := range []string{"/v1/batches/" + id + "?limit=1000", "/v1/batches/" + id + "/items?limit=1000"} {
+		var sizes []int
+		seen := map[string]bool{}
+		path := route
+		for range 10 {
+			code, b, _ := s.DoH("GET", path, nil)
+			if code != 200 {
+				t.Fatalf("GET %s: %d %.200s", path, code, b)
+			}
+			if len(b) > 12<<20 {
+				t.Errorf("GET %s: %d bytes, want a page of about 8 MiB at most", path, len(b))
+			}
+			page := stacktest.Decode[struct {
+				Tasks      []apitype.Task `json:"tasks"`
+				NextCursor *string        `json:"next_cursor"`
+			}](t, b)
+			sizes = append(sizes, len(page.Tasks))
+			for _, tk := range page.Tasks {
+				if seen[tk.ID] || len(tk.Result) < 1<<20 {
+					t.Errorf("%s: item %s twice or without its result (%d bytes)", route, tk.ID, len(tk.Result))
+				}
+				seen[tk.ID] = true
+			}
+			if page.NextCursor == nil {
+				break
+			}
+			path = route + "&cursor=" + *page.NextCursor
+		}
+		if fmt.Sprint(sizes) != "[5 1]" || len(seen) != 6 {
+			t.Errorf("%s: pages of %v, %d items; want pages of [5 1], 6 items", route, sizes, len(seen))
+		}
+	}
 }

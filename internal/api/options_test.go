@@ -24,5 +24,6 @@ func OptionsForTest() Options {
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 		SessionTTL:            time.Hour,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,
+		MaxStreamsPerKey: 1000,
 	}
 }

@@ -211,10 +211,17 @@ func (s *Server) batchResults(c *gin.Context) {
 // onlyParams answers 400, naming the parameter, for a query parameter
 // not in allowed.
 func onlyParams(c *gin.Context, allowed []string) error {
-	for k := range c.Request.URL.Query() {
+	for k, vs := range c.Request.URL.Query() {
 		if !slices.Contains(allowed, k) {
 			return newError(http.StatusBadRequest, apitype.CodeInvalidRequest, truncate(k, 40),
 				"unknown query parameter %q; this route takes %s", truncate(k, 40), strings.Join(allowed, ", "))
+		}
+		if len(vs) > 1 {
+			// The handlers read the first value only: ?limit=1&limit=5
+			// or ?state=failed&state=completed would silently mean less
+			// than was asked.
+			return newError(http.StatusBadRequest, apitype.CodeInvalidRequest, truncate(k, 40),
+				"query parameter %q is given %d times; give it once", truncate(k, 40), len(vs))
 		}
 	}
 	return nil

@@ -106,7 +106,8 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		EnqueueParallelism: enqueueParallelism, MaxConcurrentDecodes: cfg.decodes(),
 		WebhookPolicy: cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
-		SessionTTL: cfg.UISessionTTL, Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
+		MaxStreamsPerKey: cfg.MaxStreamsPerKey,
+		SessionTTL:       cfg.UISessionTTL, Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
 	})
 	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
 		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})

@@ -512,6 +512,13 @@ type APIConfig struct {
 	// answered 429 for everything, a valid key too, until it refills.
 	// Default 30.
 	AuthFailuresPerMinute int
+	// MaxStreamsPerKey is how many event streams (GET
+	// /v1/batches/{id}/events) one key may hold open on one API replica
+	// at once; one more is answered 429. Each open stream re-reads its
+	// batch from Redis about twice a second until it ends (at most
+	// MAX_WAIT), so without a bound one key could open thousands within
+	// its request rate. Default 16.
+	MaxStreamsPerKey int
 	// RatePerSecond is each key's default request rate. Default 20.
 	RatePerSecond int
 	// RateBurst is each key's default burst. Default 40.
@@ -570,6 +577,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.OperatorRatePerSecond, "OPERATOR_RATE_LIMIT_PER_SECOND", "10", "requests per second per operator on /monitoring/ and /metrics")
 	s.Int(&c.OperatorBurst, "OPERATOR_RATE_LIMIT_BURST", "30", "burst of requests per operator on /monitoring/ and /metrics")
 	s.Int(&c.AuthFailuresPerMinute, "AUTH_FAILURES_PER_MINUTE", "30", "failed authentications allowed per client address a minute")
+	s.Int(&c.MaxStreamsPerKey, "MAX_STREAMS_PER_KEY", "16", "event streams one key may hold open at once on a replica")
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
@@ -661,7 +669,7 @@ func (c *APIConfig) validate() error {
 		n    int
 	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey},
 		{"OPERATOR_RATE_LIMIT_PER_SECOND", c.OperatorRatePerSecond}, {"OPERATOR_RATE_LIMIT_BURST", c.OperatorBurst},
-		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}} {
+		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}, {"MAX_STREAMS_PER_KEY", c.MaxStreamsPerKey}} {
 		if v.n <= 0 {
 			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
 		}

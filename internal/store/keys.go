@@ -77,6 +77,10 @@ func (k keys) ownerTasks(owner string) string { return k.prefix + "owner:" + own
 // chunk and per own-unit item (docs/batches.md).
 func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":req" }
 
+// batchRetry is the lock a running retry of a batch holds (RetryBatch),
+// a string with a TTL, so that retries of one batch run one at a time.
+func (k keys) batchRetry(id string) string { return k.prefix + "batch:" + id + ":retry" }
+
 // batchUnits is a list of a batch's units (tasks.UnitRef.Member) not yet
 // in the feed: staged with its chunks, so that the commit script and then
 // the feed script move them into the feed a window at a time without the

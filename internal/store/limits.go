@@ -185,13 +185,15 @@ func (s *Store) ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyH
 	return false, prevBatch, prevHash, nil
 }
 
-// releaseClaimScript deletes an Idempotency-Key claim only while it is
-// still the caller's: a request that outlived its claim (claimLease) must
-// not drop the claim a retry has taken since, or a third request could
-// create a second batch for the same key.
+// releaseClaimScript deletes an Idempotency-Key claim (or a batch retry's
+// lock, RetryBatch) only while it is still the caller's: a request that
+// outlived its claim (claimLease) must not drop the claim a retry has
+// taken since, or a third request could create a second batch for the
+// same key.
 //
-// KEYS[1] idempotency key
+// KEYS[1] idempotency key (or keys.batchRetry)
 // ARGV[1] the claim's value the caller set: batch ID, a space, body hash
+// (or the retry's token)
 //
 // Returns 1 when the claim was deleted, 0 when it was not the caller's
 // (or gone).

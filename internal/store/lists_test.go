@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,4 +357,50 @@ func TestRetryWaitsForABusyChunk(t *testing.T) {
 		t.Fatalf("the re-fed chunk runs %+v, %v; want item 0 alone", w, err)
 	}
 	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: 1, apitype.TaskStateActive: 1, apitype.TaskStatePending: 1})
+}
+
+// TestRetryOneAtATime: while a retry of a batch runs, another of it is
+// refused (ErrRetryRunning) rather than reading every chunk again; once
+// it has answered, the next may run, and every count is exact. The first
+// retry is held inside its chunk scan by its timeout func.
+func TestRetryOneAtATime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	id := bid("retryone")
+	b := e.commit(t, store.CommitBatch{ID: id, Owner: "alice"}, 2, []store.StagedItem{cheap(`{"p":0}`), cheap(`{"p":1}`), own(`{"p":2}`)})
+	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); err != nil || n != 3 {
+		t.Fatalf("canceled %d, %v", n, err)
+	}
+	b, _ = e.s.GetBatch(e.ctx, id)
+	inside, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	held := func(puzzle.Kind, bool) time.Duration {
+		once.Do(func() { close(inside); <-release })
+		return time.Second
+	}
+	type answer struct {
+		n   int
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		n, err := e.s.RetryBatch(e.ctx, b, 0, held)
+		first <- answer{n, err}
+	}()
+	<-inside
+	quick := func(puzzle.Kind, bool) time.Duration { return time.Second }
+	for range 3 {
+		if n, err := e.s.RetryBatch(e.ctx, b, 0, quick); !errors.Is(err, store.ErrRetryRunning) || n != 0 {
+			t.Fatalf("a retry while another runs: %d, %v; want ErrRetryRunning", n, err)
+		}
+	}
+	close(release)
+	if a := <-first; a.err != nil || a.n != 3 {
+		t.Fatalf("the held retry: %d, %v; want 3", a.n, a.err)
+	}
+	if n, err := e.s.RetryBatch(e.ctx, b, 0, quick); err != nil || n != 0 {
+		t.Fatalf("a retry after it: %d, %v; want 0 and no error (the lock is released)", n, err)
+	}
+	e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStatePending: 3})
+	e.pending(t, "alice", 3)
 }

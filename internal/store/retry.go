@@ -10,6 +10,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"time"
 
@@ -171,6 +173,15 @@ backlog_set(KEYS[6], ARGV[5], buckets(units - fed, per), buckets(units + #member
 return r
 `)
 
+// ErrRetryRunning is returned by RetryBatch while another retry of the
+// batch runs (on any replica).
+var ErrRetryRunning = errors.New("store: a retry of this batch is running")
+
+// retryLease bounds how long a retry holds its batch's lock
+// (keys.batchRetry) should its process die: longer than the API lets a
+// retry run (2 minutes), so a live retry never loses it.
+const retryLease = 3 * time.Minute
+
 // RetryTimeout says what an item adds to its unit's asynq timeout, as at
 // submission (the API's staged): it depends on the item's kind and on
 // whether it runs in its own unit.
@@ -185,7 +196,30 @@ type RetryTimeout func(kind puzzle.Kind, own bool) time.Duration
 // batch that is gone. The caller then feeds the queue. A retry cut short
 // (its context ended) has re-opened whole chunks, exactly; the next one
 // re-opens the rest.
+//
+// Retries of one batch run one at a time (ErrRetryRunning for another):
+// each reads every chunk of the batch, so concurrent ones would multiply
+// that work without re-opening anything more.
 func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout RetryTimeout) (int, error) {
+	lock, token := s.k.batchRetry(b.ID), rand.Text()
+	ok, err := s.rdb.SetNX(ctx, lock, token, retryLease).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: retry batch %s: lock: %w", b.ID, err)
+	}
+	if !ok {
+		return 0, ErrRetryRunning
+	}
+	defer func() {
+		// Only while it is still this retry's (releaseClaimScript is a
+		// compare-and-delete); bounded, whatever ctx has left.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = releaseClaimScript.Run(uctx, s.rdb, []string{lock}, token).Err()
+	}()
+	return s.retryBatch(ctx, b, quota, timeout)
+}
+
+func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout RetryTimeout) (int, error) {
 	bk := s.k.batch(b.ID)
 	qk := []string{bk, bk, bk}
 	if b.Owner != "" {

@@ -80,6 +80,7 @@ var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("192.88.99.0/24"),
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
@@ -92,9 +93,18 @@ var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("2002::/16"),
 }
 
+// globalV6 is the IPv6 global unicast space IANA allocates from. netip
+// calls every other non-special IPv6 address global unicast too, which
+// let IPv4-compatible (::10.0.0.1), IPv4-translated (::ffff:0:10.0.0.1)
+// and site-local (fec0::/10) addresses through: none is public.
+var globalV6 = netip.MustParsePrefix("2000::/3")
+
 // Public reports whether a is an ordinary public unicast address.
 func Public(a netip.Addr) bool {
 	a = a.Unmap()
+	if a.Is6() && !globalV6.Contains(a) {
+		return false
+	}
 	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() ||
 		a.IsMulticast() || a.IsUnspecified() || a.IsInterfaceLocalMulticast() || a.IsLinkLocalMulticast() {
 		return false

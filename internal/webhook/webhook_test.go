@@ -64,6 +64,10 @@ func TestPublic(t *testing.T) {
 		"169.254.169.254": false, "100.64.0.1": false, "0.0.0.0": false, "::1": false, "::": false,
 		"fe80::1": false, "fc00::1": false, "::ffff:10.0.0.1": false, "::ffff:127.0.0.1": false,
 		"64:ff9b::a00:1": false, "2002:a00:1::": false, "224.0.0.1": false, "255.255.255.255": false,
+		// Found by trying (SECURITY.md): netip calls these global unicast.
+		"::127.0.0.1": false, "::a00:1": false, "::ffff:0:127.0.0.1": false, "::ffff:0:a00:1": false,
+		"fec0::1": false, "5f00::1": false, "192.88.99.1": false, "::ffff:169.254.169.254": false,
+		"2001:4860:4860::8888": true, "8.8.8.8": true,
 	} {
 		if got := Public(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Public(%s) = %v, want %v", addr, got, want)
@@ -103,6 +107,9 @@ func TestCheckURL(t *testing.T) {
 		"http://mixed.example/x":                                    false, // one address not public is enough
 		"http://10.0.0.1/x":                                         false,
 		"http://[::1]/x":                                            false,
+		"http://[::127.0.0.1]/x":                                    false,
+		"http://[fec0::1]/x":                                        false,
+		"http://[::ffff:169.254.169.254]/x":                         false,
 		"http://169.254.169.254/latest":                             false,
 		"http://localhost/x":                                        false, // does not resolve here
 		"ftp://public.example/x":                                    false,
