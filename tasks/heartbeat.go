@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -76,11 +78,31 @@ type Heartbeat struct {
 	interval time.Duration
 	log      *slog.Logger
 
+	cutOff   time.Duration // StopAfter; 0: never
+	stopped  atomic.Int64  // tasks stopped because the beats failed
+	lastGood atomic.Int64  // Unix ns of the last beat that reached the store
+
 	mu      sync.Mutex
 	next    uint64
-	running map[string]HeldTask // run token -> task
-	ended   []string            // run tokens to remove with the next beat
+	running map[string]HeldTask                // run token -> task
+	stops   map[string]context.CancelCauseFunc // run token -> its context's cancel
+	ended   []string                           // run tokens to remove with the next beat
 }
+
+// ErrCutOff is the cause of a task context that its worker stopped
+// because its heartbeats had failed for StopAfter: the watchdog has taken
+// the worker for dead and re-driven the task elsewhere.
+var ErrCutOff = errors.New("tasks: worker cut off from Redis; its tasks were re-driven elsewhere")
+
+// StopAfter makes Run stop every running task (cancel its context with
+// ErrCutOff) once the beats have failed for d: a worker cut off from
+// Redis that long has been taken for dead and its tasks re-driven, so
+// solving on is wasted work whose result the store would drop. 0, the
+// zero value, never stops. Call it before Run.
+func (h *Heartbeat) StopAfter(d time.Duration) { h.cutOff = d }
+
+// Stopped returns how many tasks Run stopped because the beats failed.
+func (h *Heartbeat) Stopped() int64 { return h.stopped.Load() }
 
 // NewWorkerID returns a worker ID that names the host and process, for
 // operators, and is unique across restarts of the same pod.
@@ -104,7 +126,8 @@ func NewHeartbeat(st BeatStore, id string, interval time.Duration, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Heartbeat{store: st, id: id, interval: interval, log: log, running: map[string]HeldTask{}}
+	return &Heartbeat{store: st, id: id, interval: interval, log: log,
+		running: map[string]HeldTask{}, stops: map[string]context.CancelCauseFunc{}}
 }
 
 // ID is the worker's ID.
@@ -126,14 +149,19 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 			id, _ := asynq.GetTaskID(ctx)
 			q, _ := asynq.GetQueueName(ctx)
 			ht := HeldTask{Queue: q, ID: id}
+			parent := ctx
+			ctx, stop := context.WithCancelCause(ctx)
+			defer stop(nil)
 			h.mu.Lock()
 			h.next++
 			run := strconv.FormatUint(h.next, 36)
 			h.running[run] = ht
+			h.stops[run] = stop
 			h.mu.Unlock()
 			defer func() {
 				h.mu.Lock()
 				delete(h.running, run)
+				delete(h.stops, run)
 				h.ended = append(h.ended, run)
 				h.mu.Unlock()
 			}()
@@ -142,7 +170,11 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 				h.log.Warn("heartbeat: record a started task", "task_id", id, "queue", q, "err", err)
 			}
 			cancel()
-			return next.ProcessTask(ctx, t)
+			err := next.ProcessTask(ctx, t)
+			if errors.Is(context.Cause(ctx), ErrCutOff) {
+				return h.afterCutOff(parent, err)
+			}
+			return err
 		})
 	}
 }
@@ -176,6 +208,7 @@ func (h *Heartbeat) Run(ctx context.Context) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
 	failing := false
+	h.lastGood.Store(time.Now().UnixNano())
 	for {
 		err := h.Beat(ctx)
 		switch {
@@ -186,12 +219,60 @@ func (h *Heartbeat) Run(ctx context.Context) {
 			h.log.Info("heartbeat restored", "worker_id", h.id)
 			failing = false
 		}
+		if err == nil {
+			h.lastGood.Store(time.Now().UnixNano())
+		} else if failed := time.Since(time.Unix(0, h.lastGood.Load())); ctx.Err() == nil && h.cutOff > 0 && failed >= h.cutOff {
+			h.stopRunning(failed)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// stopRunning stops every running task: the beats have failed for
+// failedFor, past StopAfter. A task started meanwhile is stopped by the
+// next failed beat.
+func (h *Heartbeat) stopRunning(failedFor time.Duration) {
+	h.mu.Lock()
+	stops := make([]context.CancelCauseFunc, 0, len(h.stops))
+	for run, stop := range h.stops {
+		stops = append(stops, stop)
+		delete(h.stops, run)
+	}
+	h.mu.Unlock()
+	if len(stops) == 0 {
+		return
+	}
+	for _, stop := range stops {
+		stop(ErrCutOff)
+	}
+	h.stopped.Add(int64(len(stops)))
+	h.log.Warn("heartbeat: cut off from Redis; stopping the running tasks, which the watchdog re-drives elsewhere",
+		"worker_id", h.id, "tasks", len(stops), "failed_for", failedFor.Round(time.Millisecond).String())
+}
+
+// afterCutOff holds a task that stopRunning stopped until a beat reaches
+// the store again (or asynq's context ends: shutdown, a lost lease), then
+// returns err marked ErrCutOff. Returned at once, asynq's own write of the
+// failure would be lost in the same partition and the task would sit
+// active until asynq's recoverer (60-130 s); returned after the heal, it
+// is retried within seconds (the worker's retry delay) and finds its items
+// ended by the copy the watchdog ran.
+func (h *Heartbeat) afterCutOff(parent context.Context, err error) error {
+	stoppedAt := time.Now().UnixNano()
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for h.lastGood.Load() < stoppedAt {
+		select {
+		case <-parent.Done():
+			return fmt.Errorf("%w: %w", ErrCutOff, err)
+		case <-t.C:
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCutOff, err)
 }
 
 // Leave removes the worker's heartbeat once it has stopped cleanly.

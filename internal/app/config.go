@@ -302,6 +302,17 @@ type WorkerSettings struct {
 	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
 	// Each beat is one pipelined round trip. Default 500ms.
 	HeartbeatInterval time.Duration
+	// CutOffAfter is how long the worker's heartbeats may fail before it
+	// stops the tasks it runs. The API's watchdog re-drives the tasks of
+	// a worker it has not heard from for WORKER_DEAD_AFTER (2s), so a
+	// worker cut off from Redis longer than that is solving work whose
+	// copies already run elsewhere: finishing it changes no result (the
+	// store ends each item once) but wastes the slot and the CPU. A
+	// stopped task is left to asynq, like one stopped at shutdown. Keep
+	// it above WORKER_DEAD_AFTER, so that a Redis stall every replica
+	// sees (which the watchdog does not take for a death) costs at most
+	// a restart of what ran. Default 5s; 0 never stops.
+	CutOffAfter time.Duration
 	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
 	// sweeps, sliding boards over 9 cells) of one API key that run at
 	// once, cluster-wide, so that one key's hard puzzles cannot hold
@@ -321,6 +332,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
+	s.Duration(&w.CutOffAfter, "WORKER_CUTOFF_AFTER", "5s", "how long heartbeats may fail before the worker stops its running tasks (0: never)")
 	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
 }
 
@@ -336,6 +348,9 @@ func (w *WorkerSettings) validate() error {
 	}
 	if w.HeartbeatInterval < 100*time.Millisecond || w.HeartbeatInterval > time.Minute {
 		return fmt.Errorf("HEARTBEAT_INTERVAL: must be between 100ms and 1m, got %s", w.HeartbeatInterval)
+	}
+	if w.CutOffAfter != 0 && (w.CutOffAfter < 2*w.HeartbeatInterval || w.CutOffAfter > 10*time.Minute) {
+		return fmt.Errorf("WORKER_CUTOFF_AFTER: must be 0 or between 2 HEARTBEAT_INTERVALs (%s) and 10m, got %s", 2*w.HeartbeatInterval, w.CutOffAfter)
 	}
 	if w.TaskCheckInterval < time.Millisecond || w.TaskCheckInterval > time.Minute {
 		return fmt.Errorf("TASK_CHECK_INTERVAL: must be between 1ms and 1m, got %s", w.TaskCheckInterval)

@@ -97,6 +97,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// The heartbeat records every task as it starts, so the API's
 	// watchdog can re-drive them if this process dies (tasks.Heartbeat).
 	w.beat = tasks.NewHeartbeat(w.store, tasks.NewWorkerID(), cfg.HeartbeatInterval, log)
+	w.beat.StopAfter(cfg.CutOffAfter)
 	w.mux.Use(w.beat.Middleware())
 	h.Register(w.mux)
 	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
@@ -165,9 +166,12 @@ func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
-	case errors.Is(err, tasks.ErrDeadlineOverrun):
-		// The machine was slow or frozen, not the task wrong: try again
-		// soon, wherever a slot is free.
+	case errors.Is(err, tasks.ErrDeadlineOverrun), errors.Is(err, tasks.ErrCutOff):
+		// ErrCutOff: the worker stopped the task while cut off from
+		// Redis, and returns it once Redis is back; its copy has run
+		// elsewhere meanwhile, so this run finds its items ended.
+		// Overrun: the machine was slow or frozen, not the task wrong:
+		// try again soon, wherever a slot is free.
 		return time.Second + rand.N(time.Second)
 	case errors.As(err, &netErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed):

@@ -24,8 +24,10 @@ import (
 // workerCut, longer than the watchdog's WORKER_DEAD_AFTER (2 s): the
 // watchdog takes the silent worker for dead and re-drives its tasks to a
 // standby worker outside the namespace. Then the link comes back, and
-// the partitioned worker, which kept solving blind, tries to write its
-// answers late. Nothing may change: every acknowledged task (including
+// the partitioned worker, which stops its solves once its heartbeats have
+// failed for WORKER_CUTOFF_AFTER (2.5 s here: its tasks run elsewhere by
+// then), tries to write whatever it had finished late. Nothing may
+// change: every acknowledged task (including
 // ones submitted during the cut) completes exactly once in every count
 // (the records, the batch, the key's quota, the workers' tasks_total),
 // with the known answer, and no record's state ever steps back.
@@ -35,7 +37,7 @@ import (
 // cut past 30 s would only add asynq's recoverer (60-120 s) to CI.
 func TestWorkerPartition(t *testing.T) {
 	timed(t)
-	const workerCut = 7 * time.Second
+	const workerCut = 9 * time.Second
 	n := newNetns(t, "w", 78) // skips when not root
 	// The pattern databases, for workers to load (TestFault's are gone
 	// with its temporary directory when this runs after it).
@@ -47,10 +49,11 @@ func TestWorkerPartition(t *testing.T) {
 	}
 
 	o := newOracle()
-	// The partitioned worker's two slots take the first two boards (1.6 s
-	// and 1.3 s of CPU: still running at the cut); the standby runs their
-	// copies and the rest, submitted during the cut.
-	hs := hardSet(t, "p74", "p73")
+	// The partitioned worker's two slots take the first two boards (4.2 s
+	// and 3.5 s of CPU: still running when it stops them 2.5-3 s into the
+	// cut); the standby runs their copies and the rest, submitted during
+	// the cut.
+	hs := hardSet(t, "p76", "p75")
 	rest := hardSet(t, "k88", "k15", "k59t", "k82t")
 	expectHard(t, o, append(hs, rest...))
 	c := newCluster(t, clusterOpts{
@@ -67,6 +70,7 @@ func TestWorkerPartition(t *testing.T) {
 	}
 	env := maps.Clone(c.wenv)
 	env["REDIS_URL"] = "redis://" + n.hostRedis + strings.TrimPrefix(c.redis.URL(), "redis://127.0.0.1")
+	env["WORKER_CUTOFF_AFTER"] = "2500ms"
 	part := n.start(t, "worker-partitioned", workerBin, env)
 
 	// Cut once both slots hold a board that is still being solved.
@@ -233,13 +237,19 @@ func TestWorkerPartition(t *testing.T) {
 	if copiesFirst && quiet && partTotal != before {
 		t.Errorf("the partitioned worker ended %d tasks after the cut, all already ended by their copies; want 0", partTotal-before)
 	}
+	// It stopped its solves instead of finishing them blind: at least the
+	// 4.2 s board was still running 3 s into the cut.
+	stopped := strings.Count(logText(part.LogPath), "stopping the running tasks")
+	if stopped == 0 {
+		t.Error("the partitioned worker never stopped its running tasks while cut off (WORKER_CUTOFF_AFTER)")
+	}
 	redrove := strings.Count(logText(c.api.LogPath), "re-drove the tasks of a dead worker")
 	if redriveAt == 0 && redrove == 0 {
 		t.Error("the watchdog never re-drove the partitioned worker's tasks")
 	}
 	logLines(t, c.api, "re-drove")
 	logLines(t, part, "heartbeat")
-	t.Logf("worker partition: FIGURES cut_for=%v tasks=%d held=%d redriven_after_cut=%.2fs held_completed_after_cut=%.2fs copies_done_before_heal=%v all_done_before_heal=%v originals_left_asynq_after_heal=%.2fs partitioned_worker_ended_after_cut=%d changed_after_end=%d watchdog_redrives=%d",
+	t.Logf("worker partition: FIGURES cut_for=%v tasks=%d held=%d redriven_after_cut=%.2fs held_completed_after_cut=%.2fs copies_done_before_heal=%v all_done_before_heal=%v originals_left_asynq_after_heal=%.2fs partitioned_worker_ended_after_cut=%d partitioned_worker_stops=%d changed_after_end=%d watchdog_redrives=%d",
 		cutFor.Round(time.Millisecond), len(w.reqs), len(held), redriveAt.Seconds(), completion.Seconds(), copiesFirst, quiet,
-		originalsEnded.Seconds(), partTotal-before, changed, redrove)
+		originalsEnded.Seconds(), partTotal-before, stopped, changed, redrove)
 }
