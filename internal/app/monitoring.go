@@ -1,12 +1,14 @@
 package app
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 
 	"github.com/puzzleq/puzzleq/apitype"
@@ -40,9 +42,75 @@ func (a *API) mount(e *gin.Engine, operator api.OperatorAuth) {
 	if !a.cfg.Monitoring {
 		return
 	}
-	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: a.redisOpt, ReadOnly: true})
-	e.GET(MonitoringPath+"*path", a.signIn, operator.Check, pageLimits, gin.WrapH(a.monitor))
+	a.monitor = asynqmon.New(asynqmon.Options{RootPath: MonitoringPath, RedisConnOpt: boundedConnOpt{a.redisOpt}, ReadOnly: true})
+	e.GET(MonitoringPath+"*path", a.signIn, operator.Check, pageLimits, unavailableOn5xx(a.monitor))
 	e.POST(MonitoringPath+"login", operator.Login(MonitoringPath))
+}
+
+// boundedConnOpt is the API's Redis connection for the dashboard.
+// asynqmon makes clients of its own from the option it is given (one for
+// its handlers, one for its inspector), and asynq's would wait out
+// redisIOTimeout and retry on a hung Redis: about 3 s a try, where every
+// other route answers 503 within 2.5 s (issue 13). Its clients get the
+// API's: the caller's deadline reaching the socket and redisCallTimeout
+// over each call.
+type boundedConnOpt struct{ asynq.RedisConnOpt }
+
+// MakeRedisClient returns a client like the API's own.
+func (o boundedConnOpt) MakeRedisClient() any {
+	c, err := newRedisClient(o.RedisConnOpt, nil)
+	if err != nil {
+		return o.RedisConnOpt.MakeRedisClient()
+	}
+	c.AddHook(callDeadline(redisCallTimeout))
+	return c
+}
+
+// unavailableOn5xx serves h (the dashboard) and answers its server errors
+// as the API's 503 unavailable: asynqmon answers a failed Redis call with
+// a 500 and the error's text, where the rest of the API says, in its
+// error shape, that Redis is unavailable and when to try again.
+func unavailableOn5xx(h http.Handler) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		h.ServeHTTP(&no5xx{ResponseWriter: c.Writer}, c.Request)
+	}
+}
+
+// no5xx is a ResponseWriter that turns a 5xx status into 503 unavailable
+// and drops the body that came with it.
+type no5xx struct {
+	http.ResponseWriter
+	wrote, failed bool
+}
+
+func (w *no5xx) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	if code < 500 {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.failed = true
+	body, _ := json.Marshal(apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable,
+		Message: "the dashboard could not read Redis; try again shortly"}})
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Retry-After", "1")
+	w.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.ResponseWriter.Write(body)
+}
+
+func (w *no5xx) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.failed {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // loginPath is the dashboard's sign-in page.
