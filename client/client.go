@@ -130,6 +130,41 @@ func WithRetryHook(f func(attempt int, err error, wait time.Duration)) Option {
 // the bytes are free and the CPU is not.
 func WithoutResultsGzip() Option { return func(c *Client) { c.noResultsGzip = true } }
 
+// SubmitOption configures one submission (Submit, SubmitWait, Solve,
+// SubmitBatch, SubmitBatchBody, SubmitJudgeBatch, SubmitNDJSON), unlike an
+// Option, which configures the Client.
+type SubmitOption func(*submitOptions)
+
+type submitOptions struct {
+	webhook string
+}
+
+// WithWebhook names a completion webhook for the submission: the server
+// POSTs a signed event to url once the task or batch has ended (README,
+// "Webhooks"; webhook.Verify checks it). It is sent as ?webhook=, the one
+// place every kind of body allows, so a JSON body must not name one too
+// (a 400). A URL the server's policy refuses, or a server without
+// WEBHOOK_SECRET, is a 400 *Error with Field "webhook". An empty url
+// names none.
+func WithWebhook(url string) SubmitOption { return func(o *submitOptions) { o.webhook = url } }
+
+// submitQuery returns q (made when nil) with what opts add to a
+// submission's query.
+func submitQuery(q url.Values, opts []SubmitOption) url.Values {
+	var o submitOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.webhook == "" {
+		return q
+	}
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("webhook", o.webhook)
+	return q
+}
+
 // New returns a client of the API at baseURL, e.g. "http://localhost:8080".
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
@@ -256,9 +291,9 @@ func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.e
 
 // Submit submits one request (the JSON body of POST /v1/tasks). A cache hit
 // returns the completed task with Cached set.
-func (c *Client) Submit(ctx context.Context, req []byte) (*Task, error) {
+func (c *Client) Submit(ctx context.Context, req []byte, opts ...SubmitOption) (*Task, error) {
 	var t Task
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", body: BytesBody(req), retry: retryIfNotAccepted}, &t)
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", query: submitQuery(nil, opts), body: BytesBody(req), retry: retryIfNotAccepted}, &t)
 	if err != nil {
 		return nil, err
 	}
@@ -271,12 +306,13 @@ func (c *Client) Submit(ctx context.Context, req []byte) (*Task, error) {
 // Like Submit it is retried only when the server surely created nothing;
 // a connection lost during the wait loses the task's ID, since the server
 // sends it with the answer.
-func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration) (*Task, error) {
+func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration, opts ...SubmitOption) (*Task, error) {
 	var t Task
 	cl := call{method: http.MethodPost, path: "/v1/tasks", body: BytesBody(req), retry: retryIfNotAccepted}
 	if wait > 0 {
 		cl.query, cl.wait = url.Values{"wait": {wait.String()}}, wait
 	}
+	cl.query = submitQuery(cl.query, opts)
 	if _, err := c.do(ctx, cl, &t); err != nil {
 		return nil, err
 	}
@@ -285,12 +321,13 @@ func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration)
 
 // Solve submits one request and returns the task once it has ended: one
 // request when it ends within wait (SubmitWait), then long polls of wait
-// each (Get) until it ends or ctx does. wait <= 0 means 30s.
-func (c *Client) Solve(ctx context.Context, req []byte, wait time.Duration) (*Task, error) {
+// each (Get) until it ends or ctx does. wait <= 0 means 30s. opts apply
+// to the submission.
+func (c *Client) Solve(ctx context.Context, req []byte, wait time.Duration, opts ...SubmitOption) (*Task, error) {
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
-	t, err := c.SubmitWait(ctx, req, wait)
+	t, err := c.SubmitWait(ctx, req, wait, opts...)
 	for err == nil && !t.State.Terminal() {
 		t, err = c.Get(ctx, t.ID, wait)
 	}
@@ -327,8 +364,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 // one batch. With a non-empty idempotencyKey a retry, by this client or a
 // later run, answers the batch the first request created instead of
 // creating another; the same key with a different body is a 422 *Error.
-func (c *Client) SubmitBatch(ctx context.Context, reqs []json.RawMessage, idempotencyKey string) (*BatchSubmission, error) {
-	return c.SubmitBatchBody(ctx, BatchBody(reqs), idempotencyKey)
+//
+// The webhook of WithWebhook is part of the request the key names: the
+// same key with another webhook is a 422 as well.
+func (c *Client) SubmitBatch(ctx context.Context, reqs []json.RawMessage, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
+	return c.SubmitBatchBody(ctx, BatchBody(reqs), idempotencyKey, opts...)
 }
 
 // BatchBody returns the body of POST /v1/batches for reqs:
@@ -352,15 +392,15 @@ func BatchBody(reqs []json.RawMessage) []byte {
 
 // SubmitBatchBody is SubmitBatch with the body already encoded (see
 // BatchBody).
-func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, call{body: BytesBody(body)}, idempotencyKey)
+func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
+	return c.submitBatch(ctx, call{query: submitQuery(nil, opts), body: BytesBody(body)}, idempotencyKey)
 }
 
 // SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
 // as one batch: one item per case. BatchOutput then prints the judge's
 // answer.
-func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, call{query: url.Values{"format": {format}}, body: BytesBody(text),
+func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
+	return c.submitBatch(ctx, call{query: submitQuery(url.Values{"format": {format}}, opts), body: BytesBody(text),
 		contentType: "text/plain; charset=utf-8"}, idempotencyKey)
 }
 
@@ -506,16 +546,17 @@ const NDJSONContentType = "application/x-ndjson"
 // it again from its start. With a non-empty idempotencyKey the request is
 // retried on every transient failure and a later run with the same key and
 // bytes gets the same batch back (Replayed); the same key with different
-// bytes is a 422 *Error.
+// bytes (or another webhook) is a 422 *Error. WithWebhook names the
+// batch's completion webhook.
 //
 // A batch of more than MaxListedIDs items has no TaskIDs in the answer:
 // its items are ItemID(ID, 0) to ItemID(ID, Total-1) (see
 // BatchSubmission.ItemID).
-func (c *Client) SubmitNDJSON(ctx context.Context, body Body, idempotencyKey string) (*BatchSubmission, error) {
+func (c *Client) SubmitNDJSON(ctx context.Context, body Body, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
 	if body.open == nil {
 		body = BytesBody(nil)
 	}
-	return c.submitBatch(ctx, call{body: body, contentType: NDJSONContentType}, idempotencyKey)
+	return c.submitBatch(ctx, call{query: submitQuery(nil, opts), body: body, contentType: NDJSONContentType}, idempotencyKey)
 }
 
 // MaxListedIDs is the largest batch whose submission lists its items' IDs.

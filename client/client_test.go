@@ -253,3 +253,61 @@ func TestSolveSubmitsWithWaitThenPolls(t *testing.T) {
 		t.Fatalf("requests %q, want %q", calls, want)
 	}
 }
+
+// WithWebhook goes as ?webhook= on every kind of submission, beside the
+// query the submission has of its own; an empty URL sends none.
+func TestWithWebhookQuery(t *testing.T) {
+	t.Parallel()
+	var got atomic.Pointer[http.Request]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r)
+		w.WriteHeader(http.StatusAccepted)
+		if r.URL.Path == "/v1/tasks" {
+			io.WriteString(w, `{"id":"t1","kind":"sliding","state":"completed"}`)
+			return
+		}
+		io.WriteString(w, `{"id":"b1","total":1}`)
+	}))
+	defer srv.Close()
+	c := client.New(srv.URL, fast()...)
+	ctx := context.Background()
+	req := []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
+	const hook = "https://hooks.example.com/p?x=1&y=2"
+	for _, tc := range []struct {
+		name   string
+		submit func(...client.SubmitOption) error
+		path   string
+		query  string // of the submission's own, beside webhook
+	}{
+		{"Submit", func(o ...client.SubmitOption) error { _, err := c.Submit(ctx, req, o...); return err }, "/v1/tasks", ""},
+		{"SubmitWait", func(o ...client.SubmitOption) error { _, err := c.SubmitWait(ctx, req, time.Second, o...); return err }, "/v1/tasks", "wait=1s"},
+		{"Solve", func(o ...client.SubmitOption) error { _, err := c.Solve(ctx, req, time.Second, o...); return err }, "/v1/tasks", "wait=1s"},
+		{"SubmitBatch", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitBatch(ctx, []json.RawMessage{req}, "k", o...)
+			return err
+		}, "/v1/batches", ""},
+		{"SubmitJudgeBatch", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitJudgeBatch(ctx, "boj1525", []byte("1 0 3\n4 2 5\n7 8 6\n"), "", o...)
+			return err
+		}, "/v1/batches", "format=boj1525"},
+		{"SubmitNDJSON", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitNDJSON(ctx, client.BytesBody(append(req, '\n')), "k", o...)
+			return err
+		}, "/v1/batches", ""},
+	} {
+		for _, with := range []string{hook, ""} {
+			if err := tc.submit(client.WithWebhook(with)); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			r := got.Load()
+			q := r.URL.Query()
+			if r.URL.Path != tc.path || q.Get("webhook") != with || (with == "" && q.Has("webhook")) {
+				t.Errorf("%s with webhook %q: sent %s", tc.name, with, r.URL)
+			}
+			q.Del("webhook")
+			if q.Encode() != tc.query {
+				t.Errorf("%s with webhook %q: query %q, want %q beside the webhook", tc.name, with, q.Encode(), tc.query)
+			}
+		}
+	}
+}

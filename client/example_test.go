@@ -153,6 +153,26 @@ func ExampleClient_SubmitNDJSON() {
 	// Output: 2 items, the second is 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1
 }
 
+// Name a completion webhook on a submission: once the batch has ended the
+// server POSTs a signed batch.done event to the URL, so nothing has to
+// poll for it. A URL the server refuses is a 400 *Error with Field
+// "webhook".
+func ExampleWithWebhook() {
+	srv := fakeAPI()
+	defer srv.Close()
+	c := client.New(srv.URL)
+
+	lines := `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}` + "\n" +
+		`{"kind":"sliding","puzzle":{"board":[[3,6,0],[8,1,2],[7,4,5]]}}` + "\n"
+	sub, err := c.SubmitNDJSON(context.Background(), client.BytesBody([]byte(lines)), "",
+		client.WithWebhook("https://hooks.example.com/puzzleq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sub.Total, "items; the webhook hears when they have all ended")
+	// Output: 2 items; the webhook hears when they have all ended
+}
+
 // Stream a batch's results: one line per item in submission order,
 // decoded as it arrives. Wait holds the request until the batch is done
 // (at most the server's MAX_WAIT); loop while some item has not ended.

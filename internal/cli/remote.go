@@ -175,6 +175,9 @@ type runner struct {
 	// announce, when set, is called with each batch once it is
 	// accepted, from the goroutine that submitted it.
 	announce func(b *batchRun)
+	// webhook, when set, is every batch's completion webhook
+	// (--webhook).
+	webhook string
 
 	mu sync.Mutex // guards batchRun.ended
 }
@@ -438,7 +441,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 
 // submit posts one batch as NDJSON under its idempotency key.
 func (r *runner) submit(ctx context.Context, b *batchRun) (*client.BatchSubmission, error) {
-	sub, err := r.c.SubmitNDJSON(ctx, b.body, b.key)
+	sub, err := r.c.SubmitNDJSON(ctx, b.body, b.key, client.WithWebhook(r.webhook))
 	if err != nil {
 		return nil, batchError(b, err, r.resumable)
 	}
@@ -633,6 +636,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 type remoteSolver struct {
 	g      *globals
 	stderr io.Writer
+	// webhook, when set, is the completion webhook of each task or
+	// batch solve submits (--webhook).
+	webhook string
 }
 
 // maxSingles is the most requests solve sends as single tasks: a handful
@@ -647,7 +653,7 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 		return nil, err
 	}
 	if len(reqs) <= maxSingles {
-		return solveSingles(cmd.Context(), c, reqs)
+		return solveSingles(cmd.Context(), c, reqs, s.webhook)
 	}
 	jobs := make([]job, len(reqs))
 	for i, p := range reqs {
@@ -659,7 +665,7 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	r := &runner{c: c, batchSize: defaultBatchSize, parallel: defaultParallel, wait: true, stderr: s.stderr,
-		resultsWait: longPoll, countsEvery: time.Second, runID: hex.EncodeToString(nonce[:])}
+		resultsWait: longPoll, countsEvery: time.Second, runID: hex.EncodeToString(nonce[:]), webhook: s.webhook}
 	r.progress = newProgress(s.stderr, len(jobs), true)
 	out := make([]json.RawMessage, 0, len(reqs))
 	err = r.run(cmd.Context(), jobs, output{item: func(j *job, l *client.ResultLine) error {
@@ -677,14 +683,14 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 
 // solveSingles solves each request as a single task, all at once, and
 // returns the results in order; the first case that did not complete is
-// the error.
-func solveSingles(ctx context.Context, c *client.Client, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
+// the error. A webhook, when set, is each task's.
+func solveSingles(ctx context.Context, c *client.Client, reqs []*puzzle.Parsed, webhook string) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, p := range reqs {
 		wg.Go(func() {
-			t, err := c.Solve(ctx, p.Payload(), longPoll)
+			t, err := c.Solve(ctx, p.Payload(), longPoll, client.WithWebhook(webhook))
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("case %d: %w", i+1, err)

@@ -19,8 +19,9 @@ const maxJSONLine = puzzle.MaxJSONLine
 
 func newSolveCmd(g *globals) *cobra.Command {
 	var (
-		format string
-		local  bool
+		format  string
+		local   bool
+		webhook string
 	)
 	cmd := &cobra.Command{
 		Use:   "solve --format FORMAT",
@@ -42,14 +43,18 @@ Formats:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var s solver = localSolver{}
-			if !local {
-				s = remoteSolver{g: g, stderr: cmd.ErrOrStderr()}
+			switch {
+			case local && webhook != "":
+				return usagef("--webhook needs the API: it cannot be used with --local")
+			case !local:
+				s = remoteSolver{g: g, stderr: cmd.ErrOrStderr(), webhook: webhook}
 			}
 			return solveFormat(cmd, format, s)
 		},
 	}
 	cmd.Flags().StringVarP(&format, "format", "f", string(puzzle.FormatJSON), "input format: boj1525, boj9944, p84021 or json")
 	cmd.Flags().BoolVar(&local, "local", false, "solve in this process instead of through the API")
+	cmd.Flags().StringVar(&webhook, "webhook", "", "completion webhook URL of each task or batch submitted (the server POSTs a signed event to it when it ends)")
 	return cmd
 }
 

@@ -25,6 +25,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		batchSize int
 		parallel  int
 		runID     string
+		webhook   string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit -f FILE [--wait] [--out FILE]",
@@ -47,6 +48,11 @@ after a lost response, or running the same command again after an
 interruption or a failure, does not submit the same work twice. Pass a new
 --run-id to submit the same input afresh (say, to re-run tasks that failed).
 
+--webhook URL names every batch's completion webhook: the server POSTs a
+signed event to it once the batch has ended (see the README, "Webhooks"). A
+URL the server refuses (not public and not in its WEBHOOK_ALLOWED_HOSTS, or a
+server without WEBHOOK_SECRET) fails with the server's message, exit status 2.
+
 Without --wait, prints each batch's ID. With --wait, streams the results back
 and prints one JSON line per request, in input order, as soon as every line
 before it has ended:
@@ -60,6 +66,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 
   # Read requests from stdin, only print the batch IDs
   generate-puzzles | puzzlectl submit -f -
+
+  # Be told when each batch is done
+  puzzlectl submit -f jobs.jsonl --webhook https://hooks.example.com/puzzleq
 
   # Smaller batches, more at once
   puzzlectl submit -f jobs.jsonl --batch-size 2000 --parallel 8 --wait`,
@@ -131,7 +140,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
-				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true, gate: gate}
+				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true, gate: gate, webhook: webhook}
 			r.progress = newProgress(stderr, len(jobs), wait)
 			ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
 			var warned sync.WaitGroup
@@ -222,6 +231,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&outPath, "out", "", "write the results to this file instead of stdout")
 	cmd.Flags().IntVar(&batchSize, "batch-size", defaultBatchSize, "most requests per batch (at most the server's MAX_BATCH_ITEMS); a batch also stays within 256 MiB")
 	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "batches submitted at once")
+	cmd.Flags().StringVar(&webhook, "webhook", "", "completion webhook URL of every batch (the server POSTs a signed event to it when the batch ends); the same --run-id with another webhook is refused")
 	cmd.Flags().StringVar(&runID, "run-id", "", "salt of the batches' idempotency keys; change it to submit the same input again as new work")
 	return cmd
 }
