@@ -864,6 +864,7 @@ func apiError(resp *http.Response, data []byte) *Error {
 	return e
 }
 
+// sleepCtx sleeps d or until ctx ends (Client.sleep's default).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

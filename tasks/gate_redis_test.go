@@ -154,7 +154,7 @@ func TestGateCancelOneOfJoined(t *testing.T) {
 		if _, _, err := f.store.Start(f.ctx, []tasks.Transition{{ID: id}}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.store.Cancel(f.ctx, id, "", ""); err != nil {
+		if _, err := f.store.Cancel(f.ctx, id, ""); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -176,7 +176,7 @@ func TestGateCancelOneOfJoined(t *testing.T) {
 	}
 	// Canceling the task whose run solves does not stop the solve: b
 	// still waits on it.
-	if _, err := f.store.Cancel(f.ctx, "a", "", "k1"); err != nil {
+	if _, err := f.store.Cancel(f.ctx, "a", "k1"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -196,7 +196,7 @@ func TestGateCancelOneOfJoined(t *testing.T) {
 	calls, _ = f.blockingSolve()
 	lead = f.run(f.singleOf(t, "c", "k1", board15b))
 	f.waitState(t, "c", apitype.TaskStateActive)
-	if _, err := f.store.Cancel(f.ctx, "c", "", "k1"); err != nil {
+	if _, err := f.store.Cancel(f.ctx, "c", "k1"); err != nil {
 		t.Fatal(err)
 	}
 	select {

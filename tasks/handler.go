@@ -50,17 +50,17 @@ type Store interface {
 	Cached(ctx context.Context, key string) (json.RawMessage, error)
 }
 
-// Transition is one move of a task record to a new state, for Store.Start
-// and Store.Finish.
+// Transition is one move of a single task's record to a new state, for
+// Store.Start and Store.Finish. (Batch items move by StartUnit and
+// FinishUnit.)
 type Transition struct {
-	ID      string
-	BatchID string            // "" for a single task
-	Owner   string            // the API key that made the task; "" when auth is off
-	State   apitype.TaskState // for Finish: completed, failed or canceled
-	Result  json.RawMessage   // completed
-	Code    string            // failed, canceled: an apitype task error code
-	Msg     string
-	Cached  bool // completed from the cache
+	ID     string
+	Owner  string            // the API key that made the task; "" when auth is off
+	State  apitype.TaskState // for Finish: completed, failed or canceled
+	Result json.RawMessage   // completed
+	Code   string            // failed, canceled: an apitype task error code
+	Msg    string
+	Cached bool // completed from the cache
 	// Unstarted, for Finish, marks a task that ran without Start (an
 	// instant solve of a single task): Finish counts its attempt and
 	// sets its start time.
@@ -142,7 +142,7 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 				return h.processExpensive(ctx, p.Owner, p.Item, pz)
 			}
 		}
-		return h.processItems(ctx, "", p.Owner, []Item{p.Item})
+		return h.processItems(ctx, p.Owner, []Item{p.Item})
 	case TypeUnit:
 		ref, err := decodeUnitRef(t.Payload())
 		if err != nil {
@@ -185,11 +185,12 @@ func (h *Handler) lastDeadlineAttempt(ctx context.Context) bool {
 	return retried+1 >= h.limits.DeadlineAttempts || retried >= maxR
 }
 
-// processItems runs items of one batch (or one single task). Every step
+// processItems runs a single task's item (batch units go through
+// processUnit, whose items are not task records). Every step
 // is idempotent, so a redelivered task is harmless: items that already
 // ended are skipped by the start script, and the finish script counts an
 // item only on its first move to a terminal state.
-func (h *Handler) processItems(ctx context.Context, batchID, owner string, items []Item) error {
+func (h *Handler) processItems(ctx context.Context, owner string, items []Item) error {
 	// Register for cancellation before reading the state, so a cancel that
 	// lands between the two is not missed.
 	ictx := make([]context.Context, len(items))
@@ -208,7 +209,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 	keys := make([]string, len(items))
 	ts := make([]Transition, len(items))
 	for i, it := range items {
-		ts[i] = Transition{ID: it.ID, BatchID: batchID}
+		ts[i] = Transition{ID: it.ID}
 		// The request is our own Payload, validated by the API; decoding
 		// it again holds bytes that changed in Redis to the same rules.
 		p, err := puzzle.Decode(it.Request)
@@ -222,7 +223,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		prev []apitype.TaskState
 		hits []json.RawMessage
 	)
-	if unstarted := batchID == "" && len(items) == 1 && parsed[0] != nil && h.instant(parsed[0]); unstarted {
+	if unstarted := len(items) == 1 && parsed[0] != nil && h.instant(parsed[0]); unstarted {
 		// An instant solve (a table lookup, microseconds) skips Start:
 		// no client could see it active, and the cache cannot beat the
 		// table. Finish counts the attempt, and leaves alone a task that
@@ -250,7 +251,7 @@ func (h *Handler) processItems(ctx context.Context, batchID, owner string, items
 		if len(pendingIdx) == 0 {
 			return nil
 		}
-		if err := h.finish(ctx, batchID, owner, items, parsed, outs, pendingIdx, ts[0].Unstarted); err != nil {
+		if err := h.finish(ctx, owner, items, parsed, outs, pendingIdx, ts[0].Unstarted); err != nil {
 			return err
 		}
 		pendingIdx = pendingIdx[:0]
@@ -351,12 +352,12 @@ func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
 
 // finish writes the outcomes of items idx in one round trip and counts the
 // ones this call actually ended.
-func (h *Handler) finish(ctx context.Context, batchID, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int, unstarted bool) error {
+func (h *Handler) finish(ctx context.Context, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int, unstarted bool) error {
 	ts := make([]Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
 		o := outs[i]
-		t := Transition{ID: items[i].ID, BatchID: batchID, Owner: owner, Unstarted: unstarted}
+		t := Transition{ID: items[i].ID, Owner: owner, Unstarted: unstarted}
 		if o.code == "" {
 			t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
 			if parsed[i] != nil {

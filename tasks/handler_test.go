@@ -163,7 +163,7 @@ func TestCancelStopsARunningSolve(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.handler.ProcessTask(f.ctx, task) }()
 	<-started
-	if prev, err := f.store.Cancel(f.ctx, "run", "", ""); err != nil || prev != apitype.TaskStateActive {
+	if prev, err := f.store.Cancel(f.ctx, "run", ""); err != nil || prev != apitype.TaskStateActive {
 		t.Fatalf("cancel: %v %v", prev, err)
 	}
 	at := time.Now()
@@ -220,7 +220,7 @@ func TestInstantSingleSkipsStart(t *testing.T) {
 	} {
 		task := f.single(t, tc.id, sample8)
 		if tc.cancel {
-			if _, err := st.Cancel(f.ctx, tc.id, "", ""); err != nil {
+			if _, err := st.Cancel(f.ctx, tc.id, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -43,7 +43,7 @@ type Store interface {
 	DeleteTasks(ctx context.Context, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
-	Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error)
+	Cancel(ctx context.Context, id, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)

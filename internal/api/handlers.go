@@ -356,7 +356,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		fail(c, errEnded(t.State))
 		return
 	}
-	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.BatchID, t.Owner)
+	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.Owner)
 	if err != nil {
 		fail(c, err)
 		return

@@ -612,6 +612,11 @@ func (r *runner) noteEnded(b *batchRun, n int) {
 	}
 }
 
+// sleepCtx sleeps d or until ctx ends, and then returns ctx's cause.
+// It is not the client package's sleepCtx: that one is unexported (the
+// client exports nothing for its own retries), and it returns ctx.Err(),
+// while this one returns context.Cause(ctx), as the CLI's other waits do,
+// so an error says why the wait ended.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

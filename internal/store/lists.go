@@ -194,7 +194,7 @@ func batchPasses(b *Batch, f ListFilter) bool {
 
 // taskListFields are the fields of a task record a list reads before
 // its result, which it reads only for the tasks it returns.
-var taskListFields = []string{"kind", "owner", "batch", "state", "err_code", "err_msg", "cached",
+var taskListFields = []string{"kind", "owner", "state", "err_code", "err_msg", "cached",
 	"created_at", "started_at", "completed_at", "attempts", "progress"}
 
 // ListTasks returns a page of owner's single tasks, newest first, that
@@ -219,9 +219,10 @@ func (s *Store) ListTasks(ctx context.Context, owner string, f ListFilter, curso
 		var gone []any
 		var page []*Task
 		consumed, stop := len(ids), false
+		stateAt := slices.Index(taskListFields, "state")
 		for i, c := range cmds {
 			v, ok := hmgetStrings(c)
-			if !ok[3] { // no state: the record is gone
+			if !ok[stateAt] { // no state: the record is gone
 				gone = append(gone, ids[i])
 				continue
 			}

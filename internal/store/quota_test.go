@@ -45,10 +45,10 @@ func TestQuotaIsExact(t *testing.T) {
 	}
 	pending(6, "after a refused task")
 
-	if _, err := s.Cancel(ctx, "s0", "", "alice"); err != nil {
+	if _, err := s.Cancel(ctx, "s0", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	s.Cancel(ctx, "s0", "", "alice") // twice: counted once
+	s.Cancel(ctx, "s0", "alice") // twice: counted once
 	pending(5, "after cancelling one twice")
 	done := []tasks.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}
 	s.Finish(ctx, done, nil)

@@ -3,8 +3,8 @@ package store
 import "github.com/redis/go-redis/v9"
 
 // Task records move pending -> active -> completed|failed|canceled. Each
-// move is one Lua script, so a record, its batch's counts and the wake-up
-// message change together or not at all, and a task delivered twice moves
+// move is one Lua script, so a record, its owner's quota count and the
+// wake-up message change together or not at all, and a task delivered twice moves
 // (and counts) once.
 
 // submitScript records a single submission in one round trip: it answers
@@ -76,21 +76,19 @@ end
 return {0, ''}
 `)
 
-// startManyScript marks up to maxPerScript tasks of one batch (or of no
-// batch) active in one call. Per task: a task that is pending or active
-// counts an attempt, gets started_at once and becomes active; a task in
-// any other state (or gone) is left alone, so only pending and active
-// tasks may run. The cached answers are looked up with one MGET, and the
-// batch's counts move with one HINCRBY per state for the whole call.
+// startManyScript marks up to maxPerScript single tasks active in one
+// call. Per task: a task that is pending or active counts an attempt,
+// gets started_at once and becomes active; a task in any other state (or
+// gone) is left alone, so only pending and active tasks may run. The
+// cached answers are looked up with one MGET. (Batch items are not task
+// records: startUnitScript starts them.)
 //
-// KEYS[1] batch hash (the first task hash when the tasks have no batch)
-// KEYS[2i], KEYS[2i+1] for task i = 1..n: its task hash, and the cache
+// KEYS[2i-1], KEYS[2i] for task i = 1..n: its task hash, and the cache
 //
 //	entry of its puzzle (its task hash again when unknown)
 //
 // ARGV[1] now, Unix milliseconds
-// ARGV[2] "1" when the tasks belong to the batch KEYS[1]
-// ARGV[2+i] "1" when task i's second key is a cache entry
+// ARGV[1+i] "1" when task i's second key is a cache entry
 //
 // Returns {state_1, hit_1, state_2, hit_2, ...}: per task its state before
 // the call ("" when the record does not exist) and its cached result (""
@@ -98,11 +96,10 @@ return {0, ''}
 // mean the caller may run the task.
 var startManyScript = redis.NewScript(`
 local out = {}
-local started = 0
 local lookups, at = {}, {}
-local n = (#KEYS - 1) / 2
+local n = #KEYS / 2
 for i = 1, n do
-  local tk = KEYS[2 * i]
+  local tk = KEYS[2 * i - 1]
   local rec = redis.call('HMGET', tk, 'state', 'attempts', 'started_at')
   local cur = rec[1]
   if not cur then
@@ -112,11 +109,10 @@ for i = 1, n do
     if not rec[3] then f[3] = 'started_at'; f[4] = ARGV[1] end
     if cur == 'pending' then
       f[#f + 1] = 'state'; f[#f + 1] = 'active'
-      started = started + 1
     end
     redis.call('HSET', tk, unpack(f))
-    if ARGV[2 + i] == '1' then
-      lookups[#lookups + 1] = KEYS[2 * i + 1]
+    if ARGV[1 + i] == '1' then
+      lookups[#lookups + 1] = KEYS[2 * i]
       at[#at + 1] = 2 * i
     end
   end
@@ -129,77 +125,64 @@ if #lookups > 0 then
     if hits[j] then out[at[j]] = hits[j] end
   end
 end
-if ARGV[2] == '1' and started > 0 then
-  redis.call('HINCRBY', KEYS[1], 'pending', -started)
-  redis.call('HINCRBY', KEYS[1], 'active', started)
-end
 return out
 `)
 
-// finishManyScript ends up to maxPerScript tasks of one batch (or of no
-// batch) and one owner (or none) in one call. Per task: only a pending or
-// active task moves to its terminal state (so a duplicate delivery or a
-// cancel that won changes and counts nothing), with its result or error
-// and completed_at, and "t:<id>" is published for long polls. Then, once
-// for the whole call, it uncounts the tasks it ended from the owner's
-// quota (per unit: the batch, or each single task; see quotaLua), moves
-// the batch's counts with one HINCRBY per state, and when this call ended
-// the batch's last task sets done_at and publishes "b:<batch>".
+// finishManyScript ends up to maxPerScript single tasks of one owner (or
+// none) in one call. Per task: only a pending or active task moves to its
+// terminal state (so a duplicate delivery or a cancel that won changes
+// and counts nothing), with its result or error and completed_at, and
+// "t:<id>" is published for long polls. Then, once for the whole call,
+// it uncounts the tasks it ended from the owner's quota (each single task
+// is its own unit; see quotaLua). (Batch items are not task records:
+// finishUnitScript and cancelItemsScript end them.)
 //
-// KEYS[1] batch hash (the first task hash when the tasks have no batch)
-// KEYS[2..4] the owner's pending counter, open units and expiry set (the
+// KEYS[1..3] the owner's pending counter, open units and expiry set (the
 //
 //	first task hash thrice when none)
 //
-// KEYS[4+i] task i's hash, i = 1..n
+// KEYS[3+i] task i's hash, i = 1..n
 //
 // ARGV[1] now, Unix milliseconds
-// ARGV[2] "1" when the tasks belong to the batch KEYS[1]
-// ARGV[3] "1" when the tasks have an owner whose quota count to lower
-// ARGV[4] events channel
-// ARGV[5] batch ID ("" when none)
-// ARGV[6] the largest result (with error message) whose record the
+// ARGV[2] "1" when the tasks have an owner whose quota count to lower
+// ARGV[3] events channel
+// ARGV[4] the largest result (with error message) whose record the
 //
-//	event of a single task carries, in bytes
+//	event of a task carries, in bytes
 //
-// then 7 values per task i, from ARGV[7*i]:
-// ARGV[7i]   new state: completed, failed or canceled
-// ARGV[7i+1] task ID
-// ARGV[7i+2] result JSON ("" when none)
-// ARGV[7i+3] error code ("" when none)
-// ARGV[7i+4] error message
-// ARGV[7i+5] "1" when the result came from the cache
-// ARGV[7i+6] "1" when the task ran without startManyScript (an instant
+// then 7 values per task i, from ARGV[7i-2]:
+// ARGV[7i-2] new state: completed, failed or canceled
+// ARGV[7i-1] task ID
+// ARGV[7i]   result JSON ("" when none)
+// ARGV[7i+1] error code ("" when none)
+// ARGV[7i+2] error message
+// ARGV[7i+3] "1" when the result came from the cache
+// ARGV[7i+4] "1" when the task ran without startManyScript (an instant
 //
 //	solve): this call counts its attempt and sets started_at
 //
-// The event of a single task carries its ended record, "t:<id> <JSON
-// object of the hash's fields>", so a long poll answers from it without
-// reading the record again; a record with a larger result is announced
-// as "t:<id>" alone and read. A batch's tasks are announced by ID alone.
+// The event of a task carries its ended record, "t:<id> <JSON object of
+// the hash's fields>", so a long poll answers from it without reading
+// the record again; a record with a larger result is announced as
+// "t:<id>" alone and read.
 //
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
 // other value means it had already ended and nothing changed for it.
 var finishManyScript = redis.NewScript(quotaLua + `
 local out = {}
-local delta = {}
 local ends = {}
 local ended = 0
-local n = #KEYS - 4
+local n = #KEYS - 3
 for i = 1, n do
-  local tk = KEYS[4 + i]
-  local a = 7 * i
+  local tk = KEYS[3 + i]
+  local a = 7 * i - 2
   local cur, rec
-  if ARGV[2] == '1' then
-    cur = redis.call('HGET', tk, 'state')
-  else
-    local kv = redis.call('HGETALL', tk)
-    if #kv > 0 then
-      rec = {}
-      for j = 1, #kv, 2 do rec[kv[j]] = kv[j + 1] end
-      cur = rec.state
-    end
+  local kv = redis.call('HGETALL', tk)
+  if #kv > 0 then
+    rec = {}
+    for j = 1, #kv, 2 do rec[kv[j]] = kv[j + 1] end
+    cur = rec.state
   end
   if not cur then
     cur = ''
@@ -213,43 +196,22 @@ for i = 1, n do
     end
     if ARGV[a + 5] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
     if ARGV[a + 6] == '1' then
-      if rec then
-        f[#f + 1] = 'attempts'; f[#f + 1] = tostring((tonumber(rec.attempts) or 0) + 1)
-        if not rec.started_at then f[#f + 1] = 'started_at'; f[#f + 1] = ARGV[1] end
-      else
-        redis.call('HINCRBY', tk, 'attempts', 1)
-        redis.call('HSETNX', tk, 'started_at', ARGV[1])
-      end
+      f[#f + 1] = 'attempts'; f[#f + 1] = tostring((tonumber(rec.attempts) or 0) + 1)
+      if not rec.started_at then f[#f + 1] = 'started_at'; f[#f + 1] = ARGV[1] end
     end
     redis.call('HSET', tk, unpack(f))
     local msg = 't:' .. ARGV[a + 1]
-    if rec and #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[6]) then
+    if #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[4]) then
       for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
       msg = msg .. ' ' .. cjson.encode(rec)
     end
-    redis.call('PUBLISH', ARGV[4], msg)
-    delta[cur] = (delta[cur] or 0) - 1
-    delta[st] = (delta[st] or 0) + 1
+    redis.call('PUBLISH', ARGV[3], msg)
     ended = ended + 1
     local unit = ARGV[a + 1]
-    if ARGV[2] == '1' then unit = ARGV[5] end
     ends[unit] = (ends[unit] or 0) + 1
   end
   out[i] = cur
 end
-if ended > 0 then
-  if ARGV[3] == '1' then release(KEYS[2], KEYS[3], KEYS[4], ends) end
-  if ARGV[2] == '1' then
-    for st, d in pairs(delta) do
-      if d ~= 0 then redis.call('HINCRBY', KEYS[1], st, d) end
-    end
-    local after = redis.call('HINCRBY', KEYS[1], 'ended', ended)
-    local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
-    if total and after - ended < total and after >= total then
-      redis.call('HSET', KEYS[1], 'done_at', ARGV[1])
-      redis.call('PUBLISH', ARGV[4], 'b:' .. ARGV[5])
-    end
-  end
-end
+if ended > 0 and ARGV[2] == '1' then release(KEYS[1], KEYS[2], KEYS[3], ends) end
 return out
 `)

@@ -49,7 +49,7 @@ func newGate(t *testing.T) *gateFixture {
 		if _, _, err := s.Start(ctx, []tasks.Transition{{ID: id}}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Cancel(ctx, id, "", ""); err != nil {
+		if _, err := s.Cancel(ctx, id, ""); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -202,7 +202,7 @@ func TestGateCancel(t *testing.T) {
 	a, b := f.submit("a", "o1"), f.submit("b", "o2")
 	f.admit(a, 1, tasks.VerdictRun)
 	f.admit(b, 1, tasks.VerdictJoined)
-	if _, err := f.s.Cancel(f.ctx, "a", "", "o1"); err != nil {
+	if _, err := f.s.Cancel(f.ctx, "a", "o1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.announced(""); len(got) != 0 {
@@ -211,7 +211,7 @@ func TestGateCancel(t *testing.T) {
 	if st := f.state("b"); st.State != apitype.TaskStateActive {
 		t.Fatalf("b after a's cancel: %s", st.State)
 	}
-	if _, err := f.s.Cancel(f.ctx, "b", "", "o2"); err != nil {
+	if _, err := f.s.Cancel(f.ctx, "b", "o2"); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.announced("a"); !slices.Contains(got, "a") {
@@ -240,7 +240,7 @@ func TestGateCancel(t *testing.T) {
 	d.Solve = "k2"
 	d.CacheKey = "k2"
 	f.admit(d, 1, tasks.VerdictRun)
-	if _, err := f.s.Cancel(f.ctx, "d", "", "o1"); err != nil {
+	if _, err := f.s.Cancel(f.ctx, "d", "o1"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.s.ReleaseSolve(f.ctx, d); err != nil || n != 0 {
@@ -281,7 +281,7 @@ func TestGateWorkerDied(t *testing.T) {
 	a2.Solve, b2.Solve, a2.CacheKey, b2.CacheKey = "k3", "k3", "k3", "k3"
 	f.admit(a2, 0, tasks.VerdictRun)
 	f.admit(b2, 0, tasks.VerdictJoined)
-	if _, err := f.s.Cancel(f.ctx, "a2", "", "o1"); err != nil {
+	if _, err := f.s.Cancel(f.ctx, "a2", "o1"); err != nil {
 		t.Fatal(err)
 	}
 	f.admit(a2, 0, tasks.VerdictRun)

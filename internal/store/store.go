@@ -27,9 +27,10 @@ var ErrNotFound = errors.New("not found")
 
 // Task is a task record.
 type Task struct {
-	ID      string
-	Kind    string
-	Owner   string
+	ID    string
+	Kind  string
+	Owner string
+	// BatchID is a batch item's batch (GetItem); "" for a single task.
 	BatchID string
 	// CustomID is a batch item's custom_id; nil when it has none.
 	CustomID    *string
@@ -56,8 +57,6 @@ type NewTask struct {
 	Kind     string
 	Owner    string
 	CacheKey string
-	// Result, when set, creates the task already completed from the cache.
-	Result json.RawMessage
 	// Enqueue is the task SubmitTask puts on asynq's queue with a new
 	// pending record (single tasks only).
 	Enqueue tasks.Enqueued
@@ -148,24 +147,6 @@ func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-func (s *Store) newTaskFields(t NewTask, batchID string, now int64) []any {
-	f := []any{"kind", t.Kind, "state", string(apitype.TaskStatePending), "created_at", now, "attempts", 0}
-	if t.Owner != "" {
-		f = append(f, "owner", t.Owner)
-	}
-	if batchID != "" {
-		f = append(f, "batch", batchID)
-	}
-	if t.CacheKey != "" {
-		f = append(f, "key", t.CacheKey)
-	}
-	if t.Result != nil {
-		f[3] = string(apitype.TaskStateCompleted)
-		f = append(f, "result", string(t.Result), "cached", "1", "completed_at", now)
-	}
-	return f
-}
-
 // DeleteTasks removes records, best effort; the API uses it to undo a
 // submission whose enqueue failed, so no orphan stays pending for a day.
 func (s *Store) DeleteTasks(ctx context.Context, ids []string) error {
@@ -230,7 +211,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Task, error) {
 
 func decodeTask(id string, m map[string]string) *Task {
 	t := &Task{
-		ID: id, Kind: m["kind"], Owner: m["owner"], BatchID: m["batch"],
+		ID: id, Kind: m["kind"], Owner: m["owner"],
 		State: apitype.TaskState(m["state"]), ErrCode: m["err_code"], ErrMsg: m["err_msg"],
 		Cached: m["cached"] == "1",
 	}
@@ -298,16 +279,15 @@ var _ tasks.Store = (*Store)(nil)
 const maxPerScript = 500
 
 // scriptGroups splits ts into runs for the many-scripts: tasks of one
-// batch and one owner, at most maxPerScript of them. Each group lists
-// indexes into ts in their original order.
+// owner, at most maxPerScript of them. Each group lists indexes into ts
+// in their original order.
 func scriptGroups(ts []tasks.Transition) [][]int {
-	type gk struct{ batch, owner string }
 	var (
-		order []gk
-		byKey = map[gk][]int{}
+		order []string
+		byKey = map[string][]int{}
 	)
 	for i, t := range ts {
-		k := gk{t.BatchID, t.Owner}
+		k := t.Owner
 		if _, ok := byKey[k]; !ok {
 			order = append(order, k)
 		}
@@ -326,7 +306,7 @@ func scriptGroups(ts []tasks.Transition) [][]int {
 }
 
 // Start marks tasks active and looks their answers up in the cache, in one
-// round trip: one startManyScript call per batch and at most maxPerScript
+// round trip: one startManyScript call per owner and at most maxPerScript
 // tasks. cacheKeys[i] is task i's cache key ("" when unknown). It returns
 // each task's state before the call ("" for a record that no longer
 // exists) and its cached result (nil on a miss). Only the tasks whose
@@ -337,12 +317,9 @@ func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []st
 	cmds := make([]*redis.Cmd, len(groups))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 		for g, idx := range groups {
-			first := ts[idx[0]]
-			bk, batched := s.batchKey(first)
-			keys := make([]string, 0, 1+2*len(idx))
-			args := make([]any, 0, 2+len(idx))
-			keys = append(keys, bk)
-			args = append(args, now, batched)
+			keys := make([]string, 0, 2*len(idx))
+			args := make([]any, 0, 1+len(idx))
+			args = append(args, now)
 			for _, i := range idx {
 				tk := s.k.task(ts[i].ID)
 				ck, hasKey := tk, "0"
@@ -435,7 +412,7 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 const maxEventRecord = 16 << 10
 
 // Finish moves tasks to terminal states in one round trip (one
-// finishManyScript call per batch and owner and at most maxPerScript
+// finishManyScript call per owner and at most maxPerScript
 // tasks), caching the results of completed tasks under cacheKeys[i] when
 // it is non-empty. It returns each task's state before the call: pending
 // or active means this call ended it; anything else means it had already
@@ -460,17 +437,15 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		}
 		for g, idx := range groups {
 			first := ts[idx[0]]
-			bk, batched := s.batchKey(first)
 			fk := s.k.task(first.ID)
 			ok, owned := []string{fk, fk, fk}, "0"
 			if first.Owner != "" {
 				ok, owned = s.k.owner(first.Owner), "1"
 			}
-			keys := make([]string, 0, 4+len(idx))
-			args := make([]any, 0, 6+7*len(idx))
-			keys = append(keys, bk)
+			keys := make([]string, 0, 3+len(idx))
+			args := make([]any, 0, 4+7*len(idx))
 			keys = append(keys, ok...)
-			args = append(args, now, batched, owned, s.k.events(), first.BatchID, maxEventRecord)
+			args = append(args, now, owned, s.k.events(), maxEventRecord)
 			for _, i := range idx {
 				t := ts[i]
 				keys = append(keys, s.k.task(t.ID))
@@ -538,31 +513,20 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 	}
 }
 
-func (s *Store) batchKey(t tasks.Transition) (string, string) {
-	if t.BatchID == "" {
-		return s.k.task(t.ID), "0"
-	}
-	return s.k.batch(t.BatchID), "1"
-}
-
-// Cancel cancels a task that has not ended and announces it to workers,
-// which stop a running solve. It returns the state before the call.
-func (s *Store) Cancel(ctx context.Context, id, batchID, owner string) (apitype.TaskState, error) {
-	prev, err := s.Finish(ctx, []tasks.Transition{{ID: id, BatchID: batchID, Owner: owner, State: apitype.TaskStateCanceled,
+// Cancel cancels a single task that has not ended and announces it to
+// workers, which stop a running solve. It returns the state before the
+// call. (A batch item is canceled by CancelItem.)
+func (s *Store) Cancel(ctx context.Context, id, owner string) (apitype.TaskState, error) {
+	prev, err := s.Finish(ctx, []tasks.Transition{{ID: id, Owner: owner, State: apitype.TaskStateCanceled,
 		Code: apitype.CodeCanceled, Msg: "canceled by request"}}, nil)
 	if err != nil {
 		return "", err
 	}
-	switch {
-	case batchID == "" && (prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive):
+	if prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive {
 		// A single task may wait on an expensive solve that others wait
 		// on too: announceCancel stops it only when none is left.
 		if err := s.announceCancel(ctx, id, prev[0]); err != nil {
 			return prev[0], err
-		}
-	case prev[0] == apitype.TaskStateActive:
-		if err := s.rdb.Publish(ctx, s.k.cancels(), id).Err(); err != nil {
-			return prev[0], fmt.Errorf("store: announce cancel: %w", err)
 		}
 	}
 	return prev[0], nil

@@ -119,10 +119,10 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	fired, release := hub.Wait(store.TaskEventKey("running"))
 	defer release()
 
-	if prev, err := s.Cancel(ctx, "pending", "", ""); err != nil || prev != apitype.TaskStatePending {
+	if prev, err := s.Cancel(ctx, "pending", ""); err != nil || prev != apitype.TaskStatePending {
 		t.Fatalf("cancel pending: %v %v", prev, err)
 	}
-	if prev, err := s.Cancel(ctx, "running", "", ""); err != nil || prev != apitype.TaskStateActive {
+	if prev, err := s.Cancel(ctx, "running", ""); err != nil || prev != apitype.TaskStateActive {
 		t.Fatalf("cancel running: %v %v", prev, err)
 	}
 	select {
@@ -138,7 +138,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("long poll was not woken by the cancel")
 	}
-	if prev, _ := s.Cancel(ctx, "running", "", ""); prev != apitype.TaskStateCanceled {
+	if prev, _ := s.Cancel(ctx, "running", ""); prev != apitype.TaskStateCanceled {
 		t.Fatalf("second cancel: %v", prev)
 	}
 	// A pending task's cancel must not be announced to workers.
