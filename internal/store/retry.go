@@ -178,9 +178,12 @@ return r
 var ErrRetryRunning = errors.New("store: a retry of this batch is running")
 
 // retryLease bounds how long a retry holds its batch's lock
-// (keys.batchRetry) should its process die: longer than the API lets a
-// retry run (2 minutes), so a live retry never loses it.
-const retryLease = 3 * time.Minute
+// (keys.batchRetry) should its process die: a live retry renews it every
+// retryLease/3, so a retry of a million items (about 15 s) keeps it, and
+// the next retry after a crash is refused for seconds, not minutes (with
+// a fixed 3-minute lock, the retry that finishes a killed one answered
+// 409 for three minutes).
+const retryLease = 6 * time.Second
 
 // RetryTimeout says what an item adds to its unit's asynq timeout, as at
 // submission (the API's staged): it depends on the item's kind and on
@@ -209,7 +212,29 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 	if !ok {
 		return 0, ErrRetryRunning
 	}
+	// Renew the lock while the retry runs (leaseScript renews only for
+	// its holder). A renewal that fails leaves the retry running: its
+	// chunk scripts are exact whoever else runs, the lock only saves work.
+	renewed := make(chan struct{})
+	rctx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(retryLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				cctx, cancel := context.WithTimeout(rctx, retryLease/3)
+				_ = leaseScript.Run(cctx, s.rdb, []string{lock}, token, retryLease.Milliseconds()).Err()
+				cancel()
+			}
+		}
+	}()
 	defer func() {
+		stopRenew()
+		<-renewed
 		// Only while it is still this retry's (releaseClaimScript is a
 		// compare-and-delete); bounded, whatever ctx has left.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

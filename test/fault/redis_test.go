@@ -51,6 +51,7 @@ func testRedisRestart(t *testing.T) {
 		n := sub.batchesAcked()
 		return n >= 6, fmt.Sprintf("batches acknowledged %d, want 6", n)
 	})
+	sawBusyAt := time.Now()
 	mu.Lock()
 	ackedBefore := len(acked.reqs)
 	mu.Unlock()
@@ -182,15 +183,29 @@ func testRedisRestart(t *testing.T) {
 	checkHardRecords(t, recs, hard)
 	// The boards running at the kill: each completed after it (so it was
 	// in flight), with the exact answer, counted once in its batch (above).
+	// A board seen running a few ms before the kill may have ended in
+	// between (k15 is one of the shorter ones): it is not in flight, and
+	// is only logged; every other must have completed after the kill, and
+	// at least one must have been in flight for the scenario to count.
 	var attempts []int
+	afterKill := 0
 	for _, ti := range inFlight {
 		id := itemOf(ti)
 		tr := recs[id]
 		attempts = append(attempts, tr.Attempts)
-		if tr.CompletedAt == nil || !tr.CompletedAt.After(killedAt.Add(-time.Millisecond)) {
+		switch {
+		case tr.CompletedAt != nil && tr.CompletedAt.After(killedAt.Add(-time.Millisecond)):
+			afterKill++
+		case tr.CompletedAt != nil && tr.CompletedAt.After(sawBusyAt.Add(-time.Millisecond)):
+			t.Logf("%s (task %s) ended %v after it was seen running, before the kill landed: not in flight",
+				hard[id].name, id, tr.CompletedAt.Sub(sawBusyAt).Round(time.Millisecond))
+		default:
 			t.Errorf("%s (task %s), active at the kill: completed at %v, want after the kill at %v (it was running then)",
 				hard[id].name, id, tr.CompletedAt, killedAt.Format(time.StampMilli))
 		}
+	}
+	if afterKill == 0 {
+		t.Errorf("none of the boards seen running (%v) was in flight at the kill", hardNames(inFlight, hard))
 	}
 	var last time.Time
 	for _, tr := range recs {
