@@ -120,11 +120,18 @@ func NewReconciler(st FeedStore, enq Enqueuer, log *slog.Logger, o ReconcilerOpt
 // ctx ends stops between enqueues; what it took and did not acknowledge
 // is stale for the next holder.
 func (r *Reconciler) Run(ctx context.Context) {
-	t := time.NewTicker(r.opts.Interval)
+	every(ctx, r.opts.Interval, r.log, "reconcile pass failed", r.RunOnce)
+}
+
+// every runs pass at once and then every interval until ctx ends, logging
+// a failed pass (one that ctx's end did not cause) as msg: the loop of
+// each replica's background passes (the Reconciler, the Watchdog).
+func every(ctx context.Context, interval time.Duration, log *slog.Logger, msg string, pass func(context.Context) (int, error)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("reconcile pass failed", "err", err)
+		if _, err := pass(ctx); err != nil && ctx.Err() == nil {
+			log.Warn(msg, "err", err)
 		}
 		select {
 		case <-ctx.Done():

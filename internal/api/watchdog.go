@@ -124,18 +124,7 @@ func NewWatchdog(st WatchdogStore, insp TaskInspector, enq Enqueuer, log *slog.L
 
 // Run watches every Interval until ctx ends.
 func (w *Watchdog) Run(ctx context.Context) {
-	t := time.NewTicker(w.opts.Interval)
-	defer t.Stop()
-	for {
-		if _, err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			w.log.Warn("watchdog pass failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	every(ctx, w.opts.Interval, w.log, "watchdog pass failed", w.RunOnce)
 }
 
 // RunOnce makes one pass and returns how many tasks it re-drove. An idle
