@@ -17,7 +17,6 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
-	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -29,12 +28,7 @@ import (
 // pattern databases into a directory the workers load them from.
 func TestFault(t *testing.T) {
 	timed(t)
-	start := time.Now()
-	pdbDir = t.TempDir()
-	if err := sliding.Preload(t.Context(), pdbDir); err != nil {
-		t.Fatalf("build the pattern databases into %s: %v", pdbDir, err)
-	}
-	t.Logf("built the pattern databases in %v", time.Since(start).Round(100*time.Millisecond))
+	ensurePDB(t)
 	t.Run("group", func(t *testing.T) {
 		t.Run("WorkerCrash", func(t *testing.T) { t.Parallel(); timed(t); testWorkerCrash(t) })
 		t.Run("FrozenWorker", func(t *testing.T) { t.Parallel(); timed(t); testFrozenWorker(t) })

@@ -42,6 +42,13 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	raiseFileLimit()
+	pdbs, err := os.MkdirTemp("", "puzzleq-fault-pdb-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fault: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(pdbs)
+	pdbDir = pdbs // built by the first test that needs it (ensurePDB)
 	if dir := os.Getenv("PUZZLEQ_FAULT_BIN"); dir != "" {
 		// Prebuilt binaries, e.g. from CI's own build step.
 		apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
