@@ -22,7 +22,9 @@ import (
 
 // TestFault runs every scenario. The four that mostly wait on asynq's
 // lease recovery (worker crash, Redis restart, Redis host crash, the
-// killed worker of a joined solve) run
+// killed worker of a joined solve) and the two long freezes (Redis past
+// the workers' cutoff, an API holding a batch retry's lock: 40 s and
+// 12 s, mostly waiting out a freeze or a lease) run
 // alongside a sequence of the others; the load and the storm run alone in that sequence so their
 // figures are not skewed by each other. First it builds the 15-puzzle's
 // pattern databases into a directory the workers load them from.
@@ -35,6 +37,8 @@ func TestFault(t *testing.T) {
 		t.Run("RedisRestart", func(t *testing.T) { t.Parallel(); timed(t); testRedisRestart(t) })
 		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); timed(t); testHostCrash(t) })
 		t.Run("JoinWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testJoinWorkerKill(t) })
+		t.Run("RedisFreezePastCutoff", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreezePastCutoff(t) })
+		t.Run("RetryLockFrozenAPI", func(t *testing.T) { t.Parallel(); timed(t); testRetryLockFrozenAPI(t) })
 		t.Run("Sequence", func(t *testing.T) {
 			t.Parallel()
 			for _, sc := range []struct {
