@@ -410,8 +410,12 @@ func (r *eventReport) check(t *testing.T, c *cluster, o *oracle, w *workload, ba
 			if from := r.conns[ev.conn].from; from > 0 && ie.Index < from {
 				t.Errorf("connection %d resumed from %d and sent item %d again, below its Last-Event-ID", ev.conn, from, ie.Index)
 			}
+			if !ok {
+				t.Errorf("item event %.300s: no item %d in the batch", ev.data, ie.Index)
+				continue
+			}
 			want := o.expect(t, w.reqs[tr.ID])
-			if !ok || ie.ID != tr.ID || ie.State != apitype.TaskStateCompleted || !bytes.Equal(compact(ie.Result), want) {
+			if ie.ID != tr.ID || ie.State != apitype.TaskStateCompleted || !bytes.Equal(compact(ie.Result), want) {
 				t.Errorf("item event %.300s: want item %d (%s) completed with %.200s", ev.data, ie.Index, tr.ID, want)
 			}
 		case "progress", "done":
