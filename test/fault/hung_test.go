@@ -30,7 +30,7 @@ import (
 func testRedisFreeze(t *testing.T) {
 	const (
 		bound     = 2500 * time.Millisecond // every route, Redis frozen
-		readyz    = 2300 * time.Millisecond // /readyz: its 2 s limit, and scheduling slack
+		readyz    = 2500 * time.Millisecond // /readyz: its 2 s limit, and scheduling slack on a loaded machine (2.3004 s seen at load 16-22)
 		heldWait  = 3 * time.Second         // the held long polls' ?wait=
 		recovered = 2 * time.Second         // every route healthy after SIGCONT
 	)
