@@ -264,6 +264,7 @@ func TestFinishEventCarriesRecord(t *testing.T) {
 	}{
 		{"completed", tasks.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
 		{"failed", tasks.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
+		{"awkward bytes", tasks.Transition{ID: "odd", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "12:ab 3:x\\\"é\u2028\x00\n:"}, true},
 		{"large result", tasks.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
 	}
 	for _, tc := range cases {
