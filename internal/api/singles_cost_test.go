@@ -91,11 +91,11 @@ func TestCommandsPerSingleTask(t *testing.T) {
 	}{
 		// Each includes the owner's task index that lists read (issue 14:
 		// ZADD, ZREMRANGEBYSCORE and EXPIRE in the submit script).
-		{"POST ?wait", false, true, 1, 16},
-		{"POST ?wait, key", true, true, 2, 34},
+		{"POST ?wait", false, true, 1, 15},
+		{"POST ?wait, key", true, true, 2, 33},
 		// The GET reads the record's webhook hash with it (one round
 		// trip, one command more).
-		{"POST then GET ?wait", false, false, 2, 18},
+		{"POST then GET ?wait", false, false, 2, 17},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -137,11 +137,20 @@ return out
 // is its own unit; see quotaLua). (Batch items are not task records:
 // finishUnitScript and cancelItemsScript end them.)
 //
+// A task whose cache flag is set has its result cached first, whether or
+// not this call ends it (a duplicate delivery solved it too): SET NX with
+// the result TTL, and only when the entry exists already a PEXPIRE GT,
+// since batch items refer to entries whose TTL finishUnitScript raised
+// to their batch's and an existing entry is the same puzzle's answer. In
+// the script a new entry costs one command; the pipeline's SET NX and
+// EXPIRE GT cost two (issue 12).
+//
 // KEYS[1..3] the owner's pending counter, open units and expiry set (the
 //
 //	first task hash thrice when none)
 //
-// KEYS[3+i] task i's hash, i = 1..n
+// KEYS[2+2i] task i's hash, i = 1..n, and KEYS[3+2i] its cache entry
+// (its hash again when not cached)
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] "1" when the tasks have an owner whose quota count to lower
@@ -150,16 +159,20 @@ return out
 //
 //	event of a task carries, in bytes
 //
-// then 7 values per task i, from ARGV[7i-2]:
-// ARGV[7i-2] new state: completed, failed or canceled
-// ARGV[7i-1] task ID
-// ARGV[7i]   result JSON ("" when none)
-// ARGV[7i+1] error code ("" when none)
-// ARGV[7i+2] error message
-// ARGV[7i+3] "1" when the result came from the cache
-// ARGV[7i+4] "1" when the task ran without startManyScript (an instant
+// ARGV[5] the result cache's TTL, milliseconds (0: none)
+//
+// then 8 values per task i, from ARGV[8i-2]:
+// ARGV[8i-2] new state: completed, failed or canceled
+// ARGV[8i-1] task ID
+// ARGV[8i]   result JSON ("" when none)
+// ARGV[8i+1] error code ("" when none)
+// ARGV[8i+2] error message
+// ARGV[8i+3] "1" when the result came from the cache
+// ARGV[8i+4] "1" when the task ran without startManyScript (an instant
 //
 //	solve): this call counts its attempt and sets started_at
+//
+// ARGV[8i+5] "1" to cache the result under KEYS[3+2i]
 //
 // The event of a task carries its ended record, "t:<id> <the hash's
 // fields>", so a long poll answers from it without reading the record
@@ -176,10 +189,18 @@ var finishManyScript = redis.NewScript(quotaLua + `
 local out = {}
 local ends = {}
 local ended = 0
-local n = #KEYS - 3
+local n = (#KEYS - 3) / 2
 for i = 1, n do
-  local tk = KEYS[3 + i]
-  local a = 7 * i - 2
+  local tk = KEYS[2 + 2 * i]
+  local a = 8 * i - 2
+  if ARGV[a + 7] == '1' then
+    local ck = KEYS[3 + 2 * i]
+    if ARGV[5] == '0' then
+      redis.call('SET', ck, ARGV[a + 2], 'NX')
+    elseif not redis.call('SET', ck, ARGV[a + 2], 'PX', ARGV[5], 'NX') then
+      redis.call('PEXPIRE', ck, ARGV[5], 'GT')
+    end
+  end
   local cur, rec
   local kv = redis.call('HGETALL', tk)
   if #kv > 0 then
