@@ -95,7 +95,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 		// room for every one of the test's tasks to trim) and the result
 		// cache's SET NX in the finish script.
 		{"POST ?wait", false, true, 1, 15},
-		{"POST ?wait, key", true, true, 2, 33},
+		{"POST ?wait, key", true, true, 2, 32},
 		// The GET reads the record's webhook hash with it (one round
 		// trip, one command more).
 		{"POST then GET ?wait", false, false, 2, 17},
