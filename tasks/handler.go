@@ -251,7 +251,7 @@ func (h *Handler) processItems(ctx context.Context, owner string, items []Item) 
 		if len(pendingIdx) == 0 {
 			return nil
 		}
-		if err := h.finish(ctx, owner, items, parsed, outs, pendingIdx, ts[0].Unstarted); err != nil {
+		if err := h.finish(ctx, owner, items, parsed, keys, outs, pendingIdx, ts[0].Unstarted); err != nil {
 			return err
 		}
 		pendingIdx = pendingIdx[:0]
@@ -351,8 +351,10 @@ func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
 }
 
 // finish writes the outcomes of items idx in one round trip and counts the
-// ones this call actually ended.
-func (h *Handler) finish(ctx context.Context, owner string, items []Item, parsed []*puzzle.Parsed, outs []*outcome, idx []int, unstarted bool) error {
+// ones this call actually ended. keys are the items' cache keys as
+// processItems computed them (Parsed.Key encodes and hashes the puzzle,
+// so once per item is enough).
+func (h *Handler) finish(ctx context.Context, owner string, items []Item, parsed []*puzzle.Parsed, keys []string, outs []*outcome, idx []int, unstarted bool) error {
 	ts := make([]Transition, len(idx))
 	ckeys := make([]string, len(idx))
 	for j, i := range idx {
@@ -360,9 +362,7 @@ func (h *Handler) finish(ctx context.Context, owner string, items []Item, parsed
 		t := Transition{ID: items[i].ID, Owner: owner, Unstarted: unstarted}
 		if o.code == "" {
 			t.State, t.Result, t.Cached = apitype.TaskStateCompleted, o.result, o.cached
-			if parsed[i] != nil {
-				ckeys[j] = parsed[i].Key()
-			}
+			ckeys[j] = keys[i] // "" for an item that did not decode
 		} else {
 			t.State, t.Code, t.Msg = apitype.TaskStateFailed, o.code, o.msg
 		}

@@ -66,13 +66,19 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 // reads and writes too: without it go-redis uses the context only
 // between retries, and /readyz's 2 s limit took 3.0 s (redisIOTimeout)
 // on a frozen Redis.
+//
+// It speaks RESP2 (Protocol 2): under RESP3, go-redis v9.23 peeks every
+// connection for pending push notifications before each reply, which was
+// 5% of the API's and the worker's CPU on the single-task path (issue 12),
+// and we use no RESP3 feature (no client-side caching, no maintenance
+// notifications). Pub/Sub works the same on a RESP2 connection.
 func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
 	switch o := opt.(type) {
 	case asynq.RedisClientOpt:
 		return redis.NewClient(&redis.Options{
 			Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true,
+			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true, Protocol: 2,
 		}), nil
 	case asynq.RedisFailoverClientOpt:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
@@ -80,7 +86,7 @@ func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *red
 			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
 			Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true,
+			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true, Protocol: 2,
 		}), nil
 	}
 	return nil, fmt.Errorf("REDIS_URL: unsupported connection type %T", opt)

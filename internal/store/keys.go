@@ -70,7 +70,9 @@ func (k keys) ownerVT(owner string) string { return k.prefix + "owner:" + owner 
 func (k keys) ownerBatches(owner string) string { return k.prefix + "owner:" + owner + ":batches" }
 
 // ownerTasks is the same index of an owner's single tasks, for
-// GET /v1/tasks, kept by submitScript.
+// GET /v1/tasks, kept by submitScript, which trims it on one submission
+// in 16 (so it may also hold what expired since the owner's last few
+// submissions; reads skip and drop those).
 func (k keys) ownerTasks(owner string) string { return k.prefix + "owner:" + owner + ":tasks" }
 
 // batchReq is a hash of a batch's requests, custom IDs and kind maps, per

@@ -95,10 +95,55 @@ func DecodeEventTask(id string, data []byte) *Task {
 		return nil
 	}
 	var m map[string]string
-	if json.Unmarshal(data, &m) != nil || m["state"] == "" {
+	if data[0] == '{' {
+		// A worker of the previous release publishes a JSON object;
+		// read it during a rolling upgrade.
+		if json.Unmarshal(data, &m) != nil {
+			return nil
+		}
+	} else if m = decodeEventFields(data); m == nil {
+		return nil
+	}
+	if m["state"] == "" {
 		return nil
 	}
 	return decodeTask(id, m)
+}
+
+// decodeEventFields reads the fields finishManyScript writes into an
+// event, "<len>:<name><len>:<value>" for each, or returns nil when data
+// is not that.
+func decodeEventFields(data []byte) map[string]string {
+	m := make(map[string]string, 12)
+	for len(data) > 0 {
+		k, rest, ok := netstring(data)
+		if !ok {
+			return nil
+		}
+		v, rest, ok := netstring(rest)
+		if !ok {
+			return nil
+		}
+		m[string(k)] = string(v)
+		data = rest
+	}
+	return m
+}
+
+// netstring splits "<len>:<len bytes>" off the front of b.
+func netstring(b []byte) (s, rest []byte, ok bool) {
+	n, i := 0, 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if n > len(b) {
+			return nil, nil, false
+		}
+		n = n*10 + int(b[i]-'0')
+	}
+	if i == 0 || i >= len(b) || b[i] != ':' || n > len(b)-i-1 {
+		return nil, nil, false
+	}
+	b = b[i+1:]
+	return b[:n], b[n:], true
 }
 
 // Waiting returns how many keys have waiters, for metrics and tests.

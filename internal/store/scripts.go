@@ -42,6 +42,16 @@ import "github.com/redis/go-redis/v9"
 //
 //	this process has added it already (as asynq.Client remembers it)
 //
+// The owner's task index is trimmed of members older than the record TTL
+// only by a submission whose ID ends in "0": IDs are random hex
+// (api.newID), so one submission in 16 trims, and the index holds the
+// live records plus the ones that expired since its owner's last ~16
+// submissions (reads skip and drop those). Trimming on every submission
+// was one command in 30 of a single task's (issue 12).
+//
+// The record is written by one HSET, owner and cached result included
+// (three HSETs for a keyed cache hit before issue 12).
+//
 // Returns {1, result} for a cache hit, {0, ""} for a new pending task,
 // {-1, ""} when the quota is exhausted and {-2, ""} when asynq already
 // holds a task of that ID (nothing written for either).
@@ -60,12 +70,19 @@ else
     admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
   end
 end
-redis.call('HSET', KEYS[1], 'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[4]) end
-if hit then redis.call('HSET', KEYS[1], 'result', hit, 'cached', '1', 'completed_at', ARGV[1]) end
+local f = {'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5]}
+if ARGV[4] ~= '' then f[#f + 1] = 'owner'; f[#f + 1] = ARGV[4] end
+if hit then
+  f[#f + 1] = 'result'; f[#f + 1] = hit
+  f[#f + 1] = 'cached'; f[#f + 1] = '1'
+  f[#f + 1] = 'completed_at'; f[#f + 1] = ARGV[1]
+end
+redis.call('HSET', KEYS[1], unpack(f))
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[6], ARGV[1], ARGV[7])
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
+if string.byte(ARGV[7], -1) == 48 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
+end
 redis.call('EXPIRE', KEYS[6], ARGV[2])
 if hit then return {1, hit} end
 if ARGV[8] ~= '' then
@@ -137,11 +154,20 @@ return out
 // is its own unit; see quotaLua). (Batch items are not task records:
 // finishUnitScript and cancelItemsScript end them.)
 //
+// A task whose cache flag is set has its result cached first, whether or
+// not this call ends it (a duplicate delivery solved it too): SET NX with
+// the result TTL, and only when the entry exists already a PEXPIRE GT,
+// since batch items refer to entries whose TTL finishUnitScript raised
+// to their batch's and an existing entry is the same puzzle's answer. In
+// the script a new entry costs one command; the pipeline's SET NX and
+// EXPIRE GT cost two (issue 12).
+//
 // KEYS[1..3] the owner's pending counter, open units and expiry set (the
 //
 //	first task hash thrice when none)
 //
-// KEYS[3+i] task i's hash, i = 1..n
+// KEYS[2+2i] task i's hash, i = 1..n, and KEYS[3+2i] its cache entry
+// (its hash again when not cached)
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] "1" when the tasks have an owner whose quota count to lower
@@ -150,21 +176,28 @@ return out
 //
 //	event of a task carries, in bytes
 //
-// then 7 values per task i, from ARGV[7i-2]:
-// ARGV[7i-2] new state: completed, failed or canceled
-// ARGV[7i-1] task ID
-// ARGV[7i]   result JSON ("" when none)
-// ARGV[7i+1] error code ("" when none)
-// ARGV[7i+2] error message
-// ARGV[7i+3] "1" when the result came from the cache
-// ARGV[7i+4] "1" when the task ran without startManyScript (an instant
+// ARGV[5] the result cache's TTL, milliseconds (0: none)
+//
+// then 8 values per task i, from ARGV[8i-2]:
+// ARGV[8i-2] new state: completed, failed or canceled
+// ARGV[8i-1] task ID
+// ARGV[8i]   result JSON ("" when none)
+// ARGV[8i+1] error code ("" when none)
+// ARGV[8i+2] error message
+// ARGV[8i+3] "1" when the result came from the cache
+// ARGV[8i+4] "1" when the task ran without startManyScript (an instant
 //
 //	solve): this call counts its attempt and sets started_at
 //
-// The event of a task carries its ended record, "t:<id> <JSON object of
-// the hash's fields>", so a long poll answers from it without reading
-// the record again; a record with a larger result is announced as
-// "t:<id>" alone and read.
+// ARGV[8i+5] "1" to cache the result under KEYS[3+2i]
+//
+// The event of a task carries its ended record, "t:<id> <the hash's
+// fields>", so a long poll answers from it without reading the record
+// again; a record with a larger result is announced as "t:<id>" alone and
+// read. The fields are netstring-like, "<len>:<name><len>:<value>" for
+// each (decodeEventFields): no escaping in Lua, no JSON reflection in the
+// API, which decoded a cjson object per long poll at 2% of its CPU
+// (issue 12).
 //
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
@@ -173,10 +206,18 @@ var finishManyScript = redis.NewScript(quotaLua + `
 local out = {}
 local ends = {}
 local ended = 0
-local n = #KEYS - 3
+local n = (#KEYS - 3) / 2
 for i = 1, n do
-  local tk = KEYS[3 + i]
-  local a = 7 * i - 2
+  local tk = KEYS[2 + 2 * i]
+  local a = 8 * i - 2
+  if ARGV[a + 7] == '1' then
+    local ck = KEYS[3 + 2 * i]
+    if ARGV[5] == '0' then
+      redis.call('SET', ck, ARGV[a + 2], 'NX')
+    elseif not redis.call('SET', ck, ARGV[a + 2], 'PX', ARGV[5], 'NX') then
+      redis.call('PEXPIRE', ck, ARGV[5], 'GT')
+    end
+  end
   local cur, rec
   local kv = redis.call('HGETALL', tk)
   if #kv > 0 then
@@ -203,7 +244,9 @@ for i = 1, n do
     local msg = 't:' .. ARGV[a + 1]
     if #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[4]) then
       for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
-      msg = msg .. ' ' .. cjson.encode(rec)
+      local parts = {}
+      for k, v in pairs(rec) do parts[#parts + 1] = #k .. ':' .. k .. #v .. ':' .. v end
+      msg = msg .. ' ' .. table.concat(parts)
     end
     redis.call('PUBLISH', ARGV[3], msg)
     ended = ended + 1

@@ -423,18 +423,6 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 	groups := scriptGroups(ts)
 	cmds := make([]*redis.Cmd, len(groups))
 	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		for i, t := range ts {
-			if t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached {
-				// Never shorten an entry's life: batch items refer to
-				// cache entries whose TTL finishUnitScript raised to
-				// their batch's, so a SET with a shorter TTL would expire
-				// their results early. An existing entry is the same
-				// puzzle's answer.
-				ck := s.k.cache(cacheKeys[i])
-				p.SetNX(ctx, ck, []byte(t.Result), s.resultTTL)
-				p.ExpireGT(ctx, ck, s.resultTTL)
-			}
-		}
 		for g, idx := range groups {
 			first := ts[idx[0]]
 			fk := s.k.task(first.ID)
@@ -442,14 +430,22 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 			if first.Owner != "" {
 				ok, owned = s.k.owner(first.Owner), "1"
 			}
-			keys := make([]string, 0, 3+len(idx))
-			args := make([]any, 0, 4+7*len(idx))
+			keys := make([]string, 0, 3+2*len(idx))
+			args := make([]any, 0, 5+8*len(idx))
 			keys = append(keys, ok...)
-			args = append(args, now, owned, s.k.events(), maxEventRecord)
+			args = append(args, now, owned, s.k.events(), maxEventRecord, s.resultTTL.Milliseconds())
 			for _, i := range idx {
 				t := ts[i]
-				keys = append(keys, s.k.task(t.ID))
-				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted))
+				tk, ck := s.k.task(t.ID), ""
+				// Never shorten an entry's life (finishManyScript).
+				cache := t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached
+				if cache {
+					ck = s.k.cache(cacheKeys[i])
+				} else {
+					ck = tk
+				}
+				keys = append(keys, tk, ck)
+				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted), flag(cache))
 			}
 			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 		}

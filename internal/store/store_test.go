@@ -264,6 +264,7 @@ func TestFinishEventCarriesRecord(t *testing.T) {
 	}{
 		{"completed", tasks.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
 		{"failed", tasks.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
+		{"awkward bytes", tasks.Transition{ID: "odd", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "12:ab 3:x\\\"é\u2028\x00\n:"}, true},
 		{"large result", tasks.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
 	}
 	for _, tc := range cases {
@@ -351,5 +352,49 @@ func TestSubmitTaskEnqueues(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "taken"); err != store.ErrNotFound {
 		t.Fatalf("a refused submission left a record: %v", err)
+	}
+}
+
+// TestFinishCachesWithoutShortening holds Finish's result cache to SET NX
+// with the result TTL and a TTL that only grows: a new entry lives the
+// result TTL, a shorter-lived one is raised to it, and a longer-lived one
+// (a batch item's, raised to its batch's) keeps its TTL and its value.
+func TestFinishCachesWithoutShortening(t *testing.T) {
+	t.Parallel()
+	rdb := sharedServer(t).Client(t)
+	prefix := fmt.Sprintf("t:%s:%d:", t.Name(), time.Now().UnixNano())
+	s := store.New(rdb, store.Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour})
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		existing time.Duration // 0: no entry before
+		minTTL   time.Duration
+		maxTTL   time.Duration
+		value    string
+	}{
+		{"new entry", 0, 59 * time.Minute, time.Hour, `{"moves":3}`},
+		{"shorter entry", time.Minute, 59 * time.Minute, time.Hour, `{"moves":1}`},
+		{"longer entry", 10 * time.Hour, 9 * time.Hour, 10 * time.Hour, `{"moves":1}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Helper()
+			id, ck := "c"+strings.ReplaceAll(tc.name, " ", ""), "ck-"+tc.name
+			if tc.existing > 0 {
+				rdb.Set(ctx, prefix+"cache:"+ck, `{"moves":1}`, tc.existing)
+			}
+			if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: id, Kind: "sliding", CacheKey: ck}, 0); err != nil {
+				t.Fatal(err)
+			}
+			tr := tasks.Transition{ID: id, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`), Unstarted: true}
+			if _, err := s.Finish(ctx, []tasks.Transition{tr}, []string{ck}); err != nil {
+				t.Fatal(err)
+			}
+			v, err := rdb.Get(ctx, prefix+"cache:"+ck).Result()
+			ttl := rdb.PTTL(ctx, prefix+"cache:"+ck).Val()
+			if err != nil || v != tc.value || ttl < tc.minTTL || ttl > tc.maxTTL {
+				t.Fatalf("cache entry %q (%v), TTL %s; want %s with TTL in [%s, %s]", v, err, ttl, tc.value, tc.minTTL, tc.maxTTL)
+			}
+		})
 	}
 }
