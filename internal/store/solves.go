@@ -24,7 +24,8 @@ import (
 // running that nobody waits for. A waiter is a single task (its record
 // is pending or active) or a batch item, named by its item ID
 // "<batch>-<index>" (it has no ended entry, and its batch is neither
-// gone nor canceled); single task IDs are hex and never contain '-'.
+// gone nor canceled); a single task's ID never contains '-'
+// (apitype.ParseItemID).
 //
 // item_of(id) returns a waiter's batch ID and index, or nil for a task.
 // item_open(batch, idx, bp, rs) is whether that item has not ended; bp
@@ -33,7 +34,7 @@ import (
 // keys.task("").
 const liveLua = `
 local function item_of(id)
-  local batch, idx = string.match(id, '^(%x+)%-(%d+)$')
+  local batch, idx = string.match(id, '^([^-]+)%-(%d+)$')
   if not batch then return nil end
   return batch, tonumber(idx)
 end
