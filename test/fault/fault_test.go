@@ -41,6 +41,7 @@ func TestFault(t *testing.T) {
 		t.Run("RedisRestart", func(t *testing.T) { t.Parallel(); timed(t); testRedisRestart(t) })
 		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); timed(t); testHostCrash(t) })
 		t.Run("JoinWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testJoinWorkerKill(t) })
+		t.Run("BatchItemWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testBatchItemWorkerKill(t) })
 		t.Run("Sequence", func(t *testing.T) {
 			t.Parallel()
 			for _, sc := range []struct {
@@ -52,6 +53,7 @@ func TestFault(t *testing.T) {
 				{"Load", testLoad},
 				{"SlowConsumer", testSlowConsumer},
 				{"Flood", testFlood},
+				{"BatchFlood", testBatchFlood},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}
