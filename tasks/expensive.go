@@ -73,7 +73,11 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 		if h.metrics != nil {
 			h.metrics.Waits.Inc()
 		}
-		return &WaitError{In: waitDelay(a.Waits, rand.N(time.Second))}
+		d := waitDelay(a.Waits, rand.N(time.Second))
+		if a.Delay > 0 {
+			d = a.Delay + rand.N(time.Second)
+		}
+		return &WaitError{In: d}
 	case VerdictHit:
 		return h.finishSolve(ctx, r, p, &outcome{result: a.Result, cached: true})
 	}

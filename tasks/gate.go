@@ -103,6 +103,10 @@ type Admission struct {
 	// Waits is how many times the task has been told to wait, for its
 	// backoff (VerdictWait).
 	Waits int
+	// Delay, when not 0, is how long a VerdictWait run waits, decided by
+	// the store (a batch item's wait spreads with its key's waiting
+	// items); 0 leaves it to the backoff of Waits.
+	Delay time.Duration
 }
 
 // Gate admits expensive runs; *store.Store satisfies it.

@@ -59,6 +59,12 @@ return {b[1] or '', req, ended}
 //     no slot.
 //  4. The owner's live slots are at the cap, and this item holds none of
 //     them: wait, counting the wait in "w<k>". The item stays pending.
+//     How long: the singles' backoff (1 s, a second more every fourth
+//     wait, at most 10 s), or longer when the key has many items waiting
+//     (keys.ownerWaiting): n waiting items wait n/ARGV[11] s each, so
+//     that they ask again at most ARGV[11] times a second in all however
+//     many a large batch has parked in asynq's retry set, while a slot
+//     that frees is still taken within about 1/ARGV[11] s.
 //  5. Otherwise run: take a slot and the solve's lease, and mark the item
 //     active.
 //
@@ -68,6 +74,7 @@ return {b[1] or '', req, ended}
 // KEYS[4] the solve's lease
 // KEYS[5] the solve's waiters
 // KEYS[6] the owner's slots (keys.ownerRunning)
+// KEYS[7] the owner's waiting items (keys.ownerWaiting)
 //
 // ARGV[1] item ID (apitype.ItemID)
 // ARGV[2] item index
@@ -78,8 +85,10 @@ return {b[1] or '', req, ended}
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
 // ARGV[9], ARGV[10] batch res affixes (keys.batchResAffixes)
+// ARGV[11] how many times a second the owner's waiting items may ask
 //
-// Returns {verdict, value} as admitScript does.
+// Returns {verdict, value} as admitScript does, and for a wait a third
+// value: how long to wait, milliseconds.
 var admitItemScript = redis.NewScript(quotaLua + batchLua + liveLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at', 'canceled_at')
 local idx = tonumber(ARGV[2])
@@ -110,13 +119,18 @@ if runnable then
   redis.call('HSET', rk, 's' .. k, ARGV[7])
   redis.call('PEXPIREAT', rk, b[4])
 elseif live(KEYS[5], ARGV[8], ARGV[9], ARGV[10]) == 0 then
+  redis.call('ZREM', KEYS[7], ARGV[1])
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[3])
-if hit then return {'hit', hit} end
+if hit then
+  redis.call('ZREM', KEYS[7], ARGV[1])
+  return {'hit', hit}
+end
 local lead = redis.call('GET', KEYS[4])
 if lead and lead ~= ARGV[1] then
   start()
+  redis.call('ZREM', KEYS[7], ARGV[1])
   return {'joined', lead}
 end
 local now = clock()
@@ -125,8 +139,16 @@ local cap = tonumber(ARGV[4])
 if cap > 0 and not redis.call('ZSCORE', KEYS[6], ARGV[1]) and redis.call('ZCARD', KEYS[6]) >= cap then
   local w = 0
   if runnable then w = redis.call('HINCRBY', rk, 'w' .. k, 1) end
-  return {'wait', tostring(w)}
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+  local others = redis.call('ZCARD', KEYS[7])
+  if redis.call('ZSCORE', KEYS[7], ARGV[1]) then others = others - 1 end
+  local d = math.max(math.min(1000 + math.floor(w / 4) * 1000, 10000), math.floor((others + 1) * 1000 / tonumber(ARGV[11])))
+  local until_ms = now + d + 2000
+  redis.call('ZADD', KEYS[7], until_ms, ARGV[1])
+  if redis.call('PTTL', KEYS[7]) < d + 2000 then redis.call('PEXPIRE', KEYS[7], d + 2000) end
+  return {'wait', tostring(w), tostring(d)}
 end
+redis.call('ZREM', KEYS[7], ARGV[1])
 local lease = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[6], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[6], lease)
@@ -134,6 +156,14 @@ redis.call('SET', KEYS[4], ARGV[1], 'PX', lease)
 start()
 return {'run', ''}
 `)
+
+// ItemWakesPerSecond bounds how often one key's expensive batch items
+// that wait for a slot ask again, all together (see admitItemScript): a
+// batch of 100,000 hard boards parks most of them in asynq's retry set
+// over time, and without the bound each would ask every 10 s, 10,000
+// script calls a second for nothing. A freed slot is taken within about
+// 1/ItemWakesPerSecond s.
+const ItemWakesPerSecond = 20
 
 // The store is the worker's gate for expensive batch items too.
 var _ tasks.ItemGate = (*Store)(nil)
@@ -158,10 +188,10 @@ func (s *Store) PeekItem(ctx context.Context, ref tasks.UnitRef, index int) (tas
 // batch's owner.
 func (s *Store) AdmitItem(ctx context.Context, r tasks.SolveRun, ref tasks.UnitRef, index, cap int) (tasks.Admission, error) {
 	keys := []string{s.k.batch(ref.BatchID), s.k.batchReq(ref.BatchID), s.k.cache(r.CacheKey),
-		s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner)}
+		s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner), s.k.ownerWaiting(r.Owner)}
 	v, err := admitItemScript.Run(ctx, s.rdb, keys, r.ID, index, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), s.k.batch(""), suffixRes).StringSlice()
-	if err != nil || len(v) != 2 {
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), s.k.batch(""), suffixRes, ItemWakesPerSecond).StringSlice()
+	if err != nil || len(v) < 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit item %s: %v (reply %v)", r.ID, err, v)
 	}
 	return admission(r.ID, v)
@@ -177,6 +207,10 @@ func admission(id string, v []string) (tasks.Admission, error) {
 		a.Lead = v[1]
 	case tasks.VerdictWait:
 		a.Waits, _ = strconv.Atoi(v[1])
+		if len(v) > 2 {
+			d, _ := strconv.Atoi(v[2])
+			a.Delay = time.Duration(d) * time.Millisecond
+		}
 	case tasks.VerdictRun, tasks.VerdictSkip:
 	default:
 		return a, fmt.Errorf("store: admit %s: unknown verdict %q", id, v[0])

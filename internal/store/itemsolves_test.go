@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -201,5 +202,48 @@ func TestGateItemCancelLast(t *testing.T) {
 	f.admitItem(d, 2, "o1", "k3", 1, tasks.VerdictRun)
 	if tk := f.item(d, 2); tk.State != apitype.TaskStateActive || tk.Attempts != 2 {
 		t.Errorf("d-2 taken over: %+v, want active on its second attempt", tk)
+	}
+}
+
+// TestGateItemWaitsSpread: the items of a key told to wait ask again at
+// most store.ItemWakesPerSecond times a second in all: the n-th waiting
+// item waits n/ItemWakesPerSecond s (the singles' backoff of 1 s while
+// that is shorter); asking again does not count an item twice, and one
+// that runs leaves the waiting set.
+func TestGateItemWaitsSpread(t *testing.T) {
+	t.Parallel()
+	f := newGate(t)
+	e := &env{s: f.s, ctx: f.ctx}
+	id := bid("items-w")
+	const n = 3 * store.ItemWakesPerSecond
+	items := make([]store.StagedItem, n+1)
+	for i := range items {
+		items[i] = own(fmt.Sprintf(`{"w":%d}`, i))
+	}
+	e.commit(t, store.CommitBatch{ID: id, Owner: "o1"}, 16, items)
+	key := func(i int) string { return fmt.Sprintf("k%d", i) }
+	f.admitItem(id, 0, "o1", key(0), 1, tasks.VerdictRun)
+	var delays []time.Duration
+	for i := 1; i <= n; i++ {
+		delays = append(delays, f.admitItem(id, i, "o1", key(i), 1, tasks.VerdictWait).Delay)
+	}
+	for i, d := range delays {
+		want := max(time.Second, time.Duration(i+1)*time.Second/store.ItemWakesPerSecond)
+		if d != want {
+			t.Errorf("waiting item %d of %d waits %v, want %v", i+1, n, d, want)
+		}
+	}
+	// Asking again: the same rank, one more wait counted.
+	if a := f.admitItem(id, n, "o1", key(n), 1, tasks.VerdictWait); a.Delay != delays[n-1] || a.Waits != 2 {
+		t.Errorf("item %d asking again: %+v, want %v and 2 waits", n, a, delays[n-1])
+	}
+	run, _ := itemRun(id, 0, "o1", key(0))
+	if _, err := f.s.FinishSolve(f.ctx, run, completed(run)); err != nil {
+		t.Fatal(err)
+	}
+	f.admitItem(id, n, "o1", key(n), 1, tasks.VerdictRun)
+	// The one that ran left: the next to ask ranks behind n-1 others.
+	if a := f.admitItem(id, n-1, "o1", key(n-1), 1, tasks.VerdictWait); a.Delay != time.Duration(n-1)*time.Second/store.ItemWakesPerSecond {
+		t.Errorf("after one ran: %+v", a)
 	}
 }

@@ -172,6 +172,13 @@ func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
 // worker died drops out when its lease ends.
 func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
 
+// ownerWaiting is a sorted set of an API key's expensive batch items told
+// to wait for a slot (member = item ID), scored by the Unix millisecond by
+// which each should have asked again: its size spreads their waits (see
+// admitItemScript), and a member whose unit stopped asking (it ran, or
+// its worker died) drops out when its score passes.
+func (k keys) ownerWaiting(owner string) string { return k.prefix + "owner:" + owner + ":waiting" }
+
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address
 // when auth is off. redis_rate puts its own "rate:" in front of it.
