@@ -127,8 +127,26 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 			rule["from"] = append(rule["from"].([]any), map[string]any{"podSelector": map[string]any{}})
 		}, "an empty podSelector lets every pod reach Redis"},
 		{"wrong scrape port", "deploy/k8s/base", func(o []map[string]any) {
-			dig(find(o, "Deployment", "api"), "spec", "template", "metadata", "annotations").(map[string]any)["prometheus.io/port"] = "9090"
-		}, `prometheus.io/port "9090", want the HTTP_ADDR port 8080`},
+			dig(find(o, "Deployment", "api"), "spec", "template", "metadata", "annotations").(map[string]any)["prometheus.io/port"] = "8080"
+		}, `prometheus.io/port "8080", want the /metrics port 9090`},
+		{"api with auth off", "deploy/k8s/overlays/prod", func(o []map[string]any) {
+			c := container(o, "Deployment", "api")
+			var env []any
+			for _, e := range c["env"].([]any) {
+				if e.(map[string]any)["name"] != "API_KEYS_FILE" {
+					env = append(env, e)
+				}
+			}
+			c["env"] = env
+		}, "no API_KEYS_FILE: the api would serve every route without auth"},
+		{"keys file not from the Secret", "deploy/k8s/base", func(o []map[string]any) {
+			c := container(o, "Deployment", "api")
+			for _, e := range c["env"].([]any) {
+				if e := e.(map[string]any); e["name"] == "API_KEYS_FILE" {
+					e["value"] = "/tmp/keys.json"
+				}
+			}
+		}, "API_KEYS_FILE /tmp/keys.json is not a file of a mounted Secret"},
 		{"KEDA list of a queue that is not ours", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 1, "metadata").(map[string]any)["listName"] = "asynq:bulk:pending"
 		}, "triggers on lists [asynq:bulk:pending asynq:{interactive}:pending pq:backlog], want each queue's pending list and the backlog [asynq:{bulk}:pending asynq:{interactive}:pending pq:backlog]"},

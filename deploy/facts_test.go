@@ -37,11 +37,15 @@ type facts struct {
 	binDir     string              // where the image puts the binaries
 	binaries   map[string]bool     // what scripts/build.sh builds
 	load       map[string]loadFunc // binary -> its config loader
+	// exampleKeysFile is a valid API_KEYS_FILE, standing in for the
+	// Secret the manifests mount (the operator creates it).
+	exampleKeysFile string
 }
 
 // loaded is the part of a binary's Config the checks need.
 type loaded struct {
 	HTTPAddr        string
+	MetricsAddr     string // the api's METRICS_ADDR; "" for the worker
 	ShutdownTimeout time.Duration
 }
 
@@ -52,11 +56,11 @@ func newLoaders() map[string]loadFunc {
 	return map[string]loadFunc{
 		"api": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
+			return loaded{c.HTTPAddr, c.MetricsAddr, c.ShutdownTimeout}, err
 		},
 		"worker": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, c.ShutdownTimeout}, err
+			return loaded{c.HTTPAddr, "", c.ShutdownTimeout}, err
 		},
 	}
 }
@@ -74,6 +78,11 @@ func newFacts(t *testing.T) *facts {
 		apiRoutes: map[string]bool{}, apiEnv: set(app.APIEnv()), workerEnv: set(app.WorkerEnv()),
 		workerSeen: map[string]int{}, pendingKey: map[string]string{},
 		load: newLoaders(),
+	}
+	f.exampleKeysFile = filepath.Join(t.TempDir(), "keys.json")
+	keys := `[{"name":"tenant","key":"0123456789abcdef0123"},{"name":"ops","key":"fedcba9876543210fedc","role":"operator"}]`
+	if err := os.WriteFile(f.exampleKeysFile, []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, r := range st.API.Routes() {
 		f.apiRoutes[r] = true

@@ -442,6 +442,31 @@ func containerEnv(b *bundle, id string, c corev1.Container, bad func(string, ...
 	return env
 }
 
+// secretFileOf returns the Secret that provides file to container c of
+// w, through a volume mount of a secret volume, or "".
+func secretFileOf(w workload, c corev1.Container, file string) string {
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		for _, v := range w.pod.Spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			if len(v.Secret.Items) == 0 {
+				return v.Secret.SecretName
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == rel {
+					return v.Secret.SecretName
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // containerPort resolves a probe's or Service's port to a container port.
 func containerPort(cs []corev1.Container, p intstr.IntOrString) (int32, bool) {
 	for _, c := range cs {
@@ -491,12 +516,30 @@ func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, ba
 			bad("%s: sets %s, which the %s does not read", id, k, bin)
 		}
 	}
+	if bin == "api" {
+		if file, ok := env["API_KEYS_FILE"]; !ok {
+			bad("%s: no API_KEYS_FILE: the api would serve every route without auth", id)
+		} else if secret := secretFileOf(w, c, file); secret == "" {
+			bad("%s: API_KEYS_FILE %s is not a file of a mounted Secret", id, file)
+		} else {
+			// The Secret is the operator's to create; the binary reads it
+			// at start, so check the configuration with a valid one.
+			env["API_KEYS_FILE"] = f.exampleKeysFile
+		}
+	}
 	cfg, err := f.load[bin](env)
 	if err != nil {
 		bad("%s: the %s rejects its configuration: %v", id, bin, err)
 		return
 	}
 	port := addrPort(cfg.HTTPAddr)
+	scrapePort := port
+	if cfg.MetricsAddr != "" {
+		scrapePort = addrPort(cfg.MetricsAddr)
+		if _, ok := containerPort([]corev1.Container{c}, intstr.FromInt32(scrapePort)); !ok {
+			bad("%s: METRICS_ADDR port %d is not a container port", id, scrapePort)
+		}
+	}
 
 	// Probes: GETs of paths the binary serves, on the port it listens on.
 	probe := func(kind string, p *corev1.Probe) {
@@ -528,8 +571,8 @@ func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, ba
 	if p := ann["prometheus.io/path"]; !f.serves(bin, p) {
 		bad("%s/%s: prometheus.io/path %q is not served by the %s", w.kind, w.name, p, bin)
 	}
-	if p := ann["prometheus.io/port"]; p != strconv.Itoa(int(port)) {
-		bad("%s/%s: prometheus.io/port %q, want the HTTP_ADDR port %d", w.kind, w.name, p, port)
+	if p := ann["prometheus.io/port"]; p != strconv.Itoa(int(scrapePort)) {
+		bad("%s/%s: prometheus.io/port %q, want the /metrics port %d (METRICS_ADDR, else HTTP_ADDR)", w.kind, w.name, p, scrapePort)
 	}
 
 	// The grace period covers the preStop hook, SHUTDOWN_TIMEOUT and a margin.

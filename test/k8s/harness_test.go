@@ -128,7 +128,29 @@ func deploy(t testing.TB, overlay string) time.Duration {
 func api(t testing.TB, opts ...client.Option) *client.Client {
 	t.Helper()
 	ip := kubectl(t, "-n", ns, "get", "svc", "api", "-o", "jsonpath={.spec.clusterIP}")
-	return client.New("http://"+ip, opts...)
+	return client.New("http://"+ip, append([]client.Option{client.WithAPIKey(apiKey(t, "tenant"))}, opts...)...)
+}
+
+// apiKey returns the first key of role ("tenant" or "operator") in the
+// Secret the driver made for the api (cluster's ensureAPIKeys): every
+// overlay runs with auth on.
+func apiKey(t testing.TB, role string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(stateDir, "api-keys.json"))
+	if err != nil {
+		t.Fatalf("the api's keys (made by cluster check or deploy): %v", err)
+	}
+	var keys []struct{ Name, Key, Role string }
+	if err := json.Unmarshal(b, &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.Role == role || (role == "tenant" && k.Role == "") {
+			return k.Key
+		}
+	}
+	t.Fatalf("no %s key in the api's keys", role)
+	return ""
 }
 
 // figure prints a measured figure in a form CI's log filter keeps.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func testServerSideChecks(t *testing.T) {
 func testDev(t *testing.T, o *oracle) {
 	d := deploy(t, "dev")
 	figure(t, "dev Ready %.1fs after kubectl apply", d.Seconds())
+	checkAuth(t)
 	c := api(t)
 	submitAndCheck(t, c, o, append(eightPuzzles(20, 1), fifteenPuzzles(5, 30, 2)...))
 
@@ -94,6 +96,40 @@ func testDev(t *testing.T, o *oracle) {
 	checkBatch(t, c, o, sub.ID, reqs)
 	devBatch = sub.ID
 	devReqs = reqs
+}
+
+// checkAuth: the api runs with the keys Secret (auth on, as every
+// overlay is): /v1 without a key is 401, the operator routes on the
+// public port need an operator key, and /metrics answers on METRICS_ADDR
+// (9090, which the Service does not expose) without one.
+func checkAuth(t *testing.T) {
+	t.Helper()
+	svc := "http://" + kubectl(t, "-n", ns, "get", "svc", "api", "-o", "jsonpath={.spec.clusterIP}")
+	pod := "http://" + kubectl(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=api",
+		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[0].status.podIP}")
+	for _, c := range []struct {
+		url, key string
+		want     int
+	}{
+		{svc + "/v1/tasks", "", http.StatusUnauthorized},
+		{svc + "/v1/tasks", apiKey(t, "tenant"), http.StatusOK},
+		{svc + "/metrics", apiKey(t, "tenant"), http.StatusForbidden},
+		{svc + "/metrics", apiKey(t, "operator"), http.StatusOK},
+		{pod + ":9090/metrics", "", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, c.url, nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", c.url, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("GET %s (key: %v): %d, want %d", c.url, c.key != "", resp.StatusCode, c.want)
+		}
+	}
 }
 
 var (

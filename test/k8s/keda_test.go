@@ -14,6 +14,9 @@ import (
 // must grow from 1, the new workers must become Ready and take work, and
 // after the job drains it must shrink back to 1.
 func testKEDA(t *testing.T, o *oracle) {
+	if deps, err := kubectlErr("-n", "keda", "get", "deploy", "-o", "name"); err != nil || deps == "" {
+		t.Fatalf("KEDA is not installed (cluster up -keda, or cluster keda on a running cluster): %v", err)
+	}
 	deploy(t, "test/k8s/overlays/keda-fast")
 	if err := poll(3*time.Minute, func() error { return workerReplicas(t, 1) }); err != nil {
 		t.Fatalf("workers do not settle at minReplicaCount 1: %v", err)

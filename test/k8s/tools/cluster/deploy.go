@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,11 +44,48 @@ func ensureNamespace(ctx context.Context, e env) error {
 	return err
 }
 
+// apiKeysSecret is the Secret every overlay's api mounts as
+// API_KEYS_FILE (deploy/k8s/base/api.yaml).
+const apiKeysSecret = "puzzleq-api-keys"
+
+// apiKeysFile is where the cluster keeps the keys it put in that Secret,
+// so the suite (and a person with kubectl) can use them.
+func (e env) apiKeysFile() string { return filepath.Join(e.state, "api-keys.json") }
+
+// ensureAPIKeys creates the keys Secret as an operator would before the
+// first apply: a tenant key and an operator key, random, in the format
+// API_KEYS_FILE reads. The file stays in the state directory, which down
+// removes.
+func ensureAPIKeys(ctx context.Context, e env) error {
+	if _, err := os.Stat(e.apiKeysFile()); errors.Is(err, fs.ErrNotExist) {
+		tenant, operator := make([]byte, 16), make([]byte, 16)
+		if _, err := rand.Read(tenant); err != nil {
+			return err
+		}
+		if _, err := rand.Read(operator); err != nil {
+			return err
+		}
+		keys := fmt.Sprintf(`[{"name":"k8s-suite","key":%q},{"name":"k8s-operator","key":%q,"role":"operator"}]`,
+			hex.EncodeToString(tenant), hex.EncodeToString(operator))
+		if err := os.WriteFile(e.apiKeysFile(), []byte(keys), 0o600); err != nil {
+			return err
+		}
+	}
+	_, err := kubectl(ctx, e, "-n", namespace, "create", "secret", "generic", apiKeysSecret, "--from-file=keys.json="+e.apiKeysFile())
+	if err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+		return err
+	}
+	return nil
+}
+
 // check applies every overlay with --dry-run=server --warnings-as-errors:
 // the API server runs its validation, defaulting, admission (Pod Security
 // among it) and the CRDs' schemas, and any warning fails the check.
 func check(ctx context.Context, e env) error {
 	if err := ensureNamespace(ctx, e); err != nil {
+		return err
+	}
+	if err := ensureAPIKeys(ctx, e); err != nil {
 		return err
 	}
 	overlays, err := overlayNames(e)
@@ -76,6 +116,12 @@ func indent(s string) string {
 // deploy applies an overlay as its comment says (kubectl apply -k) and
 // waits until every workload in the namespace has rolled out.
 func deploy(ctx context.Context, e env, overlay string) error {
+	if err := ensureNamespace(ctx, e); err != nil {
+		return err
+	}
+	if err := ensureAPIKeys(ctx, e); err != nil {
+		return err
+	}
 	start := time.Now()
 	out, err := kubectl(ctx, e, "apply", "--warnings-as-errors", "-k", overlayPath(e, overlay))
 	if err != nil {

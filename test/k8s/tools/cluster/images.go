@@ -75,6 +75,16 @@ func images(ctx context.Context, e env, withKEDA bool) error {
 	if withKEDA {
 		imgs = append(imgs, kedaImgs(e)...)
 	}
+	return importImages(ctx, e, imgs)
+}
+
+// importImages packs each image into a tarball and imports it into the
+// cluster's containerd, checking that containerd then lists it.
+func importImages(ctx context.Context, e env, imgs []image) error {
+	dir := e.path("images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	for _, img := range imgs {
 		file := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.ref)+".tar")
 		if err := writeImage(img, file); err != nil {

@@ -6,6 +6,7 @@
 //
 //	cluster build                 build every binary into the cache
 //	cluster up [-keda]            start the cluster (tears down again if it fails)
+//	cluster keda                  build, import and install KEDA on a running cluster
 //	cluster images                rebuild and import the images from the checkout
 //	cluster check                 server-side dry run of every overlay
 //	cluster deploy OVERLAY        apply deploy/k8s/overlays/OVERLAY and wait for Ready
@@ -66,7 +67,7 @@ func (e env) logFile(name string) string { return e.path("logs", name+".log") }
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: cluster build|up [-keda]|images|check|deploy OVERLAY|down|env|kubectl ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: cluster build [-keda]|up [-keda]|keda|images|check|deploy OVERLAY|down|env|kubectl ARGS...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -101,6 +102,18 @@ func run(ctx context.Context, e env, cmd string, args []string) error {
 		keda := fs.Bool("keda", false, "also build and install KEDA's operator and metrics adapter")
 		fs.Parse(args)
 		return up(ctx, e, *keda)
+	case "keda":
+		// KEDA on a cluster that came up without it: CI starts the cluster
+		// while KEDA's long cold build still runs, and adds it after.
+		return phase("keda", func() error {
+			if err := build(ctx, e, true); err != nil {
+				return err
+			}
+			if err := importImages(ctx, e, kedaImgs(e)); err != nil {
+				return err
+			}
+			return installKEDA(ctx, e)
+		})
 	case "images":
 		return phase("images", func() error { return images(ctx, e, false) })
 	case "check":
