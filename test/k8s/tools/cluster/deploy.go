@@ -72,7 +72,9 @@ func ensureAPIKeys(ctx context.Context, e env) error {
 		}
 	}
 	_, err := kubectl(ctx, e, "-n", namespace, "create", "secret", "generic", apiKeysSecret, "--from-file=keys.json="+e.apiKeysFile())
-	if err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+	// "create secret" words it "failed to create secret ... already
+	// exists", without the API's reason AlreadyExists.
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return err
 	}
 	return nil
