@@ -126,17 +126,6 @@ func (g *gatedSolve) running() (now, most int) {
 	return g.now, g.most
 }
 
-// warmSearches solves req once before the test's timed waits: the first
-// 4×4 search of a process builds the pattern databases, about 7 s of CPU
-// and over 30 s under -race on a loaded machine, which is not what the
-// waits measure.
-func warmSearches(t *testing.T, req string) {
-	t.Helper()
-	if _, err := mustParse(t, req).Solve(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // until polls cond every 5 ms for up to 30 s.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -168,7 +157,6 @@ func TestGateBatchItemsCapped(t *testing.T) {
 	for i, p := range paths {
 		flood[i] = board15Near(p)
 	}
-	warmSearches(t, flood[0])
 	f.stageOwned(t, "flood", "k1", 4, flood)
 	if n, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 16, 16); err != nil || n != len(flood) {
 		t.Fatalf("fed %d of the flood's units: %v", n, err)
@@ -272,7 +260,6 @@ func TestGateBatchItemsJoin(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = board15b
 	}
-	warmSearches(t, board15b)
 	f.stageOwned(t, "same", "k1", 4, reqs)
 	if n, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 16, 16); err != nil || n != copies {
 		t.Fatalf("fed %d units: %v", n, err)
