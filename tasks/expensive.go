@@ -13,9 +13,7 @@ import (
 // SetGate makes h run expensive single tasks through g (see Gate): one
 // solve per identical puzzle in flight, and at most capOf() runs per key
 // holding slots (0: no cap), read at each admission so that a cap
-// derived from the cluster's size follows it. When g is an ItemGate, a
-// batch's expensive items go through it too (processOwnExpensive), under
-// the same cap and sharing the same solves. Without it every task runs
+// derived from the cluster's size follows it. Without it every task runs
 // as it comes. Call it before the handler serves tasks.
 func (h *Handler) SetGate(g Gate, capOf func() int) { h.gate, h.capOf = g, capOf }
 
@@ -34,15 +32,7 @@ func solveRun(owner string, it Item, p *puzzle.Parsed) SolveRun {
 // its solve takes it over (same ID), one that joined joins again, and
 // FinishSolve ends each waiting record once.
 func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p *puzzle.Parsed) error {
-	return h.runGated(ctx, solveRun(owner, it, p), p, h.gate.Admit)
-}
-
-// runGated admits run r of puzzle p through admit (the Gate's Admit for
-// a single task, AdmitItem for a batch item) and runs what it decides:
-// nothing (skip, joined), a WaitError (wait), or the solve, whose outcome
-// FinishSolve writes to every waiter. r.ID is also the name the run is
-// canceled by.
-func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, admit func(context.Context, SolveRun, int) (Admission, error)) error {
+	r := solveRun(owner, it, p)
 	r.Lease = h.lease
 	limit := 0
 	if h.capOf != nil {
@@ -53,18 +43,18 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 	// whoever waits on it; the store announces its cancel only once no
 	// waiter is left (cancelSolveScript).
 	sctx, cancel := context.WithCancel(ctx)
-	release := h.cancels.register(r.ID, cancel)
+	release := h.cancels.register(it.ID, cancel)
 	defer func() { release(); cancel() }()
 
-	a, err := admit(ctx, r, limit)
+	a, err := h.gate.Admit(ctx, r, limit)
 	if err != nil {
-		return fmt.Errorf("tasks: admit %s: %w", r.ID, err)
+		return fmt.Errorf("tasks: admit %s: %w", it.ID, err)
 	}
 	switch a.Verdict {
 	case VerdictSkip:
 		return nil
 	case VerdictJoined:
-		h.log.Debug("expensive task joined an identical solve in flight", "task_id", r.ID, "lead_id", a.Lead)
+		h.log.Debug("expensive task joined an identical solve in flight", "task_id", it.ID, "lead_id", a.Lead)
 		if h.metrics != nil {
 			h.metrics.Joins.Inc()
 		}
@@ -73,11 +63,7 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 		if h.metrics != nil {
 			h.metrics.Waits.Inc()
 		}
-		d := waitDelay(a.Waits, rand.N(time.Second))
-		if a.Delay > 0 {
-			d = a.Delay + rand.N(time.Second)
-		}
-		return &WaitError{In: d}
+		return &WaitError{In: waitDelay(a.Waits, rand.N(time.Second))}
 	case VerdictHit:
 		return h.finishSolve(ctx, r, p, &outcome{result: a.Result, cached: true})
 	}
@@ -88,7 +74,7 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 		if h.metrics != nil {
 			h.metrics.Searches.WithLabelValues(string(p.Kind())).Inc()
 		}
-		o := h.solve(ctx, sctx, r.ID, p)
+		o := h.solve(ctx, sctx, it.ID, p)
 		if ctx.Err() != nil {
 			// Shutdown or a lost lease: asynq runs the task again, and
 			// that run takes the solve over (it has the same ID); the
@@ -99,7 +85,7 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 			// Wall time ran out, not the search's budget: asynq runs the
 			// task again, which takes the solve over like a run after a
 			// lost lease (same ID).
-			return fmt.Errorf("tasks: task %s: %w", r.ID, ErrDeadlineOverrun)
+			return fmt.Errorf("tasks: task %s: %w", it.ID, ErrDeadlineOverrun)
 		}
 		if !o.skip {
 			return h.finishSolve(ctx, r, p, o)
@@ -110,16 +96,16 @@ func (h *Handler) runGated(ctx context.Context, r SolveRun, p *puzzle.Parsed, ad
 		n, err := h.gate.ReleaseSolve(wctx, r)
 		wcancel()
 		if err != nil {
-			return fmt.Errorf("tasks: release solve of %s: %w", r.ID, err)
+			return fmt.Errorf("tasks: release solve of %s: %w", it.ID, err)
 		}
 		if n == 0 {
 			return nil
 		}
-		h.log.Info("canceled solve resumed for tasks that joined it", "task_id", r.ID, "waiters", n)
+		h.log.Info("canceled solve resumed for tasks that joined it", "task_id", it.ID, "waiters", n)
 		release()
 		cancel()
 		sctx, cancel = context.WithCancel(ctx)
-		release = h.cancels.register(r.ID, cancel)
+		release = h.cancels.register(it.ID, cancel)
 	}
 }
 
@@ -173,62 +159,4 @@ func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// processOwnExpensive runs own unit ref (item n alone) through the gate
-// when its item is a search, and reports whether it did; a cheap item (a
-// large fill) is left to processUnit's usual path. The item then is a
-// run like an expensive single task's, named by its item ID: it counts
-// against its key's cap (over it, the unit waits without counting a
-// retry, and the item stays pending), it joins an identical solve in
-// flight (a single task's or another item's: its delivery ends at once
-// and FinishSolve ends it with the lead's outcome), and a lead's outcome
-// ends every waiter, single tasks and items alike. Each step is
-// idempotent, as in processUnit: a redelivered unit that leads its solve
-// takes it over (same ID), one that joined joins again.
-func (h *Handler) processOwnExpensive(ctx context.Context, g ItemGate, ref UnitRef, n int) (bool, error) {
-	pk, err := g.PeekItem(ctx, ref, n)
-	if err != nil {
-		return true, fmt.Errorf("tasks: peek unit %s: %w", ref.TaskID(), err)
-	}
-	if !pk.Found {
-		return true, nil // the batch is gone: nothing to run
-	}
-	p, err := puzzle.Decode(pk.Request)
-	if err != nil || p.Cheap() {
-		return false, nil // processUnit fails or solves it as before
-	}
-	r := solveRun(pk.Owner, Item{ID: apitype.ItemID(ref.BatchID, n)}, p)
-	err = h.runGated(ctx, r, p, func(ctx context.Context, r SolveRun, limit int) (Admission, error) {
-		return g.AdmitItem(ctx, r, ref, n, limit)
-	})
-	if err == nil {
-		h.feedAfterUnit(ctx, ref)
-	}
-	return true, err
-}
-
-// failOwnExpensive fails a gated batch item when asynq gives up on its
-// unit, with every task and item that joined its solve (nothing else
-// would end them), and reports whether the unit was one.
-func (h *Handler) failOwnExpensive(ctx context.Context, ref UnitRef, t Transition) bool {
-	chunk, n, _ := ParseUnit(ref.Unit)
-	g, ok := h.gate.(ItemGate)
-	if chunk || !ok {
-		return false
-	}
-	pk, err := g.PeekItem(ctx, ref, n)
-	if err != nil || !pk.Found {
-		return false
-	}
-	p, err := puzzle.Decode(pk.Request)
-	if err != nil || p.Cheap() {
-		return false
-	}
-	r := solveRun(pk.Owner, Item{ID: apitype.ItemID(ref.BatchID, n)}, p)
-	t.ID, t.Owner = r.ID, r.Owner
-	if _, err := g.FinishSolve(ctx, r, t); err != nil {
-		h.log.Error("mark batch item's solve failed after last retry", "unit", ref.TaskID(), "err", err)
-	}
-	return true
 }

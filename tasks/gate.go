@@ -103,10 +103,6 @@ type Admission struct {
 	// Waits is how many times the task has been told to wait, for its
 	// backoff (VerdictWait).
 	Waits int
-	// Delay, when not 0, is how long a VerdictWait run waits, decided by
-	// the store (a batch item's wait spreads with its key's waiting
-	// items); 0 leaves it to the backoff of Waits.
-	Delay time.Duration
 }
 
 // Gate admits expensive runs; *store.Store satisfies it.
@@ -159,33 +155,4 @@ func IsWait(err error) (time.Duration, bool) {
 // call and a few microseconds of a slot).
 func waitDelay(waits int, jitter time.Duration) time.Duration {
 	return min(time.Second+time.Duration(waits/4)*time.Second, 10*time.Second) + jitter
-}
-
-// ItemGate is a Gate that also admits a batch's expensive items (an own
-// unit whose item is a search), so that they count against the same
-// per-key cap as single tasks and join, or lead, the same in-flight
-// solves; *store.Store satisfies it. A Handler whose Gate is not one
-// runs batch items ungated.
-type ItemGate interface {
-	Gate
-	// PeekItem reads item index of own unit ref without starting it.
-	PeekItem(ctx context.Context, ref UnitRef, index int) (ItemPeek, error)
-	// AdmitItem is Admit for item index of own unit ref; r.ID is the
-	// item's ID (apitype.ItemID) and r.Owner its batch's owner. A
-	// VerdictRun or VerdictJoined item is active; a VerdictWait one stays
-	// pending.
-	AdmitItem(ctx context.Context, r SolveRun, ref UnitRef, index, cap int) (Admission, error)
-}
-
-// ItemPeek is what PeekItem found.
-type ItemPeek struct {
-	// Found is false when the batch or the item is gone.
-	Found bool
-	// Owner is the batch's owner ("" when auth is off).
-	Owner string
-	// Request is the item's canonical request.
-	Request []byte
-	// Ended is true when the item has ended or its batch was canceled:
-	// it runs only on behalf of other waiters of its solve.
-	Ended bool
 }

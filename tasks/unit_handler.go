@@ -158,13 +158,6 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	// costs one cheap solve, whose outcome FinishUnit then drops, since
 	// the canceled item has its entry already.
 	if !chunk {
-		if g, ok := h.gate.(ItemGate); ok {
-			// A search goes through the gate like an expensive single
-			// task: its key's cap, one solve per puzzle in flight.
-			if done, err := h.processOwnExpensive(ctx, g, ref, n); done {
-				return err
-			}
-		}
 		register(n)
 	}
 	w, err := h.store.StartUnit(ctx, ref)
@@ -361,10 +354,6 @@ func (h *Handler) failUnit(ctx context.Context, t *asynq.Task) {
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	if h.failOwnExpensive(wctx, ref, Transition{State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
-		Msg: "gave up after repeated infrastructure errors"}) {
-		return
-	}
 	// StartUnit is the store's read of what is left of a unit. It also
 	// counts an attempt, which this last look is not, but the store has
 	// no other read of a unit's open items.

@@ -755,9 +755,7 @@ type ChunkInfo struct {
 func (s *Store) cancelArgs(batchID string, j int, msg string) []any {
 	e, _ := json.Marshal(apitype.TaskError{Code: apitype.CodeCanceled, Message: msg})
 	args := append([]any{}, s.k.ownerAffixes()...)
-	args = append(args, ms(s.now()), s.k.events(), batchID, j, s.k.cancels(), `"error":`+string(e))
-	args = append(args, s.k.solveAffixes()...)
-	return append(args, s.k.task(""), s.k.batch(""), suffixRes)
+	return append(args, ms(s.now()), s.k.events(), batchID, j, s.k.cancels(), `"error":`+string(e))
 }
 
 // CancelItem cancels batch item index of b unless it has ended, and

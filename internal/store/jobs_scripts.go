@@ -529,12 +529,7 @@ return ended
 // entry, its count moves from active (its unit's marker is set) or
 // pending, the quota is given back and the events published (see
 // batchLua); an item that was active is announced on the cancels
-// channel, so its worker aborts it. An item that waits on an expensive
-// solve ("s<k>", see itemsolves.go) leaves its waiters instead, and the
-// solve is stopped (its lead announced, and the item when active) only
-// once no live waiter remains, as cancelSolveScript does for a single
-// task: canceling one of several identical items does not cancel the
-// others.
+// channel, so its worker aborts it.
 //
 // KEYS[1] batch hash
 // KEYS[2] batch req hash
@@ -547,23 +542,20 @@ return ended
 // ARGV[8] the chunk
 // ARGV[9] cancels channel
 // ARGV[10] the entry's error JSON member
-// ARGV[11], ARGV[12] solve affixes (keys.solveAffixes)
-// ARGV[13] task key prefix
-// ARGV[14], ARGV[15] batch res affixes (keys.batchResAffixes)
-// ARGV[16..] the offsets in the chunk to cancel (none: every item)
+// ARGV[11..] the offsets in the chunk to cancel (none: every item)
 //
 // Returns {canceled, state_1, state_2, ...}: how many it canceled and,
 // for each listed offset, its state before ("" when the batch or item is
 // gone).
-var cancelItemsScript = redis.NewScript(quotaLua + batchLua + liveLua + `
+var cancelItemsScript = redis.NewScript(quotaLua + batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at')
 if not b[3] then return {'0'} end
 local owner, stride, total, exp = b[1] or '', tonumber(b[2]), tonumber(b[3]), tonumber(b[4])
 local j = tonumber(ARGV[8])
 local m = redis.call('HGET', KEYS[2], 'm' .. j) or ''
 local offs = {}
-if #ARGV > 15 then
-  for a = 16, #ARGV do offs[#offs + 1] = tonumber(ARGV[a]) end
+if #ARGV > 10 then
+  for a = 11, #ARGV do offs[#offs + 1] = tonumber(ARGV[a]) end
 else
   for k = 0, #m - 1 do offs[#offs + 1] = k end
 end
@@ -572,7 +564,6 @@ if #offs == 0 then return out end
 local ents = redis.call('HMGET', KEYS[3], unpack(offs))
 local markers, delta, ended = {}, {}, 0
 local hs, hd, seen = {}, {}, {}
-local solves = {}
 for i = 1, #offs do
   local k = offs[i]
   local prior = ''
@@ -590,17 +581,11 @@ for i = 1, #offs do
       markers[f] = mv
     end
     local attempts, started = 0, nil
-    local id = ARGV[7] .. '-' .. (j * stride + k)
-    local sk = is_own(kb) and redis.call('HGET', KEYS[3], 's' .. k)
     prior = 'pending'
     if mv then
       attempts, started = parse_marker(mv)
       prior = 'active'
-    end
-    if sk then
-      solves[#solves + 1] = {id, sk, mv ~= nil and mv ~= false}
-    elseif mv then
-      redis.call('PUBLISH', ARGV[9], id)
+      redis.call('PUBLISH', ARGV[9], ARGV[7] .. '-' .. (j * stride + k))
     end
     hs[#hs + 1] = k
     hs[#hs + 1] = entry('canceled', started, attempts, ARGV[5], ARGV[10], '')
@@ -616,16 +601,6 @@ if ended > 0 then
   redis.call('HDEL', KEYS[3], unpack(hd))
   redis.call('PEXPIREAT', KEYS[3], exp)
   settle(KEYS[1], ARGV[7], owner, j, delta, ended, ARGV[6], ARGV[5])
-end
-for _, sv in ipairs(solves) do
-  local id, sk = sv[1], ARGV[11] .. sv[2]
-  local wk = sk .. ARGV[12]
-  redis.call('HDEL', wk, id)
-  if live(wk, ARGV[13], ARGV[14], ARGV[15]) == 0 then
-    local lead = redis.call('GET', sk)
-    if lead then redis.call('PUBLISH', ARGV[9], lead) end
-    if sv[3] and lead ~= id then redis.call('PUBLISH', ARGV[9], id) end
-  end
 end
 out[1] = tostring(ended)
 return out

@@ -101,15 +101,7 @@ func (k keys) batchRes(id string, j int) string { return k.batchResBase(id) + st
 
 // batchResBase is batchRes without the chunk number, for scripts that
 // compute the chunk from the batch's stride and append it.
-func (k keys) batchResBase(id string) string { return k.batch(id) + suffixRes }
-
-// batchResAffixes returns the text around the batch ID in batchResBase
-// (res key = before + batch ID + after + chunk), for the gate's scripts,
-// which learn a batch item's batch from its ID (apitype.ItemID) when it
-// waits on an expensive solve.
-func (k keys) batchResAffixes() []any { return []any{k.batch(""), suffixRes} }
-
-const suffixRes = ":res:"
+func (k keys) batchResBase(id string) string { return k.prefix + "batch:" + id + ":res:" }
 
 // feed is a sorted set of the units waiting to be enqueued, scored by
 // virtual time for fairness between owners.
@@ -155,10 +147,9 @@ func (k keys) rateLimit(owner string) string { return k.prefix + "owner:" + owne
 // joins it instead of solving again.
 func (k keys) solve(key string) string { return k.prefix + "solve:" + key }
 
-// solveWaiters is a hash of the single tasks and batch items waiting on
-// an expensive puzzle's solve (field = task ID, or item ID
-// "<batch>-<index>"; value = its owner), which the solve's end ends
-// together with the same outcome.
+// solveWaiters is a hash of the single tasks waiting on an expensive
+// puzzle's solve (field = task ID, value = its owner), which the solve's
+// end ends together with the same outcome.
 func (k keys) solveWaiters(key string) string { return k.solve(key) + suffixWaiters }
 
 const suffixWaiters = ":waiters"
@@ -169,17 +160,10 @@ const suffixWaiters = ":waiters"
 func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
 
 // ownerRunning is a sorted set of an API key's expensive runs holding a
-// slot (member = task ID, or a batch item's ID), scored by the Unix millisecond at which their
+// slot (member = task ID), scored by the Unix millisecond at which their
 // lease ends: the per-key cap counts its live members, and a run whose
 // worker died drops out when its lease ends.
 func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
-
-// ownerWaiting is a sorted set of an API key's expensive batch items told
-// to wait for a slot (member = item ID), scored by the Unix millisecond by
-// which each should have asked again: its size spreads their waits (see
-// admitItemScript), and a member whose unit stopped asking (it ran, or
-// its worker died) drops out when its score passes.
-func (k keys) ownerWaiting(owner string) string { return k.prefix + "owner:" + owner + ":waiting" }
 
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address

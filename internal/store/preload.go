@@ -20,7 +20,6 @@ var allScripts = []*redis.Script{
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
-	peekItemScript, admitItemScript,
 	beginRetryScript, retryChunkScript,
 }
 

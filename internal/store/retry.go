@@ -63,9 +63,7 @@ return n
 
 // retryChunkScript re-opens the listed items of one chunk that are failed
 // or canceled: it deletes their entries (and their units' active markers
-// and progress, so that the next start counts them active again, and an
-// expensive item's solve key and wait count, so that it waits from
-// scratch), moves
+// and progress, so that the next start counts them active again), moves
 // their counts to pending, clears done_at, counts them in the owner's
 // quota again (the batch's unit) and adds their units to the feed with
 // fair scores (docs/batches.md, Fairness), counted in the backlog.
@@ -133,8 +131,6 @@ for a = 9, #ARGV, 2 do
     del[#del + 1] = 'p' .. k
     if own ~= '' then
       del[#del + 1] = 'a' .. k
-      del[#del + 1] = 's' .. k
-      del[#del + 1] = 'w' .. k
       members[#members + 1] = own
     else
       cheap = true

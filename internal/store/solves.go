@@ -21,43 +21,14 @@ import (
 // liveLua counts the waiters of a solve whose records have not ended,
 // dropping the others from the hash: a waiter whose cancel's
 // announcement was lost, or whose record expired, must not keep a solve
-// running that nobody waits for. A waiter is a single task (its record
-// is pending or active) or a batch item, named by its item ID
-// "<batch>-<index>" (it has no ended entry, and its batch is neither
-// gone nor canceled); a single task's ID never contains '-'
-// (apitype.ParseItemID).
-//
-// item_of(id) returns a waiter's batch ID and index, or nil for a task.
-// item_open(batch, idx, bp, rs) is whether that item has not ended; bp
-// and rs are keys.batchResAffixes.
-// live(wk, tprefix, bp, rs) counts wk's live waiters; tprefix is
-// keys.task("").
+// running that nobody waits for.
 const liveLua = `
-local function item_of(id)
-  local batch, idx = string.match(id, '^([^-]+)%-(%d+)$')
-  if not batch then return nil end
-  return batch, tonumber(idx)
-end
-local function item_open(batch, idx, bp, rs)
-  local b = redis.call('HMGET', bp .. batch, 'stride', 'total', 'canceled_at')
-  if not b[2] or b[3] or idx >= tonumber(b[2]) then return false end
-  local stride = tonumber(b[1])
-  local j = math.floor(idx / stride)
-  return redis.call('HEXISTS', bp .. batch .. rs .. j, tostring(idx - j * stride)) == 0
-end
-local function live(wk, tprefix, bp, rs)
+local function live(wk, tprefix)
   local w = redis.call('HKEYS', wk)
   local n = 0
   for i = 1, #w do
-    local open
-    local batch, idx = item_of(w[i])
-    if batch then
-      open = item_open(batch, idx, bp, rs)
-    else
-      local st = redis.call('HGET', tprefix .. w[i], 'state')
-      open = st == 'pending' or st == 'active'
-    end
-    if open then
+    local st = redis.call('HGET', tprefix .. w[i], 'state')
+    if st == 'pending' or st == 'active' then
       n = n + 1
     else
       redis.call('HDEL', wk, w[i])
@@ -96,7 +67,6 @@ end
 // ARGV[6] now, Unix milliseconds (started_at)
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
-// ARGV[9], ARGV[10] batch res affixes (keys.batchResAffixes)
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
@@ -114,7 +84,7 @@ if runnable then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
-elseif live(KEYS[4], ARGV[8], ARGV[9], ARGV[10]) == 0 then
+elseif live(KEYS[4], ARGV[8]) == 0 then
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
@@ -165,118 +135,80 @@ redis.call('PEXPIRE', KEYS[2], lease)
 return mine
 `)
 
-// finishSolveScript ends a solve: every waiter that has not ended (and
-// the run's own record or item, if it is not listed) gets the outcome,
-// and a completed result that was solved, not read from the cache, is
-// cached without shortening an existing entry's life. A single task's
-// record gets it with "t:<id>" published for long polls and its owner's
-// quota released (per single task, as finishManyScript does); a batch
-// item (a waiter named "<batch>-<index>") gets an ended entry that refers
-// to the cache entry, its batch's counts move and its quota is released
-// as finishUnitScript does (settle, see batchLua). Then the waiters, the
-// lease (when it is still this run's) and the run's slot go. A waiter
-// that had ended (canceled, or ended by another run of the same solve) is
-// left alone, so a second run of the same task, or of the same puzzle,
-// changes and counts nothing twice.
+// finishSolveScript ends a solve: every waiter whose record is pending or
+// active (and the run's own record, if it is not listed) gets the
+// outcome, with "t:<id>" published for long polls and its owner's quota
+// released (per single task, as finishManyScript does); a completed
+// result that was solved, not read from the cache, is cached without
+// shortening an existing entry's life. Then the waiters, the lease (when
+// it is still this run's) and the run's slot go. A waiter that had ended
+// (canceled, or ended by another run of the same solve) is left alone,
+// so a second run of the same task, or of the same puzzle, changes and
+// counts nothing twice.
 //
 // KEYS[1] the solve's waiters
 // KEYS[2] the solve's lease
 // KEYS[3] the run's owner's slots
 // KEYS[4] cache entry of the puzzle
-// KEYS[5] the run's task hash (no key when the run is a batch item's)
+// KEYS[5] the run's task hash
 //
-// ARGV[1..4] owner affixes (keys.ownerAffixes)
-// ARGV[5] now, Unix milliseconds
-// ARGV[6] the run's task or item ID
-// ARGV[7] state: completed or failed
-// ARGV[8] result JSON ("" when none)
-// ARGV[9] error code ("" when none)
-// ARGV[10] error message
-// ARGV[11] "1" when the result came from the cache
-// ARGV[12] events channel
-// ARGV[13] task key prefix (keys.task(""))
+// ARGV[1] now, Unix milliseconds
+// ARGV[2] the run's task ID
+// ARGV[3] state: completed or failed
+// ARGV[4] result JSON ("" when none)
+// ARGV[5] error code ("" when none)
+// ARGV[6] error message
+// ARGV[7] "1" when the result came from the cache
+// ARGV[8] events channel
+// ARGV[9] task key prefix (keys.task(""))
+// ARGV[10..13] owner affixes (keys.ownerAffixes)
 // ARGV[14] result TTL, seconds
-// ARGV[15], ARGV[16] batch res affixes (keys.batchResAffixes)
-// ARGV[17] a batch item's entry head: the "ref" (and "cached") members
-// of a completed outcome, the "error" member of a failed one
 //
-// Returns how many records and items it ended.
-var finishSolveScript = redis.NewScript(quotaLua + batchLua + liveLua + `
-local completed = ARGV[7] == 'completed' and ARGV[8] ~= ''
-if completed and ARGV[11] ~= '1' then
-  redis.call('SET', KEYS[4], ARGV[8], 'NX', 'EX', ARGV[14])
+// Returns how many records it ended.
+var finishSolveScript = redis.NewScript(quotaLua + `
+if ARGV[3] == 'completed' and ARGV[7] ~= '1' and ARGV[4] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[4], 'NX', 'EX', ARGV[14])
   redis.call('EXPIRE', KEYS[4], ARGV[14], 'GT')
-end
-local rttl = tonumber(ARGV[14]) * 1000
-local function end_item(batch, idx)
-  local bk = ARGV[15] .. batch
-  local b = redis.call('HMGET', bk, 'owner', 'stride', 'total', 'expires_at')
-  if not b[3] or idx >= tonumber(b[3]) then return 0 end
-  local stride, exp = tonumber(b[2]), tonumber(b[4])
-  local j = math.floor(idx / stride)
-  local k = idx - j * stride
-  local rk = bk .. ARGV[16] .. j
-  if redis.call('HEXISTS', rk, tostring(k)) == 1 then return 0 end
-  local mv = redis.call('HGET', rk, 'a' .. k)
-  local attempts, started, prev = 0, nil, 'pending'
-  if mv then
-    attempts, started = parse_marker(mv)
-    prev = 'active'
-  end
-  if completed then
-    redis.call('SET', KEYS[4], ARGV[8], 'NX', 'PX', rttl)
-    redis.call('PEXPIREAT', KEYS[4], math.max(exp, clock() + rttl), 'GT')
-  end
-  redis.call('HSET', rk, tostring(k), entry(ARGV[7], started, attempts, ARGV[5], ARGV[17], ''))
-  redis.call('HDEL', rk, 'p' .. k)
-  redis.call('PEXPIREAT', rk, exp)
-  settle(bk, batch, b[1] or '', j, {[prev] = -1, [ARGV[7]] = 1}, 1, ARGV[12], ARGV[5])
-  return 1
 end
 local w = redis.call('HGETALL', KEYS[1])
 local listed = false
 for i = 1, #w, 2 do
-  if w[i] == ARGV[6] then listed = true end
+  if w[i] == ARGV[2] then listed = true end
 end
 if not listed then
-  w[#w + 1] = ARGV[6]
+  w[#w + 1] = ARGV[2]
   w[#w + 1] = redis.call('HGET', KEYS[5], 'owner') or ''
 end
 local ends, owners = {}, {}
 local n = 0
 for i = 1, #w, 2 do
   local id, owner = w[i], w[i + 1]
-  local batch, idx = item_of(id)
-  if batch then
-    n = n + end_item(batch, idx)
-  else
-    local tk = ARGV[13] .. id
-    local cur = redis.call('HGET', tk, 'state')
-    if cur == 'pending' or cur == 'active' then
-      local f = {'state', ARGV[7], 'completed_at', ARGV[5]}
-      if ARGV[8] ~= '' then f[#f + 1] = 'result'; f[#f + 1] = ARGV[8] end
-      if ARGV[9] ~= '' then
-        f[#f + 1] = 'err_code'; f[#f + 1] = ARGV[9]
-        f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[10]
-      end
-      if ARGV[11] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
-      redis.call('HSET', tk, unpack(f))
-      redis.call('PUBLISH', ARGV[12], 't:' .. id)
-      n = n + 1
-      if owner ~= '' then
-        if not ends[owner] then ends[owner] = {}; owners[#owners + 1] = owner end
-        ends[owner][id] = 1
-      end
+  local tk = ARGV[9] .. id
+  local cur = redis.call('HGET', tk, 'state')
+  if cur == 'pending' or cur == 'active' then
+    local f = {'state', ARGV[3], 'completed_at', ARGV[1]}
+    if ARGV[4] ~= '' then f[#f + 1] = 'result'; f[#f + 1] = ARGV[4] end
+    if ARGV[5] ~= '' then
+      f[#f + 1] = 'err_code'; f[#f + 1] = ARGV[5]
+      f[#f + 1] = 'err_msg'; f[#f + 1] = ARGV[6]
+    end
+    if ARGV[7] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
+    redis.call('HSET', tk, unpack(f))
+    redis.call('PUBLISH', ARGV[8], 't:' .. id)
+    n = n + 1
+    if owner ~= '' then
+      if not ends[owner] then ends[owner] = {}; owners[#owners + 1] = owner end
+      ends[owner][id] = 1
     end
   end
 end
 for _, owner in ipairs(owners) do
-  local b = ARGV[1] .. owner
-  release(b .. ARGV[2], b .. ARGV[3], b .. ARGV[4], ends[owner])
+  local b = ARGV[10] .. owner
+  release(b .. ARGV[11], b .. ARGV[12], b .. ARGV[13], ends[owner])
 end
 redis.call('DEL', KEYS[1])
-if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
-redis.call('ZREM', KEYS[3], ARGV[6])
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[2])
 return n
 `)
 
@@ -286,14 +218,13 @@ return n
 // KEYS[1] the solve's waiters
 // KEYS[2] the solve's lease
 // KEYS[3] the run's owner's slots
-// ARGV[1] the run's task or item ID
+// ARGV[1] the run's task ID
 // ARGV[2] task key prefix
-// ARGV[3], ARGV[4] batch res affixes (keys.batchResAffixes)
 //
 // Returns the live waiters: 0 when released, otherwise the solve is
 // still owed and nothing was released.
 var releaseSolveScript = redis.NewScript(liveLua + `
-local n = live(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
+local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -315,7 +246,6 @@ return 0
 // ARGV[3] cancels channel
 // ARGV[4], ARGV[5] solve affixes (keys.solveAffixes)
 // ARGV[6] task key prefix
-// ARGV[7], ARGV[8] batch res affixes (keys.batchResAffixes)
 //
 // Returns 1 when a stop was announced (or nothing ran), 0 when the solve
 // goes on for other waiters.
@@ -328,7 +258,7 @@ end
 local sk = ARGV[4] .. key
 local wk = sk .. ARGV[5]
 redis.call('HDEL', wk, ARGV[1])
-if live(wk, ARGV[6], ARGV[7], ARGV[8]) > 0 then return 0 end
+if live(wk, ARGV[6]) > 0 then return 0 end
 local lead = redis.call('GET', sk)
 if lead then redis.call('PUBLISH', ARGV[3], lead) end
 if ARGV[2] == '1' and lead ~= ARGV[1] then redis.call('PUBLISH', ARGV[3], ARGV[1]) end
@@ -345,11 +275,23 @@ func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Admission, error) {
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), s.k.batch(""), suffixRes).StringSlice()
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task("")).StringSlice()
 	if err != nil || len(v) != 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
-	return admission(r.ID, v)
+	a := tasks.Admission{Verdict: tasks.Verdict(v[0])}
+	switch a.Verdict {
+	case tasks.VerdictHit:
+		a.Result = json.RawMessage(v[1])
+	case tasks.VerdictJoined:
+		a.Lead = v[1]
+	case tasks.VerdictWait:
+		a.Waits, _ = strconv.Atoi(v[1])
+	case tasks.VerdictRun, tasks.VerdictSkip:
+	default:
+		return a, fmt.Errorf("store: admit %s: unknown verdict %q", r.ID, v[0])
+	}
+	return a, nil
 }
 
 // RenewSolve extends a run's slot and solve (renewSolveScript).
@@ -362,17 +304,17 @@ func (s *Store) RenewSolve(ctx context.Context, r tasks.SolveRun) error {
 	return nil
 }
 
-// FinishSolve ends every task and batch item waiting on r's solve with
-// t's outcome (finishSolveScript).
+// FinishSolve ends every task waiting on r's solve with t's outcome
+// (finishSolveScript).
 func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Transition) (int, error) {
 	cached := "0"
 	if t.Cached {
 		cached = "1"
 	}
 	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID)}
-	args := append([]any{}, s.k.ownerAffixes()...)
-	args = append(args, ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task(""),
-		int64(s.resultTTL/time.Second), s.k.batch(""), suffixRes, itemHead(r.CacheKey, t))
+	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
+	args = append(args, s.k.ownerAffixes()...)
+	args = append(args, int64(s.resultTTL/time.Second))
 	n, err := finishSolveScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
@@ -380,27 +322,11 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 	return n, nil
 }
 
-// itemHead is the head of the ended entry a solve's outcome t gives a
-// batch item that waited on it (see FinishUnit): a completed result is
-// the cache entry under cacheKey, a failure its error.
-func itemHead(cacheKey string, t tasks.Transition) string {
-	if t.State != apitype.TaskStateCompleted {
-		e, _ := json.Marshal(apitype.TaskError{Code: t.Code, Message: t.Msg})
-		return `"error":` + string(e)
-	}
-	ref, _ := json.Marshal(cacheKey)
-	head := `"ref":` + string(ref)
-	if t.Cached {
-		head = joinMembers(head, `"cached":true`)
-	}
-	return head
-}
-
 // ReleaseSolve gives up a canceled run unless a task joined it meanwhile
 // (releaseSolveScript).
 func (s *Store) ReleaseSolve(ctx context.Context, r tasks.SolveRun) (int, error) {
 	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
-		r.ID, s.k.task(""), s.k.batch(""), suffixRes).Int()
+		r.ID, s.k.task("")).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: release solve of %s: %w", r.ID, err)
 	}
@@ -417,7 +343,7 @@ func (s *Store) announceCancel(ctx context.Context, id string, prev apitype.Task
 	}
 	args := []any{id, active, s.k.cancels()}
 	args = append(args, s.k.solveAffixes()...)
-	args = append(args, s.k.task(""), s.k.batch(""), suffixRes)
+	args = append(args, s.k.task(""))
 	if err := cancelSolveScript.Run(ctx, s.rdb, []string{s.k.task(id)}, args...).Err(); err != nil {
 		return fmt.Errorf("store: announce cancel: %w", err)
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// TestFault runs every scenario. The five that mostly wait on asynq's
-// lease recovery or the watchdog (worker crash, Redis restart, Redis host
-// crash, the killed worker of a joined solve, of a batch item's solve) and the two long freezes (Redis past
+// TestFault runs every scenario. The four that mostly wait on asynq's
+// lease recovery (worker crash, Redis restart, Redis host crash, the
+// killed worker of a joined solve) and the two long freezes (Redis past
 // the workers' cutoff, an API holding a batch retry's lock: 40 s and
 // 12 s, mostly waiting out a freeze or a lease) run
 // alongside a sequence of the others; the load and the storm run alone in that sequence so their
@@ -37,7 +37,6 @@ func TestFault(t *testing.T) {
 		t.Run("RedisRestart", func(t *testing.T) { t.Parallel(); timed(t); testRedisRestart(t) })
 		t.Run("RedisHostCrash", func(t *testing.T) { t.Parallel(); timed(t); testHostCrash(t) })
 		t.Run("JoinWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testJoinWorkerKill(t) })
-		t.Run("BatchItemWorkerKill", func(t *testing.T) { t.Parallel(); timed(t); testBatchItemWorkerKill(t) })
 		t.Run("RedisFreezePastCutoff", func(t *testing.T) { t.Parallel(); timed(t); testRedisFreezePastCutoff(t) })
 		t.Run("RetryLockFrozenAPI", func(t *testing.T) { t.Parallel(); timed(t); testRetryLockFrozenAPI(t) })
 		t.Run("Sequence", func(t *testing.T) {
@@ -51,7 +50,6 @@ func TestFault(t *testing.T) {
 				{"Load", testLoad},
 				{"SlowConsumer", testSlowConsumer},
 				{"Flood", testFlood},
-				{"BatchFlood", testBatchFlood},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}
