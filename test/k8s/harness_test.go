@@ -77,6 +77,7 @@ func run(m *testing.M) int {
 			}
 		}()
 	}
+	fmt.Printf("k8s: the searches' seed is %d (PUZZLEQ_K8S_SEED repeats it)\n", runSeed)
 	return m.Run()
 }
 
@@ -274,6 +275,18 @@ func eightPuzzles(n int, seed int64) []string {
 
 // fifteenPuzzles returns n distinct 4x4 boards, each a random walk of
 // walk moves from the goal.
+// runSeed varies the searches of the kill, restart and KEDA stages from
+// run to run: on a reused cluster (PUZZLEQ_K8S_REUSE) the same boards
+// would be answered from the previous run's cache, and a batch that
+// ends a second after a worker's kill proves nothing. It is printed, so
+// a failing run can be repeated (PUZZLEQ_K8S_SEED).
+var runSeed = func() int64 {
+	if s, err := strconv.ParseInt(os.Getenv("PUZZLEQ_K8S_SEED"), 10, 64); err == nil {
+		return s
+	}
+	return time.Now().UnixNano() % 1_000_000_000
+}()
+
 func fifteenPuzzles(n, walk int, seed int64) []string { return slidingWalks(n, 4, walk, seed) }
 
 // slidingWalks returns n distinct size x size boards, each a random walk

@@ -207,7 +207,7 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 	ctx := context.Background()
 	// Enough 15-puzzle searches (about 15 ms each here) that the batch
 	// outlives the kill by far.
-	reqs := append(fifteenPuzzles(1200, 200, 5), eightPuzzles(5000, 6)...)
+	reqs := append(fifteenPuzzles(1200, 200, runSeed+5), eightPuzzles(5000, 6)...)
 	o.prefetch(reqs)
 	start := time.Now()
 	sub, err := c.SubmitBatch(ctx, raw(reqs), "")
@@ -259,7 +259,7 @@ func testRollingRestart(t *testing.T, o *oracle) {
 	// every eighth task is a 15-puzzle search, so workers are mid-task
 	// when they get SIGTERM.
 	reqs := eightPuzzles(17500, 7)
-	for i, r := range fifteenPuzzles(2500, 200, 17) {
+	for i, r := range fifteenPuzzles(2500, 200, runSeed+17) {
 		reqs = append(reqs[:i*8+7], append([]string{r}, reqs[i*8+7:]...)...)
 	}
 	var (

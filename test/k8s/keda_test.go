@@ -24,7 +24,7 @@ func testKEDA(t *testing.T, o *oracle) {
 	c := api(t)
 	// 15-puzzles of about 15 ms of CPU each here: minutes of work for one
 	// worker, far over the bulk trigger's listLength of 50.
-	reqs := fifteenPuzzles(2500, 200, 8)
+	reqs := fifteenPuzzles(2500, 200, runSeed+8)
 	o.prefetch(reqs)
 	start := time.Now()
 	sub, err := c.SubmitBatch(context.Background(), raw(reqs), "")
