@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,19 +119,8 @@ func testRedisFreezePastCutoff(t *testing.T) {
 		return out
 	}
 	cpu0 := cpuAt()
-	if err := c.redis.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	thaw := c.freezeRedis(t)
 	frozenAt := time.Now()
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := c.redis.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	defer thaw()
 	time.Sleep(time.Until(frozenAt.Add(4 * time.Second)))
 	cpu4 := cpuAt() // the solves still run, cut off or not

@@ -91,19 +91,8 @@ func testRedisFreeze(t *testing.T) {
 		}
 	}
 
-	if err := c.redis.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	thaw := c.freezeRedis(t)
 	frozenAt := time.Now()
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := c.redis.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	defer thaw()
 
 	slowest := c.probeOutage(t, "Redis frozen", routes, outageBounds{route: bound, readyz: readyz})
