@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/lease"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -141,22 +142,9 @@ func (h *Handler) finishSolve(ctx context.Context, r SolveRun, p *puzzle.Parsed,
 // logged: the next one may work, and a lease that lapsed costs at most a
 // second run of the same puzzle, never a lost task.
 func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(r.LeaseOrDefault() / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				if err := h.gate.RenewSolve(rctx, r); err != nil && rctx.Err() == nil {
-					h.log.Warn("renew expensive run's lease", "task_id", r.ID, "err", err)
-				}
-			}
+	return lease.Renew(ctx, r.LeaseOrDefault()/3, func(rctx context.Context) {
+		if err := h.gate.RenewSolve(rctx, r); err != nil && rctx.Err() == nil {
+			h.log.Warn("renew expensive run's lease", "task_id", r.ID, "err", err)
 		}
-	}()
-	return func() { cancel(); <-done }
+	})
 }

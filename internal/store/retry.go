@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/lease"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -215,26 +216,13 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 	// Renew the lock while the retry runs (leaseScript renews only for
 	// its holder). A renewal that fails leaves the retry running: its
 	// chunk scripts are exact whoever else runs, the lock only saves work.
-	renewed := make(chan struct{})
-	rctx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(retryLease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				cctx, cancel := context.WithTimeout(rctx, retryLease/3)
-				_ = leaseScript.Run(cctx, s.rdb, []string{lock}, token, retryLease.Milliseconds()).Err()
-				cancel()
-			}
-		}
-	}()
+	stopRenew := lease.Renew(context.WithoutCancel(ctx), retryLease/3, func(rctx context.Context) {
+		cctx, cancel := context.WithTimeout(rctx, retryLease/3)
+		_ = leaseScript.Run(cctx, s.rdb, []string{lock}, token, retryLease.Milliseconds()).Err()
+		cancel()
+	})
 	defer func() {
 		stopRenew()
-		<-renewed
 		// Only while it is still this retry's (releaseClaimScript is a
 		// compare-and-delete); bounded, whatever ctx has left.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
