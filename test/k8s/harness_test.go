@@ -132,18 +132,40 @@ func api(t testing.TB, opts ...client.Option) *client.Client {
 	return client.New("http://"+ip, append([]client.Option{client.WithAPIKey(apiKey(t, "tenant"))}, opts...)...)
 }
 
+// apiKeys caches the driver's keys file once it has been read: every
+// client and check asks for a key, and the file does not change while a
+// cluster runs. A failed read is not cached (cluster check makes it).
+var apiKeys struct {
+	mu   sync.Mutex
+	keys []struct{ Name, Key, Role string }
+}
+
+func loadAPIKeys() ([]struct{ Name, Key, Role string }, error) {
+	apiKeys.mu.Lock()
+	defer apiKeys.mu.Unlock()
+	if apiKeys.keys != nil {
+		return apiKeys.keys, nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, "api-keys.json"))
+	if err != nil {
+		return nil, err
+	}
+	var keys []struct{ Name, Key, Role string }
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, err
+	}
+	apiKeys.keys = keys
+	return keys, nil
+}
+
 // apiKey returns the first key of role ("tenant" or "operator") in the
 // Secret the driver made for the api (cluster's ensureAPIKeys): every
 // overlay runs with auth on.
 func apiKey(t testing.TB, role string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(stateDir, "api-keys.json"))
+	keys, err := loadAPIKeys()
 	if err != nil {
 		t.Fatalf("the api's keys (made by cluster check or deploy): %v", err)
-	}
-	var keys []struct{ Name, Key, Role string }
-	if err := json.Unmarshal(b, &keys); err != nil {
-		t.Fatal(err)
 	}
 	for _, k := range keys {
 		if k.Role == role || (role == "tenant" && k.Role == "") {
