@@ -18,10 +18,12 @@ import (
 //     task whose puzzle is being solved by another run joins that run: it
 //     is ended with the same result or failure when the solve ends, and
 //     its own delivery returns at once, so it holds no slot.
-//   - A cap per API key on expensive runs holding a slot, so that one
-//     key's hard puzzles never take every slot. A run over the cap is not
-//     failed: it returns a WaitError, which asynq turns into a retry after
-//     WaitError.In without counting it as a failure (see IsWait).
+//   - A cap per API key on expensive runs holding a slot, single tasks and
+//     batch items alike, so that one key's hard puzzles never take every
+//     slot. A run over the cap is not failed: it is parked and returns a
+//     WaitError, which asynq turns into a retry after WaitError.In without
+//     counting it as a failure (see IsWait); the next run of the key to
+//     free a slot moves it back onto its queue at once.
 //
 // Both are leases in Redis that the running worker renews every
 // SolveLease/3, so a worker that dies frees its slot, and its in-flight
