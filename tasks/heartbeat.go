@@ -270,7 +270,7 @@ func (h *Heartbeat) flusher() {
 		n, err := h.flush()
 		switch {
 		case err != nil && h.life.Err() == nil && !h.failing.Swap(true):
-			h.log.Warn("heartbeat: record started tasks; the next beat retries", "worker_id", h.id, "tasks", n, "err", err)
+			h.log.Warn("heartbeat: record started tasks; the next flush or beat retries", "worker_id", h.id, "tasks", n, "err", err)
 		case err == nil && n > 0:
 			h.failing.Store(false)
 		}
@@ -367,6 +367,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		h.retry(first)
 		return fmt.Errorf("tasks: heartbeat of %s: %w", h.id, err)
 	}
+	h.failing.Store(false) // it wrote what a failed flush left
 	return nil
 }
 
