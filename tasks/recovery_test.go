@@ -184,7 +184,8 @@ func TestDeadlineOverrunIsRetriedThroughTheGate(t *testing.T) {
 }
 
 // The heartbeat middleware records each task while it runs, by queue and
-// asynq task ID, and the next beat forgets it once it ended.
+// asynq task ID (written behind the task, within a bound), and the next
+// beat forgets it once it ended.
 func TestHeartbeatRecordsRunningTasks(t *testing.T) {
 	t.Parallel()
 	f := newUnitFixture(t)
@@ -208,9 +209,19 @@ func TestHeartbeatRecordsRunningTasks(t *testing.T) {
 			t.Fatal("the task never started")
 		}
 	}
-	held, err := f.store.Held(f.ctx, "w-test")
+	// The record is written behind the task, holdDelay (5 ms) after it
+	// started; the bound is the default HEARTBEAT_INTERVAL, by which the
+	// beat would have written it.
+	var held []tasks.HeldTask
+	var err error
+	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(time.Millisecond) {
+		held, err = f.store.Held(f.ctx, "w-test")
+		if err != nil || len(held) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(held) != 1 || held[0] != (tasks.HeldTask{Queue: tasks.QueueInteractive, ID: "run1"}) || hb.Running() != 1 {
-		t.Fatalf("held while running: %v %v (running %d)", held, err, hb.Running())
+		t.Fatalf("held while running: %v %v (running %d), want it within 500 ms of the start", held, err, hb.Running())
 	}
 	close(release)
 	if tk := f.waitEnded(t, "run1"); tk.State != apitype.TaskStateCompleted {
