@@ -71,6 +71,11 @@ type BatchRetried struct {
 	// Retried counts the failed and canceled tasks this request queued
 	// again.
 	Retried int `json:"retried"`
+	// Complete is false when the retry was cut short (Redis failed, or it
+	// ran out of time) after it had queued Retried tasks again: those run,
+	// and another retry re-opens the rest (a task is never re-opened
+	// twice). It is true when every task there was to retry was reached.
+	Complete bool `json:"complete"`
 }
 
 // ServiceStatus is the answer of GET /v1/status: whether any worker is

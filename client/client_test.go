@@ -311,3 +311,37 @@ func TestWithWebhookQuery(t *testing.T) {
 		}
 	}
 }
+
+// A retry the server cut short (complete false) is sent again until it
+// completes, and the counts add up; one that never completes ends with an
+// error that says so, after a bounded number of rounds.
+func TestRetryBatchCutShortIsSentAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		answers []string
+		want    int
+		calls   int64
+		wantErr bool
+	}{
+		{"completes", []string{`{"id":"b","retried":3,"complete":false}`, `{"id":"b","retried":2,"complete":true}`}, 5, 2, false},
+		{"never", []string{`{"id":"b","retried":1,"complete":false}`}, 5, 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				if r.Method != http.MethodPost || r.URL.Path != "/v1/batches/b/retry" {
+					t.Errorf("%s %s", r.Method, r.URL.Path)
+				}
+				io.WriteString(w, tc.answers[min(int(n), len(tc.answers))-1])
+			}))
+			defer srv.Close()
+			n, err := client.New(srv.URL, fast()...).RetryBatch(context.Background(), "b")
+			if n != tc.want || calls.Load() != tc.calls || (err != nil) != tc.wantErr {
+				t.Fatalf("RetryBatch: %d, %v after %d calls; want %d after %d calls, error %v", n, err, calls.Load(), tc.want, tc.calls, tc.wantErr)
+			}
+		})
+	}
+}

@@ -41,7 +41,7 @@ func fakeAPI() *httptest.Server {
 		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/items":
 			io.WriteString(w, `{"tasks":[{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-1","custom_id":"hard","kind":"sweep","state":"failed","error":{"code":"budget_exceeded","message":"search exceeded max_nodes"}}],"next_cursor":null}`)
 		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/retry":
-			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","retried":1}`)
+			io.WriteString(w, `{"id":"9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f","retried":1,"complete":true}`)
 		case r.URL.Path == "/v1/status":
 			io.WriteString(w, `{"workers_alive":0,"slots":0,"busy":0,"workers":[],"queues":[],"backlog_units":0,"oldest_pending_seconds":12.5}`)
 		case r.URL.Path == "/v1/batches/9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f/output":

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -95,12 +96,34 @@ func (c *Client) BatchItems(ctx context.Context, batchID string, o ListOptions) 
 
 // RetryBatch queues a batch's failed and canceled tasks again, with their
 // IDs and custom_ids, and returns how many (while the batch runs, a task
-// whose chunk still runs waits for a later retry).
+// whose chunk still runs waits for a later retry). A retry the server cut
+// short (Complete false: it re-opened some tasks, then could not reach
+// the rest) is sent again, a second apart, up to retryRounds times in all;
+// the count is the sum. Sending it again is safe: a task is never
+// re-opened twice.
 func (c *Client) RetryBatch(ctx context.Context, batchID string) (int, error) {
-	var r apitype.BatchRetried
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/batches/" + url.PathEscape(batchID) + "/retry", retry: retryIfNotAccepted}, &r)
-	return r.Retried, err
+	total := 0
+	for round := 1; ; round++ {
+		var r apitype.BatchRetried
+		_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/batches/" + url.PathEscape(batchID) + "/retry", retry: retryIfNotAccepted}, &r)
+		total += r.Retried
+		if err != nil || r.Complete {
+			return total, err
+		}
+		if round == retryRounds {
+			return total, fmt.Errorf("puzzleq: retry of batch %s re-opened %d tasks but was cut short %d times; retry again", batchID, total, round)
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
+
+// retryRounds bounds how often RetryBatch sends a retry that the server
+// cut short.
+const retryRounds = 5
 
 // Status reads GET /v1/status: the live workers, their slots, the queues'
 // depths and the age of the oldest waiting work. WorkersAlive 0 means

@@ -6,16 +6,19 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/lease"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
-// SetGate makes h run expensive single tasks through g (see Gate): one
-// solve per identical puzzle in flight, and at most capOf() runs per key
-// holding slots (0: no cap), read at each admission so that a cap
-// derived from the cluster's size follows it. Without it every task runs
-// as it comes. Call it before the handler serves tasks.
+// SetGate makes h run expensive work through g (see Gate): one solve per
+// identical puzzle in flight for single tasks, and at most capOf() runs
+// per key holding slots (0: no cap), single tasks and batch items alike,
+// read at each admission so that a cap derived from the cluster's size
+// follows it. Without it every task runs as it comes. Call it before the
+// handler serves tasks.
 func (h *Handler) SetGate(g Gate, capOf func() int) { h.gate, h.capOf = g, capOf }
 
 // SetSolveLease sets the lease of expensive runs (SolveLease until
@@ -35,6 +38,8 @@ func solveRun(owner string, it Item, p *puzzle.Parsed) SolveRun {
 func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p *puzzle.Parsed) error {
 	r := solveRun(owner, it, p)
 	r.Lease = h.lease
+	r.Queue, _ = asynq.GetQueueName(ctx)
+	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
 	if h.capOf != nil {
 		limit = h.capOf()
@@ -147,4 +152,49 @@ func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
 			h.log.Warn("renew expensive run's lease", "task_id", r.ID, "err", err)
 		}
 	})
+}
+
+// takeSlot takes a slot of owner's for the expensive item id of own unit
+// ref, renewed until the returned release frees it (and hands it to the
+// owner's longest-parked run). Over the owner's cap, it takes back the
+// unit's start (YieldUnit: the item waits pending, not active) and
+// returns a WaitError, whose delay grows with the item's place in line.
+func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner, id string) (release func(), err error) {
+	r := SlotRun{Slot: id, Owner: owner, Lease: h.lease}
+	r.Queue, _ = asynq.GetQueueName(ctx)
+	r.AsynqID, _ = asynq.GetTaskID(ctx)
+	limit := 0
+	if h.capOf != nil {
+		limit = h.capOf()
+	}
+	place, err := h.gate.AdmitSlot(ctx, r, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: admit item %s: %w", id, err)
+	}
+	if place > 0 {
+		if h.metrics != nil {
+			h.metrics.Waits.Inc()
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		defer cancel()
+		if err := h.gate.YieldUnit(wctx, ref); err != nil {
+			return nil, fmt.Errorf("tasks: yield unit %s: %w", ref.TaskID(), err)
+		}
+		return nil, &WaitError{In: slotWaitDelay(place, rand.N(time.Second))}
+	}
+	stop := lease.Renew(ctx, r.LeaseOrDefault()/3, func(rctx context.Context) {
+		if err := h.gate.RenewSlot(rctx, r); err != nil && rctx.Err() == nil {
+			h.log.Warn("renew expensive item's slot", "item_id", id, "err", err)
+		}
+	})
+	return func() {
+		stop()
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		defer cancel()
+		// A slot not freed here ends with its lease; only the promotion
+		// of a parked run is lost, and that run asks again later.
+		if err := h.gate.ReleaseSlot(wctx, r); err != nil {
+			h.log.Warn("release expensive item's slot", "item_id", id, "err", err)
+		}
+	}, nil
 }

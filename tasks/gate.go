@@ -18,10 +18,12 @@ import (
 //     task whose puzzle is being solved by another run joins that run: it
 //     is ended with the same result or failure when the solve ends, and
 //     its own delivery returns at once, so it holds no slot.
-//   - A cap per API key on expensive runs holding a slot, so that one
-//     key's hard puzzles never take every slot. A run over the cap is not
-//     failed: it returns a WaitError, which asynq turns into a retry after
-//     WaitError.In without counting it as a failure (see IsWait).
+//   - A cap per API key on expensive runs holding a slot, single tasks and
+//     batch items alike, so that one key's hard puzzles never take every
+//     slot. A run over the cap is not failed: it is parked and returns a
+//     WaitError, which asynq turns into a retry after WaitError.In without
+//     counting it as a failure (see IsWait); the next run of the key to
+//     free a slot moves it back onto its queue at once.
 //
 // Both are leases in Redis that the running worker renews every
 // SolveLease/3, so a worker that dies frees its slot, and its in-flight
@@ -49,6 +51,12 @@ type SolveRun struct {
 	// Lease is how long the run's slot and solve last unrenewed; 0 means
 	// SolveLease.
 	Lease time.Duration
+	// Queue and AsynqID name the asynq task of this delivery (a
+	// watchdog's copy has an ID of its own), which a run told to wait
+	// parks under, so that the next run of its owner to free a slot
+	// moves it back onto its queue at once. Empty (a direct call, as in
+	// tests): the run waits out its retry delay.
+	Queue, AsynqID string
 }
 
 // LeaseOrDefault is r.Lease, or SolveLease when it is 0.
@@ -105,7 +113,37 @@ type Admission struct {
 	Waits int
 }
 
+// SlotRun names one run of an expensive batch item for the Gate's slots:
+// it counts against its owner's cap like an expensive single task, but
+// shares no solve (its batch's unit runs it alone, and an identical item
+// finished meanwhile is found in the cache when the unit starts).
+type SlotRun struct {
+	// Slot is the run's member of its owner's slots: the item's ID
+	// (apitype.ItemID), so that every delivery of the item holds one.
+	Slot  string
+	Owner string
+	// Lease is how long the slot lasts unrenewed; 0 means SolveLease.
+	Lease time.Duration
+	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
+	Queue, AsynqID string
+}
+
+// LeaseOrDefault is r.Lease, or SolveLease when it is 0.
+func (r SlotRun) LeaseOrDefault() time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return SolveLease
+}
+
 // Gate admits expensive runs; *store.Store satisfies it.
+//
+// A run over its owner's cap is parked: its asynq task waits out a retry
+// delay, and the next run of the same owner to free a slot (FinishSolve,
+// ReleaseSolve, ReleaseSlot) moves the longest-parked one back onto its
+// queue at once. So a capped key's work runs as fast as its slots free
+// up, and the retry delay matters only when no run frees one (a worker
+// died holding it, and its lease ran out).
 type Gate interface {
 	// Admit decides what a run does, and for VerdictRun takes its slot
 	// and its in-flight solve for SolveLease; cap is the owner's most
@@ -124,6 +162,20 @@ type Gate interface {
 	// meanwhile: when not 0 the solve is still owed, and the run keeps
 	// its slot and solve.
 	ReleaseSolve(ctx context.Context, r SolveRun) (int, error)
+
+	// AdmitSlot takes one of r.Owner's slots for r's lease unless the
+	// owner holds cap (0: no cap) already; then it parks r and returns
+	// its place in line (1: the next), and 0 when r holds its slot.
+	AdmitSlot(ctx context.Context, r SlotRun, cap int) (int, error)
+	// RenewSlot extends r's slot by its lease.
+	RenewSlot(ctx context.Context, r SlotRun) error
+	// ReleaseSlot frees r's slot and promotes the owner's longest-parked
+	// run.
+	ReleaseSlot(ctx context.Context, r SlotRun) error
+	// YieldUnit takes back StartUnit's start of the own unit ref whose
+	// item was told to wait: its attempt, and its active count when this
+	// start made it active.
+	YieldUnit(ctx context.Context, ref UnitRef) error
 }
 
 // WaitError is returned by a run over its owner's cap: asynq retries the
@@ -155,4 +207,15 @@ func IsWait(err error) (time.Duration, bool) {
 // call and a few microseconds of a slot).
 func waitDelay(waits int, jitter time.Duration) time.Duration {
 	return min(time.Second+time.Duration(waits/4)*time.Second, 10*time.Second) + jitter
+}
+
+// slotWaitDelay is how long a parked batch item waits before it asks
+// again, given its place in its owner's line (1: the next): a second at
+// the front, 100 ms more per run ahead of it, at most 30 s, plus jitter.
+// A batch of a thousand hard boards parks a thousand items at once; they
+// are promoted one per freed slot, so the delay is only the fallback for
+// a slot that no run frees (its worker died), and an item far back in the
+// line need not ask often.
+func slotWaitDelay(place int, jitter time.Duration) time.Duration {
+	return min(time.Second+time.Duration(max(place-1, 0))*100*time.Millisecond, 30*time.Second) + jitter
 }

@@ -74,6 +74,20 @@ type faultyStore struct {
 	deleted                   []string       // the IDs DeleteTasks was called with
 	released                  map[string]int // owner -> units ReleasePending gave back
 	idemReleased              []string       // Idempotency-Keys released
+	// retryCut makes RetryBatch report an error after it re-opened
+	// items, as a retry whose Redis failed half way through does.
+	retryCut bool
+}
+
+func (f *faultyStore) RetryBatch(ctx context.Context, b *store.Batch, quota int, timeout store.RetryTimeout) (int, error) {
+	n, err := f.Store.RetryBatch(ctx, b, quota, timeout)
+	f.mu.Lock()
+	cut := f.retryCut
+	f.mu.Unlock()
+	if err == nil && cut && n > 0 {
+		return n, fmt.Errorf("store: retry batch %s: %w", b.ID, errInjected)
+	}
+	return n, err
 }
 
 func (f *faultyStore) SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error) {
@@ -393,4 +407,46 @@ func TestNewNamesAMissingLimit(t *testing.T) {
 	}
 	// The helper itself has every limit, or the cases above prove nothing.
 	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.OptionsForTest())
+}
+
+// A retry that Redis cut short after it had re-opened items answers 200
+// with complete false and Retry-After, not a 503 that hides the items
+// now running; the next retry finds nothing left and says complete.
+func TestRetryBatchCutShort(t *testing.T) {
+	t.Parallel()
+	r := newFaultRig(t)
+	rec, _ := r.post("/v1/batches", batchOf(3))
+	var ack apitype.BatchCreated
+	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ack) != nil {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body.Bytes())
+	}
+	del := httptest.NewRequest(http.MethodDelete, "/v1/batches/"+ack.ID, nil)
+	del.Header.Set("Authorization", "Bearer "+aliceKey)
+	drec := httptest.NewRecorder()
+	r.h.ServeHTTP(drec, del)
+	if drec.Code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", drec.Code, drec.Body.Bytes())
+	}
+
+	r.st.mu.Lock()
+	r.st.retryCut = true
+	r.st.mu.Unlock()
+	for _, want := range []struct {
+		retried  int
+		complete bool
+		after    string
+	}{{4, false, "1"}, {0, true, ""}} {
+		rec, _ := r.post("/v1/batches/"+ack.ID+"/retry", "")
+		var got apitype.BatchRetried
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("retry: %d %s, want 200", rec.Code, rec.Body.Bytes())
+		}
+		if got.Retried != want.retried || got.Complete != want.complete || rec.Header().Get("Retry-After") != want.after {
+			t.Fatalf("retry: %+v with Retry-After %q, want retried %d, complete %v, Retry-After %q",
+				got, rec.Header().Get("Retry-After"), want.retried, want.complete, want.after)
+		}
+	}
+	if r.pending() != 4 {
+		t.Errorf("quota: pending %d, want the 4 re-opened items", r.pending())
+	}
 }

@@ -332,8 +332,17 @@ func TestBatchEventsSlowReaderCut(t *testing.T) {
 		t.Fatalf("POST: %d %.200s", code, b)
 	}
 	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
-	if code, b, _ := s.DoAs(aliceEventsKey, "DELETE", "/v1/batches/"+id, nil); code != http.StatusOK {
-		t.Fatalf("cancel: %d %s", code, b)
+	// Canceling 40,000 items may pass the 1 s REQUEST_TIMEOUT this test
+	// needs for the cut on a loaded machine; a cancel is idempotent, and
+	// one that timed out has canceled what it reached, so it is sent again.
+	for try := 1; ; try++ {
+		code, b, _ := s.DoAs(aliceEventsKey, "DELETE", "/v1/batches/"+id, nil)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || try == 5 {
+			t.Fatalf("cancel (try %d): %d %s", try, code, b)
+		}
 	}
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })

@@ -376,12 +376,15 @@ func (s *Server) retryBatch(c *gin.Context) {
 		s.feedAfterCommit(ctx, b.ID)
 	}
 	if err != nil {
-		// Some chunks were re-opened and are running; the rest are
-		// re-opened by the next retry.
-		fail(c, err)
+		// Some chunks were re-opened and are running: that is done and
+		// said (a 503 would hide it), and the rest are re-opened by the
+		// next retry, which the answer asks for.
+		_ = c.Error(err)
+		c.Header("Retry-After", "1")
+		c.JSON(http.StatusOK, apitype.BatchRetried{ID: b.ID, Retried: n})
 		return
 	}
-	c.JSON(http.StatusOK, apitype.BatchRetried{ID: b.ID, Retried: n})
+	c.JSON(http.StatusOK, apitype.BatchRetried{ID: b.ID, Retried: n, Complete: true})
 }
 
 // retryTimeout is what a retried item adds to its unit's timeout, as at

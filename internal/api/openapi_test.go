@@ -819,7 +819,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/items", want: 404}), "not_found", "")
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/items?limit=0", want: 400, req: reqInvalid}), "invalid_request", "limit")
 		wantJSON(t, "retry", c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry", want: 200}).json(t),
-			`{"id":"`+fid+`","retried":1}`)
+			`{"id":"`+fid+`","retried":1,"complete":true}`)
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + unknownID + "/retry", want: 404}), "not_found", "")
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry?all=1", want: 400}), "invalid_request", "all")
 		st := c.do(call{method: "GET", path: "/v1/status", want: 200}).json(t)

@@ -363,7 +363,7 @@ every one is retried.) Follow them with "puzzlectl batch BATCH --watch" or
 				return err
 			}
 			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), apitype.BatchRetried{ID: args[0], Retried: n})
+				return writeJSON(cmd.OutOrStdout(), apitype.BatchRetried{ID: args[0], Retried: n, Complete: true})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: retrying %d tasks\n", args[0], n)
 			return err

@@ -527,6 +527,24 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 	return w, nil
 }
 
+// YieldUnit takes back StartUnit's start of own unit ref, whose item
+// waits for its owner's expensive slots (yieldUnitScript).
+func (s *Store) YieldUnit(ctx context.Context, ref tasks.UnitRef) error {
+	chunk, n, err := tasks.ParseUnit(ref.Unit)
+	if err != nil {
+		return err
+	}
+	if chunk {
+		return fmt.Errorf("store: yield unit %s: not an own unit", ref.TaskID())
+	}
+	err = yieldUnitScript.Run(ctx, s.rdb, []string{s.k.batch(ref.BatchID), s.k.batchReq(ref.BatchID)},
+		n, s.k.batchResBase(ref.BatchID)).Err()
+	if err != nil {
+		return fmt.Errorf("store: yield unit %s: %w", ref.TaskID(), err)
+	}
+	return nil
+}
+
 // FinishUnit writes the outcomes of a unit's items. Only an item without
 // an ended entry gets one (so a redelivered unit, or one whose item was
 // canceled meanwhile, changes and counts nothing twice); it moves the

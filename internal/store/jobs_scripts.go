@@ -439,6 +439,45 @@ end
 return out
 `)
 
+// yieldUnitScript takes back what startUnitScript did for an own item
+// whose run was told to wait for its owner's expensive slots
+// (admitSlotScript): the attempt it counted goes, and when that start set
+// the item's active marker (one attempt), the marker goes too and the
+// item is counted pending again, which is what it is while it waits. A
+// marker of more attempts stays: another delivery of the unit may be
+// running it (a watchdog's copy), and an active item that waits is the
+// smaller error than a running one counted pending. An item that has
+// ended is left alone.
+//
+// KEYS[1] batch hash
+// KEYS[2] batch req hash
+//
+// ARGV[1] the item
+// ARGV[2] the batch's res key without the chunk number
+//
+// Returns 1 when the item is pending again, else 0.
+var yieldUnitScript = redis.NewScript(batchLua + `
+local stride = tonumber(redis.call('HGET', KEYS[1], 'stride'))
+if not stride then return 0 end
+local n = tonumber(ARGV[1])
+local j = math.floor(n / stride)
+local k = n - j * stride
+local rk = ARGV[2] .. j
+if redis.call('HEXISTS', rk, k) == 1 then return 0 end
+local f = 'a' .. k
+local mv = redis.call('HGET', rk, f)
+if not mv then return 0 end
+local a, st = parse_marker(mv)
+if a > 1 then
+  redis.call('HSET', rk, f, (a - 1) .. ' ' .. st)
+  return 0
+end
+redis.call('HDEL', rk, f)
+redis.call('HINCRBY', KEYS[1], 'active', -1)
+redis.call('HINCRBY', KEYS[1], 'pending', 1)
+return 1
+`)
+
 // finishUnitScript writes the ended entries of a unit's items that have
 // none yet (a duplicate delivery, or an item canceled meanwhile, changes
 // nothing), stores a cached item's result once in the cache entry (the

@@ -165,6 +165,24 @@ func (k keys) solveAffixes() []any { return []any{k.solve(""), suffixWaiters} }
 // worker died drops out when its lease ends.
 func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + owner + ":running" }
 
+// ownerParked is a sorted set of an API key's expensive runs told to wait
+// because its slots were full (member = parkedMember: the asynq task's
+// queue and ID), scored by the Unix millisecond it first waited. A run
+// that frees a slot moves the longest-waiting of them from asynq's retry
+// set back onto its queue at once (promoteLua), so a capped key's work
+// goes on as fast as its slots allow rather than at its retry delay.
+func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
+
+// parkedMember is a run's member of ownerParked: its asynq queue and task
+// ID, tab-separated (neither holds a tab). "" when the run has no asynq
+// task (a test's direct call), which is never parked.
+func parkedMember(queue, asynqID string) string {
+	if queue == "" || asynqID == "" {
+		return ""
+	}
+	return queue + "\t" + asynqID
+}
+
 // operatorRate is the token bucket of an operator on the operator routes
 // (/monitoring, /metrics): an operator key's name, or a client address
 // when auth is off. redis_rate puts its own "rate:" in front of it.

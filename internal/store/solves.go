@@ -38,6 +38,41 @@ local function live(wk, tprefix)
 end
 `
 
+// promoteLua hands a slot that a run just freed to its owner's
+// longest-parked run (keys.ownerParked), as asynq's own forward script
+// moves a retry that is due: the first parked task that waits in its
+// queue's retry set goes onto its pending list now. A parked task whose
+// asynq state is active stays for the next freed slot (it was told to
+// wait a moment ago and asynq has not yet moved it to the retry set, or it
+// runs again now and will leave the set at its admission); one whose task
+// is gone, pending or ended leaves the set. At most 16 members are looked
+// at, so a release stays a short script however many runs wait; a run
+// that is never promoted still runs when its retry delay ends.
+//
+// promote(parked key, now in Unix nanoseconds as asynq writes
+// pending_since) returns 1 when it moved a run.
+const promoteLua = `
+local function promote(pk, now_ns)
+  local m = redis.call('ZRANGE', pk, 0, 15)
+  for i = 1, #m do
+    local tab = string.find(m[i], '\t', 1, true)
+    local st, base, id = nil, nil, nil
+    if tab then
+      base = 'asynq:{' .. string.sub(m[i], 1, tab - 1) .. '}:'
+      id = string.sub(m[i], tab + 1)
+      st = redis.call('HGET', base .. 't:' .. id, 'state')
+    end
+    if st ~= 'active' then redis.call('ZREM', pk, m[i]) end
+    if st == 'retry' and redis.call('ZREM', base .. 'retry', id) == 1 then
+      redis.call('LPUSH', base .. 'pending', id)
+      redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
+      return 1
+    end
+  end
+  return 0
+end
+`
+
 // admitScript decides what one run of an expensive single task does
 // (tasks.Verdict), in this order:
 //
@@ -49,7 +84,10 @@ end
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
 //  4. The owner's live slots (leases not yet ended) are at the cap, and
-//     this task holds none of them: wait, counting the wait in the record.
+//     this task holds none of them: wait, counting the wait in the record,
+//     and park the task's asynq task in the owner's parked set (first
+//     wait's time kept), where the next run of the owner to free a slot
+//     finds it (promoteLua). Any other verdict takes it out of the set.
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
 //     active (an attempt, started_at once) like startManyScript.
 //
@@ -67,10 +105,16 @@ end
 // ARGV[6] now, Unix milliseconds (started_at)
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
+// ARGV[9] the run's parked member (parkedMember; "" never parks)
+//
+// KEYS[6] the owner's parked runs (keys.ownerParked)
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
 var admitScript = redis.NewScript(quotaLua + liveLua + `
+local function unpark()
+  if ARGV[9] ~= '' then redis.call('ZREM', KEYS[6], ARGV[9]) end
+end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -85,12 +129,14 @@ if runnable then
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
 elseif live(KEYS[4], ARGV[8]) == 0 then
+  unpark()
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
-if hit then return {'hit', hit} end
+if hit then unpark(); return {'hit', hit} end
 local lead = redis.call('GET', KEYS[3])
 if lead and lead ~= ARGV[1] then
+  unpark()
   start()
   if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
   return {'joined', lead}
@@ -101,8 +147,13 @@ local cap = tonumber(ARGV[4])
 if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
   local w = 0
   if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
+  if ARGV[9] ~= '' then
+    redis.call('ZADD', KEYS[6], 'NX', now, ARGV[9])
+    redis.call('EXPIRE', KEYS[6], ARGV[5])
+  end
   return {'wait', tostring(w)}
 end
+unpark()
 local lease = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[5], lease)
@@ -163,9 +214,13 @@ return mine
 // ARGV[9] task key prefix (keys.task(""))
 // ARGV[10..13] owner affixes (keys.ownerAffixes)
 // ARGV[14] result TTL, seconds
+// ARGV[15] now, Unix nanoseconds (for promoteLua)
+//
+// KEYS[6] the owner's parked runs: the freed slot goes to the first
+// (promoteLua)
 //
 // Returns how many records it ended.
-var finishSolveScript = redis.NewScript(quotaLua + `
+var finishSolveScript = redis.NewScript(quotaLua + promoteLua + `
 if ARGV[3] == 'completed' and ARGV[7] ~= '1' and ARGV[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[4], 'NX', 'EX', ARGV[14])
   redis.call('EXPIRE', KEYS[4], ARGV[14], 'GT')
@@ -208,7 +263,7 @@ for _, owner in ipairs(owners) do
 end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-redis.call('ZREM', KEYS[3], ARGV[2])
+if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15]) end
 return n
 `)
 
@@ -218,16 +273,18 @@ return n
 // KEYS[1] the solve's waiters
 // KEYS[2] the solve's lease
 // KEYS[3] the run's owner's slots
+// KEYS[4] the owner's parked runs: the freed slot goes to the first
 // ARGV[1] the run's task ID
 // ARGV[2] task key prefix
+// ARGV[3] now, Unix nanoseconds (for promoteLua)
 //
 // Returns the live waiters: 0 when released, otherwise the solve is
 // still owed and nothing was released.
-var releaseSolveScript = redis.NewScript(liveLua + `
+var releaseSolveScript = redis.NewScript(liveLua + promoteLua + `
 local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3]) end
 return 0
 `)
 
@@ -270,12 +327,17 @@ var _ tasks.Gate = (*Store)(nil)
 
 func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 
+// nowNS is t as asynq writes its tasks' pending_since: Unix nanoseconds,
+// as a decimal string (a Lua number would round it).
+func nowNS(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
+
 // Admit decides what a run of an expensive single task does, in one
 // round trip (admitScript).
 func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Admission, error) {
-	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve), s.k.ownerRunning(r.Owner)}
+	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve),
+		s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task("")).StringSlice()
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID)).StringSlice()
 	if err != nil || len(v) != 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
@@ -311,10 +373,11 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 	if t.Cached {
 		cached = "1"
 	}
-	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID)}
+	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID),
+		s.k.ownerParked(r.Owner)}
 	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
 	args = append(args, s.k.ownerAffixes()...)
-	args = append(args, int64(s.resultTTL/time.Second))
+	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()))
 	n, err := finishSolveScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
@@ -325,8 +388,8 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 // ReleaseSolve gives up a canceled run unless a task joined it meanwhile
 // (releaseSolveScript).
 func (s *Store) ReleaseSolve(ctx context.Context, r tasks.SolveRun) (int, error) {
-	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
-		r.ID, s.k.task("")).Int()
+	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner),
+		s.k.ownerParked(r.Owner)}, r.ID, s.k.task(""), nowNS(s.now())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: release solve of %s: %w", r.ID, err)
 	}
@@ -356,6 +419,106 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 	n, err := s.rdb.ZCount(ctx, s.k.ownerRunning(owner), strconv.FormatInt(ms(s.now())+1, 10), "+inf").Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: running count: %w", err)
+	}
+	return int(n), nil
+}
+
+// admitSlotScript takes one of an owner's expensive slots for a run
+// that shares no solve (an expensive batch item: its unit runs it
+// alone), or parks the run when the owner's live slots are at the cap, as
+// admitScript does for single tasks. A run that holds its slot already (a
+// redelivery of the same item) keeps it.
+//
+// KEYS[1] the owner's slots (keys.ownerRunning)
+// KEYS[2] the owner's parked runs (keys.ownerParked)
+//
+// ARGV[1] the slot's member (the item's ID)
+// ARGV[2] lease, milliseconds
+// ARGV[3] the owner's cap of slots (0: none)
+// ARGV[4] the run's parked member (parkedMember; "" never parks)
+// ARGV[5] the parked set's TTL, seconds
+//
+// Returns 0 when the run took its slot, or its place in the owner's line
+// (1: the next to be promoted) when it must wait.
+var admitSlotScript = redis.NewScript(quotaLua + `
+local now = clock()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local cap = tonumber(ARGV[3])
+if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= cap then
+  if ARGV[4] == '' then return 1 end
+  redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+  return redis.call('ZRANK', KEYS[2], ARGV[4]) + 1
+end
+local lease = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease)
+if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
+return 0
+`)
+
+// renewSlotScript extends a run's slot (admitSlotScript).
+//
+// KEYS[1] the owner's slots
+// ARGV[1] the slot's member
+// ARGV[2] lease, milliseconds
+var renewSlotScript = redis.NewScript(quotaLua + `
+local lease = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], clock() + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease)
+return 1
+`)
+
+// releaseSlotScript frees a run's slot (admitSlotScript) and hands it to
+// the owner's longest-parked run (promoteLua).
+//
+// KEYS[1] the owner's slots
+// KEYS[2] the owner's parked runs
+// ARGV[1] the slot's member
+// ARGV[2] now, Unix nanoseconds
+//
+// Returns 1 when a parked run was promoted.
+var releaseSlotScript = redis.NewScript(promoteLua + `
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return promote(KEYS[2], ARGV[2]) end
+return 0
+`)
+
+// AdmitSlot takes one of r.Owner's slots for r, or parks it and returns
+// its place in line (admitSlotScript).
+func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (int, error) {
+	n, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
+		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: admit slot %s: %w", r.Slot, err)
+	}
+	return n, nil
+}
+
+// RenewSlot extends r's slot (renewSlotScript).
+func (s *Store) RenewSlot(ctx context.Context, r tasks.SlotRun) error {
+	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner)}, r.Slot, leaseMS(r.LeaseOrDefault())).Err(); err != nil {
+		return fmt.Errorf("store: renew slot %s: %w", r.Slot, err)
+	}
+	return nil
+}
+
+// ReleaseSlot frees r's slot and promotes the owner's longest-parked run
+// (releaseSlotScript).
+func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
+	err := releaseSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
+		r.Slot, nowNS(s.now())).Err()
+	if err != nil {
+		return fmt.Errorf("store: release slot %s: %w", r.Slot, err)
+	}
+	return nil
+}
+
+// Parked returns how many of owner's expensive runs wait for a slot, for
+// tests and operators.
+func (s *Store) Parked(ctx context.Context, owner string) (int, error) {
+	n, err := s.rdb.ZCard(ctx, s.k.ownerParked(owner)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: parked count: %w", err)
 	}
 	return int(n), nil
 }

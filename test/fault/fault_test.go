@@ -90,6 +90,7 @@ func TestFault(t *testing.T) {
 				{"Load", testLoad},
 				{"SlowConsumer", testSlowConsumer},
 				{"Flood", testFlood},
+				{"BatchFlood", testBatchFlood},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}

@@ -424,3 +424,134 @@ func testJoinWorkerKill(t *testing.T) {
 	t.Logf("FIGURES join worker kill: the lead and its 3 joined copies completed %v after the worker holding their solve was killed (lead attempts %d)",
 		took.Round(100*time.Millisecond), recs[lead].Attempts)
 }
+
+// testBatchFlood: the per-key cap holds for batch items too, and frees
+// work as fast as the slots allow. One key submits a batch of ten hard
+// boards (0.2-1.6 s of CPU each, in units of their own); it must never
+// hold more than its cap of slots, and must reach it (its other items wait
+// their turn). Another key's search, sent while the batch runs, completes
+// before the batch ends: one key's hard batch does not stall the others'
+// hard work. The batch then ends with every answer optimal and replayed,
+// its waiting items promoted one per freed slot, and nothing left parked
+// or holding a slot.
+func testBatchFlood(t *testing.T) {
+	settings := map[string]string{
+		"API_KEYS":              floodOwner + ":" + floodKey + "," + calmOwner + ":" + calmKey,
+		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
+	}
+	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
+		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
+	for _, w := range c.workers {
+		waitReady(t, w)
+	}
+	if !pollUntil(20*time.Second, 100*time.Millisecond, func() bool {
+		for _, w := range c.workers {
+			if c.workerMetric(t, w, "puzzleq_expensive_cap") != floodCap {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the workers' per-key caps never all became %d", floodCap)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+
+	hs := hardSet(t, "p74", "p73", "p75t", "p72", "p73t", "p74t", "p72t", "k88", "k88t", "k15")
+	calm := hardSet(t, "k17")[0]
+	reqs := make([]string, len(hs))
+	for i, h := range hs {
+		reqs[i] = h.req
+	}
+
+	stopSample := make(chan struct{})
+	maxRunning := 0
+	var sampled sync.WaitGroup
+	sampled.Add(1)
+	go func() {
+		defer sampled.Done()
+		for {
+			select {
+			case <-stopSample:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			maxRunning = max(maxRunning, c.floodRunning(t))
+		}
+	}()
+	start := time.Now()
+	id := submitAs(t, hc, c.api.URL(), floodKey, ndjsonBody(reqs), "application/x-ndjson")
+	if !pollUntil(20*time.Second, 10*time.Millisecond, func() bool { return c.floodRunning(t) == floodCap }) {
+		t.Fatalf("the flood key's batch holds %d slots after 20 s, want its cap %d; %s", c.floodRunning(t), floodCap, c.describeQueues())
+	}
+	calmTook, err := submitWait(c, hc, calmKey, calm.req)
+	if err != nil {
+		t.Fatalf("the calm key's search beside the flood batch: %v", err)
+	}
+	if b := batchStateAs(t, hc, c.api.URL(), floodKey, id); ended(b) == len(reqs) {
+		t.Errorf("the flood batch had ended before the calm key's search did (%v): the scenario shows nothing", calmTook)
+	}
+	var b apitype.Batch
+	if !pollUntil(90*time.Second, 50*time.Millisecond, func() bool {
+		b = batchStateAs(t, hc, c.api.URL(), floodKey, id)
+		return ended(b) == len(reqs)
+	}) {
+		t.Fatalf("the flood batch has not ended after 90 s: %+v; %s", b.Counts, c.describeQueues())
+	}
+	took := time.Since(start)
+	close(stopSample)
+	sampled.Wait()
+	if b.Counts.Completed != len(reqs) {
+		t.Fatalf("flood batch: %+v, want %d completed", b.Counts, len(reqs))
+	}
+	for i, line := range resultsAs(t, hc, c.api.URL(), floodKey, id) {
+		if line.Index != i || line.State != apitype.TaskStateCompleted {
+			t.Fatalf("result line %d: index %d, %s", i, line.Index, line.State)
+		}
+		if msg := hs[i].check(line.Result); msg != "" {
+			t.Errorf("item %d (%s): %s", i, hs[i].name, msg)
+		}
+	}
+	waits := c.workersMetric(t, "puzzleq_expensive_waits_total")
+	t.Logf("FIGURES batch flood: %d hard boards of one key in one batch ended after %v on %d slots under a cap of %d "+
+		"(the key held at most %d slots; %d waits); another key's search beside it took %v",
+		len(reqs), took.Round(time.Millisecond), floodWorkers*floodSlots, floodCap, maxRunning, waits, calmTook.Round(time.Millisecond))
+	if maxRunning != floodCap {
+		t.Errorf("the flood key held at most %d slots, want exactly its cap %d", maxRunning, floodCap)
+	}
+	if waits < len(reqs)-floodCap {
+		t.Errorf("puzzleq_expensive_waits_total is %d: the items over the cap never waited", waits)
+	}
+	parked, err := c.rdb.ZCard(context.Background(), "pq:owner:"+floodOwner+":parked").Result()
+	if err != nil || parked != 0 || c.floodRunning(t) != 0 {
+		t.Errorf("after the batch: %d parked (%v), %d slots held; want none", parked, err, c.floodRunning(t))
+	}
+}
+
+// resultsAs reads batch id's /results as key, one line per item.
+func resultsAs(t *testing.T, hc *http.Client, base, key, id string) []apitype.ResultLine {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/v1/batches/"+id+"/results", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/batches/%s/results: %d", id, resp.StatusCode)
+	}
+	var out []apitype.ResultLine
+	dec := json.NewDecoder(resp.Body)
+	for dec.More() {
+		var l apitype.ResultLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatalf("results of %s: %v", id, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}

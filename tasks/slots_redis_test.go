@@ -1,0 +1,246 @@
+package tasks_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// The per-key cap on expensive work covers batch items, and it is work
+// conserving: a run that frees a slot hands it to its key's next parked
+// run at once. These tests run a real asynq server whose retry delay for
+// a parked run is an hour, so work that ends at all ended by promotion.
+
+// sweeps returns n distinct small sweep boards (n <= 15): searches that
+// count as expensive, as every sweep does, but end in microseconds and
+// need no pattern database, so a loaded machine runs them quickly.
+func sweeps(t *testing.T, n int) []string {
+	t.Helper()
+	if n > 15 {
+		t.Fatalf("sweeps: at most 15 boards, asked for %d", n)
+	}
+	out := make([]string, n)
+	for i := range n {
+		rows := []string{".....", ".....", "....."}
+		r := []byte(rows[i/5])
+		r[i%5] = '*'
+		rows[i/5] = string(r)
+		out[i] = `{"kind":"sweep","puzzle":{"board":["` + strings.Join(rows, `","`) + `"]}}`
+	}
+	return out
+}
+
+// slotServer runs h on a real asynq server of concurrency n on f's Redis,
+// configured as the worker binary is except that a WaitError waits an
+// hour: only a promotion brings a parked run back within a test.
+func (f *unitFixture) slotServer(t *testing.T, h *tasks.Handler, n int) {
+	t.Helper()
+	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
+		Concurrency: n, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueInteractive: 1},
+		TaskCheckInterval: 5 * time.Millisecond, ErrorHandler: h.ErrorHandler(), LogLevel: asynq.ErrorLevel,
+		IsFailure:      func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour },
+	})
+	mux := asynq.NewServeMux()
+	h.Register(mux)
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+}
+
+// stageOwned stages and commits batch id of reqs for owner, one chunk of
+// stride items, expensive items in their own units, as the API does.
+func (f *unitFixture) stageOwned(t *testing.T, id, owner string, reqs []string) {
+	t.Helper()
+	w := f.store.NewBatchWriter(id, len(reqs))
+	for _, r := range reqs {
+		p := mustParse(t, r)
+		if err := w.Add(f.ctx, store.StagedItem{Kind: p.Kind(), Request: p.Payload(), Own: !p.Cheap(), Timeout: time.Minute}); err != nil {
+			t.Fatalf("stage %s: %v", id, err)
+		}
+	}
+	if err := w.Close(f.ctx); err != nil {
+		t.Fatalf("stage %s: %v", id, err)
+	}
+	if err := f.store.CommitBatch(f.ctx, w, store.CommitBatch{ID: id, Owner: owner}); err != nil {
+		t.Fatalf("commit %s: %v", id, err)
+	}
+}
+
+// concurrency wraps h's solve so that it records the most solves running
+// at once and takes at least d each, so that runs overlap.
+func concurrency(h *tasks.Handler, d time.Duration) (most *atomic.Int32) {
+	solve := tasks.SolveFnOf(h)
+	orig := *solve
+	var (
+		mu        sync.Mutex
+		cur, peak int32
+	)
+	most = &atomic.Int32{}
+	*solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		mu.Lock()
+		cur++
+		peak = max(peak, cur)
+		most.Store(peak)
+		mu.Unlock()
+		defer func() { mu.Lock(); cur--; mu.Unlock() }()
+		time.Sleep(d)
+		return orig(ctx, p)
+	}
+	return most
+}
+
+// One key's batch of searches runs one at a time under a cap of 1 on a
+// worker of four slots, every item ends (each parked one by promotion,
+// since the retry delay is an hour), and nothing is left parked or
+// holding a slot.
+func TestBatchSearchesShareTheKeysSlots(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	const n = 12
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
+	h.SetGate(f.store, func() int { return 1 })
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	h.SetFeed(f.store, client, n)
+	most := concurrency(h, 20*time.Millisecond)
+
+	reqs := sweeps(t, n)
+	f.stageOwned(t, "b1", "k1", reqs)
+	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+		t.Fatal(err)
+	}
+	f.slotServer(t, h, 4)
+	b := f.waitDone(t, "b1")
+
+	if got := b.Counts[apitype.TaskStateCompleted]; got != n {
+		t.Fatalf("completed %d of %d: %v", got, n, b.Counts)
+	}
+	for i := range n {
+		if it := f.item(t, "b1", i); it.State != apitype.TaskStateCompleted || len(it.Result) == 0 {
+			t.Fatalf("item %d: %s %s", i, it.State, it.Result)
+		}
+	}
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d searches of one key ran at once under a cap of 1", got)
+	}
+	if w := testutil.ToFloat64(m.Waits); w == 0 {
+		t.Error("no item waited: the test did not exercise the cap")
+	}
+	for name, count := range map[string]func(context.Context, string) (int, error){"running": f.store.Running, "parked": f.store.Parked} {
+		if c, err := count(f.ctx, "k1"); err != nil || c != 0 {
+			t.Errorf("%s slots of k1 after the batch: %d, %v", name, c, err)
+		}
+	}
+}
+
+// Expensive single tasks of one key over its cap are promoted too: with a
+// cap of 1 and an hour's retry delay, three distinct searches all end.
+func TestSingleSearchesArePromoted(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
+	h.SetGate(f.store, func() int { return 1 })
+	most := concurrency(h, 30*time.Millisecond)
+	client := asynq.NewClientFromRedisClient(f.rdb)
+
+	reqs := sweeps(t, 3)
+	for i, req := range reqs {
+		id := fmt.Sprint("s", i)
+		p := mustParse(t, req)
+		if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
+			t.Fatal(err)
+		}
+		task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.slotServer(t, h, 3)
+	for i := range reqs {
+		id := fmt.Sprint("s", i)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			tk, err := f.store.Get(f.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.State == apitype.TaskStateCompleted {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %s after 30 s (waits %v)", id, tk.State, testutil.ToFloat64(m.Waits))
+			}
+		}
+	}
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d searches of one key ran at once under a cap of 1", got)
+	}
+	if w := testutil.ToFloat64(m.Waits); w == 0 {
+		t.Error("no task waited: the test did not exercise the cap")
+	}
+}
+
+// A batch item told to wait is pending again, not active, and its
+// attempt is taken back, so that the batch's counts say what waits.
+func TestWaitingItemIsPending(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
+	h.SetGate(f.store, func() int { return 1 })
+	reqs := sweeps(t, 1)
+	f.stageOwned(t, "b1", "k1", reqs)
+	// Another run of k1 holds its one slot.
+	if place, err := f.store.AdmitSlot(f.ctx, tasks.SlotRun{Slot: "other", Owner: "k1"}, 1); err != nil || place != 0 {
+		t.Fatalf("take k1's slot: %d, %v", place, err)
+	}
+	task, err := tasks.NewUnitTask(tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0)}, tasks.QueueBulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err := h.ProcessTask(f.ctx, task)
+		var we *tasks.WaitError
+		if !errors.As(err, &we) {
+			t.Fatalf("run over the cap: %v, want a WaitError", err)
+		}
+		b, err := f.store.GetBatch(f.ctx, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Counts[apitype.TaskStatePending] != 1 || b.Counts[apitype.TaskStateActive] != 0 {
+			t.Fatalf("counts of a waiting item: %v", b.Counts)
+		}
+		if it := f.item(t, "b1", 0); it.State != apitype.TaskStatePending || it.Attempts != 0 {
+			t.Fatalf("waiting item: %s after %d attempts", it.State, it.Attempts)
+		}
+	}
+	if err := f.store.ReleaseSlot(f.ctx, tasks.SlotRun{Slot: "other", Owner: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ProcessTask(f.ctx, task); err != nil {
+		t.Fatalf("run after the slot freed: %v", err)
+	}
+	if it := f.item(t, "b1", 0); it.State != apitype.TaskStateCompleted || it.Attempts != 1 {
+		t.Fatalf("item after its run: %s after %d attempts", it.State, it.Attempts)
+	}
+}
