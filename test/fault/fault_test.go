@@ -23,9 +23,10 @@ import (
 
 // TestFault runs every scenario. First it builds the 15-puzzle's pattern
 // databases into a directory the workers load them from. The Sequence
-// (load, slow consumer, flood) runs first and alone, one case after the
-// other, so that what it measures (throughput, submit p99 through a storm,
-// an 8-puzzle's latency beside a flood) is skewed by nothing else of the
+// (load, slow consumer, flood, batch flood) runs first and alone, one case
+// after the other, so that what it measures (throughput, submit p99
+// through a storm, an 8-puzzle's latency beside a flood, another key's
+// search beside one key's hard batch) is skewed by nothing else of the
 // suite: it is not parallel, and the group's parallel cases wait for it.
 //
 // Then the group's cases run side by side, in three steps so that no
