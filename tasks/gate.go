@@ -192,6 +192,10 @@ type Gate interface {
 	// run and every item waiting for r's solve go back onto their queue.
 	// The item's outcome must be written first.
 	ReleaseSlot(ctx context.Context, r SlotRun) error
+	// PromoteJoined moves more of the batch items waiting for solve back
+	// onto their queue: a waiting item that found the answer cached calls
+	// it, so that many copies follow one solve within a few rounds.
+	PromoteJoined(ctx context.Context, solve string) error
 	// YieldUnit takes back StartUnit's start of the own unit ref whose
 	// item was told to wait: its attempt, and its active count when this
 	// start made it active.
