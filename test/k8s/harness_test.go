@@ -429,6 +429,24 @@ func podsOf(t testing.TB, component string) []string {
 	return strings.Fields(kubectl(t, "-n", ns, "get", "pods", "-l", sel, "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
 }
 
+// livePodsOf returns the running pods of component that are not being
+// deleted. An eviction of a pod that is terminating already succeeds
+// without asking its disruption budget, so a check of the budget must
+// evict only these.
+func livePodsOf(t testing.TB, component string) []string {
+	t.Helper()
+	sel := "app.kubernetes.io/component=" + component
+	out := kubectl(t, "-n", ns, "get", "pods", "-l", sel, "--field-selector=status.phase=Running", "-o",
+		`jsonpath={range .items[*]}{.metadata.name}={.metadata.deletionTimestamp}{"\n"}{end}`)
+	var live []string
+	for _, l := range strings.Split(out, "\n") {
+		if name, ts, ok := strings.Cut(l, "="); ok && name != "" && ts == "" {
+			live = append(live, name)
+		}
+	}
+	return live
+}
+
 func atoi(s string) int {
 	n, _ := strconv.Atoi(strings.TrimSpace(s))
 	return n
