@@ -1,0 +1,126 @@
+package tasks_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// waitParked waits until owner has n parked runs.
+func (f *unitFixture) waitParked(t *testing.T, owner string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c, err := f.store.Parked(f.ctx, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d parked runs after 20 s, want %d", owner, c, n)
+		}
+	}
+}
+
+// A promoted run that finds it needs no slot after all (its item or task
+// was canceled while it was parked) passes the slot on to the next
+// parked run: otherwise the key's other parked work would wait out its
+// retry delay (here an hour), as if no slot had been freed.
+func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
+	t.Parallel()
+	hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+	for _, tc := range []struct {
+		name string
+		// park parks three runs of k1 that then need no slot; it runs
+		// with the server serving and k1's one slot held.
+		park func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string)
+	}{
+		{"batch canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			if _, err := f.store.CancelBatch(f.ctx, "a", "k1"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"items canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			b, err := f.store.GetBatch(f.ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range boards {
+				if prev, err := f.store.CancelItem(f.ctx, b, i); err != nil || prev != apitype.TaskStatePending {
+					t.Fatalf("cancel item %d: %s, %v", i, prev, err)
+				}
+			}
+		}},
+		{"single tasks canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			for i, req := range boards {
+				id := fmt.Sprint("s", i)
+				p := mustParse(t, req)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.waitParked(t, "k1", len(boards))
+			for i := range boards {
+				if prev, err := f.store.Cancel(f.ctx, fmt.Sprint("s", i), "k1"); err != nil || prev != apitype.TaskStatePending {
+					t.Fatalf("cancel s%d: %s, %v", i, prev, err)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newUnitFixture(t)
+			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
+			h.SetGate(f.store, func() int { return 1 })
+			client := asynq.NewClientFromRedisClient(f.rdb)
+			if place, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || place != 0 {
+				t.Fatalf("take k1's slot: %d, %v", place, err)
+			}
+			f.slotServer(t, h, 4)
+			boards := sweeps(t, 5)
+
+			// Three runs park first and then need no slot; batch b's
+			// two searches park behind them.
+			tc.park(t, f, client, boards[:3])
+			f.stageOwned(t, "b", "k1", boards[3:])
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", 5)
+
+			if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+				t.Fatal(err)
+			}
+			b := f.waitDone(t, "b")
+			if got := b.Counts[apitype.TaskStateCompleted]; got != 2 {
+				t.Fatalf("b: %v", b.Counts)
+			}
+			f.waitParked(t, "k1", 0)
+		})
+	}
+}
