@@ -198,3 +198,21 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner, id string) (
 		}
 	}, nil
 }
+
+// passSlot hands on the slot that own item id's delivery may have been
+// promoted into, when it takes none (Gate.PassSlot). Its failure costs
+// only the promotion: a parked run still runs after its retry delay.
+func (h *Handler) passSlot(ctx context.Context, owner, id string) {
+	r := SlotRun{Slot: id, Owner: owner}
+	r.Queue, _ = asynq.GetQueueName(ctx)
+	r.AsynqID, _ = asynq.GetTaskID(ctx)
+	limit := 0
+	if h.capOf != nil {
+		limit = h.capOf()
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if err := h.gate.PassSlot(wctx, r, limit); err != nil {
+		h.log.Warn("pass on expensive item's slot", "item_id", id, "err", err)
+	}
+}

@@ -172,6 +172,12 @@ type Gate interface {
 	// ReleaseSlot frees r's slot and promotes the owner's longest-parked
 	// run.
 	ReleaseSlot(ctx context.Context, r SlotRun) error
+	// PassSlot is for a run of r's item that takes no slot after all
+	// (the item ended, was canceled or is cached): r leaves the owner's
+	// parked runs, and while the owner holds fewer than cap slots (0: no
+	// cap) its longest-parked run is promoted in r's place, since r may
+	// have been promoted into a slot that it leaves free.
+	PassSlot(ctx context.Context, r SlotRun, cap int) error
 	// YieldUnit takes back StartUnit's start of the own unit ref whose
 	// item was told to wait: its attempt, and its active count when this
 	// start made it active.

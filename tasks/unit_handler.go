@@ -203,12 +203,18 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	// An own unit's expensive item that must be searched holds one of
 	// its owner's slots while it runs, as an expensive single task does:
 	// one key's batch of hard boards cannot take every slot.
-	if !chunk && h.gate != nil && len(items) == 1 && items[0].out == nil && items[0].cacheKey != "" {
-		release, err := h.takeSlot(ctx, ref, w.Owner, items[0].id)
-		if err != nil {
-			return err
+	// One that needs no search after all (ended, canceled or cached while
+	// it was parked) hands on the slot it may have been promoted into.
+	if !chunk && h.gate != nil {
+		if len(items) == 1 && items[0].out == nil && items[0].cacheKey != "" {
+			release, err := h.takeSlot(ctx, ref, w.Owner, items[0].id)
+			if err != nil {
+				return err
+			}
+			defer release()
+		} else {
+			h.passSlot(ctx, w.Owner, apitype.ItemID(ref.BatchID, n))
 		}
-		defer release()
 	}
 
 	var (

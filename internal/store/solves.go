@@ -73,6 +73,26 @@ local function promote(pk, now_ns)
 end
 `
 
+// passLua hands on the slot that a run may have been promoted into when
+// that run takes none after all (its task or item ended, was canceled or
+// cached while it was parked; or it joined a solve in flight): it leaves
+// its owner's parked set and, while the owner's live slots are under its
+// cap (0: none), the owner's longest-parked run is promoted in its place.
+// Without it such a run would end a chain of promotions, and the key's
+// other parked runs would wait out their retry delays beside a free
+// slot. It comes after quotaLua and promoteLua.
+//
+// pass(slots key, parked key, the run's parked member or "", cap, now in
+// Unix nanoseconds) returns 1 when it promoted a run.
+const passLua = `
+local function pass(sk, pk, member, cap, now_ns)
+  if member ~= '' then redis.call('ZREM', pk, member) end
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', clock())
+  if cap > 0 and redis.call('ZCARD', sk) >= cap then return 0 end
+  return promote(pk, now_ns)
+end
+`
+
 // admitScript decides what one run of an expensive single task does
 // (tasks.Verdict), in this order:
 //
@@ -87,7 +107,9 @@ end
 //     this task holds none of them: wait, counting the wait in the record,
 //     and park the task's asynq task in the owner's parked set (first
 //     wait's time kept), where the next run of the owner to free a slot
-//     finds it (promoteLua). Any other verdict takes it out of the set.
+//     finds it (promoteLua). Any other verdict takes it out of the set,
+//     and skip, hit and joined, which take no slot, hand on the one this
+//     run may have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
 //     active (an attempt, started_at once) like startManyScript.
 //
@@ -106,15 +128,17 @@ end
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
 // ARGV[9] the run's parked member (parkedMember; "" never parks)
+// ARGV[10] now, Unix nanoseconds (for promoteLua)
 //
 // KEYS[6] the owner's parked runs (keys.ownerParked)
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
-var admitScript = redis.NewScript(quotaLua + liveLua + `
+var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + passLua + `
 local function unpark()
   if ARGV[9] ~= '' then redis.call('ZREM', KEYS[6], ARGV[9]) end
 end
+local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -129,14 +153,14 @@ if runnable then
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
 elseif live(KEYS[4], ARGV[8]) == 0 then
-  unpark()
+  pass_on()
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
-if hit then unpark(); return {'hit', hit} end
+if hit then pass_on(); return {'hit', hit} end
 local lead = redis.call('GET', KEYS[3])
 if lead and lead ~= ARGV[1] then
-  unpark()
+  pass_on()
   start()
   if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
   return {'joined', lead}
@@ -337,7 +361,7 @@ func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Adm
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve),
 		s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID)).StringSlice()
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())).StringSlice()
 	if err != nil || len(v) != 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
@@ -483,6 +507,20 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return promote(KEYS[2], ARGV[2
 return 0
 `)
 
+// passSlotScript is passLua for a batch item's run that takes no slot
+// after all (tasks.Gate.PassSlot).
+//
+// KEYS[1] the owner's slots
+// KEYS[2] the owner's parked runs
+// ARGV[1] the run's parked member (parkedMember; "" for none)
+// ARGV[2] the owner's cap of slots (0: none)
+// ARGV[3] now, Unix nanoseconds
+//
+// Returns 1 when a parked run was promoted.
+var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
+return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+`)
+
 // AdmitSlot takes one of r.Owner's slots for r, or parks it and returns
 // its place in line (admitSlotScript).
 func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (int, error) {
@@ -509,6 +547,18 @@ func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
 		r.Slot, nowNS(s.now())).Err()
 	if err != nil {
 		return fmt.Errorf("store: release slot %s: %w", r.Slot, err)
+	}
+	return nil
+}
+
+// PassSlot takes r out of r.Owner's parked runs and, while the owner
+// holds fewer than cap slots, promotes its longest-parked run in r's
+// place (passSlotScript).
+func (s *Store) PassSlot(ctx context.Context, r tasks.SlotRun, cap int) error {
+	err := passSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
+		parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now())).Err()
+	if err != nil {
+		return fmt.Errorf("store: pass slot of %s: %w", r.Slot, err)
 	}
 	return nil
 }
