@@ -124,3 +124,71 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 		})
 	}
 }
+
+// A run over its key's cap on its last delivery (its retries spent on
+// infrastructure errors, here none allowed) is not failed for waiting:
+// asynq archives a task that errs on its last delivery whatever the
+// error, so that delivery takes its slot over the cap instead.
+func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
+	t.Parallel()
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprint("single=", single), func(t *testing.T) {
+			t.Parallel()
+			f := newUnitFixture(t)
+			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
+			h.SetGate(f.store, func() int { return 1 })
+			client := asynq.NewClientFromRedisClient(f.rdb)
+			hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+			if place, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || place != 0 {
+				t.Fatalf("take k1's slot: %d, %v", place, err)
+			}
+			f.slotServer(t, h, 2)
+			board := sweeps(t, 1)[0]
+			get := func() *store.Task {
+				if single {
+					tk, err := f.store.Get(f.ctx, "s0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tk
+				}
+				return f.item(t, "b1", 0)
+			}
+			if single {
+				p := mustParse(t, board)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "s0", Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				task, err := tasks.NewSolveTask("s0", "k1", p, tasks.QueueInteractive, testLimits())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.TaskID("s0"), asynq.MaxRetry(0)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				f.stageOwned(t, "b1", "k1", []string{board})
+				task, err := tasks.NewUnitTask(tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0), Timeout: time.Minute}, tasks.QueueBulk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.MaxRetry(0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				tk := get()
+				if tk.State == apitype.TaskStateCompleted {
+					break
+				}
+				if tk.State == apitype.TaskStateFailed || time.Now().After(deadline) {
+					t.Fatalf("a run over the cap on its last delivery: %s (%s %s), want completed", tk.State, tk.ErrCode, tk.ErrMsg)
+				}
+			}
+			if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", 0)
+		})
+	}
+}
