@@ -41,7 +41,7 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
-	if h.capOf != nil {
+	if h.capOf != nil && !lastDelivery(ctx) {
 		limit = h.capOf()
 	}
 	// Register for cancellation before admitting, so a cancel that lands
@@ -164,7 +164,7 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner, id string) (
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
-	if h.capOf != nil {
+	if h.capOf != nil && !lastDelivery(ctx) {
 		limit = h.capOf()
 	}
 	place, err := h.gate.AdmitSlot(ctx, r, limit)

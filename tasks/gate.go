@@ -187,7 +187,8 @@ type Gate interface {
 // WaitError is returned by a run over its owner's cap: asynq retries the
 // task after In, and the binaries' asynq configuration (IsWait) counts
 // neither a retry nor a failure for it, so a task can wait as long as it
-// needs to.
+// needs to. A task's last delivery never waits (lastDelivery): asynq
+// would archive it.
 type WaitError struct {
 	In time.Duration
 }
