@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -93,10 +94,10 @@ func newFacts(t *testing.T) *facts {
 	// asynq's pending list key of each queue, found by enqueueing a task
 	// (in DB 1, away from the running worker) and looking for the list
 	// that holds it.
-	c := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr, DB: 1})
-	defer c.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
+	rdb := redistest.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
 	defer rdb.Close()
+	c := asynq.NewClientFromRedisClient(rdb)
+	defer c.Close()
 	for _, q := range tasks.Queues {
 		if _, err := c.Enqueue(asynq.NewTask("deploy:probe", nil), asynq.Queue(q)); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,9 @@
 # BENCH_SET picks the items: "sweeps" (default; BENCH_ITEMS distinct small
 # sweeps that solve in microseconds, so the figure is the queue's and the
 # gate's cost per item) or "korf" (the first BENCH_ITEMS of Korf's 100
-# 15-puzzles, real searches of tens of milliseconds). Each BINDIR holds
+# 15-puzzles, real searches of tens of milliseconds) or "copies"
+# (BENCH_ITEMS copies of Korf's instance 88, a 0.25 s search: identical
+# work, which the gate solves once). Each BINDIR holds
 # api, worker and puzzlectl of one tree; every round runs each in turn, so
 # builds alternate in the same minutes. Prints wall time, items/s, CPU of
 # each process per item and Redis commands per item.
@@ -25,7 +27,11 @@ python3 - "$dir/jobs.jsonl" "$n" "$set_" "$here/solvers/sliding/testdata/korf100
 import json, random, sys
 path, n, kind, korf = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 out = []
-if kind == "korf":
+if kind == "copies":
+    line = open(korf).read().splitlines()[88]
+    t = [int(x) for x in line.split("\t")[1].split()]
+    out = [{"kind": "sliding", "puzzle": {"board": [t[0:4], t[4:8], t[8:12], t[12:16]]}}] * n
+elif kind == "korf":
     for line in open(korf).read().splitlines()[1:n + 1]:
         t = [int(x) for x in line.split("\t")[1].split()]
         out.append({"kind": "sliding", "puzzle": {"board": [t[0:4], t[4:8], t[8:12], t[12:16]]}})

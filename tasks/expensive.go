@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -154,49 +155,70 @@ func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
 	})
 }
 
-// takeSlot takes a slot of owner's for the expensive item id of own unit
-// ref, renewed until the returned release frees it (and hands it to the
-// owner's longest-parked run). Over the owner's cap, it takes back the
-// unit's start (YieldUnit: the item waits pending, not active) and
-// returns a WaitError, whose delay grows with the item's place in line.
-func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner, id string) (release func(), err error) {
-	r := SlotRun{Slot: id, Owner: owner, Lease: h.lease}
+// takeSlot takes a slot of owner's for the expensive item it of own unit
+// ref, and the lead of its solve, renewed until the returned release
+// frees them (and moves the owner's longest-parked run and the items
+// waiting for this solve back onto their queues). An identical solve that
+// ended since the unit looked leaves its answer, which takeSlot returns
+// as hit (no slot taken). Behind an identical solve in flight, or over
+// the owner's cap, it takes back the unit's start (YieldUnit: the item
+// waits pending, not active) and returns a WaitError, whose delay grows
+// with the item's place in line.
+func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *unitItem) (release func(), hit json.RawMessage, err error) {
+	r := SlotRun{Slot: it.id, Owner: owner, Solve: solveKey(it.parsed, it.cacheKey), CacheKey: it.cacheKey, Lease: h.lease}
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
 	if h.capOf != nil && !lastDelivery(ctx) {
 		limit = h.capOf()
 	}
-	place, err := h.gate.AdmitSlot(ctx, r, limit)
+	a, err := h.gate.AdmitSlot(ctx, r, limit)
 	if err != nil {
-		return nil, fmt.Errorf("tasks: admit item %s: %w", id, err)
+		return nil, nil, fmt.Errorf("tasks: admit item %s: %w", it.id, err)
 	}
-	if place > 0 {
+	var delay time.Duration
+	switch a.Verdict {
+	case VerdictHit:
+		if hit, err = h.store.Cached(ctx, it.cacheKey); err != nil || hit != nil {
+			return nil, hit, err
+		}
+		// Expired between the two reads: ask again soon, when the
+		// answer's absence makes this run lead.
+		delay = slotWaitDelay(1, rand.N(time.Second))
+	case VerdictJoined:
+		if h.metrics != nil {
+			h.metrics.Joins.Inc()
+		}
+		delay = joinWaitDelay(a.Waited, rand.N(time.Second))
+	case VerdictWait:
 		if h.metrics != nil {
 			h.metrics.Waits.Inc()
 		}
+		delay = slotWaitDelay(a.Place, rand.N(time.Second))
+	}
+	if delay > 0 {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 		defer cancel()
 		if err := h.gate.YieldUnit(wctx, ref); err != nil {
-			return nil, fmt.Errorf("tasks: yield unit %s: %w", ref.TaskID(), err)
+			return nil, nil, fmt.Errorf("tasks: yield unit %s: %w", ref.TaskID(), err)
 		}
-		return nil, &WaitError{In: slotWaitDelay(place, rand.N(time.Second))}
+		return nil, nil, &WaitError{In: delay}
 	}
 	stop := lease.Renew(ctx, r.LeaseOrDefault()/3, func(rctx context.Context) {
 		if err := h.gate.RenewSlot(rctx, r); err != nil && rctx.Err() == nil {
-			h.log.Warn("renew expensive item's slot", "item_id", id, "err", err)
+			h.log.Warn("renew expensive item's slot", "item_id", it.id, "err", err)
 		}
 	})
 	return func() {
 		stop()
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 		defer cancel()
-		// A slot not freed here ends with its lease; only the promotion
-		// of a parked run is lost, and that run asks again later.
+		// A slot or lead not freed here ends with its lease; only the
+		// promotions are lost, and those runs ask again later.
 		if err := h.gate.ReleaseSlot(wctx, r); err != nil {
-			h.log.Warn("release expensive item's slot", "item_id", id, "err", err)
+			h.log.Warn("release expensive item's slot", "item_id", it.id, "err", err)
 		}
-	}, nil
+	}, nil, nil
 }
 
 // passSlot hands on the slot that own item id's delivery may have been

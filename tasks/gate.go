@@ -113,15 +113,20 @@ type Admission struct {
 	Waits int
 }
 
-// SlotRun names one run of an expensive batch item for the Gate's slots:
-// it counts against its owner's cap like an expensive single task, but
-// shares no solve (its batch's unit runs it alone, and an identical item
-// finished meanwhile is found in the cache when the unit starts).
+// SlotRun names one run of an expensive batch item for the Gate: it
+// counts against its owner's cap like an expensive single task, and it
+// joins an identical solve in flight (a single task's or another batch
+// item's) by waiting for it to end, then reading its answer from the
+// cache. Single tasks do not join a batch item's run: its end writes the
+// item's entry, not their records.
 type SlotRun struct {
 	// Slot is the run's member of its owner's slots: the item's ID
 	// (apitype.ItemID), so that every delivery of the item holds one.
 	Slot  string
 	Owner string
+	// Solve identifies identical work, as in SolveRun, and CacheKey is
+	// where its completed answer is cached.
+	Solve, CacheKey string
 	// Lease is how long the slot lasts unrenewed; 0 means SolveLease.
 	Lease time.Duration
 	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
@@ -134,6 +139,17 @@ func (r SlotRun) LeaseOrDefault() time.Duration {
 		return r.Lease
 	}
 	return SolveLease
+}
+
+// SlotAdmission is a Gate's answer to AdmitSlot.
+type SlotAdmission struct {
+	Verdict Verdict
+	// Place is a VerdictWait run's place in its owner's line (1: the next
+	// to be promoted).
+	Place int
+	// Waited is how long a VerdictJoined run has waited for the solve it
+	// joined, since its first wait.
+	Waited time.Duration
 }
 
 // Gate admits expensive runs; *store.Store satisfies it.
@@ -163,14 +179,18 @@ type Gate interface {
 	// its slot and solve.
 	ReleaseSolve(ctx context.Context, r SolveRun) (int, error)
 
-	// AdmitSlot takes one of r.Owner's slots for r's lease unless the
-	// owner holds cap (0: no cap) already; then it parks r and returns
-	// its place in line (1: the next), and 0 when r holds its slot.
-	AdmitSlot(ctx context.Context, r SlotRun, cap int) (int, error)
-	// RenewSlot extends r's slot by its lease.
+	// AdmitSlot decides what a run of an expensive batch item does:
+	// VerdictRun when it took one of r.Owner's slots and leads r.Solve
+	// for r's lease; VerdictJoined when an identical solve is in flight,
+	// which r waits for (parked until that solve ends); VerdictHit when
+	// r.CacheKey holds the answer now; VerdictWait when the owner holds
+	// cap (0: no cap) slots already, and r is parked in line.
+	AdmitSlot(ctx context.Context, r SlotRun, cap int) (SlotAdmission, error)
+	// RenewSlot extends r's slot and lead by its lease.
 	RenewSlot(ctx context.Context, r SlotRun) error
-	// ReleaseSlot frees r's slot and promotes the owner's longest-parked
-	// run.
+	// ReleaseSlot frees r's slot and lead: the owner's longest-parked
+	// run and every item waiting for r's solve go back onto their queue.
+	// The item's outcome must be written first.
 	ReleaseSlot(ctx context.Context, r SlotRun) error
 	// PassSlot is for a run of r's item that takes no slot after all
 	// (the item ended, was canceled or is cached): r leaves the owner's
@@ -225,4 +245,16 @@ func waitDelay(waits int, jitter time.Duration) time.Duration {
 // line need not ask often.
 func slotWaitDelay(place int, jitter time.Duration) time.Duration {
 	return min(time.Second+time.Duration(max(place-1, 0))*100*time.Millisecond, 30*time.Second) + jitter
+}
+
+// joinWaitDelay is how long a batch item waiting for an identical solve
+// waits before it asks again, given how long it has waited: half that, at
+// least a second and at most 30 s, plus jitter. The solve's end moves it
+// back at once, so the delay matters for a solve whose run died (its lease
+// ends within SolveLease) and for an item that was told to wait just as
+// the solve ended, whose promotion found it not yet in asynq's retry set:
+// that one has waited for nothing, so it asks again within a second or
+// two, while a thousand copies waiting on an hour-long search ask seldom.
+func joinWaitDelay(waited, jitter time.Duration) time.Duration {
+	return min(max(waited/2, time.Second), 30*time.Second) + jitter
 }

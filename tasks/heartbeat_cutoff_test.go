@@ -26,7 +26,7 @@ func (b *failingBeats) Beat(context.Context, string, int64, map[string]tasks.Hel
 	return nil
 }
 
-func (b *failingBeats) Hold(context.Context, string, string, tasks.HeldTask, time.Duration) error {
+func (b *failingBeats) Hold(context.Context, string, map[string]tasks.HeldTask, time.Duration) error {
 	return b.Beat(context.Background(), "", 0, nil, nil, 0)
 }
 

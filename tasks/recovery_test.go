@@ -67,40 +67,95 @@ func (f *unitFixture) submitSingle(t *testing.T, id, req string, l tasks.Limits)
 	}
 }
 
+// solveFn is the handler's solve function, as tasks.SolveFnOf sets it.
+type solveFn = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error)
+
+// servedHandler is what the tests of this file run on: a handler with
+// limits l on a Redis of its own, its solves done by solve, served by a
+// real asynq server (serveWith) until the test ends. prep, if not nil,
+// runs on the fixture and the handler before the server starts, and
+// returns the middlewares to serve the handler with.
+func servedHandler(t *testing.T, l tasks.Limits, solve solveFn, prep func(*unitFixture, *tasks.Handler) []asynq.MiddlewareFunc) (*unitFixture, *tasks.Handler) {
+	t.Helper()
+	f := newUnitFixture(t)
+	h := tasks.NewHandler(f.store, nil, l, nil, nil)
+	*tasks.SolveFnOf(h) = solve
+	var mws []asynq.MiddlewareFunc
+	if prep != nil {
+		mws = prep(f, h)
+	}
+	f.serveWith(t, h, mws...)
+	return f, h
+}
+
+// overrunLimits are testLimits with a 50 ms deadline for sliding
+// puzzles, which a stalled solve overruns, and DeadlineAttempts 3.
+func overrunLimits() tasks.Limits {
+	l := testLimits()
+	l.DeadlineAttempts = 3
+	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
+	return l
+}
+
+// stall waits out the solve's deadline, as a worker frozen mid solve.
+func stall(ctx context.Context) (json.RawMessage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// solveCounts counts the solves of each request.
+type solveCounts struct {
+	mu sync.Mutex
+	n  map[string]int // request -> solves
+}
+
+// add counts one more solve of p and returns how many there were.
+func (c *solveCounts) add(p *puzzle.Parsed) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[string(p.Payload())]++
+	return c.n[string(p.Payload())]
+}
+
+// of returns how many solves of request req there were.
+func (c *solveCounts) of(t *testing.T, req string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[string(mustParse(t, req).Payload())]
+}
+
+func (c *solveCounts) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.n)
+}
+
 // A solve that overruns its wall-clock deadline is retried, and final
 // (timeout) only on the last of DeadlineAttempts deliveries; the node
 // budget fails at once. A unit writes what it finished before the
 // overrun and runs the rest again.
 func TestDeadlineOverrunIsRetried(t *testing.T) {
 	t.Parallel()
-	f := newUnitFixture(t)
-	l := testLimits()
-	l.DeadlineAttempts = 3
-	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
-	h := tasks.NewHandler(f.store, nil, l, nil, nil)
-	var (
-		mu    sync.Mutex
-		calls = map[string]int{} // request -> solves
-	)
+	l := overrunLimits()
+	var calls solveCounts
+	is := func(p *puzzle.Parsed, req string) bool {
+		return string(p.Payload()) == string(mustParse(t, req).Payload())
+	}
 	// "frozen" overruns once (a worker stopped mid solve), "slow" every
 	// time, "huge" hits its node budget; the rest solve.
-	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
-		req := string(p.Payload())
-		mu.Lock()
-		calls[req]++
-		n := calls[req]
-		mu.Unlock()
+	f, h := servedHandler(t, l, func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		n := calls.add(p)
 		switch {
-		case req == string(mustParse(t, sample8).Payload()) && n == 1,
-			req == string(mustParse(t, sample8b).Payload()):
-			<-ctx.Done()
-			return nil, ctx.Err()
+		case is(p, sample8) && n == 1, is(p, sample8b):
+			return stall(ctx)
 		case p.Kind() == puzzle.KindSweep:
 			return nil, solvers.ErrBudgetExceeded
 		}
 		return p.Solve(context.WithoutCancel(ctx))
-	}
-	f.serveWith(t, h)
+	}, nil)
 
 	f.submitSingle(t, "frozen", sample8, l)
 	f.submitSingle(t, "slow", sample8b, l)
@@ -118,20 +173,12 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 
 	// A unit of three cheap items whose second overruns once: the first is
 	// written by the first delivery and not solved again.
-	mu.Lock()
-	clear(calls)
-	mu.Unlock()
+	calls.reset()
 	reqs := []string{sample8b, sample8, sampleFill}
 	// Here sample8b solves; sample8 (item 1) overruns on its first solve.
 	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
-		req := string(p.Payload())
-		mu.Lock()
-		calls[req]++
-		n := calls[req]
-		mu.Unlock()
-		if req == string(mustParse(t, sample8).Payload()) && n == 1 {
-			<-ctx.Done()
-			return nil, ctx.Err()
+		if n := calls.add(p); is(p, sample8) && n == 1 {
+			return stall(ctx)
 		}
 		return p.Solve(context.WithoutCancel(ctx))
 	}
@@ -143,10 +190,7 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 	if b.Counts[apitype.TaskStateCompleted] != 3 {
 		t.Fatalf("unit counts %v, want 3 completed", b.Counts)
 	}
-	mu.Lock()
-	first := calls[string(mustParse(t, sample8b).Payload())]
-	mu.Unlock()
-	if first != 1 {
+	if first := calls.of(t, sample8b); first != 1 {
 		t.Errorf("the item finished before the overrun was solved %d times, want 1", first)
 	}
 	for i, r := range reqs {
@@ -162,21 +206,17 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 // retry takes the solve over.
 func TestDeadlineOverrunIsRetriedThroughTheGate(t *testing.T) {
 	t.Parallel()
-	f := newUnitFixture(t)
-	l := testLimits()
-	l.DeadlineAttempts = 3
-	l.Deadline[puzzle.KindSliding] = 50 * time.Millisecond
-	h := tasks.NewHandler(f.store, nil, l, nil, nil)
-	h.SetGate(f.store, func() int { return 1 })
+	l := overrunLimits()
 	var calls atomic.Int32
-	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	f, _ := servedHandler(t, l, func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		if calls.Add(1) == 1 {
-			<-ctx.Done() // the worker froze mid solve
-			return nil, ctx.Err()
+			return stall(ctx) // the worker froze mid solve
 		}
 		return json.RawMessage(`{"solvable":true,"moves":1}`), nil
-	}
-	f.serveWith(t, h)
+	}, func(f *unitFixture, h *tasks.Handler) []asynq.MiddlewareFunc {
+		h.SetGate(f.store, func() int { return 1 })
+		return nil
+	})
 	f.submitSingle(t, "big", board15b, l)
 	if tk := f.waitEnded(t, "big"); tk.State != apitype.TaskStateCompleted || string(tk.Result) != `{"solvable":true,"moves":1}` || calls.Load() != 2 {
 		t.Errorf("expensive task that overran once: %+v %s after %d solves, want completed on the second", tk, tk.Result, calls.Load())
@@ -184,33 +224,44 @@ func TestDeadlineOverrunIsRetriedThroughTheGate(t *testing.T) {
 }
 
 // The heartbeat middleware records each task while it runs, by queue and
-// asynq task ID, and the next beat forgets it once it ended.
+// asynq task ID (written behind the task, within a bound), and the next
+// beat forgets it once it ended.
 func TestHeartbeatRecordsRunningTasks(t *testing.T) {
 	t.Parallel()
-	f := newUnitFixture(t)
 	l := testLimits()
-	h := tasks.NewHandler(f.store, nil, l, nil, nil)
 	release := make(chan struct{})
 	var started atomic.Int32
-	*tasks.SolveFnOf(h) = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+	var hb *tasks.Heartbeat
+	f, _ := servedHandler(t, l, func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
 		started.Add(1)
 		<-release
 		return p.Solve(ctx)
-	}
-	hb := tasks.NewHeartbeat(f.store, "w-test", time.Hour, nil) // beats only when told
-	if err := hb.Beat(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.serveWith(t, h, hb.Middleware())
+	}, func(f *unitFixture, _ *tasks.Handler) []asynq.MiddlewareFunc {
+		hb = tasks.NewHeartbeat(f.store, "w-test", time.Hour, nil) // beats only when told
+		if err := hb.Beat(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return []asynq.MiddlewareFunc{hb.Middleware()}
+	})
 	f.submitSingle(t, "run1", sample8, l)
 	for deadline := time.Now().Add(10 * time.Second); started.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the task never started")
 		}
 	}
-	held, err := f.store.Held(f.ctx, "w-test")
+	// The record is written behind the task, holdDelay (5 ms) after it
+	// started; the bound is the default HEARTBEAT_INTERVAL, by which the
+	// beat would have written it.
+	var held []tasks.HeldTask
+	var err error
+	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(time.Millisecond) {
+		held, err = f.store.Held(f.ctx, "w-test")
+		if err != nil || len(held) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(held) != 1 || held[0] != (tasks.HeldTask{Queue: tasks.QueueInteractive, ID: "run1"}) || hb.Running() != 1 {
-		t.Fatalf("held while running: %v %v (running %d)", held, err, hb.Running())
+		t.Fatalf("held while running: %v %v (running %d), want it within 500 ms of the start", held, err, hb.Running())
 	}
 	close(release)
 	if tk := f.waitEnded(t, "run1"); tk.State != apitype.TaskStateCompleted {

@@ -98,8 +98,8 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
 			h.SetGate(f.store, func() int { return 1 })
 			client := asynq.NewClientFromRedisClient(f.rdb)
-			if place, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || place != 0 {
-				t.Fatalf("take k1's slot: %d, %v", place, err)
+			if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("take k1's slot: %+v, %v", a, err)
 			}
 			f.slotServer(t, h, 4)
 			boards := sweeps(t, 5)
@@ -139,8 +139,8 @@ func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
 			h.SetGate(f.store, func() int { return 1 })
 			client := asynq.NewClientFromRedisClient(f.rdb)
 			hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
-			if place, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || place != 0 {
-				t.Fatalf("take k1's slot: %d, %v", place, err)
+			if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("take k1's slot: %+v, %v", a, err)
 			}
 			f.slotServer(t, h, 2)
 			board := sweeps(t, 1)[0]

@@ -210,8 +210,8 @@ func TestWaitingItemIsPending(t *testing.T) {
 	reqs := sweeps(t, 1)
 	f.stageOwned(t, "b1", "k1", reqs)
 	// Another run of k1 holds its one slot.
-	if place, err := f.store.AdmitSlot(f.ctx, tasks.SlotRun{Slot: "other", Owner: "k1"}, 1); err != nil || place != 0 {
-		t.Fatalf("take k1's slot: %d, %v", place, err)
+	if a, err := f.store.AdmitSlot(f.ctx, tasks.SlotRun{Slot: "other", Owner: "k1"}, 1); err != nil || a.Verdict != tasks.VerdictRun {
+		t.Fatalf("take k1's slot: %+v, %v", a, err)
 	}
 	task, err := tasks.NewUnitTask(tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0)}, tasks.QueueBulk)
 	if err != nil {
@@ -242,5 +242,138 @@ func TestWaitingItemIsPending(t *testing.T) {
 	}
 	if it := f.item(t, "b1", 0); it.State != apitype.TaskStateCompleted || it.Attempts != 1 {
 		t.Fatalf("item after its run: %s after %d attempts", it.State, it.Attempts)
+	}
+}
+
+// counted wraps h's solve so that it counts its calls and takes at least
+// d each, so that identical runs overlap.
+func counted(h *tasks.Handler, d time.Duration) (calls *atomic.Int32) {
+	solve := tasks.SolveFnOf(h)
+	orig := *solve
+	calls = &atomic.Int32{}
+	*solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		calls.Add(1)
+		time.Sleep(d)
+		return orig(ctx, p)
+	}
+	return calls
+}
+
+// Identical searches in one batch are solved once: the first to run leads,
+// the others wait for it and read its answer from the cache, even with no
+// cap holding them back (and with an hour's retry delay, so they end only
+// by the lead's end moving them back).
+func TestIdenticalBatchSearchesSolveOnce(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	const n = 4
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
+	h.SetGate(f.store, func() int { return 0 })
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	h.SetFeed(f.store, client, n)
+	// 300 ms: every copy is parked, and in asynq's retry set, well before
+	// the lead ends (a copy told to wait just as it ends asks again by
+	// itself after a second or two, which the hour's delay here forbids).
+	calls := counted(h, 300*time.Millisecond)
+
+	same := sweeps(t, 1)[0]
+	f.stageOwned(t, "b1", "k1", []string{same, same, same, same})
+	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+		t.Fatal(err)
+	}
+	f.slotServer(t, h, n)
+	b := f.waitDone(t, "b1")
+	if got := b.Counts[apitype.TaskStateCompleted]; got != n {
+		t.Fatalf("completed %d of %d: %v", got, n, b.Counts)
+	}
+	first := f.item(t, "b1", 0)
+	for i := range n {
+		if it := f.item(t, "b1", i); it.State != apitype.TaskStateCompleted || string(it.Result) != string(first.Result) {
+			t.Fatalf("item %d: %s %s, want the answer of item 0 (%s)", i, it.State, it.Result, first.Result)
+		}
+	}
+	if c := calls.Load(); c != 1 {
+		t.Errorf("%d solves of one puzzle, want 1", c)
+	}
+	if j := testutil.ToFloat64(m.Joins); j == 0 {
+		t.Error("no item waited for the identical solve: the test did not exercise the join")
+	}
+}
+
+// A batch item identical to a single task being solved waits for that
+// solve and takes its answer: one solve for both.
+func TestBatchItemWaitsForASinglesSolve(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
+	h.SetGate(f.store, func() int { return 0 })
+	solve := tasks.SolveFnOf(h)
+	orig := *solve
+	var calls atomic.Int32
+	release := make(chan struct{})
+	*solve = func(ctx context.Context, p *puzzle.Parsed) (json.RawMessage, error) {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return orig(ctx, p)
+	}
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	h.SetFeed(f.store, client, 2)
+
+	same := sweeps(t, 1)[0]
+	p := mustParse(t, same)
+	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "s1", Kind: string(p.Kind()), Owner: "k2", CacheKey: p.Key()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	task, err := tasks.NewSolveTask("s1", "k2", p, tasks.QueueInteractive, testLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(task, asynq.TaskID("s1")); err != nil {
+		t.Fatal(err)
+	}
+	f.slotServer(t, h, 2)
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the single task's solve never started")
+		}
+	}
+	f.stageOwned(t, "b1", "k1", []string{same})
+	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.Joins) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch item never waited for the single task's solve")
+		}
+	}
+	close(release)
+	f.waitDone(t, "b1")
+	it := f.item(t, "b1", 0)
+	single := waitEnded(t, f, "s1")
+	if it.State != apitype.TaskStateCompleted || !it.Cached || string(it.Result) != string(single.Result) {
+		t.Fatalf("batch item: %s cached %v %s; single %s %s", it.State, it.Cached, it.Result, single.State, single.Result)
+	}
+	if c := calls.Load(); c != 1 {
+		t.Errorf("%d solves of one puzzle, want 1", c)
+	}
+}
+
+// waitEnded waits for single task id to end and returns it.
+func waitEnded(t *testing.T, f *unitFixture, id string) *store.Task {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		tk, err := f.store.Get(f.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.State.Terminal() {
+			return tk
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %s after 10 s", id, tk.State)
+		}
 	}
 }

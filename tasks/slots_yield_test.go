@@ -32,11 +32,13 @@ func TestYieldUnderDuplicateDeliveries(t *testing.T) {
 		t.Run(seq, func(t *testing.T) {
 			t.Parallel()
 			f := newUnitFixture(t)
-			f.stageOwned(t, "b1", "k1", sweeps(t, 1))
+			board := sweeps(t, 1)[0]
+			f.stageOwned(t, "b1", "k1", []string{board})
+			key := mustParse(t, board).Key()
 			ref := tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0)}
 			hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
 			run := func(d byte) tasks.SlotRun {
-				return tasks.SlotRun{Slot: apitype.ItemID("b1", 0), Owner: "k1", Queue: "bulk", AsynqID: "d" + string(d)}
+				return tasks.SlotRun{Slot: apitype.ItemID("b1", 0), Owner: "k1", Solve: key, CacheKey: key, Queue: "bulk", AsynqID: "d" + string(d)}
 			}
 			counts := func(when string) map[apitype.TaskState]int {
 				b, err := f.store.GetBatch(f.ctx, "b1")
@@ -59,10 +61,10 @@ func TestYieldUnderDuplicateDeliveries(t *testing.T) {
 				case 's':
 					_, err = f.store.StartUnit(f.ctx, ref)
 				case 'p', 'r':
-					var place int
-					place, err = f.store.AdmitSlot(f.ctx, run(step[1]), 1)
-					if (place > 0) != (step[0] == 'p') {
-						t.Fatalf("%s: admission's place %d", step, place)
+					var a tasks.SlotAdmission
+					a, err = f.store.AdmitSlot(f.ctx, run(step[1]), 1)
+					if want := map[byte]tasks.Verdict{'p': tasks.VerdictWait, 'r': tasks.VerdictRun}[step[0]]; err == nil && a.Verdict != want {
+						t.Fatalf("%s: admission %+v, want %s", step, a, want)
 					}
 				case 'y':
 					err = f.store.YieldUnit(f.ctx, ref)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
@@ -29,7 +30,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redistest.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()

@@ -43,7 +43,7 @@ func benchIngest(b *testing.B, items int, ids bool) {
 	r := redistest.Start(b)
 	rdb := r.Client(b)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClient(asynq.RedisClientOpt{Addr: r.Addr})
+	q := asynq.NewClientFromRedisClient(rdb) // as the API does
 	defer q.Close()
 	o := api.OptionsForTest()
 	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout, o.MaxPendingPerKey = 64<<20, items, time.Minute, time.Minute, 2*items

@@ -48,7 +48,7 @@ func newIngestRig(t *testing.T, opts api.Options) *ingestRig {
 	r := redistest.Start(t)
 	rdb := r.Client(t)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClient(asynq.RedisClientOpt{Addr: r.Addr})
+	q := asynq.NewClientFromRedisClient(rdb) // as the API does
 	t.Cleanup(func() { q.Close() })
 	return &ingestRig{t: t, h: api.New(q, st, store.NewHub(), nil, nil, opts).Handler(), rdb: rdb, st: st}
 }

@@ -41,7 +41,7 @@ func BenchmarkMillionItemNDJSON(b *testing.B) {
 	r := redistest.Start(b)
 	rdb := r.Client(b)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClient(asynq.RedisClientOpt{Addr: r.Addr})
+	q := asynq.NewClientFromRedisClient(rdb) // as the API does
 	defer q.Close()
 	o := api.OptionsForTest()
 	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout, o.MaxPendingPerKey = 256<<20, items, 5*time.Minute, time.Minute, 2*items

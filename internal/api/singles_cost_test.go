@@ -135,6 +135,17 @@ func TestCommandsPerSingleTask(t *testing.T) {
 			srv := New(asynq.NewClientFromRedisClient(apiRDB), store.New(apiRDB, sopts), hub, prometheus.NewRegistry(), nil, opts)
 			insp := asynq.NewInspectorFromRedisClient(plain)
 			h := tasks.NewHandler(store.New(workerRDB, sopts), nil, opts.Limits, nil, nil)
+			// The handler runs behind the worker's heartbeat middleware, on
+			// a client of its own: its record of a started task is written
+			// behind the task, and an 8-puzzle mostly ends before that
+			// write is due (tasks.Heartbeat). The beat itself is per
+			// worker, not per task, so this one beats only when told.
+			hbTrips := &tripCounter{}
+			hbRDB := rs.Client(t)
+			hbRDB.AddHook(hbTrips)
+			hb := tasks.NewHeartbeat(store.New(hbRDB, sopts), "w-cost", time.Hour, nil)
+			t.Cleanup(func() { _ = hb.Leave(context.Background()) })
+			worker := hb.Middleware()(h)
 
 			do := func(method, path string, body []byte) *httptest.ResponseRecorder {
 				req := httptest.NewRequest(method, path, strings.NewReader(string(body)))
@@ -194,7 +205,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, c2 := commandCalls(t, plain)
-				if err := h.ProcessTask(ctx, asynq.NewTask(queued[0].Type, queued[0].Payload)); err != nil {
+				if err := worker.ProcessTask(ctx, asynq.NewTask(queued[0].Type, queued[0].Payload)); err != nil {
 					t.Fatal(err)
 				}
 				w := <-answer
@@ -208,7 +219,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 			one(0) // the first loads the scripts and builds the solver's table
 			const n = 20
 			by0, _ := commandCalls(t, plain)
-			a0, w0 := apiTrips.n.Load(), workerTrips.n.Load()
+			a0, w0, h0 := apiTrips.n.Load(), workerTrips.n.Load(), hbTrips.n.Load()
 			var total int64
 			for i := 1; i <= n; i++ {
 				total += one(i)
@@ -216,10 +227,20 @@ func TestCommandsPerSingleTask(t *testing.T) {
 			by1, _ := commandCalls(t, plain)
 			cmds := float64(total) / n
 			at, wt := float64(apiTrips.n.Load()-a0)/n, float64(workerTrips.n.Load()-w0)/n
-			t.Logf("per task: %.2f Redis commands, %.2f round trips (API %.2f, worker handler %.2f), asynq's dequeue and completion not included; with the test's look into the queue: %s",
-				cmds, at+wt, at, wt, perTask(by0, by1, n))
-			if at != float64(tc.apiTrips) || wt != 1 || cmds > tc.maxCmds {
-				t.Fatalf("a task costs %.2f + %.2f round trips and %.2f commands; want %d + 1 and at most %.0f", at, wt, cmds, tc.apiTrips, tc.maxCmds)
+			hbt := hbTrips.n.Load() - h0
+			t.Logf("per task: %.2f Redis commands, %.2f round trips (API %.2f, worker handler %.2f, heartbeat %.2f), asynq's dequeue and completion not included; with the test's look into the queue: %s",
+				cmds, at+wt+float64(hbt)/n, at, wt, float64(hbt)/n, perTask(by0, by1, n))
+			// The heartbeat writes a task only when it outlives holdDelay
+			// (5 ms): none at idle, up to 3 of the 20 at a load average of
+			// 10 on this machine. Each such write (HSET, PEXPIRE) may fall
+			// in the counted windows, so the bound allows for them; one
+			// write per task (the synchronous hold before the write-behind:
+			// 20 round trips, 2 commands a task) fails.
+			if at != float64(tc.apiTrips) || wt != 1 || cmds > tc.maxCmds+2*float64(hbt)/n {
+				t.Fatalf("a task costs %.2f + %.2f round trips and %.2f commands; want %d + 1 and at most %.0f (+ 2 per heartbeat write a task)", at, wt, cmds, tc.apiTrips, tc.maxCmds)
+			}
+			if hbt >= n/2 {
+				t.Fatalf("the heartbeat made %d round trips for %d tasks; want fewer than %d (only tasks that outlive its 5 ms delay are written)", hbt, n, n/2)
 			}
 		})
 	}

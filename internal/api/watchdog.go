@@ -72,6 +72,12 @@ const watchdogLease = "watchdog"
 // frozen or a Redis command stalled for everyone) starts every worker's
 // count again, so an outage of Redis or of the watchdog is never taken
 // for the death of every worker.
+//
+// It re-drives what the worker's record held, and the worker writes that
+// record behind each task (tasks.Heartbeat): a task the worker was killed
+// within about 5 ms of starting (holdDelay, plus the write's round trip)
+// is not in it yet, and is left to asynq's own recovery after its lease;
+// nothing acknowledged is lost.
 type Watchdog struct {
 	store  WatchdogStore
 	insp   TaskInspector

@@ -62,6 +62,23 @@ func TestNewRedisClientKeepsAsynqOptions(t *testing.T) {
 	}
 }
 
+// TestRedisClientsSpeakTheTestsProtocol: the binaries' clients speak the
+// RESP version the tests' clients do (redistest.Protocol), so a test sees
+// the replies production sees.
+func TestRedisClientsSpeakTheTestsProtocol(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"redis://127.0.0.1:1/0", "redis-sentinel://127.0.0.1:1,127.0.0.1:2?master=m"} {
+		_, rdb, err := redisConn(url)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if p := rdb.(*redis.Client).Options().Protocol; p != redistest.Protocol {
+			t.Errorf("%s: the binaries' client speaks RESP%d, the tests' clients RESP%d", url, p, redistest.Protocol)
+		}
+		rdb.Close()
+	}
+}
+
 // hungRedis listens on a free port and accepts connections, reading what
 // is sent and never answering: a frozen Redis as its clients see it.
 func hungRedis(t *testing.T) string {

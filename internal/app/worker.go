@@ -94,8 +94,9 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.expCap.Store(int64(cfg.expensiveCap(nil)))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	w.mux = asynq.NewServeMux()
-	// The heartbeat records every task as it starts, so the API's
-	// watchdog can re-drive them if this process dies (tasks.Heartbeat).
+	// The heartbeat records every task that runs for more than a few
+	// milliseconds, written behind it, so the API's watchdog can re-drive
+	// them if this process dies (tasks.Heartbeat).
 	w.beat = tasks.NewHeartbeat(w.store, tasks.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
 	w.mux.Use(w.beat.Middleware())

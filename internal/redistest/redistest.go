@@ -197,10 +197,31 @@ func (s *Server) URL() string { return s.DBURL(0) }
 // DBURL returns a redis:// URL for database db of the server.
 func (s *Server) DBURL(db int) string { return "redis://" + s.Addr + "/" + strconv.Itoa(db) }
 
-// Client returns a go-redis client closed when the test ends.
+// Protocol is the RESP version the binaries' Redis clients speak
+// (internal/app's newRedisClient: RESP2). The clients tests make speak it
+// too, through NewClient and NewFailoverClient, so that a test sees the
+// replies production sees; internal/app's tests check the two agree.
+// Sentinel clients are left at go-redis's default, as the binaries'
+// failover client leaves its connections to the Sentinels.
+const Protocol = 2
+
+// NewClient is redis.NewClient speaking the binaries' Protocol.
+func NewClient(o *redis.Options) *redis.Client {
+	o.Protocol = Protocol
+	return redis.NewClient(o)
+}
+
+// NewFailoverClient is redis.NewFailoverClient speaking the binaries'
+// Protocol to the master.
+func NewFailoverClient(o *redis.FailoverOptions) *redis.Client {
+	o.Protocol = Protocol
+	return redis.NewFailoverClient(o)
+}
+
+// Client returns a client (NewClient) closed when the test ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("redistest: ping %s: %v", s.Addr, err)

@@ -128,7 +128,7 @@ func launch(t testing.TB, o Options) (_ *Stack, err error) {
 		if s.Redis, err = redistest.Launch(); err != nil {
 			return nil, err
 		}
-		s.RDB = redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+		s.RDB = redistest.NewClient(&redis.Options{Addr: s.Redis.Addr})
 		s.env["REDIS_URL"] = s.Redis.URL()
 	}
 	cfg, err := app.LoadAPIConfig(nil, s.getenv(o.APIEnv), io.Discard)

@@ -1016,7 +1016,7 @@ func TestWriterErrorsAndDiscard(t *testing.T) {
 		t.Fatalf("%d staged keys after discard", n)
 	}
 
-	dead := redis.NewClient(&redis.Options{Addr: sharedServer(t).Addr})
+	dead := redistest.NewClient(&redis.Options{Addr: sharedServer(t).Addr})
 	dead.Close()
 	s := store.New(dead, store.Options{Prefix: e.prefix, TaskTTL: time.Hour, ResultTTL: time.Hour})
 	w = s.NewBatchWriter(bid("dead"), 1)

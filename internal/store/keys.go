@@ -154,6 +154,20 @@ func (k keys) solveWaiters(key string) string { return k.solve(key) + suffixWait
 
 const suffixWaiters = ":waiters"
 
+// solveItemLead names the batch item whose run solves the puzzle of key
+// (member = its item ID), with the run's lease as its TTL. Batch items
+// join it, and a single task's solve (keys.solve), by waiting for it in
+// solveParked; single tasks do not join a batch item's run (its end does
+// not end their records).
+func (k keys) solveItemLead(key string) string { return k.solve(key) + ":item" }
+
+// solveParked is a sorted set of the batch items waiting for an identical
+// solve in flight (member = parkedMember), scored by when they first
+// waited: the end of that solve moves them all back onto their queue,
+// where they find its answer in the cache, or lead a solve of their own
+// if it failed or stopped.
+func (k keys) solveParked(key string) string { return k.solve(key) + ":parked" }
+
 // solveAffixes returns the text around the solve key in solve and
 // solveWaiters, for the cancel script, which learns the key from the
 // task record.

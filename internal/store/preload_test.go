@@ -30,7 +30,7 @@ func TestScriptsPreloadedAfterRestart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := redistest.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: r.Addr, OnConnect: c.onConnect})
+			rdb := redistest.NewClient(&redis.Options{Addr: r.Addr, OnConnect: c.onConnect})
 			t.Cleanup(func() { rdb.Close() })
 			s := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 			ctx := context.Background()

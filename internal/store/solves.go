@@ -71,6 +71,11 @@ local function promote(pk, now_ns)
   end
   return 0
 end
+local function promote_all(pk, now_ns)
+  for _ = 1, 64 do
+    if promote(pk, now_ns) == 0 then return end
+  end
+end
 `
 
 // passLua hands on the slot that a run may have been promoted into when
@@ -242,6 +247,8 @@ return mine
 //
 // KEYS[6] the owner's parked runs: the freed slot goes to the first
 // (promoteLua)
+// KEYS[7] the batch items waiting for this solve (keys.solveParked): all
+// go back onto their queue
 //
 // Returns how many records it ended.
 var finishSolveScript = redis.NewScript(quotaLua + promoteLua + `
@@ -288,6 +295,7 @@ end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15]) end
+promote_all(KEYS[7], ARGV[15])
 return n
 `)
 
@@ -298,6 +306,8 @@ return n
 // KEYS[2] the solve's lease
 // KEYS[3] the run's owner's slots
 // KEYS[4] the owner's parked runs: the freed slot goes to the first
+// KEYS[5] the batch items waiting for this solve: all go back onto their
+// queue, where one leads a solve of its own
 // ARGV[1] the run's task ID
 // ARGV[2] task key prefix
 // ARGV[3] now, Unix nanoseconds (for promoteLua)
@@ -309,6 +319,7 @@ local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3]) end
+promote_all(KEYS[5], ARGV[3])
 return 0
 `)
 
@@ -398,7 +409,7 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 		cached = "1"
 	}
 	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID),
-		s.k.ownerParked(r.Owner)}
+		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}
 	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
 	args = append(args, s.k.ownerAffixes()...)
 	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()))
@@ -413,7 +424,7 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 // (releaseSolveScript).
 func (s *Store) ReleaseSolve(ctx context.Context, r tasks.SolveRun) (int, error) {
 	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner),
-		s.k.ownerParked(r.Owner)}, r.ID, s.k.task(""), nowNS(s.now())).Int()
+		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}, r.ID, s.k.task(""), nowNS(s.now())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: release solve of %s: %w", r.ID, err)
 	}
@@ -447,64 +458,108 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 	return int(n), nil
 }
 
-// admitSlotScript takes one of an owner's expensive slots for a run
-// that shares no solve (an expensive batch item: its unit runs it
-// alone), or parks the run when the owner's live slots are at the cap, as
-// admitScript does for single tasks. A run that holds its slot already (a
-// redelivery of the same item) keeps it.
+// admitSlotScript admits a run of an expensive batch item (its unit runs
+// it alone), in this order:
+//
+//  1. An identical solve is in flight (a single task's, keys.solve, or
+//     another batch item's, keys.solveItemLead): join it by waiting. The
+//     run is parked in the solve's parked set, whose members all go back
+//     onto their queue when that solve ends; they then find its answer in
+//     the cache (or, if it failed or stopped, one of them leads).
+//  2. The owner's live slots are at the cap and the run holds none: park
+//     it in the owner's parked set and return its place in line, as
+//     admitScript does for single tasks.
+//  3. Otherwise run: take a slot and lead the solve (solveItemLead). A
+//     run that holds its slot or leads already (a redelivery of the same
+//     item) keeps them.
 //
 // KEYS[1] the owner's slots (keys.ownerRunning)
 // KEYS[2] the owner's parked runs (keys.ownerParked)
+// KEYS[3] the solve's lease of single tasks (keys.solve)
+// KEYS[4] the solve's batch-item lead (keys.solveItemLead)
+// KEYS[5] the batch items waiting for the solve (keys.solveParked)
+// KEYS[6] the puzzle's cache entry
 //
-// ARGV[1] the slot's member (the item's ID)
+// ARGV[1] the slot's member, also the lead's value (the item's ID)
 // ARGV[2] lease, milliseconds
 // ARGV[3] the owner's cap of slots (0: none)
 // ARGV[4] the run's parked member (parkedMember; "" never parks)
-// ARGV[5] the parked set's TTL, seconds
+// ARGV[5] the parked sets' TTL, seconds
 //
-// Returns 0 when the run took its slot, or its place in the owner's line
-// (1: the next to be promoted) when it must wait.
+// Returns {verdict, n}: {"run", 0} when the run took its slot and leads;
+// {"joined", ms} when it waits for an identical solve, ms being how long
+// it has waited for it (since its first wait); {"hit", 0} when the answer
+// is cached (an identical solve ended since the unit looked); {"wait",
+// place} when it waits for a slot, place in the owner's line (1: the next
+// to be promoted).
 var admitSlotScript = redis.NewScript(quotaLua + `
+if redis.call('EXISTS', KEYS[6]) == 1 then return {'hit', 0} end
 local now = clock()
+local lead = redis.call('GET', KEYS[4])
+if redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1]) then
+  if ARGV[4] == '' then return {'joined', 0} end
+  redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
+  redis.call('EXPIRE', KEYS[5], ARGV[5])
+  return {'joined', now - tonumber(redis.call('ZSCORE', KEYS[5], ARGV[4]))}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local cap = tonumber(ARGV[3])
 if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= cap then
-  if ARGV[4] == '' then return 1 end
+  if ARGV[4] == '' then return {'wait', 1} end
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
-  return redis.call('ZRANK', KEYS[2], ARGV[4]) + 1
+  return {'wait', redis.call('ZRANK', KEYS[2], ARGV[4]) + 1}
 end
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
-if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
-return 0
+redis.call('SET', KEYS[4], ARGV[1], 'PX', lease)
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[5], ARGV[4])
+end
+return {'run', 0}
 `)
 
-// renewSlotScript extends a run's slot (admitSlotScript).
+// renewSlotScript extends a run's slot and its lead of the solve
+// (admitSlotScript); the lead is taken again when it lapsed, never from
+// another item that took it meanwhile.
 //
 // KEYS[1] the owner's slots
+// KEYS[2] the solve's batch-item lead
 // ARGV[1] the slot's member
 // ARGV[2] lease, milliseconds
 var renewSlotScript = redis.NewScript(quotaLua + `
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], clock() + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
+local lead = redis.call('GET', KEYS[2])
+if not lead or lead == ARGV[1] then redis.call('SET', KEYS[2], ARGV[1], 'PX', lease) end
 return 1
 `)
 
-// releaseSlotScript frees a run's slot (admitSlotScript) and hands it to
-// the owner's longest-parked run (promoteLua).
+// releaseSlotScript ends a batch item's run (admitSlotScript): its slot
+// goes to the owner's longest-parked run, and its lead of the solve ends,
+// with every batch item waiting for that solve moved back onto its
+// queue (promoteLua). The caller has written the item's outcome, and its
+// answer to the cache, first.
 //
 // KEYS[1] the owner's slots
 // KEYS[2] the owner's parked runs
+// KEYS[3] the solve's batch-item lead
+// KEYS[4] the batch items waiting for the solve
 // ARGV[1] the slot's member
 // ARGV[2] now, Unix nanoseconds
 //
-// Returns 1 when a parked run was promoted.
+// Returns 1 when a parked run of the owner was promoted.
 var releaseSlotScript = redis.NewScript(promoteLua + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then return promote(KEYS[2], ARGV[2]) end
-return 0
+local p = 0
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2]) end
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+  promote_all(KEYS[4], ARGV[2])
+end
+return p
 `)
 
 // passSlotScript is passLua for a batch item's run that takes no slot
@@ -521,20 +576,34 @@ var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
 return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
 `)
 
-// AdmitSlot takes one of r.Owner's slots for r, or parks it and returns
-// its place in line (admitSlotScript).
-func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (int, error) {
-	n, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
-		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second)).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: admit slot %s: %w", r.Slot, err)
+// AdmitSlot decides what a run of an expensive batch item does
+// (admitSlotScript).
+func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.SlotAdmission, error) {
+	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
+		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
+		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second)).Slice()
+	if err != nil || len(v) != 2 {
+		return tasks.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
-	return n, nil
+	verdict, _ := v[0].(string)
+	n, _ := v[1].(int64)
+	a := tasks.SlotAdmission{Verdict: tasks.Verdict(verdict)}
+	switch a.Verdict {
+	case tasks.VerdictRun, tasks.VerdictHit:
+	case tasks.VerdictJoined:
+		a.Waited = time.Duration(n) * time.Millisecond
+	case tasks.VerdictWait:
+		a.Place = int(n)
+	default:
+		return a, fmt.Errorf("store: admit slot %s: unknown verdict %q", r.Slot, verdict)
+	}
+	return a, nil
 }
 
 // RenewSlot extends r's slot (renewSlotScript).
 func (s *Store) RenewSlot(ctx context.Context, r tasks.SlotRun) error {
-	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner)}, r.Slot, leaseMS(r.LeaseOrDefault())).Err(); err != nil {
+	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.solveItemLead(r.Solve)}, r.Slot,
+		leaseMS(r.LeaseOrDefault())).Err(); err != nil {
 		return fmt.Errorf("store: renew slot %s: %w", r.Slot, err)
 	}
 	return nil
@@ -543,8 +612,8 @@ func (s *Store) RenewSlot(ctx context.Context, r tasks.SlotRun) error {
 // ReleaseSlot frees r's slot and promotes the owner's longest-parked run
 // (releaseSlotScript).
 func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
-	err := releaseSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
-		r.Slot, nowNS(s.now())).Err()
+	err := releaseSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
+		s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve)}, r.Slot, nowNS(s.now())).Err()
 	if err != nil {
 		return fmt.Errorf("store: release slot %s: %w", r.Slot, err)
 	}

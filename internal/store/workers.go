@@ -43,17 +43,27 @@ func (s *Store) Beat(ctx context.Context, worker string, at int64, running map[s
 	return nil
 }
 
-// Hold records that worker started task t under run, in one round trip.
-func (s *Store) Hold(ctx context.Context, worker, run string, t tasks.HeldTask, ttl time.Duration) error {
-	b, _ := json.Marshal(t)
+// Hold records tasks worker has started (run token -> task) in one round
+// trip: one HSET of them all and the held hash's PEXPIRE, without the
+// beat (tasks.Heartbeat's flusher writes them behind the tasks, many at
+// once).
+func (s *Store) Hold(ctx context.Context, worker string, started map[string]tasks.HeldTask, ttl time.Duration) error {
+	if len(started) == 0 {
+		return nil
+	}
 	held := s.k.workerHeld(worker)
+	f := make([]any, 0, 2*len(started))
+	for run, t := range started {
+		b, _ := json.Marshal(t)
+		f = append(f, run, b)
+	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, held, run, b)
+		p.HSet(ctx, held, f...)
 		p.PExpire(ctx, held, ttl)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: hold %s on %s: %w", t.ID, worker, err)
+		return fmt.Errorf("store: hold %d tasks on %s: %w", len(started), worker, err)
 	}
 	return nil
 }

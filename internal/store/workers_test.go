@@ -20,7 +20,7 @@ func TestWorkerHeartbeats(t *testing.T) {
 	if err := s.Beat(ctx, "w1", 1000, nil, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Hold(ctx, "w1", "1", a, time.Minute); err != nil {
+	if err := s.Hold(ctx, "w1", map[string]tasks.HeldTask{"1": a}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// The same task under a second run token (a redelivery to the same

@@ -14,5 +14,8 @@
 //
 //	go test -tags fault ./test/fault/ -v -timeout 15m
 //
+// TestFault orders and bounds its cases itself (see there), so the suite
+// raises go test's -parallel to what that needs (minParallel).
+//
 // RELIABILITY.md at the repository root records what it measured.
 package fault

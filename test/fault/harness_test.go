@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -33,14 +34,28 @@ import (
 var apiBin, workerBin string
 
 // TestMain builds cmd/api and cmd/worker once, into a temporary directory
-// (or uses the ones in $PUZZLEQ_FAULT_BIN, if set), and raises the
-// open-file limit for the storm scenario (the processes the suite starts
-// inherit it).
+// (or uses the ones in $PUZZLEQ_FAULT_BIN, if set), raises the open-file
+// limit for the storm scenario (the processes the suite starts inherit
+// it) and go test's -parallel to minParallel.
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// minParallel is the least -parallel the suite runs with. TestFault's
+// group orders and bounds its cases itself (gate, beside), and a case
+// waiting there holds one of go test's -parallel slots: with fewer slots
+// than the group has cases, the waiting ones could hold every slot while
+// the case they wait for has none. The suite's other groups are of two to
+// five cases, which run at once.
+const minParallel = 16
+
 func run(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < minParallel {
+			_ = f.Value.Set(strconv.Itoa(minParallel))
+		}
+	}
 	raiseFileLimit()
 	pdbs, err := os.MkdirTemp("", "puzzleq-fault-pdb-")
 	if err != nil {

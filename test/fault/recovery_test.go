@@ -86,8 +86,9 @@ func (c *cluster) gone(t *testing.T, queue, id string) bool {
 // while asynq still lists the originals as active. When asynq recovers
 // the originals a minute or two later, they run, find their items ended
 // and change nothing: every record, batch count and the key's quota stay
-// exact.
-func testWorkerCrash(t *testing.T) {
+// exact. It calls waiting once all that is left is asynq's recovery of the
+// originals.
+func testWorkerCrash(t *testing.T, waiting func()) {
 	const (
 		workers = 3
 		perWork = 2 // WORKER_CONCURRENCY
@@ -242,6 +243,7 @@ func testWorkerCrash(t *testing.T) {
 	all := w.verify(t, c, o, 120*time.Second)
 	checkHardRecords(t, all, hard)
 	c.checkQuota(t, "with every task ended")
+	waiting()
 
 	// asynq recovers the originals once their lease (30 s) and its
 	// recoverer's cutoff have passed, and a survivor runs each: it must

@@ -22,7 +22,8 @@ import (
 // completed with the right result, or, if its record did not survive the
 // crash, be reported here by ID. The crash comes while all 4 worker slots
 // run hard 15-puzzles; each must complete after it, with the exact answer.
-func testRedisRestart(t *testing.T) {
+// It calls restarted once Redis is back and both binaries are ready.
+func testRedisRestart(t *testing.T, restarted func()) {
 	const reqTimeout = 2 * time.Second
 	c := newCluster(t, clusterOpts{
 		redisArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"},
@@ -122,6 +123,7 @@ func testRedisRestart(t *testing.T) {
 		p.WaitReady(t, 30*time.Second)
 	}
 	reconnect := time.Since(restartedAt)
+	restarted()
 	// Let the submitter show that submissions work again, then stop it.
 	mu.Lock()
 	n0 := len(acked.batches)

@@ -61,7 +61,7 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 		addrs = append(addrs, s.Addr)
 	}
 	redistest.WaitSentinels(t, sentinelMaster, 1, 20*time.Second, sentinels...)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs})
+	rdb := redistest.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
 
 	const reqTimeout = 2 * time.Second
