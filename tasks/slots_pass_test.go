@@ -69,6 +69,27 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 				}
 			}
 		}},
+		{"items joined a solve in flight", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			// Another key's single task is solving each board; the
+			// batch items park for k1's slot first, and on promotion
+			// find the identical solve and wait for it, taking no slot.
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			for i, req := range boards {
+				p := mustParse(t, req)
+				id := fmt.Sprint("k2-", i)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k2", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				r := tasks.SolveRun{ID: id, Owner: "k2", Solve: tasks.SolveKey(p), CacheKey: p.Key()}
+				if a, err := f.store.Admit(f.ctx, r, 0); err != nil || a.Verdict != tasks.VerdictRun {
+					t.Fatalf("k2's solve of board %d: %+v, %v", i, a, err)
+				}
+			}
+		}},
 		{"single tasks canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
 			for i, req := range boards {
 				id := fmt.Sprint("s", i)
