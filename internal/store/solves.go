@@ -485,6 +485,10 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // ARGV[3] the owner's cap of slots (0: none)
 // ARGV[4] the run's parked member (parkedMember; "" never parks)
 // ARGV[5] the parked sets' TTL, seconds
+// ARGV[6] now, Unix nanoseconds (for promoteLua)
+//
+// Hit and joined take no slot: they hand on the one the run may have
+// been promoted into (passLua).
 //
 // Returns {verdict, n}: {"run", 0} when the run took its slot and leads;
 // {"joined", ms} when it waits for an identical solve, ms being how long
@@ -492,11 +496,13 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // is cached (an identical solve ended since the unit looked); {"wait",
 // place} when it waits for a slot, place in the owner's line (1: the next
 // to be promoted).
-var admitSlotScript = redis.NewScript(quotaLua + `
-if redis.call('EXISTS', KEYS[6]) == 1 then return {'hit', 0} end
+var admitSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
+local function pass_on() pass(KEYS[1], KEYS[2], ARGV[4], tonumber(ARGV[3]), ARGV[6]) end
+if redis.call('EXISTS', KEYS[6]) == 1 then pass_on(); return {'hit', 0} end
 local now = clock()
 local lead = redis.call('GET', KEYS[4])
 if redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1]) then
+  pass_on()
   if ARGV[4] == '' then return {'joined', 0} end
   redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[5], ARGV[5])
@@ -581,7 +587,7 @@ return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
 func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.SlotAdmission, error) {
 	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
 		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
-		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second)).Slice()
+		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now())).Slice()
 	if err != nil || len(v) != 2 {
 		return tasks.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
