@@ -146,25 +146,39 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 	}
 }
 
-// A run over its key's cap on its last delivery (its retries spent on
-// infrastructure errors, here none allowed) is not failed for waiting:
-// asynq archives a task that errs on its last delivery whatever the
-// error, so that delivery takes its slot over the cap instead.
+// A run over its key's cap, or a batch item behind an identical solve in
+// flight, on its last delivery (its retries spent on infrastructure
+// errors, here none allowed) is not failed for waiting: asynq archives a
+// task that errs on its last delivery whatever the error, so that
+// delivery takes its slot over the cap, and solves alone, instead.
 func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
 	t.Parallel()
-	for _, single := range []bool{false, true} {
-		t.Run(fmt.Sprint("single=", single), func(t *testing.T) {
+	for _, mode := range []string{"item over the cap", "single over the cap", "item behind a solve"} {
+		single := mode == "single over the cap"
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			f := newUnitFixture(t)
 			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
 			h.SetGate(f.store, func() int { return 1 })
 			client := asynq.NewClientFromRedisClient(f.rdb)
+			board := sweeps(t, 1)[0]
 			hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+			if mode == "item behind a solve" {
+				// Another key's single task solves the same board (and
+				// never ends here): the item would wait for it.
+				p := mustParse(t, board)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "k2-0", Kind: string(p.Kind()), Owner: "k2", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				r := tasks.SolveRun{ID: "k2-0", Owner: "k2", Solve: tasks.SolveKey(p), CacheKey: p.Key()}
+				if a, err := f.store.Admit(f.ctx, r, 0); err != nil || a.Verdict != tasks.VerdictRun {
+					t.Fatalf("k2's solve: %+v, %v", a, err)
+				}
+			}
 			if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
 				t.Fatalf("take k1's slot: %+v, %v", a, err)
 			}
 			f.slotServer(t, h, 2)
-			board := sweeps(t, 1)[0]
 			get := func() *store.Task {
 				if single {
 					tk, err := f.store.Get(f.ctx, "s0")
