@@ -169,7 +169,8 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
-	if h.capOf != nil && !lastDelivery(ctx) {
+	r.Alone = lastDelivery(ctx)
+	if h.capOf != nil && !r.Alone {
 		limit = h.capOf()
 	}
 	a, err := h.gate.AdmitSlot(ctx, r, limit)

@@ -131,6 +131,10 @@ type SlotRun struct {
 	Lease time.Duration
 	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
 	Queue, AsynqID string
+	// Alone runs r even when an identical solve is in flight, rather than
+	// wait for it: set for a task's last delivery (lastDelivery), which
+	// asynq would archive if it waited.
+	Alone bool
 }
 
 // LeaseOrDefault is r.Lease, or SolveLease when it is 0.

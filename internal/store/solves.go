@@ -362,6 +362,14 @@ var _ tasks.Gate = (*Store)(nil)
 
 func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 
+// alone is tasks.SlotRun.Alone as admitSlotScript reads it.
+func alone(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // nowNS is t as asynq writes its tasks' pending_since: Unix nanoseconds,
 // as a decimal string (a Lua number would round it).
 func nowNS(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
@@ -486,6 +494,9 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // ARGV[4] the run's parked member (parkedMember; "" never parks)
 // ARGV[5] the parked sets' TTL, seconds
 // ARGV[6] now, Unix nanoseconds (for promoteLua)
+// ARGV[7] "1" to run even behind an identical solve in flight
+// (tasks.SlotRun.Alone: a last delivery must not wait); such a run leads
+// the solve only if no other item does
 //
 // Hit and joined take no slot: they hand on the one the run may have
 // been promoted into (passLua).
@@ -501,7 +512,7 @@ local function pass_on() pass(KEYS[1], KEYS[2], ARGV[4], tonumber(ARGV[3]), ARGV
 if redis.call('EXISTS', KEYS[6]) == 1 then pass_on(); return {'hit', 0} end
 local now = clock()
 local lead = redis.call('GET', KEYS[4])
-if redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1]) then
+if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1])) then
   pass_on()
   if ARGV[4] == '' then return {'joined', 0} end
   redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
@@ -519,7 +530,7 @@ end
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
-redis.call('SET', KEYS[4], ARGV[1], 'PX', lease)
+if not lead or lead == ARGV[1] then redis.call('SET', KEYS[4], ARGV[1], 'PX', lease) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
@@ -587,7 +598,7 @@ return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
 func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.SlotAdmission, error) {
 	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
 		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
-		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now())).Slice()
+		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now()), alone(r.Alone)).Slice()
 	if err != nil || len(v) != 2 {
 		return tasks.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
