@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
@@ -225,5 +226,53 @@ func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
 			}
 			f.waitParked(t, "k1", 0)
 		})
+	}
+}
+
+// Only a run that a freed slot promoted hands a slot on when it takes
+// none: one that came back by its retry delay (or from a solve's parked
+// set) was given no slot, and passing one on would move more parked runs
+// than slots are free (each then parks again, at the back of the line).
+func TestOnlyPromotedRunsPassTheSlotOn(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+	if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+		t.Fatalf("take k1's slot: %+v, %v", a, err)
+	}
+	// Three parked runs, each an asynq task waiting in its retry set.
+	run := func(id string) tasks.SlotRun {
+		return tasks.SlotRun{Slot: "item-" + id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: "q", AsynqID: id}
+	}
+	for _, id := range []string{"p1", "p2", "p3"} {
+		if a, err := f.store.AdmitSlot(f.ctx, run(id), 1); err != nil || a.Verdict != tasks.VerdictWait {
+			t.Fatalf("park %s: %+v, %v", id, a, err)
+		}
+		f.rdb.HSet(f.ctx, "asynq:{q}:t:"+id, "state", "retry")
+		f.rdb.ZAdd(f.ctx, "asynq:{q}:retry", redis.Z{Score: float64(time.Now().Add(time.Hour).Unix()), Member: id})
+	}
+	state := func(id string) string { return f.rdb.HGet(f.ctx, "asynq:{q}:t:"+id, "state").Val() }
+	if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if state("p1") != "pending" || state("p2") != "retry" {
+		t.Fatalf("after the release: p1 %s, p2 %s; want p1 promoted", state("p1"), state("p2"))
+	}
+	// p3 comes back by its retry delay and needs no slot: nothing moves.
+	if err := f.store.PassSlot(f.ctx, run("p3"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if state("p2") != "retry" {
+		t.Fatalf("a run that was not promoted passed a slot on: p2 %s", state("p2"))
+	}
+	// p1, promoted, needs no slot: p2 gets it.
+	if err := f.store.PassSlot(f.ctx, run("p1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if state("p2") != "pending" {
+		t.Fatalf("the promoted run did not pass its slot on: p2 %s", state("p2"))
+	}
+	if n, err := f.store.Parked(f.ctx, "k1"); err != nil || n != 0 {
+		t.Fatalf("parked after: %d, %v", n, err)
 	}
 }

@@ -50,9 +50,12 @@ end
 // that is never promoted still runs when its retry delay ends.
 //
 // promote(parked key, now in Unix nanoseconds as asynq writes
-// pending_since) returns 1 when it moved a run.
+// pending_since, mark) returns 1 when it moved a run. With mark (a slot
+// was freed for the run) the run's member is also written to the parked
+// key's ":promoted" set, until its admission: a promoted run that then
+// takes no slot hands it on (passLua), and only such a run does.
 const promoteLua = `
-local function promote(pk, now_ns)
+local function promote(pk, now_ns, mark)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
@@ -66,6 +69,14 @@ local function promote(pk, now_ns)
     if st == 'retry' and redis.call('ZREM', base .. 'retry', id) == 1 then
       redis.call('LPUSH', base .. 'pending', id)
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
+      if mark then
+        local mk = pk .. ':promoted'
+        local t = redis.call('TIME')
+        local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('ZREMRANGEBYSCORE', mk, '-inf', ms - 3600000)
+        redis.call('ZADD', mk, ms, m[i])
+        redis.call('EXPIRE', mk, 3600)
+      end
       return 1
     end
   end
@@ -78,11 +89,14 @@ local function promote_all(pk, now_ns)
 end
 `
 
-// passLua hands on the slot that a run may have been promoted into when
-// that run takes none after all (its task or item ended, was canceled or
-// cached while it was parked; or it joined a solve in flight): it leaves
-// its owner's parked set and, while the owner's live slots are under its
-// cap (0: none), the owner's longest-parked run is promoted in its place.
+// passLua hands on the slot that a run was promoted into when that run
+// takes none after all (its task or item ended, was canceled or cached
+// while it was parked; or it joined a solve in flight): it leaves its
+// owner's parked set and, if a freed slot promoted it (its member is in
+// the ":promoted" set, see promoteLua) and the owner's live slots are
+// under its cap (0: none), the owner's longest-parked run is promoted in
+// its place. A run that came back by its retry delay, or from a solve's
+// parked set, hands on nothing: no slot was freed for it.
 // Without it such a run would end a chain of promotions, and the key's
 // other parked runs would wait out their retry delays beside a free
 // slot. It comes after quotaLua and promoteLua.
@@ -91,10 +105,12 @@ end
 // Unix nanoseconds) returns 1 when it promoted a run.
 const passLua = `
 local function pass(sk, pk, member, cap, now_ns)
-  if member ~= '' then redis.call('ZREM', pk, member) end
+  if member == '' then return 0 end
+  redis.call('ZREM', pk, member)
+  if redis.call('ZREM', pk .. ':promoted', member) == 0 then return 0 end
   redis.call('ZREMRANGEBYSCORE', sk, '-inf', clock())
   if cap > 0 and redis.call('ZCARD', sk) >= cap then return 0 end
-  return promote(pk, now_ns)
+  return promote(pk, now_ns, true)
 end
 `
 
@@ -141,7 +157,10 @@ end
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
 var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + passLua + `
 local function unpark()
-  if ARGV[9] ~= '' then redis.call('ZREM', KEYS[6], ARGV[9]) end
+  if ARGV[9] ~= '' then
+    redis.call('ZREM', KEYS[6], ARGV[9])
+    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
+  end
 end
 local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
@@ -179,6 +198,7 @@ if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD'
   if ARGV[9] ~= '' then
     redis.call('ZADD', KEYS[6], 'NX', now, ARGV[9])
     redis.call('EXPIRE', KEYS[6], ARGV[5])
+    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
   end
   return {'wait', tostring(w)}
 end
@@ -294,7 +314,7 @@ for _, owner in ipairs(owners) do
 end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15]) end
+if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15], true) end
 promote_all(KEYS[7], ARGV[15])
 return n
 `)
@@ -318,7 +338,7 @@ var releaseSolveScript = redis.NewScript(liveLua + promoteLua + `
 local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3]) end
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3], true) end
 promote_all(KEYS[5], ARGV[3])
 return 0
 `)
@@ -525,6 +545,7 @@ if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD'
   if ARGV[4] == '' then return {'wait', 1} end
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
+  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   return {'wait', redis.call('ZRANK', KEYS[2], ARGV[4]) + 1}
 end
 local lease = tonumber(ARGV[2])
@@ -533,6 +554,7 @@ redis.call('PEXPIRE', KEYS[1], lease)
 if not lead or lead == ARGV[1] then redis.call('SET', KEYS[4], ARGV[1], 'PX', lease) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
 end
 return {'run', 0}
@@ -571,7 +593,7 @@ return 1
 // Returns 1 when a parked run of the owner was promoted.
 var releaseSlotScript = redis.NewScript(promoteLua + `
 local p = 0
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2]) end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2], true) end
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
   promote_all(KEYS[4], ARGV[2])
