@@ -99,7 +99,7 @@ func newHoldFixture(t *testing.T, interval time.Duration) *holdFixture {
 	f.plain = f.srv.Client(t)
 	// As the binaries' clients (internal/app/redis.go): the caller's
 	// deadline bounds the socket, so a flush to a frozen Redis gives up.
-	rdb := redis.NewClient(&redis.Options{Addr: f.srv.Addr, Protocol: 2, ContextTimeoutEnabled: true})
+	rdb := redistest.NewClient(&redis.Options{Addr: f.srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	if err := rdb.Ping(f.ctx).Err(); err != nil {
 		t.Fatal(err)

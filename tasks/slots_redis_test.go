@@ -377,3 +377,40 @@ func waitEnded(t *testing.T, f *unitFixture, id string) *store.Task {
 		}
 	}
 }
+
+// More copies than one solve's end moves back (64) all follow it: each
+// copy that comes back and finds the answer brings more. The lead's solve
+// takes 2 s, so every copy is parked in asynq's retry set before it ends,
+// and the retry delay is an hour.
+func TestManyCopiesFollowOneSolve(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	const n = 80
+	m := tasks.NewMetrics(prometheus.NewRegistry())
+	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
+	h.SetGate(f.store, func() int { return 0 })
+	client := asynq.NewClientFromRedisClient(f.rdb)
+	h.SetFeed(f.store, client, n)
+	calls := counted(h, 2*time.Second)
+
+	same := sweeps(t, 1)[0]
+	reqs := make([]string, n)
+	for i := range reqs {
+		reqs[i] = same
+	}
+	f.stageOwned(t, "b1", "k1", reqs)
+	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+		t.Fatal(err)
+	}
+	f.slotServer(t, h, 4)
+	b := f.waitDone(t, "b1")
+	if got := b.Counts[apitype.TaskStateCompleted]; got != n {
+		t.Fatalf("completed %d of %d: %v", got, n, b.Counts)
+	}
+	if c := calls.Load(); c != 1 {
+		t.Errorf("%d solves of one puzzle, want 1", c)
+	}
+	if j := testutil.ToFloat64(m.Joins); j < n-1-64 {
+		t.Errorf("%v copies waited for the solve: the test did not park more than one end moves back", j)
+	}
+}

@@ -197,6 +197,13 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		}
 		if hit != nil {
 			it.out = &outcome{result: hit, cached: true}
+			if h.gate != nil {
+				// This item may have waited for the solve that cached
+				// it; bring more of the items still waiting for it.
+				if err := h.gate.PromoteJoined(ctx, solveKey(p, it.cacheKey)); err != nil {
+					h.log.Warn("promote items waiting for a solve", "item_id", it.id, "err", err)
+				}
+			}
 		}
 	}
 

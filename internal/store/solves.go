@@ -671,6 +671,28 @@ func (s *Store) PassSlot(ctx context.Context, r tasks.SlotRun, cap int) error {
 	return nil
 }
 
+// promoteJoinedScript moves up to 64 more of the batch items waiting for
+// a solve back onto their queue (promoteLua). A waiting item that comes
+// back and finds the answer cached calls it, so that the items a solve's
+// end did not reach (it moves 64) follow within a few rounds, each round
+// moving more, rather than each waiting out its own delay.
+//
+// KEYS[1] the batch items waiting for the solve (keys.solveParked)
+// ARGV[1] now, Unix nanoseconds
+var promoteJoinedScript = redis.NewScript(promoteLua + `
+promote_all(KEYS[1], ARGV[1])
+return 0
+`)
+
+// PromoteJoined moves more of the batch items waiting for solve back onto
+// their queue (promoteJoinedScript).
+func (s *Store) PromoteJoined(ctx context.Context, solve string) error {
+	if err := promoteJoinedScript.Run(ctx, s.rdb, []string{s.k.solveParked(solve)}, nowNS(s.now())).Err(); err != nil {
+		return fmt.Errorf("store: promote items waiting for %s: %w", solve, err)
+	}
+	return nil
+}
+
 // Parked returns how many of owner's expensive runs wait for a slot, for
 // tests and operators.
 func (s *Store) Parked(ctx context.Context, owner string) (int, error) {
