@@ -42,7 +42,7 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
-	if h.capOf != nil {
+	if h.capOf != nil && !lastDelivery(ctx) {
 		limit = h.capOf()
 	}
 	// Register for cancellation before admitting, so a cancel that lands
@@ -169,7 +169,8 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 	r.Queue, _ = asynq.GetQueueName(ctx)
 	r.AsynqID, _ = asynq.GetTaskID(ctx)
 	limit := 0
-	if h.capOf != nil {
+	r.Alone = lastDelivery(ctx)
+	if h.capOf != nil && !r.Alone {
 		limit = h.capOf()
 	}
 	a, err := h.gate.AdmitSlot(ctx, r, limit)
@@ -219,4 +220,22 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 			h.log.Warn("release expensive item's slot", "item_id", it.id, "err", err)
 		}
 	}, nil, nil
+}
+
+// passSlot hands on the slot that own item id's delivery may have been
+// promoted into, when it takes none (Gate.PassSlot). Its failure costs
+// only the promotion: a parked run still runs after its retry delay.
+func (h *Handler) passSlot(ctx context.Context, owner, id string) {
+	r := SlotRun{Slot: id, Owner: owner}
+	r.Queue, _ = asynq.GetQueueName(ctx)
+	r.AsynqID, _ = asynq.GetTaskID(ctx)
+	limit := 0
+	if h.capOf != nil {
+		limit = h.capOf()
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if err := h.gate.PassSlot(wctx, r, limit); err != nil {
+		h.log.Warn("pass on expensive item's slot", "item_id", id, "err", err)
+	}
 }

@@ -131,6 +131,10 @@ type SlotRun struct {
 	Lease time.Duration
 	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
 	Queue, AsynqID string
+	// Alone runs r even when an identical solve is in flight, rather than
+	// wait for it: set for a task's last delivery (lastDelivery), which
+	// asynq would archive if it waited.
+	Alone bool
 }
 
 // LeaseOrDefault is r.Lease, or SolveLease when it is 0.
@@ -192,6 +196,12 @@ type Gate interface {
 	// run and every item waiting for r's solve go back onto their queue.
 	// The item's outcome must be written first.
 	ReleaseSlot(ctx context.Context, r SlotRun) error
+	// PassSlot is for a run of r's item that takes no slot after all
+	// (the item ended, was canceled or is cached): r leaves the owner's
+	// parked runs, and while the owner holds fewer than cap slots (0: no
+	// cap) its longest-parked run is promoted in r's place, since r may
+	// have been promoted into a slot that it leaves free.
+	PassSlot(ctx context.Context, r SlotRun, cap int) error
 	// PromoteJoined moves more of the batch items waiting for solve back
 	// onto their queue: a waiting item that found the answer cached calls
 	// it, so that many copies follow one solve within a few rounds.
@@ -205,7 +215,8 @@ type Gate interface {
 // WaitError is returned by a run over its owner's cap: asynq retries the
 // task after In, and the binaries' asynq configuration (IsWait) counts
 // neither a retry nor a failure for it, so a task can wait as long as it
-// needs to.
+// needs to. A task's last delivery never waits (lastDelivery): asynq
+// would archive it.
 type WaitError struct {
 	In time.Duration
 }

@@ -185,6 +185,17 @@ func (h *Handler) lastDeadlineAttempt(ctx context.Context) bool {
 	return retried+1 >= h.limits.DeadlineAttempts || retried >= maxR
 }
 
+// lastDelivery reports whether asynq gives up on the task if this
+// delivery returns an error: its retries are spent, and asynq archives it
+// whatever the error, a WaitError too (ErrorHandler then fails it). Such
+// a delivery of expensive work is not capped: a run over its key's cap
+// by one is the smaller error than a task failed for waiting.
+func lastDelivery(ctx context.Context) bool {
+	maxR, ok := asynq.GetMaxRetry(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	return ok && retried >= maxR
+}
+
 // processItems runs a single task's item (batch units go through
 // processUnit, whose items are not task records). Every step
 // is idempotent, so a redelivered task is harmless: items that already

@@ -210,16 +210,22 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	// An own unit's expensive item that must be searched holds one of
 	// its owner's slots while it runs, as an expensive single task does
 	// (one key's batch of hard boards cannot take every slot), and waits
-	// for an identical solve in flight rather than run it twice.
-	if !chunk && h.gate != nil && len(items) == 1 && items[0].out == nil && items[0].cacheKey != "" {
-		release, hit, err := h.takeSlot(ctx, ref, w.Owner, &items[0])
-		if err != nil {
-			return err
-		}
-		if hit != nil {
-			items[0].out = &outcome{result: hit, cached: true}
+	// for an identical solve in flight rather than run it twice. One that
+	// needs no search after all (ended, canceled or cached while it was
+	// parked) hands on the slot it may have been promoted into.
+	if !chunk && h.gate != nil {
+		if len(items) == 1 && items[0].out == nil && items[0].cacheKey != "" {
+			release, hit, err := h.takeSlot(ctx, ref, w.Owner, &items[0])
+			if err != nil {
+				return err
+			}
+			if hit != nil {
+				items[0].out = &outcome{result: hit, cached: true}
+			} else {
+				defer release()
+			}
 		} else {
-			defer release()
+			h.passSlot(ctx, w.Owner, apitype.ItemID(ref.BatchID, n))
 		}
 	}
 

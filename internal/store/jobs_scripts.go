@@ -385,11 +385,13 @@ return out
 // ARGV[4] the batch's res key without the chunk number (the chunk of an
 // own item depends on the stride, which the script reads)
 //
-// Returns {} when the batch is gone or canceled, else {owner, index_1,
-// request_1, index_2, request_2, ...}.
+// Returns {} when the batch is gone, {owner} when it is canceled (no
+// item runs, but the worker hands on its owner's slot: tasks.Gate's
+// PassSlot), else {owner, index_1, request_1, index_2, request_2, ...}.
 var startUnitScript = redis.NewScript(batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at', 'canceled_at')
-if not b[3] or b[5] then return {} end
+if not b[3] then return {} end
+if b[5] then return {b[1] or ''} end
 local owner, stride, total = b[1] or '', tonumber(b[2]), tonumber(b[3])
 local chunk, n = ARGV[2] == 'c', tonumber(ARGV[3])
 local j = n

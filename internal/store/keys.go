@@ -185,6 +185,9 @@ func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + o
 // that frees a slot moves the longest-waiting of them from asynq's retry
 // set back onto its queue at once (promoteLua), so a capped key's work
 // goes on as fast as its slots allow rather than at its retry delay.
+// Beside it, ownerParked(owner)+":promoted" holds the members a freed slot
+// promoted, until their admission (scripts name it from this key), so
+// that one which then takes no slot hands the slot on (passLua).
 func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
 
 // parkedMember is a run's member of ownerParked: its asynq queue and task

@@ -50,9 +50,12 @@ end
 // that is never promoted still runs when its retry delay ends.
 //
 // promote(parked key, now in Unix nanoseconds as asynq writes
-// pending_since) returns 1 when it moved a run.
+// pending_since, mark) returns 1 when it moved a run. With mark (a slot
+// was freed for the run) the run's member is also written to the parked
+// key's ":promoted" set, until its admission: a promoted run that then
+// takes no slot hands it on (passLua), and only such a run does.
 const promoteLua = `
-local function promote(pk, now_ns)
+local function promote(pk, now_ns, mark)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
@@ -66,6 +69,14 @@ local function promote(pk, now_ns)
     if st == 'retry' and redis.call('ZREM', base .. 'retry', id) == 1 then
       redis.call('LPUSH', base .. 'pending', id)
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
+      if mark then
+        local mk = pk .. ':promoted'
+        local t = redis.call('TIME')
+        local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('ZREMRANGEBYSCORE', mk, '-inf', ms - 3600000)
+        redis.call('ZADD', mk, ms, m[i])
+        redis.call('EXPIRE', mk, 3600)
+      end
       return 1
     end
   end
@@ -75,6 +86,31 @@ local function promote_all(pk, now_ns)
   for _ = 1, 64 do
     if promote(pk, now_ns) == 0 then return end
   end
+end
+`
+
+// passLua hands on the slot that a run was promoted into when that run
+// takes none after all (its task or item ended, was canceled or cached
+// while it was parked; or it joined a solve in flight): it leaves its
+// owner's parked set and, if a freed slot promoted it (its member is in
+// the ":promoted" set, see promoteLua) and the owner's live slots are
+// under its cap (0: none), the owner's longest-parked run is promoted in
+// its place. A run that came back by its retry delay, or from a solve's
+// parked set, hands on nothing: no slot was freed for it.
+// Without it such a run would end a chain of promotions, and the key's
+// other parked runs would wait out their retry delays beside a free
+// slot. It comes after quotaLua and promoteLua.
+//
+// pass(slots key, parked key, the run's parked member or "", cap, now in
+// Unix nanoseconds) returns 1 when it promoted a run.
+const passLua = `
+local function pass(sk, pk, member, cap, now_ns)
+  if member == '' then return 0 end
+  redis.call('ZREM', pk, member)
+  if redis.call('ZREM', pk .. ':promoted', member) == 0 then return 0 end
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', clock())
+  if cap > 0 and redis.call('ZCARD', sk) >= cap then return 0 end
+  return promote(pk, now_ns, true)
 end
 `
 
@@ -92,7 +128,9 @@ end
 //     this task holds none of them: wait, counting the wait in the record,
 //     and park the task's asynq task in the owner's parked set (first
 //     wait's time kept), where the next run of the owner to free a slot
-//     finds it (promoteLua). Any other verdict takes it out of the set.
+//     finds it (promoteLua). Any other verdict takes it out of the set,
+//     and skip, hit and joined, which take no slot, hand on the one this
+//     run may have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
 //     active (an attempt, started_at once) like startManyScript.
 //
@@ -111,15 +149,20 @@ end
 // ARGV[7] the solve's key (tasks.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
 // ARGV[9] the run's parked member (parkedMember; "" never parks)
+// ARGV[10] now, Unix nanoseconds (for promoteLua)
 //
 // KEYS[6] the owner's parked runs (keys.ownerParked)
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
-var admitScript = redis.NewScript(quotaLua + liveLua + `
+var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + passLua + `
 local function unpark()
-  if ARGV[9] ~= '' then redis.call('ZREM', KEYS[6], ARGV[9]) end
+  if ARGV[9] ~= '' then
+    redis.call('ZREM', KEYS[6], ARGV[9])
+    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
+  end
 end
+local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -134,14 +177,14 @@ if runnable then
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
 elseif live(KEYS[4], ARGV[8]) == 0 then
-  unpark()
+  pass_on()
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
-if hit then unpark(); return {'hit', hit} end
+if hit then pass_on(); return {'hit', hit} end
 local lead = redis.call('GET', KEYS[3])
 if lead and lead ~= ARGV[1] then
-  unpark()
+  pass_on()
   start()
   if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
   return {'joined', lead}
@@ -155,6 +198,7 @@ if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD'
   if ARGV[9] ~= '' then
     redis.call('ZADD', KEYS[6], 'NX', now, ARGV[9])
     redis.call('EXPIRE', KEYS[6], ARGV[5])
+    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
   end
   return {'wait', tostring(w)}
 end
@@ -270,7 +314,7 @@ for _, owner in ipairs(owners) do
 end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15]) end
+if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15], true) end
 promote_all(KEYS[7], ARGV[15])
 return n
 `)
@@ -294,7 +338,7 @@ var releaseSolveScript = redis.NewScript(liveLua + promoteLua + `
 local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3]) end
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3], true) end
 promote_all(KEYS[5], ARGV[3])
 return 0
 `)
@@ -338,6 +382,14 @@ var _ tasks.Gate = (*Store)(nil)
 
 func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 
+// alone is tasks.SlotRun.Alone as admitSlotScript reads it.
+func alone(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // nowNS is t as asynq writes its tasks' pending_since: Unix nanoseconds,
 // as a decimal string (a Lua number would round it).
 func nowNS(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
@@ -348,7 +400,7 @@ func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Adm
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve),
 		s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID)).StringSlice()
+		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())).StringSlice()
 	if err != nil || len(v) != 2 {
 		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
@@ -461,6 +513,13 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // ARGV[3] the owner's cap of slots (0: none)
 // ARGV[4] the run's parked member (parkedMember; "" never parks)
 // ARGV[5] the parked sets' TTL, seconds
+// ARGV[6] now, Unix nanoseconds (for promoteLua)
+// ARGV[7] "1" to run even behind an identical solve in flight
+// (tasks.SlotRun.Alone: a last delivery must not wait); such a run leads
+// the solve only if no other item does
+//
+// Hit and joined take no slot: they hand on the one the run may have
+// been promoted into (passLua).
 //
 // Returns {verdict, n}: {"run", 0} when the run took its slot and leads;
 // {"joined", ms} when it waits for an identical solve, ms being how long
@@ -468,11 +527,13 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // is cached (an identical solve ended since the unit looked); {"wait",
 // place} when it waits for a slot, place in the owner's line (1: the next
 // to be promoted).
-var admitSlotScript = redis.NewScript(quotaLua + `
-if redis.call('EXISTS', KEYS[6]) == 1 then return {'hit', 0} end
+var admitSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
+local function pass_on() pass(KEYS[1], KEYS[2], ARGV[4], tonumber(ARGV[3]), ARGV[6]) end
+if redis.call('EXISTS', KEYS[6]) == 1 then pass_on(); return {'hit', 0} end
 local now = clock()
 local lead = redis.call('GET', KEYS[4])
-if redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1]) then
+if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1])) then
+  pass_on()
   if ARGV[4] == '' then return {'joined', 0} end
   redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[5], ARGV[5])
@@ -484,14 +545,16 @@ if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD'
   if ARGV[4] == '' then return {'wait', 1} end
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
+  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   return {'wait', redis.call('ZRANK', KEYS[2], ARGV[4]) + 1}
 end
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
-redis.call('SET', KEYS[4], ARGV[1], 'PX', lease)
+if not lead or lead == ARGV[1] then redis.call('SET', KEYS[4], ARGV[1], 'PX', lease) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
 end
 return {'run', 0}
@@ -530,7 +593,7 @@ return 1
 // Returns 1 when a parked run of the owner was promoted.
 var releaseSlotScript = redis.NewScript(promoteLua + `
 local p = 0
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2]) end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2], true) end
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
   promote_all(KEYS[4], ARGV[2])
@@ -538,12 +601,26 @@ end
 return p
 `)
 
+// passSlotScript is passLua for a batch item's run that takes no slot
+// after all (tasks.Gate.PassSlot).
+//
+// KEYS[1] the owner's slots
+// KEYS[2] the owner's parked runs
+// ARGV[1] the run's parked member (parkedMember; "" for none)
+// ARGV[2] the owner's cap of slots (0: none)
+// ARGV[3] now, Unix nanoseconds
+//
+// Returns 1 when a parked run was promoted.
+var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
+return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+`)
+
 // AdmitSlot decides what a run of an expensive batch item does
 // (admitSlotScript).
 func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.SlotAdmission, error) {
 	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
 		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
-		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second)).Slice()
+		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now()), alone(r.Alone)).Slice()
 	if err != nil || len(v) != 2 {
 		return tasks.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
@@ -578,6 +655,18 @@ func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
 		s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve)}, r.Slot, nowNS(s.now())).Err()
 	if err != nil {
 		return fmt.Errorf("store: release slot %s: %w", r.Slot, err)
+	}
+	return nil
+}
+
+// PassSlot takes r out of r.Owner's parked runs and, while the owner
+// holds fewer than cap slots, promotes its longest-parked run in r's
+// place (passSlotScript).
+func (s *Store) PassSlot(ctx context.Context, r tasks.SlotRun, cap int) error {
+	err := passSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
+		parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now())).Err()
+	if err != nil {
+		return fmt.Errorf("store: pass slot of %s: %w", r.Slot, err)
 	}
 	return nil
 }

@@ -1,0 +1,278 @@
+package tasks_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/tasks"
+)
+
+// waitParked waits until owner has n parked runs.
+func (f *unitFixture) waitParked(t *testing.T, owner string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c, err := f.store.Parked(f.ctx, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d parked runs after 20 s, want %d", owner, c, n)
+		}
+	}
+}
+
+// A promoted run that finds it needs no slot after all (its item or task
+// was canceled while it was parked) passes the slot on to the next
+// parked run: otherwise the key's other parked work would wait out its
+// retry delay (here an hour), as if no slot had been freed.
+func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
+	t.Parallel()
+	hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+	for _, tc := range []struct {
+		name string
+		// park parks three runs of k1 that then need no slot; it runs
+		// with the server serving and k1's one slot held.
+		park func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string)
+	}{
+		{"batch canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			if _, err := f.store.CancelBatch(f.ctx, "a", "k1"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"items canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			b, err := f.store.GetBatch(f.ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range boards {
+				if prev, err := f.store.CancelItem(f.ctx, b, i); err != nil || prev != apitype.TaskStatePending {
+					t.Fatalf("cancel item %d: %s, %v", i, prev, err)
+				}
+			}
+		}},
+		{"items joined a solve in flight", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			// Another key's single task is solving each board; the
+			// batch items park for k1's slot first, and on promotion
+			// find the identical solve and wait for it, taking no slot.
+			f.stageOwned(t, "a", "k1", boards)
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", len(boards))
+			for i, req := range boards {
+				p := mustParse(t, req)
+				id := fmt.Sprint("k2-", i)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k2", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				r := tasks.SolveRun{ID: id, Owner: "k2", Solve: tasks.SolveKey(p), CacheKey: p.Key()}
+				if a, err := f.store.Admit(f.ctx, r, 0); err != nil || a.Verdict != tasks.VerdictRun {
+					t.Fatalf("k2's solve of board %d: %+v, %v", i, a, err)
+				}
+			}
+		}},
+		{"single tasks canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
+			for i, req := range boards {
+				id := fmt.Sprint("s", i)
+				p := mustParse(t, req)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.waitParked(t, "k1", len(boards))
+			for i := range boards {
+				if prev, err := f.store.Cancel(f.ctx, fmt.Sprint("s", i), "k1"); err != nil || prev != apitype.TaskStatePending {
+					t.Fatalf("cancel s%d: %s, %v", i, prev, err)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newUnitFixture(t)
+			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
+			h.SetGate(f.store, func() int { return 1 })
+			client := asynq.NewClientFromRedisClient(f.rdb)
+			if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("take k1's slot: %+v, %v", a, err)
+			}
+			f.slotServer(t, h, 4)
+			boards := sweeps(t, 5)
+
+			// Three runs park first and then need no slot; batch b's
+			// two searches park behind them.
+			tc.park(t, f, client, boards[:3])
+			f.stageOwned(t, "b", "k1", boards[3:])
+			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", 5)
+
+			if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+				t.Fatal(err)
+			}
+			b := f.waitDone(t, "b")
+			if got := b.Counts[apitype.TaskStateCompleted]; got != 2 {
+				t.Fatalf("b: %v", b.Counts)
+			}
+			f.waitParked(t, "k1", 0)
+		})
+	}
+}
+
+// A run over its key's cap, or a batch item behind an identical solve in
+// flight, on its last delivery (its retries spent on infrastructure
+// errors, here none allowed) is not failed for waiting: asynq archives a
+// task that errs on its last delivery whatever the error, so that
+// delivery takes its slot over the cap, and solves alone, instead.
+func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"item over the cap", "single over the cap", "item behind a solve"} {
+		single := mode == "single over the cap"
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			f := newUnitFixture(t)
+			h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
+			h.SetGate(f.store, func() int { return 1 })
+			client := asynq.NewClientFromRedisClient(f.rdb)
+			board := sweeps(t, 1)[0]
+			hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+			if mode == "item behind a solve" {
+				// Another key's single task solves the same board (and
+				// never ends here): the item would wait for it.
+				p := mustParse(t, board)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "k2-0", Kind: string(p.Kind()), Owner: "k2", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				r := tasks.SolveRun{ID: "k2-0", Owner: "k2", Solve: tasks.SolveKey(p), CacheKey: p.Key()}
+				if a, err := f.store.Admit(f.ctx, r, 0); err != nil || a.Verdict != tasks.VerdictRun {
+					t.Fatalf("k2's solve: %+v, %v", a, err)
+				}
+			}
+			if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("take k1's slot: %+v, %v", a, err)
+			}
+			f.slotServer(t, h, 2)
+			get := func() *store.Task {
+				if single {
+					tk, err := f.store.Get(f.ctx, "s0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tk
+				}
+				return f.item(t, "b1", 0)
+			}
+			if single {
+				p := mustParse(t, board)
+				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "s0", Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
+					t.Fatal(err)
+				}
+				task, err := tasks.NewSolveTask("s0", "k1", p, tasks.QueueInteractive, testLimits())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.TaskID("s0"), asynq.MaxRetry(0)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				f.stageOwned(t, "b1", "k1", []string{board})
+				task, err := tasks.NewUnitTask(tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0), Timeout: time.Minute}, tasks.QueueBulk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Enqueue(task, asynq.MaxRetry(0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				tk := get()
+				if tk.State == apitype.TaskStateCompleted {
+					break
+				}
+				if tk.State == apitype.TaskStateFailed || time.Now().After(deadline) {
+					t.Fatalf("a run over the cap on its last delivery: %s (%s %s), want completed", tk.State, tk.ErrCode, tk.ErrMsg)
+				}
+			}
+			if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+				t.Fatal(err)
+			}
+			f.waitParked(t, "k1", 0)
+		})
+	}
+}
+
+// Only a run that a freed slot promoted hands a slot on when it takes
+// none: one that came back by its retry delay (or from a solve's parked
+// set) was given no slot, and passing one on would move more parked runs
+// than slots are free (each then parks again, at the back of the line).
+func TestOnlyPromotedRunsPassTheSlotOn(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	hold := tasks.SlotRun{Slot: "other", Owner: "k1"}
+	if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
+		t.Fatalf("take k1's slot: %+v, %v", a, err)
+	}
+	// Three parked runs, each an asynq task waiting in its retry set.
+	run := func(id string) tasks.SlotRun {
+		return tasks.SlotRun{Slot: "item-" + id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: "q", AsynqID: id}
+	}
+	for _, id := range []string{"p1", "p2", "p3"} {
+		if a, err := f.store.AdmitSlot(f.ctx, run(id), 1); err != nil || a.Verdict != tasks.VerdictWait {
+			t.Fatalf("park %s: %+v, %v", id, a, err)
+		}
+		f.rdb.HSet(f.ctx, "asynq:{q}:t:"+id, "state", "retry")
+		f.rdb.ZAdd(f.ctx, "asynq:{q}:retry", redis.Z{Score: float64(time.Now().Add(time.Hour).Unix()), Member: id})
+	}
+	state := func(id string) string { return f.rdb.HGet(f.ctx, "asynq:{q}:t:"+id, "state").Val() }
+	if err := f.store.ReleaseSlot(f.ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if state("p1") != "pending" || state("p2") != "retry" {
+		t.Fatalf("after the release: p1 %s, p2 %s; want p1 promoted", state("p1"), state("p2"))
+	}
+	// p3 comes back by its retry delay and needs no slot: nothing moves.
+	if err := f.store.PassSlot(f.ctx, run("p3"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if state("p2") != "retry" {
+		t.Fatalf("a run that was not promoted passed a slot on: p2 %s", state("p2"))
+	}
+	// p1, promoted, needs no slot: p2 gets it.
+	if err := f.store.PassSlot(f.ctx, run("p1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if state("p2") != "pending" {
+		t.Fatalf("the promoted run did not pass its slot on: p2 %s", state("p2"))
+	}
+	if n, err := f.store.Parked(f.ctx, "k1"); err != nil || n != 0 {
+		t.Fatalf("parked after: %d, %v", n, err)
+	}
+}
