@@ -119,7 +119,7 @@ func TestBatchSearchesShareTheKeysSlots(t *testing.T) {
 	h.SetGate(f.store, func() int { return 1 })
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	h.SetFeed(f.store, client, n)
-	most := concurrency(h, 20*time.Millisecond)
+	most := concurrency(h, 50*time.Millisecond)
 
 	reqs := sweeps(t, n)
 	f.stageOwned(t, "b1", "k1", reqs)
@@ -158,7 +158,7 @@ func TestSingleSearchesArePromoted(t *testing.T) {
 	m := tasks.NewMetrics(prometheus.NewRegistry())
 	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
 	h.SetGate(f.store, func() int { return 1 })
-	most := concurrency(h, 30*time.Millisecond)
+	most := concurrency(h, 100*time.Millisecond)
 	client := asynq.NewClientFromRedisClient(f.rdb)
 
 	reqs := sweeps(t, 3)
@@ -347,6 +347,18 @@ func TestBatchItemWaitsForASinglesSolve(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.Joins) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the batch item never waited for the single task's solve")
+		}
+	}
+	// The solve ends only once the waiting item is in asynq's retry set:
+	// one told to wait at the very moment the solve ends is not moved
+	// back (it asks again after a second by itself, which the hour's
+	// delay here forbids), and this test is about the move.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, err := f.rdb.ZCard(f.ctx, "asynq:{"+tasks.QueueBulk+"}:retry").Result(); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting batch item never reached asynq's retry set")
 		}
 	}
 	close(release)
