@@ -35,6 +35,7 @@ type facts struct {
 	workerURL  string
 	workerSeen map[string]int      // path -> status, cached
 	pendingKey map[string]string   // queue -> asynq's pending list key
+	retryKey   map[string]string   // queue -> asynq's retry set key
 	binDir     string              // where the image puts the binaries
 	binaries   map[string]bool     // what scripts/build.sh builds
 	load       map[string]loadFunc // binary -> its config loader
@@ -77,7 +78,7 @@ func newFacts(t *testing.T) *facts {
 	srv := st.Redis
 	f := &facts{
 		apiRoutes: map[string]bool{}, apiEnv: set(app.APIEnv()), workerEnv: set(app.WorkerEnv()),
-		workerSeen: map[string]int{}, pendingKey: map[string]string{},
+		workerSeen: map[string]int{}, pendingKey: map[string]string{}, retryKey: map[string]string{},
 		load: newLoaders(),
 	}
 	f.exampleKeysFile = filepath.Join(t.TempDir(), "keys.json")
@@ -110,6 +111,9 @@ func newFacts(t *testing.T) *facts {
 			t.Fatalf("%s holds %d tasks, want 1", keys[0], n)
 		}
 		f.pendingKey[q] = keys[0]
+		// The retry set sits beside it (asynq's base.RetryKey): where a
+		// failed delivery, and a task parked over its key's cap, wait.
+		f.retryKey[q] = strings.TrimSuffix(keys[0], "pending") + "retry"
 	}
 
 	f.binDir, f.binaries = imageBinaries(t)

@@ -778,15 +778,16 @@ func checkAutoscaling(f *facts, b *bundle, e expect, ns string, byComponent map[
 		// The feeder keeps the bulk queue shallow (docs/batches.md,
 		// "Fairness"), so the waiting units of a large batch are counted
 		// by the backlog, a sorted set KEDA's redis scaler reads with
-		// ZCARD.
+		// ZCARD; expensive work parked over its key's cap waits in each
+		// queue's retry set, another sorted set.
 		want := []string{prefix + backlogKey}
-		for _, k := range f.pendingKey {
-			want = append(want, k)
+		for _, q := range keys(f.pendingKey) {
+			want = append(want, f.pendingKey[q], f.retryKey[q])
 		}
 		sort.Strings(lists)
 		sort.Strings(want)
 		if !slices.Equal(lists, want) {
-			bad("%s: triggers on lists %v, want each queue's pending list and the backlog %v", id, lists, want)
+			bad("%s: triggers on lists %v, want each queue's pending list and retry set, and the backlog %v", id, lists, want)
 		}
 	}
 }
