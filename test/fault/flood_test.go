@@ -53,28 +53,7 @@ const (
 // cancels every flood task and checks that the solves stop and the slots
 // are freed.
 func testFlood(t *testing.T) {
-	settings := map[string]string{
-		"API_KEYS":              floodOwner + ":" + floodKey + "," + calmOwner + ":" + calmKey,
-		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
-	}
-	// MAX_EXPENSIVE_PER_KEY at its default: half the slots of the workers
-	// registered with asynq.
-	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
-		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
-	for _, w := range c.workers {
-		waitReady(t, w)
-	}
-	// Every worker has read the cluster's slots (puzzleq_expensive_cap).
-	if !pollUntil(20*time.Second, 100*time.Millisecond, func() bool {
-		for _, w := range c.workers {
-			if c.workerMetric(t, w, "puzzleq_expensive_cap") != floodCap {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("the workers' per-key caps never all became %d", floodCap)
-	}
+	c := newFloodCluster(t)
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	defer hc.CloseIdleConnections()
 
@@ -228,6 +207,35 @@ func testFlood(t *testing.T) {
 	}) {
 		t.Fatalf("after canceling the flood: %d slots held, %d asynq tasks active; %s", c.floodRunning(t), len(c.activeTasks()), c.describeQueues())
 	}
+}
+
+// newFloodCluster starts the flood scenarios' stack: the flood and calm
+// keys, and floodWorkers workers of floodSlots slots with
+// MAX_EXPENSIVE_PER_KEY at its default (half the slots of the workers
+// registered with asynq), once every worker is ready and has read the
+// cluster's slots (puzzleq_expensive_cap).
+func newFloodCluster(t *testing.T) *cluster {
+	t.Helper()
+	settings := map[string]string{
+		"API_KEYS":              floodOwner + ":" + floodKey + "," + calmOwner + ":" + calmKey,
+		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
+	}
+	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
+		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
+	for _, w := range c.workers {
+		waitReady(t, w)
+	}
+	if !pollUntil(20*time.Second, 100*time.Millisecond, func() bool {
+		for _, w := range c.workers {
+			if c.workerMetric(t, w, "puzzleq_expensive_cap") != floodCap {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the workers' per-key caps never all became %d", floodCap)
+	}
+	return c
 }
 
 // floodRunning counts the flood key's live slots (keys.ownerRunning).
@@ -435,25 +443,7 @@ func testJoinWorkerKill(t *testing.T) {
 // its waiting items promoted one per freed slot, and nothing left parked
 // or holding a slot.
 func testBatchFlood(t *testing.T) {
-	settings := map[string]string{
-		"API_KEYS":              floodOwner + ":" + floodKey + "," + calmOwner + ":" + calmKey,
-		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
-	}
-	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
-		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
-	for _, w := range c.workers {
-		waitReady(t, w)
-	}
-	if !pollUntil(20*time.Second, 100*time.Millisecond, func() bool {
-		for _, w := range c.workers {
-			if c.workerMetric(t, w, "puzzleq_expensive_cap") != floodCap {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("the workers' per-key caps never all became %d", floodCap)
-	}
+	c := newFloodCluster(t)
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
 
