@@ -22,6 +22,24 @@ import (
 // handler serves tasks.
 func (h *Handler) SetGate(g Gate, capOf func() int) { h.gate, h.capOf = g, capOf }
 
+// cap is the per-key cap of expensive runs now (SetGate's capOf), 0 for
+// none.
+func (h *Handler) cap() int {
+	if h.capOf == nil {
+		return 0
+	}
+	return h.capOf()
+}
+
+// delivery names the asynq task that ctx runs (its queue and ID), under
+// which a run told to wait is parked; both are empty outside asynq (a
+// direct call, as in tests), and such a run is never parked.
+func delivery(ctx context.Context) (queue, id string) {
+	queue, _ = asynq.GetQueueName(ctx)
+	id, _ = asynq.GetTaskID(ctx)
+	return queue, id
+}
+
 // SetSolveLease sets the lease of expensive runs (SolveLease until
 // then), for tests that kill workers.
 func (h *Handler) SetSolveLease(d time.Duration) { h.lease = d }
@@ -39,11 +57,10 @@ func solveRun(owner string, it Item, p *puzzle.Parsed) SolveRun {
 func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p *puzzle.Parsed) error {
 	r := solveRun(owner, it, p)
 	r.Lease = h.lease
-	r.Queue, _ = asynq.GetQueueName(ctx)
-	r.AsynqID, _ = asynq.GetTaskID(ctx)
-	limit := 0
-	if h.capOf != nil && !lastDelivery(ctx) {
-		limit = h.capOf()
+	r.Queue, r.AsynqID = delivery(ctx)
+	limit := h.cap()
+	if lastDelivery(ctx) {
+		limit = 0
 	}
 	// Register for cancellation before admitting, so a cancel that lands
 	// between the two is not missed. The solve runs under this task's ID
@@ -166,12 +183,10 @@ func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
 // with the item's place in line.
 func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *unitItem) (release func(), hit json.RawMessage, err error) {
 	r := SlotRun{Slot: it.id, Owner: owner, Solve: solveKey(it.parsed, it.cacheKey), CacheKey: it.cacheKey, Lease: h.lease}
-	r.Queue, _ = asynq.GetQueueName(ctx)
-	r.AsynqID, _ = asynq.GetTaskID(ctx)
-	limit := 0
-	r.Alone = lastDelivery(ctx)
-	if h.capOf != nil && !r.Alone {
-		limit = h.capOf()
+	r.Queue, r.AsynqID = delivery(ctx)
+	limit := h.cap()
+	if r.Alone = lastDelivery(ctx); r.Alone {
+		limit = 0
 	}
 	a, err := h.gate.AdmitSlot(ctx, r, limit)
 	if err != nil {
@@ -227,12 +242,8 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 // only the promotion: a parked run still runs after its retry delay.
 func (h *Handler) passSlot(ctx context.Context, owner, id string) {
 	r := SlotRun{Slot: id, Owner: owner}
-	r.Queue, _ = asynq.GetQueueName(ctx)
-	r.AsynqID, _ = asynq.GetTaskID(ctx)
-	limit := 0
-	if h.capOf != nil {
-		limit = h.capOf()
-	}
+	r.Queue, r.AsynqID = delivery(ctx)
+	limit := h.cap()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	if err := h.gate.PassSlot(wctx, r, limit); err != nil {

@@ -210,8 +210,7 @@ func (h *Heartbeat) Running() int {
 func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			id, _ := asynq.GetTaskID(ctx)
-			q, _ := asynq.GetQueueName(ctx)
+			q, id := delivery(ctx)
 			ht := HeldTask{Queue: q, ID: id}
 			parent := ctx
 			ctx, stop := context.WithCancelCause(ctx)
