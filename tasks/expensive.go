@@ -238,10 +238,12 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 }
 
 // passSlot hands on the slot that own item id's delivery may have been
-// promoted into, when it takes none (Gate.PassSlot). Its failure costs
-// only the promotion: a parked run still runs after its retry delay.
-func (h *Handler) passSlot(ctx context.Context, owner, id string) {
-	r := SlotRun{Slot: id, Owner: owner}
+// promoted into, when it takes none, and with solve set (the item found
+// that solve's answer cached) moves more of the items waiting for it
+// (Gate.PassSlot). Its failure costs only the promotions: a parked run
+// still runs after its retry delay.
+func (h *Handler) passSlot(ctx context.Context, owner, id, solve string) {
+	r := SlotRun{Slot: id, Owner: owner, Solve: solve}
 	r.Queue, r.AsynqID = delivery(ctx)
 	limit := h.cap()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)

@@ -200,12 +200,11 @@ type Gate interface {
 	// (the item ended, was canceled or is cached): r leaves the owner's
 	// parked runs, and while the owner holds fewer than cap slots (0: no
 	// cap) its longest-parked run is promoted in r's place, since r may
-	// have been promoted into a slot that it leaves free.
+	// have been promoted into a slot that it leaves free. With r.Solve
+	// set (the item found that solve's answer cached) it also moves more
+	// of the batch items waiting for that solve back onto their queue, so
+	// that many copies follow one solve within a few rounds.
 	PassSlot(ctx context.Context, r SlotRun, cap int) error
-	// PromoteJoined moves more of the batch items waiting for solve back
-	// onto their queue: a waiting item that found the answer cached calls
-	// it, so that many copies follow one solve within a few rounds.
-	PromoteJoined(ctx context.Context, solve string) error
 	// YieldUnit takes back StartUnit's start of the own unit ref whose
 	// item was told to wait: its attempt, and its active count when this
 	// start made it active.

@@ -197,13 +197,6 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 		}
 		if hit != nil {
 			it.out = &outcome{result: hit, cached: true}
-			if h.gate != nil {
-				// This item may have waited for the solve that cached
-				// it; bring more of the items still waiting for it.
-				if err := h.gate.PromoteJoined(ctx, solveKey(p, it.cacheKey)); err != nil {
-					h.log.Warn("promote items waiting for a solve", "item_id", it.id, "err", err)
-				}
-			}
 		}
 	}
 
@@ -224,8 +217,16 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 			} else {
 				defer release()
 			}
-		} else {
-			h.passSlot(ctx, w.Owner, apitype.ItemID(ref.BatchID, n))
+		} else if len(items) == 0 || items[0].cacheKey != "" {
+			// Ended or canceled, or cached (it may have waited for the
+			// solve that cached it: PassSlot then brings more of the
+			// items still waiting for it). A cheap own item (a large
+			// fill) is never gated, so it has nothing to hand on.
+			solve := ""
+			if len(items) == 1 {
+				solve = solveKey(items[0].parsed, items[0].cacheKey)
+			}
+			h.passSlot(ctx, w.Owner, apitype.ItemID(ref.BatchID, n), solve)
 		}
 	}
 

@@ -20,7 +20,7 @@ var allScripts = []*redis.Script{
 	commitBatchScript, abandonCommitScript, feedScript, startUnitScript, finishUnitScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
-	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript, promoteJoinedScript,
+	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript,
 	beginRetryScript, retryChunkScript,
 }
 

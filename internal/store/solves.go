@@ -602,17 +602,27 @@ return p
 `)
 
 // passSlotScript is passLua for a batch item's run that takes no slot
-// after all (tasks.Gate.PassSlot).
+// after all (tasks.Gate.PassSlot). When the run found its answer cached
+// (r.Solve set), it also moves up to 64 more of the batch items waiting
+// for that solve back onto their queue: a solve's end moves 64, and each
+// copy that comes back to the cached answer moves more, so that many
+// copies follow one solve within a few rounds rather than each waiting
+// out its own delay.
 //
 // KEYS[1] the owner's slots
 // KEYS[2] the owner's parked runs
+// KEYS[3] the batch items waiting for the solve (keys.solveParked), or
+// KEYS[2] again when the run names no solve
 // ARGV[1] the run's parked member (parkedMember; "" for none)
 // ARGV[2] the owner's cap of slots (0: none)
 // ARGV[3] now, Unix nanoseconds
+// ARGV[4] "1" when KEYS[3] names a solve's waiting items
 //
-// Returns 1 when a parked run was promoted.
+// Returns 1 when a parked run of the owner was promoted.
 var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
-return pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+local p = pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+if ARGV[4] == '1' then promote_all(KEYS[3], ARGV[3]) end
+return p
 `)
 
 // AdmitSlot decides what a run of an expensive batch item does
@@ -661,34 +671,17 @@ func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
 
 // PassSlot takes r out of r.Owner's parked runs and, while the owner
 // holds fewer than cap slots, promotes its longest-parked run in r's
-// place (passSlotScript).
+// place; with r.Solve set it also moves more of the items waiting for
+// that solve (passSlotScript).
 func (s *Store) PassSlot(ctx context.Context, r tasks.SlotRun, cap int) error {
-	err := passSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)},
-		parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now())).Err()
+	keys := []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner)}
+	joined := "0"
+	if r.Solve != "" {
+		keys[2], joined = s.k.solveParked(r.Solve), "1"
+	}
+	err := passSlotScript.Run(ctx, s.rdb, keys, parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now()), joined).Err()
 	if err != nil {
 		return fmt.Errorf("store: pass slot of %s: %w", r.Slot, err)
-	}
-	return nil
-}
-
-// promoteJoinedScript moves up to 64 more of the batch items waiting for
-// a solve back onto their queue (promoteLua). A waiting item that comes
-// back and finds the answer cached calls it, so that the items a solve's
-// end did not reach (it moves 64) follow within a few rounds, each round
-// moving more, rather than each waiting out its own delay.
-//
-// KEYS[1] the batch items waiting for the solve (keys.solveParked)
-// ARGV[1] now, Unix nanoseconds
-var promoteJoinedScript = redis.NewScript(promoteLua + `
-promote_all(KEYS[1], ARGV[1])
-return 0
-`)
-
-// PromoteJoined moves more of the batch items waiting for solve back onto
-// their queue (promoteJoinedScript).
-func (s *Store) PromoteJoined(ctx context.Context, solve string) error {
-	if err := promoteJoinedScript.Run(ctx, s.rdb, []string{s.k.solveParked(solve)}, nowNS(s.now())).Err(); err != nil {
-		return fmt.Errorf("store: promote items waiting for %s: %w", solve, err)
 	}
 	return nil
 }
