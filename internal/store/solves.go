@@ -41,11 +41,20 @@ end
 // promoteLua hands a slot that a run just freed to its owner's
 // longest-parked run (keys.ownerParked), as asynq's own forward script
 // moves a retry that is due: the first parked task that waits in its
-// queue's retry set goes onto its pending list now. A parked task whose
-// asynq state is active stays for the next freed slot (it was told to
-// wait a moment ago and asynq has not yet moved it to the retry set, or it
-// runs again now and will leave the set at its admission); one whose task
-// is gone, pending or ended leaves the set. At most 16 members are looked
+// queue's retry set for a WaitError goes onto its pending list now. A
+// parked task whose asynq state is active stays for the next freed slot
+// (it was told to wait a moment ago and asynq has not yet moved it to the
+// retry set, or it runs again now and will leave the set at its
+// admission); so does one that asynq retried for another reason (its
+// last error message is not a WaitError's, tasks.WaitMessage): asynq's
+// recoverer retried it because its worker died after it was told to
+// wait, and the worker binary's leaseRecoveryDelay, which guards against
+// a late second retry by another recoverer (hibiken/asynq#717) and so a
+// third run of the task, is to be waited out, not cut short by a release
+// (TestLeaseRecoveredRunIsNotPromoted). The message is asynq's protobuf
+// TaskMessage, in which the error text is a plain string; a payload
+// (the owner and a canonical puzzle) never holds it. One whose task is
+// gone, pending or ended leaves the set. At most 16 members are looked
 // at, so a release stays a short script however many runs wait; a run
 // that is never promoted still runs when its retry delay ends.
 //
@@ -54,19 +63,22 @@ end
 // was freed for the run) the run's member is also written to the parked
 // key's ":promoted" set, until its admission: a promoted run that then
 // takes no slot hands it on (passLua), and only such a run does.
-const promoteLua = `
+var promoteLua = `
+local wait_msg = [==[` + tasks.WaitMessage + `]==]
 local function promote(pk, now_ns, mark)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
-    local st, base, id = nil, nil, nil
+    local st, msg, base, id = nil, nil, nil, nil
     if tab then
       base = 'asynq:{' .. string.sub(m[i], 1, tab - 1) .. '}:'
       id = string.sub(m[i], tab + 1)
-      st = redis.call('HGET', base .. 't:' .. id, 'state')
+      local h = redis.call('HMGET', base .. 't:' .. id, 'state', 'msg')
+      st, msg = h[1], h[2]
     end
-    if st ~= 'active' then redis.call('ZREM', pk, m[i]) end
-    if st == 'retry' and redis.call('ZREM', base .. 'retry', id) == 1 then
+    local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
+    if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
+    if waited and redis.call('ZREM', base .. 'retry', id) == 1 then
       redis.call('LPUSH', base .. 'pending', id)
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
       if mark then
@@ -95,8 +107,9 @@ end
 // owner's parked set and, if a freed slot promoted it (its member is in
 // the ":promoted" set, see promoteLua) and the owner's live slots are
 // under its cap (0: none), the owner's longest-parked run is promoted in
-// its place. A run that came back by its retry delay, or from a solve's
-// parked set, hands on nothing: no slot was freed for it.
+// its place. A run that came
+// back by its retry delay, or from a solve's parked set, hands on
+// nothing: no slot was freed for it.
 // Without it such a run would end a chain of promotions, and the key's
 // other parked runs would wait out their retry delays beside a free
 // slot. It comes after quotaLua and promoteLua.
@@ -125,12 +138,12 @@ end
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
 //  4. The owner's live slots (leases not yet ended) are at the cap, and
-//     this task holds none of them: wait, counting the wait in the record,
-//     and park the task's asynq task in the owner's parked set (first
-//     wait's time kept), where the next run of the owner to free a slot
-//     finds it (promoteLua). Any other verdict takes it out of the set,
-//     and skip, hit and joined, which take no slot, hand on the one this
-//     run may have been promoted into (passLua).
+//     this task holds none of them: wait, counting the wait in the
+//     record, and park the task's asynq task in the owner's parked set
+//     (first wait's time kept), where the next run of the owner to free
+//     a slot finds it (promoteLua). Any other verdict takes it out of the
+//     set, and skip, hit and joined, which take no slot, hand on the one
+//     this run may have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
 //     active (an attempt, started_at once) like startManyScript.
 //
