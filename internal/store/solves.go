@@ -62,9 +62,36 @@ end
 // pending_since, mark) returns 1 when it moved a run. With mark (a slot
 // was freed for the run) the run's member is also written to the parked
 // key's ":promoted" set, until its admission: a promoted run that then
-// takes no slot hands it on (passLua), and only such a run does.
+// takes no slot hands it on (passLua), and only such a run does. The
+// entry also reserves the slot for the run for one tasks.SolveLease
+// (reserved, which every admission adds to the owner's live slots), and
+// the task goes to the head of its pending list (RPUSH: asynq takes from
+// that end, as its own requeue of an interrupted task does), not the
+// tail: otherwise every task of the key queued before the promotion is
+// taken first, the first of them takes the freed slot, and the promoted
+// run parks again, at the back of the line, at every release for as long
+// as the key's work keeps coming (TestPromotedRunKeepsItsSlot). A
+// reservation whose run never comes to its admission lapses like a dead
+// worker's slot (TestPromotionReservationLapses). A move without mark
+// (promote_all: a solve's waiting items) reserves nothing and goes to the
+// tail.
+//
+// reserved(parked key, a run's parked member or "", now in Unix ms)
+// counts the reservations of the owner's promoted runs other than that
+// member's.
 var promoteLua = `
 local wait_msg = [==[` + tasks.WaitMessage + `]==]
+local reserve_ms = ` + strconv.FormatInt(tasks.SolveLease.Milliseconds(), 10) + `
+local function reserved(pk, member, now)
+  local mk = pk .. ':promoted'
+  local from = now - reserve_ms
+  local n = redis.call('ZCOUNT', mk, from, '+inf')
+  if member ~= '' then
+    local at = redis.call('ZSCORE', mk, member)
+    if at and tonumber(at) >= from then n = n - 1 end
+  end
+  return n
+end
 local function promote(pk, now_ns, mark)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
@@ -79,7 +106,11 @@ local function promote(pk, now_ns, mark)
     local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
     if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
     if waited and redis.call('ZREM', base .. 'retry', id) == 1 then
-      redis.call('LPUSH', base .. 'pending', id)
+      if mark then
+        redis.call('RPUSH', base .. 'pending', id)
+      else
+        redis.call('LPUSH', base .. 'pending', id)
+      end
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
       if mark then
         local mk = pk .. ':promoted'
@@ -105,9 +136,9 @@ end
 // takes none after all (its task or item ended, was canceled or cached
 // while it was parked; or it joined a solve in flight): it leaves its
 // owner's parked set and, if a freed slot promoted it (its member is in
-// the ":promoted" set, see promoteLua) and the owner's live slots are
-// under its cap (0: none), the owner's longest-parked run is promoted in
-// its place. A run that came
+// the ":promoted" set, see promoteLua) and the owner's live slots with
+// its other promoted runs' reservations are under its cap (0: none), the
+// owner's longest-parked run is promoted in its place. A run that came
 // back by its retry delay, or from a solve's parked set, hands on
 // nothing: no slot was freed for it.
 // Without it such a run would end a chain of promotions, and the key's
@@ -121,8 +152,9 @@ local function pass(sk, pk, member, cap, now_ns)
   if member == '' then return 0 end
   redis.call('ZREM', pk, member)
   if redis.call('ZREM', pk .. ':promoted', member) == 0 then return 0 end
-  redis.call('ZREMRANGEBYSCORE', sk, '-inf', clock())
-  if cap > 0 and redis.call('ZCARD', sk) >= cap then return 0 end
+  local now = clock()
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
+  if cap > 0 and redis.call('ZCARD', sk) + reserved(pk, '', now) >= cap then return 0 end
   return promote(pk, now_ns, true)
 end
 `
@@ -137,8 +169,9 @@ end
 //  2. A cached answer: hit (the caller ends every waiter with it).
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
-//  4. The owner's live slots (leases not yet ended) are at the cap, and
-//     this task holds none of them: wait, counting the wait in the
+//  4. The owner's live slots (leases not yet ended) and the slots
+//     reserved for its other promoted runs (promoteLua) are at the cap,
+//     and this task holds none of them: wait, counting the wait in the
 //     record, and park the task's asynq task in the owner's parked set
 //     (first wait's time kept), where the next run of the owner to free
 //     a slot finds it (promoteLua). Any other verdict takes it out of the
@@ -205,7 +238,7 @@ end
 local now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local cap = tonumber(ARGV[4])
-if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
+if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], ARGV[9], now) >= cap then
   local w = 0
   if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
   if ARGV[9] ~= '' then
@@ -507,9 +540,9 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 //     run is parked in the solve's parked set, whose members all go back
 //     onto their queue when that solve ends; they then find its answer in
 //     the cache (or, if it failed or stopped, one of them leads).
-//  2. The owner's live slots are at the cap and the run holds none: park
-//     it in the owner's parked set and return its place in line, as
-//     admitScript does for single tasks.
+//  2. The owner's live slots and reservations are at the cap and the
+//     run holds none: park it in the owner's parked set and return its
+//     place in line, as admitScript does for single tasks.
 //  3. Otherwise run: take a slot and lead the solve (solveItemLead). A
 //     run that holds its slot or leads already (a redelivery of the same
 //     item) keeps them.
@@ -554,7 +587,7 @@ if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= A
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local cap = tonumber(ARGV[3])
-if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= cap then
+if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], ARGV[4], now) >= cap then
   if ARGV[4] == '' then return {'wait', 1} end
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
