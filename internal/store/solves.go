@@ -178,7 +178,13 @@ end
 //     set, and skip, hit and joined, which take no slot, hand on the one
 //     this run may have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
-//     active (an attempt, started_at once) like startManyScript.
+//     active (an attempt, started_at once) like startManyScript. If the
+//     owner's slots and reservations are still under the cap, promote
+//     its longest-parked run too: a cap that was raised (or a slot whose
+//     worker died, or a promotion that was lost) would otherwise leave
+//     free slots beside parked runs until each came back by its own
+//     retry delay, and this way each admission fills one more
+//     (TestRaisedCapFillsFromTheLine).
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry of the puzzle
@@ -209,6 +215,12 @@ local function unpark()
   end
 end
 local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
+local function fill()
+  local cap = tonumber(ARGV[4])
+  if cap > 0 and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], '', clock()) < cap then
+    promote(KEYS[6], ARGV[10], true)
+  end
+end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -254,6 +266,7 @@ redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[5], lease)
 redis.call('SET', KEYS[3], ARGV[1], 'PX', lease)
 start()
+fill()
 return {'run', ''}
 `)
 
@@ -545,7 +558,8 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 //     place in line, as admitScript does for single tasks.
 //  3. Otherwise run: take a slot and lead the solve (solveItemLead). A
 //     run that holds its slot or leads already (a redelivery of the same
-//     item) keeps them.
+//     item) keeps them. Under the cap still, promote the owner's
+//     longest-parked run too, as admitScript does.
 //
 // KEYS[1] the owner's slots (keys.ownerRunning)
 // KEYS[2] the owner's parked runs (keys.ownerParked)
@@ -603,6 +617,7 @@ if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
 end
+if cap > 0 and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], '', now) < cap then promote(KEYS[2], ARGV[6], true) end
 return {'run', 0}
 `)
 

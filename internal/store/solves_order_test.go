@@ -200,3 +200,57 @@ func TestPromotionReservationLapses(t *testing.T) {
 		t.Fatalf("p0 after its reservation lapsed: %+v, %v", a, err)
 	}
 }
+
+// A raised cap (MAX_EXPENSIVE_PER_KEY changed and the workers restarted,
+// or the default cap following a cluster that grew) used to leave the
+// new slots empty until each parked run came back by its own retry delay
+// (1-11 s, 1-30 s for a batch item): a promotion came only from a freed
+// slot. Now a run that takes a slot while its key's slots (and
+// reservations) are still under the cap promotes the next parked run, so
+// the first run of the key to be admitted after the raise fills the new
+// slots, one promotion per admission, and never past the cap.
+func TestRaisedCapFillsFromTheLine(t *testing.T) {
+	t.Parallel()
+	for _, first := range []string{"batch item", "single task"} {
+		t.Run(first, func(t *testing.T) {
+			t.Parallel()
+			f := newLine(t)
+			f.hold("other", 1)
+			var r0 tasks.SolveRun
+			if first == "single task" {
+				r0 = f.single("p0")
+				if a, err := f.s.Admit(f.ctx, r0, 1); err != nil || a.Verdict != tasks.VerdictWait {
+					t.Fatalf("park p0: %+v, %v", a, err)
+				}
+				f.retried("p0", &tasks.WaitError{In: time.Hour})
+			} else {
+				f.park("p0", 1)
+			}
+			for _, id := range []string{"p1", "p2", "p3"} {
+				f.park(id, 1)
+			}
+			// The cap is 3 now. p0 comes back by its delay and runs.
+			f.rdb.ZRem(f.ctx, f.asynqKey("retry"), "p0")
+			f.rdb.HSet(f.ctx, f.asynqKey("t:p0"), "state", "active")
+			if first == "single task" {
+				if a, err := f.s.Admit(f.ctx, r0, 3); err != nil || a.Verdict != tasks.VerdictRun {
+					t.Fatalf("p0 under the raised cap: %+v, %v", a, err)
+				}
+			} else if a, err := f.s.AdmitSlot(f.ctx, f.item("p0"), 3); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("p0 under the raised cap: %+v, %v", a, err)
+			}
+			if got := []string{f.state("p1"), f.state("p2")}; got[0] != "pending" || got[1] != "retry" {
+				t.Fatalf("after p0's admission p1, p2 are %v; want p1 promoted into the third slot, p2 not", got)
+			}
+			if a, err := f.s.AdmitSlot(f.ctx, f.item("p1"), 3); err != nil || a.Verdict != tasks.VerdictRun {
+				t.Fatalf("p1: %+v, %v", a, err)
+			}
+			if st := f.state("p2"); st != "retry" {
+				t.Fatalf("a promotion past the cap: p2 %s with 3 slots held", st)
+			}
+			if n, err := f.s.Running(f.ctx, "k1"); err != nil || n != 3 {
+				t.Fatalf("k1 holds %d slots (%v), want 3", n, err)
+			}
+		})
+	}
+}
