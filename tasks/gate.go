@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -220,8 +219,15 @@ type WaitError struct {
 	In time.Duration
 }
 
+// WaitMessage begins every WaitError's message. asynq keeps a retried
+// task's last error message in Redis, and the store's promotion of parked
+// runs moves only a task whose message holds it: one that asynq retried
+// for a WaitError, not one retried for another reason (its worker died,
+// say) whose retry delay is meant to be waited out.
+const WaitMessage = "tasks: the key's expensive slots are full; runs again in "
+
 func (e *WaitError) Error() string {
-	return fmt.Sprintf("tasks: the key's expensive slots are full; runs again in %s", e.In)
+	return WaitMessage + e.In.String()
 }
 
 // IsWait reports whether err is a WaitError, and its delay.

@@ -261,7 +261,9 @@ func TestOnlyPromotedRunsPassTheSlotOn(t *testing.T) {
 	if a, err := f.store.AdmitSlot(f.ctx, hold, 1); err != nil || a.Verdict != tasks.VerdictRun {
 		t.Fatalf("take k1's slot: %+v, %v", a, err)
 	}
-	// Three parked runs, each an asynq task waiting in its retry set.
+	// Three parked runs, each an asynq task waiting in its retry set for
+	// its WaitError (asynq keeps the error's text in the task's message,
+	// which is all a promotion reads of it).
 	run := func(id string) tasks.SlotRun {
 		return tasks.SlotRun{Slot: "item-" + id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: "q", AsynqID: id}
 	}
@@ -269,7 +271,7 @@ func TestOnlyPromotedRunsPassTheSlotOn(t *testing.T) {
 		if a, err := f.store.AdmitSlot(f.ctx, run(id), 1); err != nil || a.Verdict != tasks.VerdictWait {
 			t.Fatalf("park %s: %+v, %v", id, a, err)
 		}
-		f.rdb.HSet(f.ctx, "asynq:{q}:t:"+id, "state", "retry")
+		f.rdb.HSet(f.ctx, "asynq:{q}:t:"+id, "state", "retry", "msg", (&tasks.WaitError{In: time.Hour}).Error())
 		f.rdb.ZAdd(f.ctx, "asynq:{q}:retry", redis.Z{Score: float64(time.Now().Add(time.Hour).Unix()), Member: id})
 	}
 	state := func(id string) string { return f.rdb.HGet(f.ctx, "asynq:{q}:t:"+id, "state").Val() }

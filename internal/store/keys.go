@@ -186,8 +186,11 @@ func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + o
 // set back onto its queue at once (promoteLua), so a capped key's work
 // goes on as fast as its slots allow rather than at its retry delay.
 // Beside it, ownerParked(owner)+":promoted" holds the members a freed slot
-// promoted, until their admission (scripts name it from this key), so
-// that one which then takes no slot hands the slot on (passLua).
+// promoted, scored by the Unix millisecond of the promotion, until their
+// admission (scripts name it from this key): one which then takes no
+// slot hands the slot on (passLua), and for a SolveLease after its
+// promotion the slot is reserved for it, counted against the cap of the
+// owner's other runs (promoteLua).
 func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
 
 // parkedMember is a run's member of ownerParked: its asynq queue and task

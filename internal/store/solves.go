@@ -41,11 +41,20 @@ end
 // promoteLua hands a slot that a run just freed to its owner's
 // longest-parked run (keys.ownerParked), as asynq's own forward script
 // moves a retry that is due: the first parked task that waits in its
-// queue's retry set goes onto its pending list now. A parked task whose
-// asynq state is active stays for the next freed slot (it was told to
-// wait a moment ago and asynq has not yet moved it to the retry set, or it
-// runs again now and will leave the set at its admission); one whose task
-// is gone, pending or ended leaves the set. At most 16 members are looked
+// queue's retry set for a WaitError goes onto its pending list now. A
+// parked task whose asynq state is active stays for the next freed slot
+// (it was told to wait a moment ago and asynq has not yet moved it to the
+// retry set, or it runs again now and will leave the set at its
+// admission); so does one that asynq retried for another reason (its
+// last error message is not a WaitError's, tasks.WaitMessage): asynq's
+// recoverer retried it because its worker died after it was told to
+// wait, and the worker binary's leaseRecoveryDelay, which guards against
+// a late second retry by another recoverer (hibiken/asynq#717) and so a
+// third run of the task, is to be waited out, not cut short by a release
+// (TestLeaseRecoveredRunIsNotPromoted). The message is asynq's protobuf
+// TaskMessage, in which the error text is a plain string; a payload
+// (the owner and a canonical puzzle) never holds it. One whose task is
+// gone, pending or ended leaves the set. At most 16 members are looked
 // at, so a release stays a short script however many runs wait; a run
 // that is never promoted still runs when its retry delay ends.
 //
@@ -53,21 +62,55 @@ end
 // pending_since, mark) returns 1 when it moved a run. With mark (a slot
 // was freed for the run) the run's member is also written to the parked
 // key's ":promoted" set, until its admission: a promoted run that then
-// takes no slot hands it on (passLua), and only such a run does.
-const promoteLua = `
+// takes no slot hands it on (passLua), and only such a run does. The
+// entry also reserves the slot for the run for one tasks.SolveLease
+// (reserved, which every admission adds to the owner's live slots), and
+// the task goes to the head of its pending list (RPUSH: asynq takes from
+// that end, as its own requeue of an interrupted task does), not the
+// tail: otherwise every task of the key queued before the promotion is
+// taken first, the first of them takes the freed slot, and the promoted
+// run parks again, at the back of the line, at every release for as long
+// as the key's work keeps coming (TestPromotedRunKeepsItsSlot). A
+// reservation whose run never comes to its admission lapses like a dead
+// worker's slot (TestPromotionReservationLapses). A move without mark
+// (promote_all: a solve's waiting items) reserves nothing and goes to the
+// tail.
+//
+// reserved(parked key, a run's parked member or "", now in Unix ms)
+// counts the reservations of the owner's promoted runs other than that
+// member's.
+var promoteLua = `
+local wait_msg = [==[` + tasks.WaitMessage + `]==]
+local reserve_ms = ` + strconv.FormatInt(tasks.SolveLease.Milliseconds(), 10) + `
+local function reserved(pk, member, now)
+  local mk = pk .. ':promoted'
+  local from = now - reserve_ms
+  local n = redis.call('ZCOUNT', mk, from, '+inf')
+  if member ~= '' then
+    local at = redis.call('ZSCORE', mk, member)
+    if at and tonumber(at) >= from then n = n - 1 end
+  end
+  return n
+end
 local function promote(pk, now_ns, mark)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
-    local st, base, id = nil, nil, nil
+    local st, msg, base, id = nil, nil, nil, nil
     if tab then
       base = 'asynq:{' .. string.sub(m[i], 1, tab - 1) .. '}:'
       id = string.sub(m[i], tab + 1)
-      st = redis.call('HGET', base .. 't:' .. id, 'state')
+      local h = redis.call('HMGET', base .. 't:' .. id, 'state', 'msg')
+      st, msg = h[1], h[2]
     end
-    if st ~= 'active' then redis.call('ZREM', pk, m[i]) end
-    if st == 'retry' and redis.call('ZREM', base .. 'retry', id) == 1 then
-      redis.call('LPUSH', base .. 'pending', id)
+    local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
+    if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
+    if waited and redis.call('ZREM', base .. 'retry', id) == 1 then
+      if mark then
+        redis.call('RPUSH', base .. 'pending', id)
+      else
+        redis.call('LPUSH', base .. 'pending', id)
+      end
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
       if mark then
         local mk = pk .. ':promoted'
@@ -93,10 +136,11 @@ end
 // takes none after all (its task or item ended, was canceled or cached
 // while it was parked; or it joined a solve in flight): it leaves its
 // owner's parked set and, if a freed slot promoted it (its member is in
-// the ":promoted" set, see promoteLua) and the owner's live slots are
-// under its cap (0: none), the owner's longest-parked run is promoted in
-// its place. A run that came back by its retry delay, or from a solve's
-// parked set, hands on nothing: no slot was freed for it.
+// the ":promoted" set, see promoteLua) and the owner's live slots with
+// its other promoted runs' reservations are under its cap (0: none), the
+// owner's longest-parked run is promoted in its place. A run that came
+// back by its retry delay, or from a solve's parked set, hands on
+// nothing: no slot was freed for it.
 // Without it such a run would end a chain of promotions, and the key's
 // other parked runs would wait out their retry delays beside a free
 // slot. It comes after quotaLua and promoteLua.
@@ -108,8 +152,9 @@ local function pass(sk, pk, member, cap, now_ns)
   if member == '' then return 0 end
   redis.call('ZREM', pk, member)
   if redis.call('ZREM', pk .. ':promoted', member) == 0 then return 0 end
-  redis.call('ZREMRANGEBYSCORE', sk, '-inf', clock())
-  if cap > 0 and redis.call('ZCARD', sk) >= cap then return 0 end
+  local now = clock()
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
+  if cap > 0 and redis.call('ZCARD', sk) + reserved(pk, '', now) >= cap then return 0 end
   return promote(pk, now_ns, true)
 end
 `
@@ -124,15 +169,22 @@ end
 //  2. A cached answer: hit (the caller ends every waiter with it).
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
-//  4. The owner's live slots (leases not yet ended) are at the cap, and
-//     this task holds none of them: wait, counting the wait in the record,
-//     and park the task's asynq task in the owner's parked set (first
-//     wait's time kept), where the next run of the owner to free a slot
-//     finds it (promoteLua). Any other verdict takes it out of the set,
-//     and skip, hit and joined, which take no slot, hand on the one this
-//     run may have been promoted into (passLua).
+//  4. The owner's live slots (leases not yet ended) and the slots
+//     reserved for its other promoted runs (promoteLua) are at the cap,
+//     and this task holds none of them: wait, counting the wait in the
+//     record, and park the task's asynq task in the owner's parked set
+//     (first wait's time kept), where the next run of the owner to free
+//     a slot finds it (promoteLua). Any other verdict takes it out of the
+//     set, and skip, hit and joined, which take no slot, hand on the one
+//     this run may have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
-//     active (an attempt, started_at once) like startManyScript.
+//     active (an attempt, started_at once) like startManyScript. If the
+//     owner's slots and reservations are still under the cap, promote
+//     its longest-parked run too: a cap that was raised (or a slot whose
+//     worker died, or a promotion that was lost) would otherwise leave
+//     free slots beside parked runs until each came back by its own
+//     retry delay, and this way each admission fills one more
+//     (TestRaisedCapFillsFromTheLine).
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry of the puzzle
@@ -163,6 +215,12 @@ local function unpark()
   end
 end
 local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
+local function fill()
+  local cap = tonumber(ARGV[4])
+  if cap > 0 and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], '', clock()) < cap then
+    promote(KEYS[6], ARGV[10], true)
+  end
+end
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -192,7 +250,7 @@ end
 local now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local cap = tonumber(ARGV[4])
-if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
+if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], ARGV[9], now) >= cap then
   local w = 0
   if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
   if ARGV[9] ~= '' then
@@ -208,6 +266,7 @@ redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[5], lease)
 redis.call('SET', KEYS[3], ARGV[1], 'PX', lease)
 start()
+fill()
 return {'run', ''}
 `)
 
@@ -494,12 +553,13 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 //     run is parked in the solve's parked set, whose members all go back
 //     onto their queue when that solve ends; they then find its answer in
 //     the cache (or, if it failed or stopped, one of them leads).
-//  2. The owner's live slots are at the cap and the run holds none: park
-//     it in the owner's parked set and return its place in line, as
-//     admitScript does for single tasks.
+//  2. The owner's live slots and reservations are at the cap and the
+//     run holds none: park it in the owner's parked set and return its
+//     place in line, as admitScript does for single tasks.
 //  3. Otherwise run: take a slot and lead the solve (solveItemLead). A
 //     run that holds its slot or leads already (a redelivery of the same
-//     item) keeps them.
+//     item) keeps them. Under the cap still, promote the owner's
+//     longest-parked run too, as admitScript does.
 //
 // KEYS[1] the owner's slots (keys.ownerRunning)
 // KEYS[2] the owner's parked runs (keys.ownerParked)
@@ -541,7 +601,7 @@ if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= A
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local cap = tonumber(ARGV[3])
-if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= cap then
+if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], ARGV[4], now) >= cap then
   if ARGV[4] == '' then return {'wait', 1} end
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
@@ -557,6 +617,7 @@ if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
 end
+if cap > 0 and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], '', now) < cap then promote(KEYS[2], ARGV[6], true) end
 return {'run', 0}
 `)
 
