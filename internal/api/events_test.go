@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -324,8 +325,16 @@ const (
 // never reads again holds neither a goroutine nor a connection. 40,000
 // canceled items make some 7 MB of events, more than the socket buffers
 // hold, so the stream cannot have ended by itself before the cut.
+//
+// The cut is seen from the server's side before the client reads again:
+// with MAX_STREAMS_PER_KEY=1 a second stream of the key is refused (429)
+// while the first holds its slot, and admitted once the cut freed it. A
+// fixed pause instead failed on a loaded machine: the stream had not yet
+// filled the buffers when the client resumed reading, so it was never
+// blocked for the deadline and never cut.
 func TestBatchEventsSlowReaderCut(t *testing.T) {
-	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "REQUEST_TIMEOUT": "1s"})
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceEventsKey, "REQUEST_TIMEOUT": "1s",
+		"MAX_STREAMS_PER_KEY": "1"})
 	code, b, _ := s.DoAs(aliceEventsKey, "POST", "/v1/batches",
 		strings.Repeat(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`+"\n", 40000), "Content-Type", "application/x-ndjson")
 	if code != http.StatusAccepted {
@@ -344,22 +353,36 @@ func TestBatchEventsSlowReaderCut(t *testing.T) {
 			t.Fatalf("cancel (try %d): %d %s", try, code, b)
 		}
 	}
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-	}}
-	conn, err := d.DialContext(t.Context(), "tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
+	request := []byte("GET /v1/batches/" + id + "/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceEventsKey + "\r\n\r\n")
+	conn := dialSmallBuffer(t, s.URL)
+	if _, err := conn.Write(request); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET /v1/batches/" + id + "/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceEventsKey + "\r\n\r\n")); err != nil {
-		t.Fatal(err)
+	// The stream is open (and holds the key's slot) once its status line
+	// came; the rest stays unread.
+	br := bufio.NewReaderSize(deadlineReader{conn, 10 * time.Second}, 4096)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+		t.Fatalf("the stream's status line: %q %v", line, err)
 	}
-	time.Sleep(4 * time.Second) // reads nothing: the stream is cut after 1 s of it
+	cutAt := time.Time{}
+	for range 600 { // at most 60 s
+		code := streamStatus(t, s.URL, request)
+		if code == http.StatusOK {
+			cutAt = time.Now()
+			break
+		}
+		if code != http.StatusTooManyRequests {
+			t.Fatalf("a second stream of the key: %d, want 429 while the first is open, then 200", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if cutAt.IsZero() {
+		t.Fatal("the stream of a client that reads nothing still holds its slot after 60 s")
+	}
 	// What was sent comes, then the end of the connection, at once: not
 	// after IdleTimeout (2 min) or never.
 	start := time.Now()
-	got, err := io.ReadAll(deadlineReader{conn, 10 * time.Second})
+	got, err := io.ReadAll(br)
 	if err != nil {
 		t.Fatalf("after %d bytes: %v (the connection stayed open %v after the cut)", len(got), err, time.Since(start))
 	}
@@ -367,6 +390,44 @@ func TestBatchEventsSlowReaderCut(t *testing.T) {
 		t.Errorf("read %d bytes and the done event: the whole stream came, so the reader was not cut", len(got))
 	}
 	t.Logf("FIGURES slow reader: %d bytes arrived before the cut; connection closed %v after it began reading", len(got), time.Since(start))
+}
+
+// dialSmallBuffer connects to the stack's API with a 4 KiB receive
+// buffer, so that a client that does not read blocks the server's writes
+// soon.
+func dialSmallBuffer(t *testing.T, url string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.DialContext(t.Context(), "tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// streamStatus sends request on a new connection and returns the status
+// code of its answer, closing the connection after the status line.
+func streamStatus(t *testing.T, url string, request []byte) int {
+	t.Helper()
+	conn := dialSmallBuffer(t, url)
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatalf("a second stream: %v", err)
+	}
+	var proto string
+	var code int
+	if _, err := fmt.Sscan(line, &proto, &code); err != nil {
+		t.Fatalf("a second stream's status line %q: %v", line, err)
+	}
+	return code
 }
 
 // deadlineReader reads from a connection with a deadline per read.

@@ -517,6 +517,9 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 		return w, nil
 	}
 	w.Owner = v[0]
+	if len(v) == 6 && v[1] == "*" {
+		return w, startWhole(w, ref, v[2], v[4], v[5])
+	}
 	for i := 1; i+1 < len(v); i += 2 {
 		idx, err := strconv.Atoi(v[i])
 		if err != nil {
@@ -525,6 +528,26 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 		w.Items = append(w.Items, tasks.UnitItem{Index: idx, Request: []byte(v[i+1])})
 	}
 	return w, nil
+}
+
+// startWhole fills w from startUnitScript's answer for a whole chunk:
+// the item at offset k runs when its kind byte m[k] is a cheap kind's
+// (lowercase), with the k-th of the newline-separated request lines.
+func startWhole(w *tasks.UnitWork, ref tasks.UnitRef, first, m, lines string) error {
+	base, err := strconv.Atoi(first)
+	if err != nil {
+		return fmt.Errorf("store: start unit %s: bad first index %q", ref.TaskID(), first)
+	}
+	w.Items = make([]tasks.UnitItem, 0, len(m))
+	for k := 0; k < len(m); k++ {
+		line, rest, _ := strings.Cut(lines, "\n")
+		lines = rest
+		if c := m[k]; c >= 'A' && c <= 'Z' {
+			continue
+		}
+		w.Items = append(w.Items, tasks.UnitItem{Index: base + k, Request: []byte(line)})
+	}
+	return nil
 }
 
 // YieldUnit takes back StartUnit's start of own unit ref, whose item
@@ -577,40 +600,37 @@ func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.
 	args = append(args, ms(s.now()), s.k.events(), ref.BatchID, ref.Unit[:1], n,
 		s.k.batchResBase(ref.BatchID), s.resultTTL.Milliseconds())
 	for _, o := range outs {
-		ck, head := bk, ""
-		var result []byte
+		ck, rest, cached := bk, []byte(nil), ""
 		switch o.State {
 		case apitype.TaskStateCompleted:
-			result = o.Result
+			inline := o.Result
 			if o.CacheKey != "" && len(o.Result) > 0 {
 				ck = s.k.cache(o.CacheKey)
 				ref, _ := json.Marshal(o.CacheKey)
-				head = `"ref":` + string(ref)
+				rest = append(append(rest, `,"ref":`...), ref...)
+				cached, inline = string(o.Result), nil
 			}
 			if o.Cached {
-				head = joinMembers(head, `"cached":true`)
+				rest = append(rest, `,"cached":true`...)
+			}
+			if len(inline) > 0 {
+				rest = strconv.AppendInt(append(rest, `,"size":`...), int64(len(inline)), 10)
+				rest = append(append(rest, `,"result":`...), inline...)
 			}
 		case apitype.TaskStateFailed:
 			e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: o.Msg})
-			head = `"error":` + string(e)
+			rest = append(append(rest, `,"error":`...), e...)
 		default:
 			return 0, fmt.Errorf("store: finish unit %s: item %d: state %q is not an outcome", ref.TaskID(), o.Index, o.State)
 		}
 		keys = append(keys, ck)
-		args = append(args, o.Index, string(o.State), head, result)
+		args = append(args, o.Index, string(o.State), append(rest, '}'), cached)
 	}
 	v, err := finishUnitScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
 	}
 	return v, nil
-}
-
-func joinMembers(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "," + b
 }
 
 // Cached returns the cached result for key, nil on a miss.

@@ -387,7 +387,11 @@ return out
 //
 // Returns {} when the batch is gone, {owner} when it is canceled (no
 // item runs, but the worker hands on its owner's slot: tasks.Gate's
-// PassSlot), else {owner, index_1, request_1, index_2, request_2, ...}.
+// PassSlot), else {owner, index_1, request_1, index_2, request_2, ...},
+// or, for a chunk's first delivery with no entry or marker yet, {owner,
+// "*", the chunk's first index, the marker set, the chunk's kind bytes,
+// its request lines}: every item whose kind byte is lowercase runs, with
+// the line of its offset.
 var startUnitScript = redis.NewScript(batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at', 'canceled_at')
 if not b[3] then return {} end
@@ -399,6 +403,19 @@ if not chunk then j = math.floor(n / stride) end
 local rk = ARGV[4] .. j
 local m = redis.call('HGET', KEYS[2], 'm' .. j)
 if not m then return {} end
+if chunk and redis.call('EXISTS', rk) == 0 then
+  -- The first delivery of a chunk none of whose items has an entry or a
+  -- marker (the common case): every cheap item runs. What the loop below
+  -- does per item, in Lua, is done here by C (gsub counts the own items'
+  -- uppercase bytes) and the worker splits the chunk's lines itself.
+  local run = #m - select(2, string.gsub(m, '[A-Z]', ''))
+  if run == 0 then return {owner} end
+  redis.call('HSET', rk, 'a', '1 ' .. ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'pending', -run)
+  redis.call('HINCRBY', KEYS[1], 'active', run)
+  redis.call('PEXPIREAT', rk, b[4])
+  return {owner, '*', tostring(j * stride), '1 ' .. ARGV[1], m, redis.call('HGET', KEYS[2], tostring(j)) or ''}
+end
 local offs = {}
 if chunk then
   for k = 1, #m do
@@ -485,6 +502,14 @@ return 1
 // nothing), stores a cached item's result once in the cache entry (the
 // entry refers to it), and settles the counts (see batchLua).
 //
+// Every item of a unit shares one active marker (a chunk's "a", an own
+// item's "a<k>"), so the entry's start of each state ({"state",
+// "started_at", "completed_at", "attempts") is built once per call, and
+// the rest of each entry (its head members and inline result) comes built
+// from the worker: per item the script does a few table operations, not
+// the string building and parsing that cost 5-6 µs of Redis per item
+// (BENCHMARKS.md, "The unit scripts").
+//
 // KEYS[1] batch hash
 // KEYS[2] batch req hash
 // KEYS[2+i] outcome i's cache entry (KEYS[1] when its result is inline)
@@ -498,8 +523,9 @@ return 1
 // ARGV[10] the batch's res key without the chunk number
 // ARGV[11] ResultTTL, milliseconds
 // then 4 values per outcome i, from ARGV[12+4(i-1)]: item index, state
-// (completed or failed), head (entry JSON members: cached, error, ref),
-// result JSON ("" when none)
+// (completed or failed), the entry's rest after its attempts (its other
+// members, each after a comma, and the closing brace), and the result to
+// store in the cache entry KEYS[2+i] ("" when none)
 //
 // Returns how many items it ended.
 var finishUnitScript = redis.NewScript(quotaLua + batchLua + `
@@ -512,51 +538,56 @@ if not chunk then j = math.floor(n / stride) end
 local rk = ARGV[10] .. j
 local m = redis.call('HGET', KEYS[2], 'm' .. j)
 if not m then return 0 end
-local markers, delta, ended = {}, {}, 0
+local delta, ended = {}, 0
 local rttl = tonumber(ARGV[11])
 local nout = #KEYS - 2
+local base = j * stride
 local fields = {}
-for i = 1, nout do fields[i] = tonumber(ARGV[12 + 4 * (i - 1)]) - j * stride end
+for i = 1, nout do fields[i] = tonumber(ARGV[12 + 4 * (i - 1)]) - base end
 local have = redis.call('HMGET', rk, unpack(fields))
+local mf = 'a'
+if not chunk then mf = 'a' .. (n - base) end
+local mv = redis.call('HGET', rk, mf)
+local attempts, started, prev = 0, nil, 'pending'
+if mv then
+  attempts, started = parse_marker(mv)
+  prev = 'active'
+end
+local pre = {}
 local hs, hd, seen = {}, {}, {}
+local nm = #m
 for i = 1, nout do
   local a = 12 + 4 * (i - 1)
-  local idx = tonumber(ARGV[a])
   local k = fields[i]
-  local ok = idx < total and k >= 0 and k < #m and not have[i] and not seen[k]
-  local kb = ok and string.sub(m, k + 1, k + 1) or ''
+  local ok = k >= 0 and k < nm and not have[i] and not seen[k]
   if ok then
-    if chunk then ok = not is_own(kb) else ok = idx == n and is_own(kb) end
+    local c = string.byte(m, k + 1)
+    local own = c >= 65 and c <= 90
+    if chunk then ok = not own else ok = k == n - base and own end
   end
   if ok then
     seen[k] = true
-    local f = marker_field(kb, k)
-    local mv = markers[f]
-    if mv == nil then
-      mv = redis.call('HGET', rk, f)
-      markers[f] = mv
+    local st = ARGV[a + 1]
+    local p = pre[st]
+    if not p then
+      p = entry(st, started, attempts, ARGV[5], '', '')
+      p = string.sub(p, 1, #p - 1)
+      pre[st] = p
     end
-    local attempts, started, prev = 0, nil, 'pending'
-    if mv then
-      attempts, started = parse_marker(mv)
-      prev = 'active'
-    end
-    local st, res = ARGV[a + 1], ARGV[a + 3]
-    local ck = KEYS[2 + i]
+    local ck, res = KEYS[2 + i], ARGV[a + 3]
     if ck ~= KEYS[1] and res ~= '' then
       redis.call('SET', ck, res, 'NX', 'PX', rttl)
       redis.call('PEXPIREAT', ck, math.max(exp, clock() + rttl), 'GT')
-      res = ''
     end
     hs[#hs + 1] = k
-    hs[#hs + 1] = entry(st, started, attempts, ARGV[5], ARGV[a + 2], res)
+    hs[#hs + 1] = p .. ARGV[a + 2]
     hd[#hd + 1] = 'p' .. k
-    delta[prev] = (delta[prev] or 0) - 1
     delta[st] = (delta[st] or 0) + 1
     ended = ended + 1
   end
 end
 if ended > 0 then
+  delta[prev] = (delta[prev] or 0) - ended
   redis.call('HSET', rk, unpack(hs))
   redis.call('HDEL', rk, unpack(hd))
   redis.call('PEXPIREAT', rk, exp)
