@@ -183,16 +183,22 @@ func (c *cluster) recordCensus(t *testing.T, owner string) (batches []string, un
 	return batches, unfinished
 }
 
-// checkQuota asserts that owner's quota count equals its unfinished
+// checkQuota asserts that faultOwner's quota count equals its unfinished
 // items, and returns the count.
 func (c *cluster) checkQuota(t *testing.T, when string) int {
 	t.Helper()
+	return c.checkOwnerQuota(t, faultOwner, when)
+}
+
+// checkOwnerQuota is checkQuota for another owner's key.
+func (c *cluster) checkOwnerQuota(t *testing.T, owner, when string) int {
+	t.Helper()
 	st := store.New(c.rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	n, err := st.Pending(context.Background(), faultOwner)
+	n, err := st.Pending(context.Background(), owner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, unfinished := c.recordCensus(t, faultOwner)
+	_, unfinished := c.recordCensus(t, owner)
 	if n != unfinished {
 		t.Errorf("%s: the quota counts %d unfinished tasks, the records hold %d", when, n, unfinished)
 	}

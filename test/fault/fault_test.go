@@ -38,7 +38,8 @@ import (
 // is back the worker crash starts, which also waits on asynq for a minute
 // after its measured recovery; once it waits, the others run two at a
 // time beside the two (beside): the killed worker of a joined solve, the
-// Redis host crash, the two long freezes (Redis past the workers' cutoff,
+// killed workers of a batch item holding a key's slot and of one leading
+// a solve that identical items wait on, the Redis host crash, the two long freezes (Redis past the workers' cutoff,
 // an API holding a batch retry's lock), a frozen worker, duplicate
 // delivery and graceful shutdown. The group orders and bounds its cases
 // itself, with -parallel raised to let every case of it wait at once
@@ -69,6 +70,7 @@ func TestFault(t *testing.T) {
 			{"FrozenWorker", testFrozenWorker},
 			{"RedisHostCrash", testHostCrash},
 			{"JoinWorkerKill", testJoinWorkerKill},
+			{"BatchItemWorkerKill", testBatchItemWorkerKill},
 			{"RedisFreezePastCutoff", testRedisFreezePastCutoff},
 			{"RetryLockFrozenAPI", testRetryLockFrozenAPI},
 			{"DuplicateDelivery", testDuplicateDelivery},
@@ -121,7 +123,8 @@ func (g *gate) wait() {
 
 // besideSlots is how many of TestFault's shorter cases run at once beside
 // the worker crash and the Redis restart (the frozen worker's two
-// clusters, which sleep through a 20 s freeze, count as one).
+// clusters, which sleep through a 20 s freeze, count as one, and so do the
+// batch item worker kill's two, which wait for asynq's recovery).
 var besideSlots = make(chan struct{}, 2)
 
 // beside waits for one of besideSlots and gives it back when t ends.
