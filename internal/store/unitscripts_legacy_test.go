@@ -189,9 +189,16 @@ func (s *Store) legacyStartUnit(ctx context.Context, sc *redis.Script, ref tasks
 	return w, nil
 }
 
-// legacyFinishUnit is FinishUnit as it was before e422c62 (the outcomes
-// here are fewer than maxOutcomesPerCall, so without its split).
+// legacyFinishUnit is FinishUnit as it was before e422c62.
 func (s *Store) legacyFinishUnit(ctx context.Context, sc *redis.Script, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+	if len(outs) > maxOutcomesPerCall {
+		n, err := s.legacyFinishUnit(ctx, sc, ref, outs[:maxOutcomesPerCall])
+		if err != nil {
+			return n, err
+		}
+		m, err := s.legacyFinishUnit(ctx, sc, ref, outs[maxOutcomesPerCall:])
+		return n + m, err
+	}
 	if len(outs) == 0 {
 		return 0, nil
 	}
@@ -365,27 +372,38 @@ func checkUnitInvariants(t *testing.T, ctx context.Context, s *Store, id, owner 
 	}
 }
 
-// TestUnitScriptsMatchLegacy drives two stores alike, one with the
-// legacy unit scripts and one with the current ones, through a batch
-// whose chunks have own items among their cheap ones (one of them all
-// own, the last one short): a chunk started fresh (the fast path) and
-// after one of its own items started, a redelivery, items canceled
-// meanwhile, progress, a yield, finishes of every outcome (inline,
-// stored once, cached, failed with a message to escape, duplicates,
-// indices not the unit's), a finish without a start, a canceled batch, a
-// retry (which empties a chunk's res hash, so its next start is fresh
-// again), and a batch gone. After each step both answer the same and
-// hold the same keys and events.
-func TestUnitScriptsMatchLegacy(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+// unitTwins are two stores on one Redis driven alike, one with the
+// legacy unit scripts (old) and one with the current ones (cur), each
+// holding the same batch id of owner; clk is the time both read.
+type unitTwins struct {
+	rdb       redis.UniversalClient
+	id, owner string
+	clk       time.Time
+	old, cur  *unitSide
+	exps      map[*unitSide]string // each batch's expires_at
+}
+
+// unitStep is one step of a twins' run: do is done on each side, whose
+// answers must be the same; pre, when set, must hold of the current
+// store before it (it says which path of a script the step is for).
+type unitStep struct {
+	name string
+	pre  func() bool
+	do   func(*unitSide) (string, error)
+}
+
+// newUnitTwins commits on both sides a batch of total items cut into
+// chunks of stride, own where isOwn says, with a custom ID on every
+// third item.
+func newUnitTwins(t *testing.T, stride, total int, isOwn func(int) bool) *unitTwins {
+	t.Helper()
 	ctx := context.Background()
-	const id, owner, stride, total = "0123456789abcdef0123456789abcdef", "alice", 8, 29
-	clk := time.UnixMilli(1764633600000)
+	tw := &unitTwins{rdb: redistest.Start(t).Client(t), id: "0123456789abcdef0123456789abcdef", owner: "alice",
+		clk: time.UnixMilli(1764633600000), exps: map[*unitSide]string{}}
 	lstart, lfinish := legacyUnitScripts()
-	newSide := func(name string, legacy bool) *unitSide {
-		s := New(rdb, Options{Prefix: name + ":", TaskTTL: time.Hour, ResultTTL: time.Hour})
-		s.now = func() time.Time { return clk }
+	side := func(name string, legacy bool) *unitSide {
+		s := New(tw.rdb, Options{Prefix: name + ":", TaskTTL: time.Hour, ResultTTL: time.Hour})
+		s.now = func() time.Time { return tw.clk }
 		u := &unitSide{name: name, s: s, start: s.StartUnit, finish: s.FinishUnit}
 		if legacy {
 			u.start = func(ctx context.Context, r tasks.UnitRef) (*tasks.UnitWork, error) {
@@ -395,21 +413,16 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 				return s.legacyFinishUnit(ctx, lfinish, r, o)
 			}
 		}
-		u.events = rdb.Subscribe(ctx, s.k.events())
+		u.events = tw.rdb.Subscribe(ctx, s.k.events())
 		if _, err := u.events.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { u.events.Close() })
 		return u
 	}
-	old, cur := newSide("old", true), newSide("new", false)
-
-	// Chunk 0: own items at 2 and 5; chunk 1: at 10 and 13; chunk 2: all
-	// own; chunk 3 (5 items, the last): at 26.
-	isOwn := func(i int) bool { return i%stride == 2 || i%stride == 5 && i < 16 || i/stride == 2 }
-	exps := map[*unitSide]string{}
-	for _, u := range []*unitSide{old, cur} {
-		w := u.s.NewBatchWriter(id, stride)
+	tw.old, tw.cur = side("old", true), side("new", false)
+	for _, u := range []*unitSide{tw.old, tw.cur} {
+		w := u.s.NewBatchWriter(tw.id, stride)
 		for i := range total {
 			it := StagedItem{Kind: puzzle.KindSliding, Request: []byte(fmt.Sprintf(`{"board":[%d,1,2]}`, i)), Timeout: time.Second}
 			if isOwn(i) {
@@ -422,202 +435,265 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := u.s.CommitBatch(ctx, w, CommitBatch{ID: id, Owner: owner}); err != nil {
+		if err := u.s.CommitBatch(ctx, w, CommitBatch{ID: tw.id, Owner: tw.owner}); err != nil {
 			t.Fatal(err)
 		}
-		exps[u] = rdb.HGet(ctx, u.s.k.batch(id), "expires_at").Val()
+		tw.exps[u] = tw.rdb.HGet(ctx, u.s.k.batch(tw.id), "expires_at").Val()
 		u.drainEvents(t, ctx, 0)
 	}
+	return tw
+}
 
-	chunk := func(j int) tasks.UnitRef { return tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j)} }
-	ownU := func(i int) tasks.UnitRef { return tasks.UnitRef{BatchID: id, Unit: tasks.OwnUnit(i)} }
-	done := func(i int) tasks.ItemOutcome {
-		return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d,"path":"LURD"}`, i))}
-	}
-	fail := func(i int) tasks.ItemOutcome {
-		return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" <long> é\u2028\x01"}
-	}
-	with := func(o tasks.ItemOutcome, f func(*tasks.ItemOutcome)) tasks.ItemOutcome { f(&o); return o }
-	start := func(r tasks.UnitRef) func(*unitSide) (string, error) {
-		return func(u *unitSide) (string, error) {
-			w, err := u.start(ctx, r)
-			if err != nil {
-				return "", err
-			}
-			var b strings.Builder
-			fmt.Fprintf(&b, "owner %q:", w.Owner)
-			for _, it := range w.Items {
-				fmt.Fprintf(&b, " %d=%s", it.Index, it.Request)
-			}
-			return b.String(), nil
-		}
-	}
-	finish := func(r tasks.UnitRef, outs ...tasks.ItemOutcome) func(*unitSide) (string, error) {
-		return func(u *unitSide) (string, error) {
-			n, err := u.finish(ctx, r, outs)
-			return fmt.Sprintf("ended %d", n), err
-		}
-	}
-	cancel := func(idx ...int) func(*unitSide) (string, error) {
-		return func(u *unitSide) (string, error) {
-			b, err := u.s.GetBatch(ctx, id)
-			if err != nil {
-				return "", err
-			}
-			var out []string
-			for _, i := range idx {
-				st, err := u.s.CancelItem(ctx, b, i)
-				if err != nil {
-					return "", err
-				}
-				out = append(out, string(st))
-			}
-			return strings.Join(out, ","), nil
-		}
-	}
-	// exists, for the new store, says whether chunk j's res hash exists
-	// before a step: which path of startUnitScript the step takes.
-	exists := func(j int) bool { return rdb.Exists(ctx, cur.s.k.batchRes(id, j)).Val() == 1 }
+// chunk is the unit of chunk j's cheap items.
+func (tw *unitTwins) chunk(j int) tasks.UnitRef {
+	return tasks.UnitRef{BatchID: tw.id, Unit: tasks.ChunkUnit(j)}
+}
 
-	steps := []struct {
-		name string
-		pre  func() bool // a condition on the new store before the step
-		do   func(*unitSide) (string, error)
-	}{
-		{"an own item of chunk 0 starts", nil, start(ownU(2))},
-		{"chunk 0 starts after its own item did", func() bool { return exists(0) }, start(chunk(0))},
-		{"chunk 1 starts fresh", func() bool { return !exists(1) }, start(chunk(1))},
-		{"chunk 1 is delivered again", nil, start(chunk(1))},
-		{"progress on an own item and a cheap one", nil, func(u *unitSide) (string, error) {
-			if err := u.s.setItemProgress(ctx, id, 10, `{"expanded":7}`); err != nil {
-				return "", err
-			}
-			return "", u.s.setItemProgress(ctx, id, 11, `{"expanded":1}`)
-		}},
-		{"an active cheap item and a pending own one are canceled", nil, cancel(9, 13)},
-		{"chunk 1 finishes: every outcome, duplicates and indices not its own", nil, finish(chunk(1),
-			done(8), fail(8), done(9),
-			with(done(11), func(o *tasks.ItemOutcome) { o.CacheKey = "kA" }),
-			with(done(12), func(o *tasks.ItemOutcome) { o.CacheKey, o.Cached = "kA", true }),
-			fail(14),
-			with(done(15), func(o *tasks.ItemOutcome) { o.CacheKey, o.Result = "kB", nil }),
-			done(3), done(10), done(16))},
-		{"chunk 1 is delivered after it finished", nil, start(chunk(1))},
-		{"the all-own chunk 2 starts fresh", func() bool { return !exists(2) }, start(chunk(2))},
-		{"the all-own chunk 2 finishes an own item", nil, finish(chunk(2), done(16))},
-		{"own item 10 starts, with progress", nil, start(ownU(10))},
-		{"own item 10 finishes, stored once, and another index", nil, finish(ownU(10),
-			with(done(10), func(o *tasks.ItemOutcome) { o.CacheKey = `k"C<` }), done(11))},
-		{"own item 17 finishes without a start", nil, finish(ownU(17), fail(17))},
-		{"own item 5 starts and yields", nil, func(u *unitSide) (string, error) {
-			a, err := start(ownU(5))(u)
-			if err != nil {
-				return "", err
-			}
-			return a, u.s.YieldUnit(ctx, ownU(5))
-		}},
-		{"own item 5 starts twice and yields once", nil, func(u *unitSide) (string, error) {
-			a, err := start(ownU(5))(u)
-			if err != nil {
-				return "", err
-			}
-			b, err := start(ownU(5))(u)
-			if err != nil {
-				return "", err
-			}
-			return a + " / " + b, u.s.YieldUnit(ctx, ownU(5))
-		}},
-		{"own item 5 finishes cached, inline", nil, finish(ownU(5),
-			with(done(5), func(o *tasks.ItemOutcome) { o.Cached = true }))},
-		{"chunk 0 and own item 2 finish", nil, func(u *unitSide) (string, error) {
-			a, err := finish(chunk(0), done(0), fail(1), done(3), done(4), done(6), done(7))(u)
-			if err != nil {
-				return "", err
-			}
-			b, err := finish(ownU(2), fail(2))(u)
-			return a + " / " + b, err
-		}},
-		{"the short chunk 3 finishes without a start", func() bool { return !exists(3) }, finish(chunk(3),
-			fail(24), fail(25), fail(27), fail(28), fail(29))},
-		{"the short chunk 3 starts after it finished", nil, start(chunk(3))},
-		{"own item 26 runs and fails", nil, func(u *unitSide) (string, error) {
-			a, err := start(ownU(26))(u)
-			if err != nil {
-				return "", err
-			}
-			b, err := finish(ownU(26), fail(26))(u)
-			return a + " / " + b, err
-		}},
-		{"the batch is canceled", nil, func(u *unitSide) (string, error) {
-			n, err := u.s.CancelBatch(ctx, id, owner)
-			return fmt.Sprintf("canceled %d", n), err
-		}},
-		{"a chunk of the canceled batch starts", nil, start(chunk(0))},
-		{"the batch is retried", nil, func(u *unitSide) (string, error) {
-			b, err := u.s.GetBatch(ctx, id)
-			if err != nil {
-				return "", err
-			}
-			n, err := u.s.RetryBatch(ctx, b, 0, func(puzzle.Kind, bool) time.Duration { return time.Minute })
-			return fmt.Sprintf("retried %d", n), err
-		}},
-		{"the retried short chunk 3 starts fresh", func() bool { return !exists(3) }, start(chunk(3))},
-		{"the retried chunk 1 starts", func() bool { return exists(1) }, start(chunk(1))},
-		{"the retried chunks finish", nil, func(u *unitSide) (string, error) {
-			a, err := finish(chunk(3), done(24), done(25), done(27), done(28))(u)
-			if err != nil {
-				return "", err
-			}
-			b, err := finish(chunk(1), done(9), done(14))(u)
-			return a + " / " + b, err
-		}},
-		{"the batch is gone", nil, func(u *unitSide) (string, error) {
-			if err := rdb.Del(ctx, u.s.k.batch(id)).Err(); err != nil {
-				return "", err
-			}
-			a, err := start(chunk(0))(u)
-			if err != nil {
-				return "", err
-			}
-			b, err := finish(chunk(0), done(1))(u)
-			return a + " / " + b, err
-		}},
+// own is item i's own unit.
+func (tw *unitTwins) own(i int) tasks.UnitRef {
+	return tasks.UnitRef{BatchID: tw.id, Unit: tasks.OwnUnit(i)}
+}
+
+// exists says whether chunk j's res hash exists in the current store:
+// which path of startUnitScript a start of the chunk takes.
+func (tw *unitTwins) exists(j int) bool {
+	return tw.rdb.Exists(context.Background(), tw.cur.s.k.batchRes(tw.id, j)).Val() == 1
+}
+
+// start starts unit r and answers its owner and items.
+func (tw *unitTwins) start(r tasks.UnitRef) func(*unitSide) (string, error) {
+	return func(u *unitSide) (string, error) {
+		w, err := u.start(context.Background(), r)
+		if err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "owner %q:", w.Owner)
+		for _, it := range w.Items {
+			fmt.Fprintf(&b, " %d=%s", it.Index, it.Request)
+		}
+		return b.String(), nil
 	}
+}
+
+// finish finishes unit r with outs and answers how many items ended.
+func (tw *unitTwins) finish(r tasks.UnitRef, outs ...tasks.ItemOutcome) func(*unitSide) (string, error) {
+	return func(u *unitSide) (string, error) {
+		n, err := u.finish(context.Background(), r, outs)
+		return fmt.Sprintf("ended %d", n), err
+	}
+}
+
+// cancel cancels items idx one at a time and answers their states before.
+func (tw *unitTwins) cancel(idx ...int) func(*unitSide) (string, error) {
+	return func(u *unitSide) (string, error) {
+		ctx := context.Background()
+		b, err := u.s.GetBatch(ctx, tw.id)
+		if err != nil {
+			return "", err
+		}
+		var out []string
+		for _, i := range idx {
+			st, err := u.s.CancelItem(ctx, b, i)
+			if err != nil {
+				return "", err
+			}
+			out = append(out, string(st))
+		}
+		return strings.Join(out, ","), nil
+	}
+}
+
+// inTurn does steps one after the other, joining their answers.
+func inTurn(steps ...func(*unitSide) (string, error)) func(*unitSide) (string, error) {
+	return func(u *unitSide) (string, error) {
+		var out []string
+		for _, st := range steps {
+			a, err := st(u)
+			if err != nil {
+				return "", err
+			}
+			out = append(out, a)
+		}
+		return strings.Join(out, " / "), nil
+	}
+}
+
+// run does steps on both sides, a second apart, and after each compares
+// their answers, events and keys, and checks the current store's counts
+// and quota against its entries and markers.
+func (tw *unitTwins) run(t *testing.T, steps []unitStep) {
+	t.Helper()
+	ctx := context.Background()
 	for n, st := range steps {
-		clk = clk.Add(time.Second)
+		tw.clk = tw.clk.Add(time.Second)
 		if st.pre != nil && !st.pre() {
 			t.Fatalf("step %d (%s): the new store is not in the state the step is for", n+1, st.name)
 		}
 		got := map[*unitSide]string{}
-		for _, u := range []*unitSide{old, cur} {
+		for _, u := range []*unitSide{tw.old, tw.cur} {
 			a, err := st.do(u)
 			if err != nil {
 				t.Fatalf("step %d (%s), %s: %v", n+1, st.name, u.name, err)
 			}
 			got[u] = a
 		}
-		if got[old] != got[cur] {
-			t.Errorf("step %d (%s): answers differ:\n old %s\n new %s", n+1, st.name, got[old], got[cur])
+		if got[tw.old] != got[tw.cur] {
+			t.Errorf("step %d (%s): answers differ:\n old %.2000s\n new %.2000s", n+1, st.name, got[tw.old], got[tw.cur])
 		}
-		if eo, en := old.drainEvents(t, ctx, n+1), cur.drainEvents(t, ctx, n+1); !reflect.DeepEqual(eo, en) {
+		if eo, en := tw.old.drainEvents(t, ctx, n+1), tw.cur.drainEvents(t, ctx, n+1); !reflect.DeepEqual(eo, en) {
 			t.Errorf("step %d (%s): events differ:\n old %q\n new %q", n+1, st.name, eo, en)
 		}
-		do, dn := dumpKeys(t, ctx, old.s, exps[old]), dumpKeys(t, ctx, cur.s, exps[cur])
+		do, dn := dumpKeys(t, ctx, tw.old.s, tw.exps[tw.old]), dumpKeys(t, ctx, tw.cur.s, tw.exps[tw.cur])
 		if !reflect.DeepEqual(do, dn) {
 			for _, l := range do {
 				if !slices.Contains(dn, l) {
-					t.Errorf("step %d (%s): old only: %s", n+1, st.name, l)
+					t.Errorf("step %d (%s): old only: %.2000s", n+1, st.name, l)
 				}
 			}
 			for _, l := range dn {
 				if !slices.Contains(do, l) {
-					t.Errorf("step %d (%s): new only: %s", n+1, st.name, l)
+					t.Errorf("step %d (%s): new only: %.2000s", n+1, st.name, l)
 				}
 			}
 		}
-		checkUnitInvariants(t, ctx, cur.s, id, owner)
+		checkUnitInvariants(t, ctx, tw.cur.s, tw.id, tw.owner)
 		if t.Failed() {
 			t.FailNow()
 		}
 	}
+}
+
+// outDone is item i completed with a small inline result.
+func outDone(i int) tasks.ItemOutcome {
+	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d,"path":"LURD"}`, i))}
+}
+
+// outFailed is item i failed, with a message encoding/json escapes.
+func outFailed(i int) tasks.ItemOutcome {
+	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" <long> é\u2028\x01"}
+}
+
+// outWith is o changed by f.
+func outWith(o tasks.ItemOutcome, f func(*tasks.ItemOutcome)) tasks.ItemOutcome { f(&o); return o }
+
+// TestUnitScriptsMatchLegacy holds the unit scripts to the legacy ones
+// through a batch whose chunks have own items among their cheap ones (one
+// of them all own, the last one short): a chunk started fresh (the fast
+// path) and after one of its own items started, a redelivery, items
+// canceled meanwhile, progress, a yield, finishes of every outcome
+// (inline, stored once, cached, failed with a message to escape,
+// duplicates, indices not the unit's), a finish without a start, a
+// canceled batch, a retry (which empties a chunk's res hash, so its next
+// start is fresh again), and a batch gone.
+func TestUnitScriptsMatchLegacy(t *testing.T) {
+	const stride, total = 8, 29
+	// Chunk 0: own items at 2 and 5; chunk 1: at 10 and 13; chunk 2: all
+	// own; chunk 3 (5 items, the last): at 26.
+	tw := newUnitTwins(t, stride, total, func(i int) bool { return i%stride == 2 || i%stride == 5 && i < 16 || i/stride == 2 })
+	ctx := context.Background()
+	chunk, own, exists := tw.chunk, tw.own, tw.exists
+	tw.run(t, []unitStep{
+		{"an own item of chunk 0 starts", nil, tw.start(own(2))},
+		{"chunk 0 starts after its own item did", func() bool { return exists(0) }, tw.start(chunk(0))},
+		{"chunk 1 starts fresh", func() bool { return !exists(1) }, tw.start(chunk(1))},
+		{"chunk 1 is delivered again", nil, tw.start(chunk(1))},
+		{"progress on an own item and a cheap one", nil, func(u *unitSide) (string, error) {
+			if err := u.s.setItemProgress(ctx, tw.id, 10, `{"expanded":7}`); err != nil {
+				return "", err
+			}
+			return "", u.s.setItemProgress(ctx, tw.id, 11, `{"expanded":1}`)
+		}},
+		{"an active cheap item and a pending own one are canceled", nil, tw.cancel(9, 13)},
+		{"chunk 1 finishes: every outcome, duplicates and indices not its own", nil, tw.finish(chunk(1),
+			outDone(8), outFailed(8), outDone(9),
+			outWith(outDone(11), func(o *tasks.ItemOutcome) { o.CacheKey = "kA" }),
+			outWith(outDone(12), func(o *tasks.ItemOutcome) { o.CacheKey, o.Cached = "kA", true }),
+			outFailed(14),
+			outWith(outDone(15), func(o *tasks.ItemOutcome) { o.CacheKey, o.Result = "kB", nil }),
+			outDone(3), outDone(10), outDone(16))},
+		{"chunk 1 is delivered after it finished", nil, tw.start(chunk(1))},
+		{"the all-own chunk 2 starts fresh", func() bool { return !exists(2) }, tw.start(chunk(2))},
+		{"the all-own chunk 2 finishes an own item", nil, tw.finish(chunk(2), outDone(16))},
+		{"own item 10 starts, with progress", nil, tw.start(own(10))},
+		{"own item 10 finishes, stored once, and another index", nil, tw.finish(own(10),
+			outWith(outDone(10), func(o *tasks.ItemOutcome) { o.CacheKey = `k"C<` }), outDone(11))},
+		{"own item 17 finishes without a start", nil, tw.finish(own(17), outFailed(17))},
+		{"own item 5 starts and yields", nil, inTurn(tw.start(own(5)), func(u *unitSide) (string, error) {
+			return "", u.s.YieldUnit(ctx, own(5))
+		})},
+		{"own item 5 starts twice and yields once", nil, inTurn(tw.start(own(5)), tw.start(own(5)), func(u *unitSide) (string, error) {
+			return "", u.s.YieldUnit(ctx, own(5))
+		})},
+		{"own item 5 finishes cached, inline", nil, tw.finish(own(5),
+			outWith(outDone(5), func(o *tasks.ItemOutcome) { o.Cached = true }))},
+		{"chunk 0 and own item 2 finish", nil, inTurn(
+			tw.finish(chunk(0), outDone(0), outFailed(1), outDone(3), outDone(4), outDone(6), outDone(7)),
+			tw.finish(own(2), outFailed(2)))},
+		{"the short chunk 3 finishes without a start", func() bool { return !exists(3) }, tw.finish(chunk(3),
+			outFailed(24), outFailed(25), outFailed(27), outFailed(28), outFailed(29))},
+		{"the short chunk 3 starts after it finished", nil, tw.start(chunk(3))},
+		{"own item 26 runs and fails", nil, inTurn(tw.start(own(26)), tw.finish(own(26), outFailed(26)))},
+		{"the batch is canceled", nil, func(u *unitSide) (string, error) {
+			n, err := u.s.CancelBatch(ctx, tw.id, tw.owner)
+			return fmt.Sprintf("canceled %d", n), err
+		}},
+		{"a chunk of the canceled batch starts", nil, tw.start(chunk(0))},
+		{"the batch is retried", nil, func(u *unitSide) (string, error) {
+			b, err := u.s.GetBatch(ctx, tw.id)
+			if err != nil {
+				return "", err
+			}
+			n, err := u.s.RetryBatch(ctx, b, 0, func(puzzle.Kind, bool) time.Duration { return time.Minute })
+			return fmt.Sprintf("retried %d", n), err
+		}},
+		{"the retried short chunk 3 starts fresh", func() bool { return !exists(3) }, tw.start(chunk(3))},
+		{"the retried chunk 1 starts", func() bool { return exists(1) }, tw.start(chunk(1))},
+		{"the retried chunks finish", nil, inTurn(
+			tw.finish(chunk(3), outDone(24), outDone(25), outDone(27), outDone(28)),
+			tw.finish(chunk(1), outDone(9), outDone(14)))},
+		{"the batch is gone", nil, inTurn(func(u *unitSide) (string, error) {
+			return "", tw.rdb.Del(ctx, u.s.k.batch(tw.id)).Err()
+		}, tw.start(chunk(0)), tw.finish(chunk(0), outDone(1)))},
+	})
+}
+
+// TestUnitScriptsMatchLegacyWideChunk: the same through chunks of the
+// largest stride, where a chunk's finish is cut into several script
+// calls (maxOutcomesPerCall) and the fast start returns thousands of
+// lines: a fresh start of a chunk with own items, a finish of every item
+// in one FinishUnit, half of a redelivered chunk finished and the rest
+// started again, and the short last chunk.
+func TestUnitScriptsMatchLegacyWideChunk(t *testing.T) {
+	const stride, total = maxStride, 2*maxStride + 77
+	tw := newUnitTwins(t, stride, total, func(i int) bool { return i%97 == 5 })
+	cheap := func(j, from, to int, out func(int) tasks.ItemOutcome) []tasks.ItemOutcome {
+		var outs []tasks.ItemOutcome
+		for i := j*stride + from; i < min(total, j*stride+to); i++ {
+			if i%97 != 5 {
+				outs = append(outs, out(i))
+			}
+		}
+		return outs
+	}
+	mixed := func(i int) tasks.ItemOutcome {
+		switch i % 5 {
+		case 1:
+			return outFailed(i)
+		case 2:
+			return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.CacheKey, o.Cached = "w"+strconv.Itoa(i%3), i%2 == 0 })
+		}
+		return outDone(i)
+	}
+	chunk, exists := tw.chunk, tw.exists
+	tw.run(t, []unitStep{
+		{"chunk 0 starts fresh", func() bool { return !exists(0) }, tw.start(chunk(0))},
+		{"chunk 0 finishes every item in one call", nil, tw.finish(chunk(0), cheap(0, 0, stride, mixed)...)},
+		{"chunk 1 starts fresh and again", func() bool { return !exists(1) }, inTurn(tw.start(chunk(1)), tw.start(chunk(1)))},
+		{"chunk 1 finishes its first 1500 items", nil, tw.finish(chunk(1), cheap(1, 0, 1500, mixed)...)},
+		{"chunk 1 is delivered again", nil, tw.start(chunk(1))},
+		{"chunk 1 finishes the rest, and all again", nil, tw.finish(chunk(1), cheap(1, 0, stride, outDone)...)},
+		{"the short last chunk starts fresh", func() bool { return !exists(2) }, tw.start(chunk(2))},
+		{"the short last chunk finishes", nil, tw.finish(chunk(2), cheap(2, 0, stride, mixed)...)},
+	})
 }
