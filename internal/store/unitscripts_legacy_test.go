@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -381,6 +382,7 @@ type unitTwins struct {
 	clk       time.Time
 	old, cur  *unitSide
 	exps      map[*unitSide]string // each batch's expires_at
+	steps     int                  // steps run so far, to number the next
 }
 
 // unitStep is one step of a twins' run: do is done on each side, whose
@@ -519,13 +521,16 @@ func inTurn(steps ...func(*unitSide) (string, error)) func(*unitSide) (string, e
 	}
 }
 
-// run does steps on both sides, a second apart, and after each compares
-// their answers, events and keys, and checks the current store's counts
-// and quota against its entries and markers.
+// run does steps on both sides, a second apart, numbered after those of
+// earlier calls, and after each compares their answers, events and keys,
+// and checks the current store's counts and quota against its entries
+// and markers.
 func (tw *unitTwins) run(t *testing.T, steps []unitStep) {
 	t.Helper()
 	ctx := context.Background()
-	for n, st := range steps {
+	for _, st := range steps {
+		tw.steps++
+		n := tw.steps - 1
 		tw.clk = tw.clk.Add(time.Second)
 		if st.pre != nil && !st.pre() {
 			t.Fatalf("step %d (%s): the new store is not in the state the step is for", n+1, st.name)
@@ -696,4 +701,111 @@ func TestUnitScriptsMatchLegacyWideChunk(t *testing.T) {
 		{"the short last chunk starts fresh", func() bool { return !exists(2) }, tw.start(chunk(2))},
 		{"the short last chunk finishes", nil, tw.finish(chunk(2), cheap(2, 0, stride, mixed)...)},
 	})
+}
+
+// TestUnitScriptsMatchLegacyRandomRuns: the same through seeded random
+// sequences of starts, redeliveries, finishes (of any subset of a unit's
+// items, with duplicates, other units' indices and every kind of
+// outcome), cancels of items and of the batch, yields, progress and
+// retries, in orders no scripted test thinks of. The sequence depends on
+// the seed alone, so a failure names its seed and step and replays.
+func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
+	const stride, total = 2, 23
+	isOwn := func(i int) bool { return i%5 == 1 }
+	var owns []int
+	for i := range total {
+		if isOwn(i) {
+			owns = append(owns, i)
+		}
+	}
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			tw := newUnitTwins(t, stride, total, isOwn)
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(seed, 0))
+			outcome := func(i int) tasks.ItemOutcome {
+				switch rng.IntN(7) {
+				case 0, 6:
+					return outFailed(i)
+				case 1:
+					return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.CacheKey = "r" + strconv.Itoa(rng.IntN(3)) })
+				case 2:
+					return outWith(outDone(i), func(o *tasks.ItemOutcome) {
+						o.CacheKey, o.Cached = "r"+strconv.Itoa(rng.IntN(3)), true
+					})
+				case 3:
+					return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.Cached = true })
+				}
+				return outDone(i)
+			}
+			const chunks = (total + stride - 1) / stride
+			for range 100 {
+				j, i, own := rng.IntN(chunks), rng.IntN(total), owns[rng.IntN(len(owns))]
+				var st unitStep
+				switch r := rng.IntN(100); {
+				case r < 10:
+					// A chunk whose res hash does not exist, if any: the
+					// fast path, which few random orders would reach.
+					var fresh []int
+					for c := range chunks {
+						if !tw.exists(c) {
+							fresh = append(fresh, c)
+						}
+					}
+					if len(fresh) > 0 {
+						j = fresh[rng.IntN(len(fresh))]
+					}
+					st = unitStep{fmt.Sprintf("start c%d", j), nil, tw.start(tw.chunk(j))}
+				case r < 25:
+					st = unitStep{fmt.Sprintf("start c%d", j), nil, tw.start(tw.chunk(j))}
+				case r < 36:
+					st = unitStep{fmt.Sprintf("start x%d", own), nil, tw.start(tw.own(own))}
+				case r < 60:
+					var outs []tasks.ItemOutcome
+					for x := j * stride; x < min(total, (j+1)*stride); x++ {
+						if rng.IntN(3) > 0 {
+							outs = append(outs, outcome(x))
+						}
+					}
+					if rng.IntN(4) == 0 {
+						outs = append(outs, outcome(i)) // perhaps another chunk's, or a duplicate
+					}
+					st = unitStep{fmt.Sprintf("finish c%d with %d outcomes", j, len(outs)), nil, tw.finish(tw.chunk(j), outs...)}
+				case r < 72:
+					outs := []tasks.ItemOutcome{outcome(own)}
+					if rng.IntN(4) == 0 {
+						outs = append(outs, outcome(i))
+					}
+					st = unitStep{fmt.Sprintf("finish x%d", own), nil, tw.finish(tw.own(own), outs...)}
+				case r < 81:
+					st = unitStep{fmt.Sprintf("cancel %d", i), nil, tw.cancel(i)}
+				case r < 87:
+					st = unitStep{fmt.Sprintf("yield x%d", own), nil, func(u *unitSide) (string, error) {
+						return "", u.s.YieldUnit(ctx, tw.own(own))
+					}}
+				case r < 90:
+					st = unitStep{fmt.Sprintf("progress %d", i), nil, func(u *unitSide) (string, error) {
+						return "", u.s.setItemProgress(ctx, tw.id, i, `{"expanded":3}`)
+					}}
+				case r < 98:
+					st = unitStep{"retry", nil, func(u *unitSide) (string, error) {
+						b, err := u.s.GetBatch(ctx, tw.id)
+						if err != nil {
+							return "", err
+						}
+						n, err := u.s.RetryBatch(ctx, b, 0, func(puzzle.Kind, bool) time.Duration { return time.Minute })
+						return fmt.Sprintf("retried %d", n), err
+					}}
+				default:
+					st = unitStep{"cancel the batch", nil, func(u *unitSide) (string, error) {
+						n, err := u.s.CancelBatch(ctx, tw.id, tw.owner)
+						return fmt.Sprintf("canceled %d", n), err
+					}}
+				}
+				// One step at a time: the next is chosen knowing the
+				// state this one leaves (the seed still decides all).
+				tw.run(t, []unitStep{st})
+			}
+		})
+	}
 }
