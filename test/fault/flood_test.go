@@ -386,7 +386,7 @@ func (c *cluster) getTaskAs(t *testing.T, hc *http.Client, key, id string) (apit
 
 // joinKillBound is the most the lead and its joined copies may take to
 // complete after the kill. The copy solves the board's 3.5 s of CPU at
-// whatever share of a core the loaded machine gives it (6.2-9.3 s after
+// whatever share of a core the loaded machine gives it (6.1-9.3 s after
 // the kill at a load average of 1-11), so recoveryBound, which the worker
 // crash holds boards of a fraction of a second to, would measure the load,
 // not the recovery; this one is half of asynq's earliest recovery of the
