@@ -25,9 +25,12 @@ import (
 //     free a slot moves it back onto its queue at once.
 //
 // Both are leases in Redis that the running worker renews every
-// SolveLease/3, so a worker that dies frees its slot, and its in-flight
-// solve is taken over by asynq's redelivery of the same task (or by the
-// next identical submission) once the lease has ended.
+// SolveLease/3. When a worker dies, any run of the same task record takes
+// its slot and in-flight solve over at once, lease or not (the slot's
+// member and the solve's lead are the record's ID): the watchdog's copy
+// within seconds (Heartbeat, RedriveTask), or asynq's redelivery after its
+// own lease recovery when no watchdog re-drove it. Otherwise both end with
+// their lease, and the next identical submission leads the solve.
 
 // SolveLease is how long a run's slot and in-flight solve last without
 // being renewed. Its run renews them every third of it, so only a worker
