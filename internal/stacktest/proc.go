@@ -72,9 +72,37 @@ func StartProc(t testing.TB, name, bin string, env map[string]string) *Proc {
 		if t.Failed() {
 			p.Dump(t)
 		}
+		p.keep(t)
 	})
 	p.WaitReady(t, 30*time.Second)
 	return p
+}
+
+// KeepLogsEnv names a directory into which every process's log is copied
+// when its test ends, passed or failed: a passing fault case's logs (the
+// watchdog's re-drives, say) are otherwise lost with its temporary
+// directory.
+const KeepLogsEnv = "PUZZLEQ_KEEP_LOGS"
+
+// keep copies the log into $PUZZLEQ_KEEP_LOGS, named by the test, the
+// process and its PID, when that is set.
+func (p *Proc) keep(t testing.TB) {
+	dir := os.Getenv(KeepLogsEnv)
+	if dir == "" {
+		return
+	}
+	<-p.done // Kill reaped it; the log is complete
+	b, err := os.ReadFile(p.LogPath)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		name := strings.ReplaceAll(t.Name(), "/", "_") + "-" + p.Name + "-" + strconv.Itoa(p.PID()) + ".log"
+		err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	if err != nil {
+		t.Logf("%s: keep the log of %s: %v", KeepLogsEnv, p.Name, err)
+	}
 }
 
 // PID is the process ID.

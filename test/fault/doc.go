@@ -17,5 +17,9 @@
 // TestFault orders and bounds its cases itself (see there), so the suite
 // raises go test's -parallel to what that needs (minParallel).
 //
+// A process's log is printed when its test fails; to keep every log of a
+// run, passed cases' too (which component re-drove a task, say), set
+// PUZZLEQ_KEEP_LOGS to a directory (stacktest.KeepLogsEnv).
+//
 // RELIABILITY.md at the repository root records what it measured.
 package fault
