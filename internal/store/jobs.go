@@ -517,8 +517,8 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 		return w, nil
 	}
 	w.Owner = v[0]
-	if len(v) == 6 && v[1] == "*" {
-		return w, startWhole(w, ref, v[2], v[4], v[5])
+	if len(v) == 5 && v[1] == "*" {
+		return w, startWhole(w, ref, v[2], v[3], v[4])
 	}
 	for i := 1; i+1 < len(v); i += 2 {
 		idx, err := strconv.Atoi(v[i])

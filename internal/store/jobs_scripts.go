@@ -389,8 +389,8 @@ return out
 // item runs, but the worker hands on its owner's slot: tasks.Gate's
 // PassSlot), else {owner, index_1, request_1, index_2, request_2, ...},
 // or, for a chunk's first delivery with no entry or marker yet, {owner,
-// "*", the chunk's first index, the marker set, the chunk's kind bytes,
-// its request lines}: every item whose kind byte is lowercase runs, with
+// "*", the chunk's first index, the chunk's kind bytes, its request
+// lines}: every item whose kind byte is lowercase runs, with
 // the line of its offset.
 var startUnitScript = redis.NewScript(batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at', 'canceled_at')
@@ -414,7 +414,7 @@ if chunk and redis.call('EXISTS', rk) == 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', -run)
   redis.call('HINCRBY', KEYS[1], 'active', run)
   redis.call('PEXPIREAT', rk, b[4])
-  return {owner, '*', tostring(j * stride), '1 ' .. ARGV[1], m, redis.call('HGET', KEYS[2], tostring(j)) or ''}
+  return {owner, '*', tostring(j * stride), m, redis.call('HGET', KEYS[2], tostring(j)) or ''}
 end
 local offs = {}
 if chunk then
