@@ -809,3 +809,93 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestUnitScriptCostPerItem measures what the fast paths save Redis, the
+// one shared process: two batches of 8,192 8-puzzles in 512-item chunks
+// (CHUNK_SIZE's default) on one server, one started and finished by the
+// legacy scripts and one by the current ones, each phase's EVALSHA usec
+// (INFO commandstats) per item logged as FIGURES (BENCHMARKS.md, "Per-item
+// string work out of Redis"). The figures are read, not asserted (the
+// machine is shared); what is asserted is that both sides ran and ended
+// every item.
+func TestUnitScriptCostPerItem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stages 16,384 items")
+	}
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	s := New(rdb, Options{Prefix: "cost:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	LoadScripts(ctx, rdb)
+	oldStart, oldFinish := legacyUnitScripts()
+	oldStart.Load(ctx, rdb)
+	oldFinish.Load(ctx, rdb)
+	const n, stride = 8192, 512
+	result := json.RawMessage(`{"solvable":true,"moves":22,"path":"LURDLURDLURDLURDLURDLU"}`)
+	evalUsec := func() int64 {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(l, "cmdstat_evalsha:"); ok {
+				_, v, _ := strings.Cut(rest, "usec=")
+				v, _, _ = strings.Cut(v, ",")
+				u, _ := strconv.ParseInt(v, 10, 64)
+				return u
+			}
+		}
+		return 0
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	run := func(name string, start func(tasks.UnitRef) (*tasks.UnitWork, error),
+		finish func(tasks.UnitRef, []tasks.ItemOutcome) (int, error)) {
+		id := fmt.Sprintf("%032x", rng.Uint64())
+		w := s.NewBatchWriter(id, stride)
+		for range n {
+			p := rng.Perm(9)
+			req := fmt.Sprintf(`{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}`, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+			if err := w.Add(ctx, StagedItem{Kind: puzzle.KindSliding, Request: []byte(req), Timeout: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.CommitBatch(ctx, w, CommitBatch{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		var works []*tasks.UnitWork
+		u0 := evalUsec()
+		for j := range n / stride {
+			wk, err := start(tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j)})
+			if err != nil || len(wk.Items) != stride {
+				t.Fatalf("%s: start chunk %d: %d items, %v", name, j, len(wk.Items), err)
+			}
+			works = append(works, wk)
+		}
+		u1 := evalUsec()
+		ended := 0
+		for j, wk := range works {
+			outs := make([]tasks.ItemOutcome, len(wk.Items))
+			for i, it := range wk.Items {
+				outs[i] = tasks.ItemOutcome{Index: it.Index, State: apitype.TaskStateCompleted, Result: result}
+			}
+			e, err := finish(tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j)}, outs)
+			if err != nil {
+				t.Fatalf("%s: finish chunk %d: %v", name, j, err)
+			}
+			ended += e
+		}
+		u2 := evalUsec()
+		if ended != n {
+			t.Fatalf("%s: the finishes ended %d items, want %d", name, ended, n)
+		}
+		t.Logf("FIGURES unit scripts, %s: start %.2f us/item, finish %.2f us/item of EVALSHA (%d items in %d-item chunks)",
+			name, float64(u1-u0)/n, float64(u2-u1)/n, n, stride)
+	}
+	for range 2 { // alternated, so that both see the same machine
+		run("legacy", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.legacyStartUnit(ctx, oldStart, r) },
+			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+				return s.legacyFinishUnit(ctx, oldFinish, r, o)
+			})
+		run("current", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.StartUnit(ctx, r) },
+			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) { return s.FinishUnit(ctx, r, o) })
+	}
+}
