@@ -12,7 +12,8 @@
 #   wall seconds of each, their ratio (local/service: 1.0 means the queue
 #   costs nothing), CPU per puzzle of every process (from /proc, 10 ms
 #   ticks), and Redis commands per puzzle (INFO commandstats, scripts'
-#   inner calls included). It also checks that the service wrote the same
+#   inner calls included; BENCH_CMDSTATS=DIR keeps each run's commandstats).
+#   It also checks that the service wrote the same
 #   results as the local solve, line for line.
 set -euo pipefail
 rounds=$1; shift
@@ -78,6 +79,12 @@ bad = sum(1 for a, b in zip(loc, svc) if json.loads(a) != b.get("result"))
 print("same" if len(loc) == len(svc) and bad == 0 else f"DIFFERENT({len(loc)} vs {len(svc)}, {bad} differ)")
 PY
 )
+  # BENCH_CMDSTATS=DIR keeps each run's INFO commandstats (calls and usec
+  # per command; EVALSHA's usec includes its scripts' inner calls).
+  if [ -n "${BENCH_CMDSTATS:-}" ]; then
+    mkdir -p "$BENCH_CMDSTATS"
+    redis-cli -p $rp info commandstats | tr -d '\r' | grep '^cmdstat_' >"$BENCH_CMDSTATS/${label//[#\/]/_}.txt"
+  fi
   kill $apid $wpid $rpid 2>/dev/null || true; wait $apid $wpid $rpid 2>/dev/null || true
   awk -v l="$label" -v n="$n" -v lw="$lwall" -v sw="$swall" -v a="$da" -v w="$dw" -v r="$dr" \
       -v cu="$c_user" -v cs="$c_sys" -v cmds="$cmds" -v same="$same" 'BEGIN {
