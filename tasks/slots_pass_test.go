@@ -114,18 +114,7 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 		}},
 		{"single tasks canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
 			for i, req := range boards {
-				id := fmt.Sprint("s", i)
-				p := mustParse(t, req)
-				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
-					t.Fatal(err)
-				}
-				task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
-					t.Fatal(err)
-				}
+				f.enqueueSingle(t, client, fmt.Sprint("s", i), "k1", req)
 			}
 			f.waitParked(t, "k1", len(boards))
 			for i := range boards {
@@ -212,17 +201,7 @@ func TestLastDeliveryIsNotFailedForWaiting(t *testing.T) {
 				return f.item(t, "b1", 0)
 			}
 			if single {
-				p := mustParse(t, board)
-				if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: "s0", Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
-					t.Fatal(err)
-				}
-				task, err := tasks.NewSolveTask("s0", "k1", p, tasks.QueueInteractive, testLimits())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := client.Enqueue(task, asynq.TaskID("s0"), asynq.MaxRetry(0)); err != nil {
-					t.Fatal(err)
-				}
+				f.enqueueSingle(t, client, "s0", "k1", board, asynq.MaxRetry(0))
 			} else {
 				f.stageOwned(t, "b1", "k1", []string{board})
 				task, err := tasks.NewUnitTask(tasks.UnitRef{BatchID: "b1", Unit: tasks.OwnUnit(0), Timeout: time.Minute}, tasks.QueueBulk)

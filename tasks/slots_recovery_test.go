@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -48,17 +47,7 @@ func TestLeaseRecoveredRunIsNotPromoted(t *testing.T) {
 	enqueue := func(i int) tasks.SolveRun {
 		t.Helper()
 		id := fmt.Sprint("s", i)
-		p := mustParse(t, boards[i])
-		if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
-			t.Fatal(err)
-		}
-		task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
+		p := f.enqueueSingle(t, client, id, "k1", boards[i])
 		return tasks.SolveRun{ID: id, Owner: "k1", Solve: tasks.SolveKey(p), CacheKey: p.Key(), Queue: tasks.QueueInteractive, AsynqID: id}
 	}
 	const q = "asynq:{" + tasks.QueueInteractive + "}:"

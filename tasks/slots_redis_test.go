@@ -48,6 +48,25 @@ func sweeps(t *testing.T, n int) []string {
 // slotServer runs h on a real asynq server of concurrency n on f's Redis,
 // configured as the worker binary is except that a WaitError waits an
 // hour: only a promotion brings a parked run back within a test.
+// enqueueSingle records single task id of owner as the API does and
+// enqueues its asynq task (ID id) on the interactive queue with opts; it
+// returns the parsed puzzle, for the run's solve and cache keys.
+func (f *unitFixture) enqueueSingle(t *testing.T, client *asynq.Client, id, owner, req string, opts ...asynq.Option) *puzzle.Parsed {
+	t.Helper()
+	p := mustParse(t, req)
+	if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	task, err := tasks.NewSolveTask(id, owner, p, tasks.QueueInteractive, testLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(task, append([]asynq.Option{asynq.TaskID(id)}, opts...)...); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func (f *unitFixture) slotServer(t *testing.T, h *tasks.Handler, n int) {
 	t.Helper()
 	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
@@ -163,18 +182,7 @@ func TestSingleSearchesArePromoted(t *testing.T) {
 
 	reqs := sweeps(t, 3)
 	for i, req := range reqs {
-		id := fmt.Sprint("s", i)
-		p := mustParse(t, req)
-		if _, _, err := f.store.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "k1", CacheKey: p.Key()}, 0); err != nil {
-			t.Fatal(err)
-		}
-		task, err := tasks.NewSolveTask(id, "k1", p, tasks.QueueInteractive, testLimits())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.Enqueue(task, asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
+		f.enqueueSingle(t, client, fmt.Sprint("s", i), "k1", req)
 	}
 	f.slotServer(t, h, 3)
 	for i := range reqs {
