@@ -100,8 +100,11 @@ local function promote(pk, now_ns, mark)
     if tab then
       base = 'asynq:{' .. string.sub(m[i], 1, tab - 1) .. '}:'
       id = string.sub(m[i], tab + 1)
-      local h = redis.call('HMGET', base .. 't:' .. id, 'state', 'msg')
-      st, msg = h[1], h[2]
+      -- The message holds the task's payload (a large fill's is
+      -- megabytes): it is read only for a task in the retry set, the
+      -- one case that needs it, not for every parked run looked at.
+      st = redis.call('HGET', base .. 't:' .. id, 'state')
+      if st == 'retry' then msg = redis.call('HGET', base .. 't:' .. id, 'msg') end
     end
     local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
     if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
