@@ -74,7 +74,9 @@ type BatchRetried struct {
 	// Complete is false when the retry was cut short (Redis failed, or it
 	// ran out of time) after it had queued Retried tasks again: those run,
 	// and another retry re-opens the rest (a task is never re-opened
-	// twice). It is true when every task there was to retry was reached.
+	// twice). Retried is then a lower bound: the call that failed may
+	// have re-opened its chunk before its answer was lost. It is true
+	// when every task there was to retry was reached.
 	Complete bool `json:"complete"`
 }
 

@@ -303,8 +303,15 @@ func testRetryLockFrozenAPI(t *testing.T) {
 	if !aOK && (gotA.err != nil || gotA.code != http.StatusServiceUnavailable) {
 		t.Errorf("A's retry, resumed: %d %v %.300s; want 200, or 503 for a call cut by the freeze", gotA.code, gotA.err, gotA.body)
 	}
-	if aOK && rA.Retried+rB.Retried != n {
+	// A complete answer counts exactly; one cut short (the freeze made a
+	// call's reply arrive past its deadline, though Redis ran the call)
+	// counts what it knows, a lower bound (apitype.BatchRetried), and
+	// wrong_items below checks that every item was re-opened once.
+	if aOK && rA.Complete && rA.Retried+rB.Retried != n {
 		t.Errorf("A re-opened %d and B %d items, %d in all; want each of the %d exactly once", rA.Retried, rB.Retried, rA.Retried+rB.Retried, n)
+	}
+	if aOK && !rA.Complete && rA.Retried+rB.Retried > n {
+		t.Errorf("A (cut short) re-opened %d and B %d items, %d in all; more than the %d there are", rA.Retried, rB.Retried, rA.Retried+rB.Retried, n)
 	}
 	if ttl, _ := c.rdb.PTTL(ctx, lock).Result(); ttl > 0 {
 		if v, _ := c.rdb.Get(ctx, lock).Result(); v == tokenA {
