@@ -229,6 +229,19 @@ func (c *Common) Limits() tasks.Limits {
 	}
 }
 
+// DefaultLimits returns the limits a worker runs with when no setting
+// overrides them. Tests that check the service's answers against a local
+// solve use it, so that the reference search has the worker's node budget
+// (SLIDING_MAX_NODES is 15 times the solver's own default): a board that
+// a worker solves must not fail locally for a smaller budget.
+func DefaultLimits() tasks.Limits {
+	var c WorkerConfig
+	if err := c.set().Load("worker", nil, func(string) string { return "" }, io.Discard); err != nil {
+		panic("app: the worker's defaults do not load: " + err.Error())
+	}
+	return c.Limits()
+}
+
 // webhookPolicy is the parsed WEBHOOK_ALLOWED_HOSTS (validated).
 func (c *Common) webhookPolicy() *webhook.Policy {
 	p, err := webhook.ParsePolicy(c.WebhookAllowedHosts)

@@ -33,6 +33,18 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("no default deadline for %s: %v", k, d)
 		}
 	}
+	// DefaultLimits, which the tests' local reference solves use, are the
+	// limits a worker loads with no settings, node budgets included.
+	def, loaded := app.DefaultLimits(), w.Limits()
+	for _, k := range puzzle.Kinds {
+		if def.MaxNodes[k] != loaded.MaxNodes[k] || def.Deadline[k] != loaded.Deadline[k] {
+			t.Errorf("%s: DefaultLimits %d nodes %v, the loaded worker %d nodes %v",
+				k, def.MaxNodes[k], def.Deadline[k], loaded.MaxNodes[k], loaded.Deadline[k])
+		}
+	}
+	if def.MaxNodes[puzzle.KindSliding] != 3_000_000_000 {
+		t.Errorf("SLIDING_MAX_NODES default %d, want 3000000000", def.MaxNodes[puzzle.KindSliding])
+	}
 	a, err := app.LoadAPIConfig(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

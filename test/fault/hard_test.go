@@ -239,7 +239,7 @@ func solveLocalErr(req string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.Solve(context.Background())
+	res, err := p.WithMaxNodes(workerLimits.MaxNodes[p.Kind()]).Solve(context.Background())
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers/sweep"
 )
+
+// workerLimits are the limits of a worker started with no settings of
+// its own: the local search gets their node budget, not the solver's
+// smaller default, so that a board a worker solves never fails here.
+var workerLimits = app.DefaultLimits()
 
 // solveLocal is the exact result JSON the API must serve for req.
 func solveLocal(t *testing.T, req string) []byte {
@@ -24,7 +30,7 @@ func solveLocal(t *testing.T, req string) []byte {
 	if err != nil {
 		t.Fatalf("decode %.100s: %v", req, err)
 	}
-	res, err := p.Solve(context.Background())
+	res, err := p.WithMaxNodes(workerLimits.MaxNodes[p.Kind()]).Solve(context.Background())
 	if err != nil {
 		t.Fatalf("solve %.100s locally: %v", req, err)
 	}
