@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,5 +174,123 @@ func TestCallDeadlineKeepsSoonerDeadline(t *testing.T) {
 	defer c2()
 	if got, ok := ctx.Deadline(); !ok || time.Until(got) > time.Minute || time.Until(got) < 59*time.Second {
 		t.Errorf("deadline %v (%v), want a minute from now", got, ok)
+	}
+}
+
+// TestIdleConnectionClosedByRedis: the binaries' clients let go-redis
+// check a pooled connection's socket only once it sat idle for
+// peekAfterIdle (idlePeekDial). A connection that Redis closed while it
+// sat idle that long must be found by the check, invisibly to callers:
+// each kind of call the store makes (a command, a script, a pipeline)
+// succeeds on the first try after Redis dropped every idle connection,
+// and runs once. (Without the check the calls fail with EOF: go-redis's
+// retries land on the pool's other dead connections.)
+func TestIdleConnectionClosedByRedis(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	_, rdb, err := redisConn(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	admin := r.Client(t)
+	script := redis.NewScript(`return redis.call("INCR", KEYS[1])`)
+	calls := []struct {
+		name string
+		do   func() error
+	}{
+		{"command", func() error { return rdb.Set(ctx, "k", "v", 0).Err() }},
+		{"script", func() error { return script.Run(ctx, rdb, []string{"n"}).Err() }},
+		{"pipeline", func() error {
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Get(ctx, "k")
+				p.Incr(ctx, "n")
+				return nil
+			})
+			return err
+		}},
+	}
+	for _, c := range calls {
+		// Fill the pool with several connections, let them sit idle, then
+		// have Redis close every one of them but the admin's.
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					t.Errorf("ping: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(peekAfterIdle + 50*time.Millisecond)
+		killed, err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Result()
+		if err != nil || killed < 2 {
+			t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
+		}
+		if err := c.do(); err != nil {
+			t.Errorf("%s on a connection Redis closed while idle: %v", c.name, err)
+		}
+	}
+	if n := admin.Get(ctx, "n").Val(); n != "2" {
+		t.Errorf("the script and the pipeline incremented n to %s, want 2 (once each)", n)
+	}
+}
+
+// TestIdlePeekSkipsOnlyRecentConnections: the wrapped connection's
+// RawConn runs go-redis's peek only after peekAfterIdle without a read or
+// a write, and a connection without SyscallConn (TLS) is left as it is.
+func TestIdlePeekSkipsOnlyRecentConnections(t *testing.T) {
+	t.Parallel()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := idlePeekDial{}.DialHook(func(context.Context, string, string) (net.Conn, error) { return raw, nil })
+	c, err := dial(context.Background(), "tcp", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		t.Fatalf("%T hides SyscallConn: go-redis would never check it", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peeked := func() bool {
+		called := false
+		if err := rc.Read(func(uintptr) bool { called = true; return true }); err != nil {
+			t.Fatal(err)
+		}
+		return called
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if peeked() {
+		t.Error("a connection written a moment ago was peeked")
+	}
+	time.Sleep(peekAfterIdle + 20*time.Millisecond)
+	if !peeked() {
+		t.Errorf("a connection idle for over %s was not peeked", peekAfterIdle)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	pc, err := idlePeekDial{}.DialHook(func(context.Context, string, string) (net.Conn, error) { return a, nil })(context.Background(), "tcp", "x")
+	if err != nil || pc != a {
+		t.Errorf("a connection without SyscallConn came back as %T (%v), want it unwrapped", pc, err)
+	}
+	if _, err := (idlePeekDial{}).DialHook(func(context.Context, string, string) (net.Conn, error) {
+		return nil, io.ErrClosedPipe
+	})(context.Background(), "tcp", "x"); err != io.ErrClosedPipe {
+		t.Errorf("a dial error: got %v", err)
 	}
 }
