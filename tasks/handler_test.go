@@ -240,6 +240,39 @@ func TestInstantSingleSkipsStart(t *testing.T) {
 	}
 }
 
+// TestNewUnitEnqueuedMatchesAsynq: a unit's task as the store's bulk
+// enqueue writes it is byte for byte what asynq.Client writes for
+// NewUnitTask, timeouts in and out of whole seconds and none at all
+// (asynq's default) included.
+func TestNewUnitEnqueuedMatchesAsynq(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := asynq.NewClientFromRedisClient(rdb)
+	for i, timeout := range []time.Duration{0, 1500 * time.Millisecond, time.Minute, 30*time.Minute + 2*time.Second} {
+		for _, unit := range []string{"c0", "x12345"} {
+			r := tasks.UnitRef{BatchID: fmt.Sprintf("%032x", i+1), Unit: unit, Timeout: timeout}
+			task, err := tasks.NewUnitTask(r, tasks.QueueBulk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.EnqueueContext(context.Background(), task); err != nil {
+				t.Fatal(err)
+			}
+			want, err := rdb.HGet(context.Background(), "asynq:{bulk}:t:"+r.TaskID(), "msg").Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tasks.NewUnitEnqueued(r, tasks.QueueBulk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Msg, want) || got.ID != r.TaskID() || got.Queue != tasks.QueueBulk {
+				t.Fatalf("%+v: message\n%x\nasynq.Client wrote\n%x", r, got.Msg, want)
+			}
+		}
+	}
+}
+
 // The message the submit script enqueues is, byte for byte, the one
 // asynq.Client writes for NewSolveTask's task, so the workers' asynq reads
 // it as its own; checked for every kind.

@@ -83,6 +83,34 @@ func NewUnitTask(r UnitRef, queue string) (*asynq.Task, error) {
 		asynq.MaxRetry(maxRetry), asynq.Timeout(r.Timeout)), nil
 }
 
+// NewUnitEnqueued is NewUnitTask's task in asynq's stored form (see
+// NewSolveEnqueued), for a store script that enqueues many units in one
+// call (BulkFeeder). TestNewUnitEnqueuedMatchesAsynq holds the bytes
+// equal to asynq.Client's own.
+func NewUnitEnqueued(r UnitRef, queue string) (Enqueued, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("tasks: encode unit payload: %w", err)
+	}
+	id := r.TaskID()
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = asynqDefaultTimeout // as asynq.Client sets it
+	}
+	msg := make([]byte, 0, len(b)+len(TypeUnit)+len(id)+len(queue)+24)
+	msg = protoBytes(msg, 1, []byte(TypeUnit))                  // type
+	msg = protoBytes(msg, 2, b)                                 // payload
+	msg = protoBytes(msg, 3, []byte(id))                        // id
+	msg = protoBytes(msg, 4, []byte(queue))                     // queue
+	msg = protoVarint(msg, 5, maxRetry)                         // retry
+	msg = protoVarint(msg, 8, uint64(int64(timeout.Seconds()))) // timeout, seconds
+	return Enqueued{ID: id, Queue: queue, Msg: msg}, nil
+}
+
+// asynqDefaultTimeout is the timeout asynq.Client gives a task enqueued
+// with neither a timeout nor a deadline (asynq v0.26's defaultTimeout).
+const asynqDefaultTimeout = 30 * time.Minute
+
 // PendingListKey is the Redis list asynq keeps a queue's waiting tasks in
 // ("asynq:{<queue>}:pending" in asynq v0.26). The feeder keeps it short
 // and KEDA's trigger reads its length, so both depend on this one layout.
@@ -134,4 +162,19 @@ type Feeder interface {
 	Feed(ctx context.Context, queue string, depth, max int) ([]UnitRef, error)
 	// AckFed records that refs are on the queue.
 	AckFed(ctx context.Context, refs []UnitRef) error
+}
+
+// BulkFeeder is a Feeder that also enqueues the units it fed, in asynq's
+// stored form (NewUnitEnqueued), together with their acknowledgement, a
+// few hundred units a round trip; *store.Store satisfies it. Feeding
+// through it is a feed and one call where asynq's client would take an
+// enqueue per unit and an acknowledgement: a feeder that dies holding a
+// thousand units (a deep FEED_DEPTH) leaves the reconciler a few calls to
+// make, not a thousand enqueues.
+type BulkFeeder interface {
+	Feeder
+	// EnqueueFed puts refs on queue's pending list and acknowledges them
+	// at once; a unit whose task asynq holds already stays as it is and
+	// counts as landed. It returns how many it acknowledged.
+	EnqueueFed(ctx context.Context, queue string, refs []UnitRef) (int, error)
 }

@@ -78,6 +78,9 @@ func enqueueFed(ctx context.Context, f Feeder, e Enqueuer, queue string, refs []
 	if err != nil {
 		return 0, fmt.Errorf("tasks: feed %s: %w", queue, err)
 	}
+	if bf, ok := f.(BulkFeeder); ok {
+		return EnqueueFed(ctx, bf, queue, refs)
+	}
 	var (
 		landed []UnitRef
 		errs   []error
@@ -99,6 +102,19 @@ func enqueueFed(ctx context.Context, f Feeder, e Enqueuer, queue string, refs []
 		}
 	}
 	return len(landed), errors.Join(errs...)
+}
+
+// EnqueueFed puts units that a feed took on queue through f, which
+// acknowledges the ones that landed in the same step (BulkFeeder).
+func EnqueueFed(ctx context.Context, f BulkFeeder, queue string, refs []UnitRef) (int, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	n, err := f.EnqueueFed(ctx, queue, refs)
+	if err != nil {
+		return n, fmt.Errorf("tasks: enqueue %d fed units: %w", len(refs), err)
+	}
+	return n, nil
 }
 
 // decodeUnitRef decodes a unit task's payload (see payloadOptions) and

@@ -175,7 +175,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		if err != nil || !ok {
 			return total, err
 		}
-		n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
+		n, err := r.enqueue(ctx, stale)
 		total += n
 		if err != nil {
 			return total, err
@@ -189,7 +189,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 	// FeedDepth units; the bound keeps a pass finite while workers drain
 	// the queue as fast as it is fed.
 	for fed := 0; fed < r.opts.FeedDepth; {
-		n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
+		refs, err := r.store.Feed(ctx, tasks.QueueBulk, r.opts.FeedDepth, r.opts.FeedDepth)
+		if err != nil || len(refs) == 0 {
+			return total, err
+		}
+		n, err := r.enqueue(ctx, refs)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -197,6 +201,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		fed += n
 	}
 	return total, nil
+}
+
+// enqueue puts units taken from the feed on the bulk queue and
+// acknowledges them: a few hundred units a script when the store enqueues
+// itself (tasks.BulkFeeder, as *store.Store does), so that the units a
+// feeder died holding are queued within the pass however many there are
+// (7,001 took one enqueue each 3-6 s on a loaded machine, past the 5 s
+// that issue 11 allows), else one enqueue each through asynq's client.
+func (r *Reconciler) enqueue(ctx context.Context, refs []tasks.UnitRef) (int, error) {
+	if bf, ok := r.store.(tasks.BulkFeeder); ok {
+		return tasks.EnqueueFed(ctx, bf, tasks.QueueBulk, refs)
+	}
+	return enqueueFed(ctx, r.enq, r.store, refs, r.opts.Parallelism)
 }
 
 // enqueueFed enqueues units taken from the feed, par at a time (asynq

@@ -38,10 +38,11 @@ type StagedItem struct {
 	Timeout time.Duration
 }
 
-// stagingTTL is how long staged keys live until CommitBatch gives them
-// the batch's TTL: longer than any upload takes, short enough that an
-// upload whose process died leaves nothing for long.
-const stagingTTL = 15 * time.Minute
+// StagingTTL is how long staged keys live until CommitBatch gives them
+// the batch's TTL: longer than any upload may take (the API cuts a body
+// off well before), short enough that an upload whose process died
+// leaves nothing for long.
+const StagingTTL = 15 * time.Minute
 
 // unitMargin is added to a unit's items' timeouts for asynq's own timeout,
 // like tasks' timeoutMargin: the handler's deadlines must fire first.
@@ -237,8 +238,8 @@ func (w *BatchWriter) flush(ctx context.Context) error {
 		_, err := w.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.HSet(ctx, req, fields...)
 			p.RPush(ctx, units, members...)
-			p.Expire(ctx, req, stagingTTL)
-			p.Expire(ctx, units, stagingTTL)
+			p.Expire(ctx, req, StagingTTL)
+			p.Expire(ctx, units, StagingTTL)
 			return nil
 		})
 		if err != nil {
@@ -485,6 +486,50 @@ func (s *Store) AckFed(ctx context.Context, refs []tasks.UnitRef) error {
 		return fmt.Errorf("store: ack fed: %w", err)
 	}
 	return nil
+}
+
+// enqueueFedPage is the most units one enqueueFedScript call takes: about
+// a millisecond of Redis's time, so that a feeder that took thousands
+// does not hold Redis for long at once.
+const enqueueFedPage = 256
+
+// EnqueueFed puts units that Feed took on queue's pending list, as
+// asynq.Client would enqueue them with their fixed task IDs, and
+// acknowledges them in the same script (tasks.BulkFeeder): a page of up
+// to enqueueFedPage units a round trip. A unit that asynq holds already
+// stays as it is. It returns how many units it acknowledged: all of
+// them, or those of the pages before a failure, which stay in the
+// feeding set for the reconciler.
+func (s *Store) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitRef) (int, error) {
+	acked := 0
+	for len(refs) > 0 {
+		page := refs[:min(len(refs), enqueueFedPage)]
+		refs = refs[len(page):]
+		keys := make([]string, 3, 3+len(page))
+		keys[0], keys[1], keys[2] = s.k.feeding(), s.k.asynqPending(queue), s.k.asynqQueues()
+		publish := queue
+		if _, ok := s.queuesAdded.Load(queue); ok {
+			publish = ""
+		}
+		args := make([]any, 2, 2+3*len(page))
+		args[0], args[1] = s.now().UnixNano(), publish
+		for _, r := range page {
+			e, err := tasks.NewUnitEnqueued(r, queue)
+			if err != nil {
+				return acked, err
+			}
+			keys = append(keys, s.k.asynqTask(queue, e.ID))
+			args = append(args, e.ID, e.Msg, r.Member())
+		}
+		if err := enqueueFedScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+			return acked, fmt.Errorf("store: enqueue %d fed units: %w", len(page), err)
+		}
+		if publish != "" {
+			s.queuesAdded.Store(queue, true)
+		}
+		acked += len(page)
+	}
+	return acked, nil
 }
 
 // StaleFed returns up to limit units that were taken from the feed before

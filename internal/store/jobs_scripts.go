@@ -280,6 +280,42 @@ if ARGV[3] == '1' then release(KEYS[5], KEYS[6], KEYS[7], {[ARGV[1]] = math.huge
 return 1
 `)
 
+// enqueueFedScript puts units that the feed script took on asynq's queue
+// and acknowledges them, in one call: per unit what asynq's enqueue
+// script does (v0.26's enqueueCmd: a task hash that exists already is
+// left alone, which asynq.Client reports as a task ID conflict; the
+// feeders count it as landed), then one LPUSH of the new tasks' IDs (in
+// argument order, as one LPUSH per task would leave them) and one ZREM
+// of every unit from the feeding set.
+//
+// KEYS[1] the feeding set
+// KEYS[2] asynq's pending list of the queue
+// KEYS[3] asynq's set of queues
+// KEYS[3+i] asynq's task hash of unit i
+// ARGV[1] now, Unix nanoseconds (asynq's pending_since)
+// ARGV[2] the queue's name to add to asynq's set of queues; "" when this
+// process has added it already
+// ARGV[3i], ARGV[3i+1], ARGV[3i+2] for unit i: its task ID, its encoded
+// task message (tasks.NewUnitEnqueued) and its feed member
+//
+// Returns the number of units newly queued.
+var enqueueFedScript = redis.NewScript(`
+local n = #KEYS - 3
+local ids, members = {}, {}
+for i = 1, n do
+  local a = 3 * i
+  if redis.call('EXISTS', KEYS[3 + i]) == 0 then
+    redis.call('HSET', KEYS[3 + i], 'msg', ARGV[a + 1], 'state', 'pending', 'pending_since', ARGV[1])
+    ids[#ids + 1] = ARGV[a]
+  end
+  members[i] = ARGV[a + 2]
+end
+if #ids > 0 then redis.call('LPUSH', KEYS[2], unpack(ids)) end
+if n > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+if ARGV[2] ~= '' then redis.call('SADD', KEYS[3], ARGV[2]) end
+return #ids
+`)
+
 // feedScript takes units from the feed in score order while the bulk
 // queue's pending list is short, dropping those of batches that are gone
 // or canceled, and moves the rest to the feeding set. A refill mark it

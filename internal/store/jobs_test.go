@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1116,4 +1117,94 @@ func TestBacklogCountsEveryWaitingUnit(t *testing.T) {
 		t.Fatalf("abandon: %d %v", v, err)
 	}
 	card("after abandoning its commit", 0)
+}
+
+// TestEnqueueFed: the bulk enqueue puts fed units on asynq's queue as
+// asynq.Client would (the task hash with the message, state and
+// pending_since; the pending list in the order one LPUSH per task leaves;
+// the queue in asynq's set of queues), leaves a unit asynq already holds
+// as it is, acknowledges every unit in the same call, and pages a large
+// feed. asynq's own Inspector then reads every task back.
+func TestEnqueueFed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	items := make([]store.StagedItem, 600)
+	for i := range items {
+		items[i] = own(`{}`)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("bulk")}, 64, items)
+	refs := e.feedAll(t)
+	if len(refs) != len(items) {
+		t.Fatalf("fed %d units, want %d", len(refs), len(items))
+	}
+	queue := "q-" + e.prefix
+	// One unit is on the queue already, enqueued by asynq.Client with
+	// another message: the bulk enqueue must leave it alone.
+	pre, err := tasks.NewUnitTask(refs[3], queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := asynq.NewClientFromRedisClient(e.rdb)
+	if _, err := cl.Enqueue(pre, asynq.Timeout(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	before := e.rdb.HGet(e.ctx, "asynq:{"+queue+"}:t:"+refs[3].TaskID(), "msg").Val()
+	n, err := e.s.EnqueueFed(e.ctx, queue, refs)
+	if err != nil || n != len(refs) {
+		t.Fatalf("EnqueueFed: %d acknowledged, %v; want %d", n, err, len(refs))
+	}
+	if got := e.rdb.ZCard(e.ctx, e.prefix+"feeding").Val(); got != 0 {
+		t.Fatalf("%d units left in the feeding set", got)
+	}
+	if got := e.rdb.HGet(e.ctx, "asynq:{"+queue+"}:t:"+refs[3].TaskID(), "msg").Val(); got != before {
+		t.Error("a unit asynq held already was written again")
+	}
+	// The pending list: the pre-enqueued unit first (oldest, at the
+	// right), then the others in feed order, as one LPUSH each leaves it.
+	want := []string{refs[3].TaskID()}
+	for i, r := range refs {
+		if i != 3 {
+			want = append(want, r.TaskID())
+		}
+	}
+	got := e.rdb.LRange(e.ctx, tasks.PendingListKey(queue), 0, -1).Val()
+	slices.Reverse(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("pending list (oldest first) %d IDs, first %v; want %d, first %v", len(got), got[:3], len(want), want[:3])
+	}
+	if !e.rdb.SIsMember(e.ctx, "asynq:queues", queue).Val() {
+		t.Error("the queue is not in asynq's set of queues")
+	}
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	for i, r := range refs {
+		if i == 3 {
+			continue
+		}
+		k := "asynq:{" + queue + "}:t:" + r.TaskID()
+		h := e.rdb.HGetAll(e.ctx, k).Val()
+		enq, _ := tasks.NewUnitEnqueued(r, queue)
+		if h["msg"] != string(enq.Msg) || h["state"] != "pending" || h["pending_since"] == "" {
+			t.Fatalf("unit %d: task hash %q", i, h)
+		}
+		if i%97 != 0 {
+			continue
+		}
+		info, err := insp.GetTaskInfo(queue, r.TaskID())
+		if err != nil {
+			t.Fatalf("asynq's Inspector cannot read unit %d: %v", i, err)
+		}
+		var back tasks.UnitRef
+		if info.Type != tasks.TypeUnit || info.State != asynq.TaskStatePending || info.MaxRetry != 10 ||
+			info.Timeout != r.Timeout || json.Unmarshal(info.Payload, &back) != nil || back.BatchID != r.BatchID || back.Unit != r.Unit {
+			t.Fatalf("unit %d as asynq reads it: %+v", i, info)
+		}
+	}
+	// Enqueueing the same units again (a feeder that died after the call
+	// and the reconciler after it) queues nothing twice.
+	if n, err := e.s.EnqueueFed(e.ctx, queue, refs[:10]); err != nil || n != 10 {
+		t.Fatalf("second EnqueueFed: %d, %v", n, err)
+	}
+	if l := e.rdb.LLen(e.ctx, tasks.PendingListKey(queue)).Val(); l != int64(len(refs)) {
+		t.Fatalf("pending list holds %d after a second enqueue of 10, want %d", l, len(refs))
+	}
 }
