@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
 )
 
 // pool bounds the bytes that requests hold in the API's memory at once:
@@ -143,13 +145,51 @@ func (p *pool) inUse() int64 {
 // that weight follows the bytes closely.
 const readChunk = 32 << 10
 
-// meteredBody reads a request body under a read deadline, taking the
-// bytes it returns from the request's ticket.
+// meteredBody reads a request body under a read deadline that moves with
+// the bytes (bodyClock), taking the bytes it returns from the request's
+// ticket. Make it with meterBody and call done once the body is read.
 type meteredBody struct {
-	ctx context.Context
-	r   io.Reader
-	t   *ticket
-	err error // a failed take, reported instead of the read's error
+	ctx   context.Context // the request's
+	r     io.Reader
+	t     *ticket
+	err   error     // a failed take, reported instead of the read's error
+	clock bodyClock // touched by the reading goroutine only
+	// rc sets the connection's read deadline; nil when the writer has
+	// none (httptest's recorder), and the pool still bounds the memory.
+	rc *http.ResponseController
+	dl atomic.Int64 // the body's deadline now, in Unix nanoseconds
+	// timedOut is set when a read failed at the deadline, which also
+	// cancels the request's context (net/http's connReader).
+	timedOut atomic.Bool
+}
+
+// meterBody starts reading the request's body, at most limit bytes, under
+// the body's deadline, with a new ticket of the pool that the request
+// releases when it ends (admitted).
+//
+// The deadline is the connection's read deadline, set here for the body
+// alone and cleared once it is in (Go's server also clears it when it
+// starts reading the connection in the background), so a long poll is
+// never cut by it. A server-wide ReadTimeout would instead count the
+// headers too, and could not tell a batch body from a one-line task.
+func (s *Server) meterBody(c *gin.Context, limit int64) *meteredBody {
+	t := s.admit.ticket()
+	c.Set(ctxTicket, t)
+	b := &meteredBody{ctx: c.Request.Context(), r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t,
+		clock: bodyClock{start: time.Now(), grace: s.opts.BodyReadTimeout, rate: s.opts.BodyMinRate}}
+	dl := b.clock.deadline()
+	b.dl.Store(dl.UnixNano())
+	if rc := http.NewResponseController(c.Writer); rc.SetReadDeadline(dl) == nil {
+		b.rc = rc
+	}
+	return b
+}
+
+// done clears the connection's read deadline.
+func (b *meteredBody) done() {
+	if b.rc != nil {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 func (b *meteredBody) Read(p []byte) (int, error) {
@@ -157,13 +197,63 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		p = p[:readChunk]
 	}
 	n, err := b.r.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.timedOut.Store(true)
+	}
 	if n > 0 {
-		if terr := b.t.take(b.ctx, int64(n)); terr != nil {
+		b.clock.got += int64(n)
+		dl := b.clock.deadline()
+		b.dl.Store(dl.UnixNano())
+		// Not at the end: the read that hits it starts the server's
+		// background read, whose deadline must stay cleared.
+		if err == nil && b.rc != nil {
+			_ = b.rc.SetReadDeadline(dl)
+		}
+		if terr := b.take(int64(n)); terr != nil {
 			b.err = terr
 			return 0, terr
 		}
 	}
 	return n, err
+}
+
+// take adds n bytes to the body's ticket, waiting for the pool at most
+// until the body's deadline.
+func (b *meteredBody) take(n int64) error {
+	ctx, cancel := context.WithDeadline(b.ctx, time.Unix(0, b.dl.Load()))
+	defer cancel()
+	return b.t.take(ctx, n)
+}
+
+// maxBodyTime bounds any body's arrival, however steadily it comes: a
+// batch's items are staged in Redis as they arrive and kept there for
+// store.StagingTTL until the commit, so an upload must end well within
+// that, decoding and commit included.
+const maxBodyTime = store.StagingTTL * 4 / 5
+
+// bodyClock is the deadline of a body as it arrives: grace
+// (BodyReadTimeout) from its start, plus the time its bytes so far are
+// allowed at rate (BodyMinRate), and never more than maxBodyTime. A body
+// that keeps coming at the rate or faster is never cut, whatever its
+// size within the limits; one that stalls is cut grace after the time
+// its bytes bought, so a trickle of a byte every few seconds holds its
+// connection for little more than grace.
+type bodyClock struct {
+	start time.Time
+	grace time.Duration
+	rate  int64 // bytes a second
+	got   int64 // bytes arrived
+}
+
+func (k *bodyClock) deadline() time.Time { return k.start.Add(bodyTime(k.grace, k.rate, k.got)) }
+
+// bodyTime is the time a body of n bytes may take: grace, plus n bytes
+// at rate, at most maxBodyTime.
+func bodyTime(grace time.Duration, rate, n int64) time.Duration {
+	if rate <= 0 {
+		return min(grace, maxBodyTime)
+	}
+	return min(grace+time.Duration(float64(n)/float64(rate)*float64(time.Second)), maxBodyTime)
 }
 
 // errBodyTimeout marks a body that did not arrive within the read deadline.
@@ -175,34 +265,18 @@ var errBodyTimeout = newError(http.StatusRequestTimeout, apitype.CodeRequestTime
 var errAdmission = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable, "",
 	"the server is busy reading other requests; retry later")
 
-// readBody reads at most limit bytes of the body within BodyReadTimeout,
-// counting them against the pool as they arrive. The ticket is released
-// when the request ends, so the bytes count for as long as the handler
-// holds what it made of them. Errors: 413 beyond limit, 408 when the body
-// is too slow, 503 when the pool stayed full until the deadline.
-//
-// The deadline is the connection's read deadline, set here for the body
-// alone and cleared once it is in (Go's server also clears it when it
-// starts reading the connection in the background), so a long poll is
-// never cut by it. A server-wide ReadTimeout would instead count the
-// headers too, and could not tell a batch body from a one-line task.
+// readBody reads at most limit bytes of the body under the body's
+// deadline (bodyClock), counting them against the pool as they arrive.
+// The ticket is released when the request ends, so the bytes count for
+// as long as the handler holds what it made of them. Errors: 413 beyond
+// limit, 408 when the body is too slow, 503 when the pool stayed full
+// until the deadline.
 func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
 	if c.Request.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	t := s.admit.ticket()
-	c.Set(ctxTicket, t)
-	deadline := time.Now().Add(s.opts.BodyReadTimeout)
-	rc := http.NewResponseController(c.Writer)
-	// Not every writer supports deadlines (httptest's recorder); the body
-	// then has none, and the pool still bounds the memory.
-	hasDeadline := rc.SetReadDeadline(deadline) == nil
-	if hasDeadline {
-		defer rc.SetReadDeadline(time.Time{})
-	}
-	ctx, cancel := context.WithDeadline(c.Request.Context(), deadline)
-	defer cancel()
-	mb := &meteredBody{ctx: ctx, r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t}
+	mb := s.meterBody(c, limit)
+	defer mb.done()
 	// The buffer grows with what has arrived, never to the declared
 	// length ahead of the bytes: a client declaring 16 MiB and sending a
 	// byte every few seconds must not make us allocate 16 MiB. Growth

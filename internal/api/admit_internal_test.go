@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/internal/store"
 )
 
 // Requests that each take their bytes bit by bit from a pool smaller
@@ -120,5 +122,30 @@ func TestPoolForgetsAnEmptyTicket(t *testing.T) {
 	defer p.mu.Unlock()
 	if len(p.holders) != 1 {
 		t.Errorf("%d holders, want the one that holds", len(p.holders))
+	}
+}
+
+// bodyTime: the grace, plus the bytes at the rate, never past
+// maxBodyTime.
+func TestBodyTime(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		grace time.Duration
+		rate  int64
+		n     int64
+		want  time.Duration
+	}{
+		{30 * time.Second, 64 << 10, 0, 30 * time.Second},
+		{30 * time.Second, 64 << 10, 640 << 10, 40 * time.Second},
+		{time.Second, 1000, 1500, 2500 * time.Millisecond},
+		{30 * time.Second, 64 << 10, 256 << 20, maxBodyTime}, // 4,126 s at the rate
+		{time.Hour, 64 << 10, 0, maxBodyTime},
+	} {
+		if got := bodyTime(tc.grace, tc.rate, tc.n); got != tc.want {
+			t.Errorf("bodyTime(%s, %d B/s, %d B) = %s, want %s", tc.grace, tc.rate, tc.n, got, tc.want)
+		}
+	}
+	if maxBodyTime >= store.StagingTTL {
+		t.Errorf("maxBodyTime %s: a batch's staged items (StagingTTL %s) would expire before its body is in", maxBodyTime, store.StagingTTL)
 	}
 }

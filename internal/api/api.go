@@ -98,10 +98,16 @@ type Options struct {
 	// request may exceed it by its own limit so that one always
 	// progresses. Its default is MAX_BYTES_IN_FLIGHT's.
 	MaxBytesInFlight int64
-	// BodyReadTimeout bounds the time a request body may take to arrive;
-	// a slower one is answered 408. It does not apply to long polls,
-	// which have no body. Its default is BODY_READ_TIMEOUT's.
+	// BodyReadTimeout is the time a request body may take to arrive
+	// beyond what BodyMinRate allows for its bytes; a slower one is
+	// answered 408. It does not apply to long polls, which have no body.
+	// Its default is BODY_READ_TIMEOUT's.
 	BodyReadTimeout time.Duration
+	// BodyMinRate, in bytes a second, is the slowest a body may keep
+	// arriving: each byte that arrives moves the body's deadline on by
+	// 1/BodyMinRate s, up to maxBodyTime in all. Its default is
+	// BODY_MIN_RATE's.
+	BodyMinRate int64
 	// RequestTimeout bounds every request except the wait of a long poll.
 	RequestTimeout time.Duration
 	// Limits are the per-kind deadlines and budgets put on tasks.
@@ -153,7 +159,7 @@ func (o Options) check() {
 		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
-		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)},
+		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)}, {"BodyMinRate", o.BodyMinRate},
 		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},

@@ -63,7 +63,7 @@ func (s *Server) timeout() gin.HandlerFunc {
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body's own deadline comes on top: the request's work
 			// starts once it is in.
-			d += s.opts.BodyReadTimeout
+			d += bodyTime(s.opts.BodyReadTimeout, s.opts.BodyMinRate, s.opts.MaxBodyBytes)
 		}
 		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
 		defer cancel()

@@ -13,6 +13,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -572,7 +573,7 @@ func (g *ingestRun) settle(last int) error {
 	case held > want:
 		t.put(held - want)
 	case held < want:
-		if err := t.take(g.body.ctx, want-held); err != nil {
+		if err := g.body.take(want - held); err != nil {
 			g.body.err = err
 			return err
 		}
@@ -646,26 +647,15 @@ func (g *ingestRun) checkDuplicate(ctx context.Context, id string, at where) err
 func truncateID(id string) string { return truncate(id, apitype.MaxCustomIDBytes) }
 
 // openBody prepares the request body to be read as a stream: under the
-// body's deadline (the connection's read deadline, as readBody sets it),
-// at most limit bytes, each byte taken from the request's ticket as it
-// arrives. done clears the deadline.
+// body's deadline (bodyClock, as readBody has it), at most limit bytes,
+// each byte taken from the request's ticket as it arrives. done clears
+// the deadline.
 func (s *Server) openBody(c *gin.Context, limit int64) (*meteredBody, func(), error) {
 	if c.Request.ContentLength > limit {
 		return nil, nil, &http.MaxBytesError{Limit: limit}
 	}
-	t := s.admit.ticket()
-	c.Set(ctxTicket, t)
-	deadline := time.Now().Add(s.opts.BodyReadTimeout)
-	rc := http.NewResponseController(c.Writer)
-	hasDeadline := rc.SetReadDeadline(deadline) == nil
-	ctx, cancel := context.WithDeadline(c.Request.Context(), deadline)
-	mb := &meteredBody{ctx: ctx, r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t}
-	return mb, func() {
-		cancel()
-		if hasDeadline {
-			_ = rc.SetReadDeadline(time.Time{})
-		}
-	}, nil
+	mb := s.meterBody(c, limit)
+	return mb, mb.done, nil
 }
 
 // bodyReader marks the errors of reading the body, so that they are told
@@ -700,6 +690,11 @@ func (s *Server) streamError(c *gin.Context, mb *meteredBody, err error) error {
 		return err
 	case errors.As(err, &re):
 		return s.bodyError(c, mb, re.err)
+	case mb.timedOut.Load():
+		// The body's deadline passed, and Go's server cancelled the
+		// request's context as its read failed: staging, in flight
+		// then, may have failed first, of that cancellation.
+		return s.bodyError(c, mb, os.ErrDeadlineExceeded)
 	case mb.err != nil:
 		// Taking the memory of an item from the pool failed.
 		return s.bodyError(c, mb, mb.err)

@@ -373,6 +373,77 @@ func TestSlowNDJSONUploadIsCutOff(t *testing.T) {
 	r.nothingLeft("stalled upload")
 }
 
+// A body that keeps arriving at BODY_MIN_RATE or faster is read whole,
+// however long past BODY_READ_TIMEOUT it takes: the deadline is on
+// progress, not on the whole body (a 1,000,000-item batch over a 10
+// Mbit/s link takes a minute). One that stops is cut BODY_READ_TIMEOUT
+// after the time its bytes bought, and leaves nothing behind.
+func TestSteadySlowUploadIsRead(t *testing.T) {
+	t.Parallel()
+	opts := ingestOptions()
+	opts.BodyReadTimeout, opts.BodyMinRate, opts.MaxBatchItems, opts.MaxPendingPerKey = time.Second, 4<<10, 200, 400
+	r := newIngestRig(t, opts)
+	srv := httptest.NewServer(r.h)
+	defer srv.Close()
+	body := lines(200)
+	piece := (len(body) + 9) / 10
+	if rate := float64(piece) / 0.25; rate < 1.5*float64(opts.BodyMinRate) {
+		t.Fatalf("the pieces arrive at %.0f B/s, too close to BODY_MIN_RATE %d B/s for this test", rate, opts.BodyMinRate)
+	}
+	for _, stall := range []bool{false, true} {
+		pr, pw := io.Pipe()
+		go func() {
+			// Ten pieces a quarter of a second apart, 2.5 s in all, well
+			// past the 1 s grace; with stall, the last piece never comes.
+			for i := 0; i < len(body); i += piece {
+				if stall && i+piece >= len(body) {
+					return // the writer stays open: a stalled upload
+				}
+				if _, err := pw.Write([]byte(body[i:min(i+piece, len(body))])); err != nil {
+					return
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
+		req.Header.Set("Content-Type", ndjson)
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pw.Close()
+		took := time.Since(start)
+		if !stall {
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("steady upload of %d bytes over %s: %d %s, want 202", len(body), took, resp.StatusCode, raw)
+			}
+			if took < 2*opts.BodyReadTimeout {
+				t.Fatalf("the upload took %s: not long enough past the %s grace to test the rate", took, opts.BodyReadTimeout)
+			}
+			continue
+		}
+		var e apitype.ErrorBody
+		if json.Unmarshal(raw, &e) != nil || resp.StatusCode != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
+			t.Fatalf("stalled upload: %d %s, want 408", resp.StatusCode, raw)
+		}
+		// Cut a grace after the time the 9 pieces bought at the rate, not
+		// a grace after the start.
+		bought := opts.BodyReadTimeout + time.Duration(float64(9*piece)/float64(opts.BodyMinRate)*float64(time.Second))
+		if took < bought-100*time.Millisecond || took > bought+3*time.Second {
+			t.Errorf("stalled upload cut after %s, want about %s", took, bought)
+		}
+	}
+	// The steady batch stands; the stalled one left nothing.
+	if n := len(r.keys()); n == 0 {
+		t.Error("the steady batch left no keys")
+	}
+}
+
 // A body over MAX_BATCH_BODY_BYTES without a Content-Length is cut off
 // while it streams, in the middle of an item or between two, with a 413;
 // what was staged is deleted.

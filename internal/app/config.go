@@ -500,10 +500,20 @@ type APIConfig struct {
 	// ShutdownTimeout is how long in-flight requests get to finish after
 	// SIGTERM. Default 15s.
 	ShutdownTimeout time.Duration
-	// BodyReadTimeout bounds the time a request body may take to arrive;
-	// a slower upload is answered 408. Long polls have no body and are
-	// not cut by it. Default 30s.
+	// BodyReadTimeout is the time a request body may take to arrive
+	// beyond what BodyMinRate allows for its bytes; a slower upload is
+	// answered 408. Long polls have no body and are not cut by it.
+	// Default 30s.
 	BodyReadTimeout time.Duration
+	// BodyMinRate is the slowest average rate, in bytes a second, at
+	// which a body may keep arriving: a body of n bytes may take
+	// BODY_READ_TIMEOUT + n/BODY_MIN_RATE, and at most 12 minutes (its
+	// staged items live 15). So a steady upload of the largest batch is
+	// never cut for its size, while a trickle of a byte every few
+	// seconds is cut after BODY_READ_TIMEOUT. 64Ki is a 0.5 Mbit/s link;
+	// the 12-minute bound asks 120 KB/s of a 1,000,000-item batch
+	// (about 83 MiB). Default 64Ki.
+	BodyMinRate int64
 	// MaxBytesInFlight bounds the request bodies and streamed results the
 	// API holds in memory at once, counted as the bytes arrive; a request
 	// waits (reading nothing more) while it is full. Measured, 32Mi keeps
@@ -596,7 +606,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "512", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown")
-	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive (slower: 408)")
+	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive beyond its bytes at BODY_MIN_RATE (slower: 408)")
+	s.Int64(&c.BodyMinRate, "BODY_MIN_RATE", "64Ki", "slowest rate in bytes/s at which a body may keep arriving (at most 12m in all)")
 	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
 	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
 	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits and roles")
@@ -685,6 +696,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("BODY_READ_TIMEOUT: must be positive, got %s", c.BodyReadTimeout)
+	}
+	if c.BodyMinRate < 1 {
+		return fmt.Errorf("BODY_MIN_RATE: must be positive, got %d", c.BodyMinRate)
 	}
 	if c.MaxBytesInFlight < 1<<20 {
 		return fmt.Errorf("MAX_BYTES_IN_FLIGHT: must be at least 1Mi, got %d", c.MaxBytesInFlight)

@@ -50,7 +50,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" ||
-		a.MaxConcurrentDecodes != 0 {
+		a.MaxConcurrentDecodes != 0 || a.BodyReadTimeout != 30*time.Second || a.BodyMinRate != 64<<10 {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
@@ -100,6 +100,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "DEADLINE_ATTEMPTS": "0"}, nil, "DEADLINE_ATTEMPTS"},
 		{false, map[string]string{"DEADLINE_ATTEMPTS": "12"}, nil, "DEADLINE_ATTEMPTS"},
 		{false, map[string]string{"MAX_CONCURRENT_DECODES": "-1"}, nil, "MAX_CONCURRENT_DECODES"},
+		{false, map[string]string{"BODY_MIN_RATE": "0"}, nil, "BODY_MIN_RATE"},
 		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
 		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
 	} {
