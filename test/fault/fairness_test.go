@@ -50,8 +50,9 @@ const (
 // items, 11,719 units of 64 (eleven feed windows, so the refill marks are
 // in play), which one worker with two slots needs about 30 s for on this
 // 2-core machine. There are only 181,440 8-puzzles: A is 150,000 distinct
-// ones five times over (the repeats are answered from the result
-// cache, which costs a lookup like the solve), and B's are 100 others.
+// ones five times over (cheap items are solved, never looked up in the
+// result cache, so a repeat costs what the first did), and B's are 100
+// others.
 const (
 	fairBig      = 750000
 	fairDistinct = 150000
