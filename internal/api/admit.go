@@ -54,11 +54,17 @@ func (p *pool) ticket() *ticket { return &ticket{p: p} }
 
 // take adds n bytes to the share, waiting while the pool is full and the
 // ticket is not the oldest holder. It fails only when ctx ends.
-func (t *ticket) take(ctx context.Context, n int64) error {
+func (t *ticket) take(ctx context.Context, n int64) error { return t.takeUntil(ctx, time.Time{}, n) }
+
+// takeUntil is take that also gives up at deadline (none when zero); it
+// makes a timer only when it has to wait, so a body's reads, which take
+// from a pool that is seldom full, cost no allocation for it.
+func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) error {
 	if n <= 0 {
 		return nil
 	}
 	p := t.p
+	var expired <-chan time.Time
 	for {
 		p.mu.Lock()
 		oldest := len(p.holders) == 0 || p.holders[0] == t
@@ -73,10 +79,17 @@ func (t *ticket) take(ctx context.Context, n int64) error {
 		}
 		changed := p.changed
 		p.mu.Unlock()
+		if expired == nil && !deadline.IsZero() {
+			timer := time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+			expired = timer.C
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-expired:
+			return context.DeadlineExceeded
 		}
 	}
 }
@@ -220,9 +233,7 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 // take adds n bytes to the body's ticket, waiting for the pool at most
 // until the body's deadline.
 func (b *meteredBody) take(n int64) error {
-	ctx, cancel := context.WithDeadline(b.ctx, time.Unix(0, b.dl.Load()))
-	defer cancel()
-	return b.t.take(ctx, n)
+	return b.t.takeUntil(b.ctx, time.Unix(0, b.dl.Load()), n)
 }
 
 // maxBodyTime bounds any body's arrival, however steadily it comes: a
