@@ -34,7 +34,11 @@ type ReconcilerOptions struct {
 	// Grace is how long a unit may sit between being taken from the feed
 	// and being acknowledged before the reconciler enqueues it again, so
 	// it does not race the feeder that is still enqueueing it (which
-	// would be harmless, only wasted work). Default 2s.
+	// would be harmless, only wasted work: the unit's fixed task ID makes
+	// one task of both). A worker's or the reconciler's feed enqueues and
+	// acknowledges in one script, and the API's feed at a submission
+	// takes at most FEED_DEPTH units (64 by default: tens of
+	// milliseconds), so a second is ample. Default 1s.
 	Grace time.Duration
 	// Parallelism bounds concurrent enqueues. Default 8.
 	Parallelism int
@@ -83,7 +87,7 @@ const staleBatch = 500
 //     a batch keeps being fed when no worker is finishing units.
 //
 // With the defaults an interrupted enqueue is finished within about
-// Grace + Interval (3 s) while any replica runs.
+// Grace + Interval (2 s) while any replica runs.
 type Reconciler struct {
 	store  FeedStore
 	enq    Enqueuer
@@ -100,7 +104,7 @@ func NewReconciler(st FeedStore, enq Enqueuer, log *slog.Logger, o ReconcilerOpt
 		o.Interval = time.Second
 	}
 	if o.Grace <= 0 {
-		o.Grace = 2 * time.Second
+		o.Grace = time.Second
 	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 8

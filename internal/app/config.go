@@ -573,7 +573,7 @@ type APIConfig struct {
 	// OutboxInterval is how often each API replica looks for batches whose
 	// enqueue a crash interrupted (one replica at a time, under a Redis
 	// lease, finishes them). An interrupted batch is fully queued within
-	// about 2s + this interval of its API dying, while any replica runs;
+	// about 1s + this interval of its API dying, while any replica runs;
 	// each look costs a few Redis commands. Default 1s.
 	OutboxInterval time.Duration
 	// WorkerDeadAfter is how long a worker's heartbeat must stay
