@@ -360,10 +360,22 @@ func hardOf(ti *asynq.TaskInfo, hard map[string]hard15) (hard15, bool) {
 // saw last: the active tasks, the queues and the hard boards' states.
 func waitHardBusy(t *testing.T, c *cluster, slots int, hard map[string]hard15, d time.Duration, more func() (bool, string)) []*asynq.TaskInfo {
 	t.Helper()
+	active, _ := waitHardBusyAt(t, c, slots, hard, d, more)
+	return active
+}
+
+// waitHardBusyAt is waitHardBusy that also returns when the active tasks
+// it returns were read: a board that ended after that read may have
+// ended before the caller's next step (more, the log line and the
+// caller's own work come between).
+func waitHardBusyAt(t *testing.T, c *cluster, slots int, hard map[string]hard15, d time.Duration, more func() (bool, string)) ([]*asynq.TaskInfo, time.Time) {
+	t.Helper()
 	var active []*asynq.TaskInfo
 	var extra string
+	var seen time.Time
 	start := time.Now()
 	ok := pollUntil(d, 5*time.Millisecond, func() bool {
+		seen = time.Now()
 		active = c.activeTasks()
 		if len(active) != slots {
 			return false
@@ -386,7 +398,7 @@ func waitHardBusy(t *testing.T, c *cluster, slots int, hard map[string]hard15, d
 	}
 	t.Logf("all %d slots busy with hard boards %v after %v; %s", slots, hardNames(active, hard),
 		time.Since(start).Round(time.Millisecond), c.describeQueues())
-	return active
+	return active, seen
 }
 
 // describeActive renders active asynq tasks: hard boards by name, the
