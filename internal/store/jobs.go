@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -663,7 +664,7 @@ func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.
 				rest = append(append(rest, `,"result":`...), inline...)
 			}
 		case apitype.TaskStateFailed:
-			e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: o.Msg})
+			e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: truncateMessage(o.Msg)})
 			rest = append(append(rest, `,"error":`...), e...)
 		default:
 			return 0, fmt.Errorf("store: finish unit %s: item %d: state %q is not an outcome", ref.TaskID(), o.Index, o.State)
@@ -676,6 +677,23 @@ func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.
 		return 0, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
 	}
 	return v, nil
+}
+
+// maxErrorMessage bounds a failed item's message as its entry keeps it,
+// so that an entry over resultEntryBytes is always a result's. Messages
+// are the solvers' and ours, a line each; this only guards the bound.
+const maxErrorMessage = 1 << 10
+
+// truncateMessage cuts msg to maxErrorMessage bytes on a rune boundary.
+func truncateMessage(msg string) string {
+	if len(msg) <= maxErrorMessage {
+		return msg
+	}
+	cut := maxErrorMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // Cached returns the cached result for key, nil on a miss.
@@ -823,7 +841,10 @@ type ChunkInfo struct {
 	State    apitype.TaskState
 	// Error is set for a failed or canceled item.
 	Error *apitype.TaskError
-	// ResultBytes is the size of a completed item's result.
+	// ResultBytes is the size of a completed item's result, for the
+	// reader's memory bound: exact, except for a result inline in an
+	// entry over resultEntryBytes, where it is the entry's size (the
+	// result's and a head of some hundred bytes).
 	ResultBytes int64
 	// Result is a completed item's result when ChunkInfos read it with
 	// the states (a small one: see entryIsSmall); "" when it is to be

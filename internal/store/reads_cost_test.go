@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -308,6 +309,33 @@ func fillBatch(t testing.TB, s *Store, id string, n, stride int, mixed bool) *Ba
 	return b
 }
 
+// headlessChunkInfos is ChunkInfos with the size of a result read
+// without its head (an entry over resultEntryBytes, weighed by the whole
+// entry) brought back to the result's own, after checking that it is
+// the entry's: at most a head's few hundred bytes more than the result.
+func (s *Store) headlessChunkInfos(t testing.TB, ctx context.Context, b *Batch, j int) ([]ChunkInfo, error) {
+	t.Helper()
+	infos, err := s.ChunkInfos(ctx, b, j)
+	if err != nil {
+		return nil, err
+	}
+	for i := range infos {
+		in := &infos[i]
+		if in.State != apitype.TaskStateCompleted || in.Result != "" || in.ref != "" || in.ResultBytes <= resultEntryBytes {
+			continue
+		}
+		res, ok, err := s.ChunkResults(ctx, b, j, []int{in.Index})
+		if err != nil || !ok[0] {
+			return nil, fmt.Errorf("item %d: %v", in.Index, err)
+		}
+		if extra := in.ResultBytes - int64(len(res[0])); extra <= 0 || extra > 512 {
+			t.Fatalf("item %d: weighed %d bytes for a result of %d", in.Index, in.ResultBytes, len(res[0]))
+		}
+		in.ResultBytes = int64(len(res[0]))
+	}
+	return infos, nil
+}
+
 // TestReadsMatchLegacy: the plain-command read path answers exactly what
 // the per-item scripts did, item by item, on a batch with every kind of
 // item and state, whole and in pages.
@@ -321,7 +349,7 @@ func TestReadsMatchLegacy(t *testing.T) {
 		t.Helper()
 		old := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.legacyChunkInfos(ctx, ri, b, j) },
 			func(j int, idx []int) ([]string, []bool, error) { return s.legacyChunkResults(ctx, cr, b, j, idx) })
-		now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.ChunkInfos(ctx, b, j) },
+		now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.headlessChunkInfos(t, ctx, b, j) },
 			func(j int, idx []int) ([]string, []bool, error) { return s.ChunkResults(ctx, b, j, idx) })
 		if len(old) != b.Total || !reflect.DeepEqual(old, now) {
 			for i := range min(len(old), len(now)) {
@@ -404,5 +432,70 @@ func TestReadCostPerItem(t *testing.T) {
 	}
 	if plain > legacy/2 {
 		t.Fatalf("plain commands cost Redis %.2f us an item, not less than half of %.2f", plain, legacy)
+	}
+}
+
+// TestLargeEntriesReadWithoutLua: an entry over resultEntryBytes (a large
+// fill's result, inline) is weighed by its size and read later, never
+// copied into Lua for its head, which made forty /results streams of
+// 4 MB fills stall Redis for every client; and a failed item's message,
+// however long, is kept short enough that only results are that large.
+func TestLargeEntriesReadWithoutLua(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	s := New(rdb, Options{Prefix: "l:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	id := fmt.Sprintf("%032x", 7)
+	w := s.NewBatchWriter(id, 8)
+	for range 4 {
+		if err := w.Add(ctx, StagedItem{Kind: puzzle.KindFill, Request: []byte(`{"big":1}`), Own: true, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CommitBatch(ctx, w, CommitBatch{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"filled":1,"cells":"` + strings.Repeat("x", 200<<10) + `"}`
+	for i := range 4 {
+		u := tasks.UnitRef{BatchID: id, Unit: tasks.OwnUnit(i)}
+		if _, err := s.StartUnit(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		o := tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(big)}
+		if i == 3 {
+			o = tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInvalidPuzzle, Msg: strings.Repeat("é", 100<<10)}
+		}
+		if _, err := s.FinishUnit(ctx, u, []tasks.ItemOutcome{o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := s.ChunkInfos(ctx, b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats := rdb.Info(ctx, "commandstats").Val(); strings.Contains(stats, "cmdstat_eval") {
+		t.Errorf("ChunkInfos ran a script on large entries:\n%s", stats)
+	}
+	for i, in := range infos[:3] {
+		if in.State != apitype.TaskStateCompleted || in.Result != "" || in.ResultBytes < int64(len(big)) || in.ResultBytes > int64(len(big))+512 {
+			t.Errorf("item %d: %s, %d result bytes inline, weighed %d; want completed, read later, weighed about %d", i, in.State, len(in.Result), in.ResultBytes, len(big))
+		}
+	}
+	res, ok, err := s.ChunkResults(ctx, b, 0, []int{0, 1, 2})
+	if err != nil || !ok[0] || !ok[1] || !ok[2] || res[0] != big || res[2] != big {
+		t.Fatalf("ChunkResults of the large entries: %v %v", ok, err)
+	}
+	f := infos[3]
+	if f.State != apitype.TaskStateFailed || f.Error == nil || f.Error.Code != apitype.CodeInvalidPuzzle ||
+		len(f.Error.Message) > maxErrorMessage || !strings.HasSuffix(f.Error.Message, "…") || !utf8.ValidString(f.Error.Message) {
+		t.Errorf("the failed item with a long message: %+v %+v", f, f.Error)
 	}
 }
