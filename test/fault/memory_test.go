@@ -4,6 +4,7 @@ package fault
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -22,7 +23,8 @@ import (
 // cmd/api process) to 256 MiB under the two loads that took it far past
 // that (issue 11): eight clients uploading 12 MB fill batches at once
 // (three 1000x1000 puzzles each; 837 MB before), and 40 clients
-// downloading batch outputs at once (966 MB before). It also measures
+// downloading batch outputs at once (966 MB before), through /output and
+// again through /results (half of them gzipped). It also measures
 // the worker that solves those fills against its documented bound.
 //
 // The API is a fresh process for each load, so each figure is that
@@ -106,63 +108,96 @@ func TestMemory(t *testing.T) {
 	solveTime := time.Since(start) - uploadTime
 	workerRSS := w.PeakRSS()
 
-	c.api.Kill()
-	aenv2 := map[string]string{"REDIS_URL": c.redis.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
-	for k, v := range aenv {
-		aenv2[k] = v
+	// A fresh API for each kind of download, so each peak is that load's
+	// own: /output (the judge's text) and /results (NDJSON lines, half
+	// of the clients asking for gzip).
+	type dl struct {
+		path         string
+		gzip         bool
+		size         int
+		time         time.Duration
+		baseRSS, RSS int64
 	}
-	c.api = stacktest.StartProc(t, "api2", apiBin, aenv2)
-
-	// The reference output of each batch, one download at a time.
-	want := make(map[string][32]byte, uploads)
-	size := 0
-	for _, id := range ids {
-		b := c.must("GET", "/v1/batches/"+id+"/output", nil, http.StatusOK)
-		checkFillOutput(t, b, perBatch)
-		want[id] = sha256.Sum256(b)
-		size = len(b)
+	var dls []dl
+	for _, path := range []string{"output", "results"} {
+		c.api.Kill()
+		aenv2 := map[string]string{"REDIS_URL": c.redis.URL(), "HTTP_ADDR": freeAddr(t), "LOG_FORMAT": "text"}
+		for k, v := range aenv {
+			aenv2[k] = v
+		}
+		c.api = stacktest.StartProc(t, "api-"+path, apiBin, aenv2)
+		d := dl{path: path}
+		// The reference of each batch, one download at a time.
+		want := make(map[string][32]byte, uploads)
+		for _, id := range ids {
+			b := c.must("GET", "/v1/batches/"+id+"/"+path, nil, http.StatusOK)
+			if path == "output" {
+				checkFillOutput(t, b, perBatch)
+			} else if n := bytes.Count(b, []byte("\n")); n != perBatch || !bytes.Contains(b, []byte(`"state":"completed"`)) {
+				t.Fatalf("/results of batch %s: %d lines: %.200s", id, n, b)
+			}
+			want[id] = sha256.Sum256(b)
+			d.size = len(b)
+		}
+		d.baseRSS = c.api.PeakRSS()
+		// Forty downloads at once, five of each batch.
+		start = time.Now()
+		for i := range downloads {
+			id := ids[i%uploads]
+			gz := path == "results" && i%2 == 1
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("GET", c.api.URL()+"/v1/batches/"+id+"/"+path, nil)
+				if gz {
+					// Set by hand, so that the client hands back the
+					// compressed stream, which is decompressed here.
+					req.Header.Set("Accept-Encoding", "gzip")
+				}
+				resp, err := c.http.Do(req)
+				if err != nil {
+					t.Errorf("%s download %d: %v", path, i, err)
+					return
+				}
+				defer resp.Body.Close()
+				var body io.Reader = resp.Body
+				if gz {
+					zr, err := gzip.NewReader(resp.Body)
+					if err != nil || resp.Header.Get("Content-Encoding") != "gzip" {
+						t.Errorf("%s download %d: not gzip (%q): %v", path, i, resp.Header.Get("Content-Encoding"), err)
+						return
+					}
+					body = zr
+				}
+				h := sha256.New()
+				n, err := io.Copy(h, body)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Errorf("%s download %d: %d after %d bytes: %v", path, i, resp.StatusCode, n, err)
+					return
+				}
+				if [32]byte(h.Sum(nil)) != want[id] {
+					t.Errorf("%s download %d of batch %s: %d bytes differ from the reference", path, i, id, n)
+				}
+			}()
+		}
+		wg.Wait()
+		d.time = time.Since(start)
+		d.RSS = c.api.PeakRSS()
+		dls = append(dls, d)
 	}
-	baseRSS := c.api.PeakRSS()
 
-	// Forty downloads at once, five of each batch.
-	start = time.Now()
-	for i := range downloads {
-		id := ids[i%uploads]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("GET", c.api.URL()+"/v1/batches/"+id+"/output", nil)
-			resp, err := c.http.Do(req)
-			if err != nil {
-				t.Errorf("download %d: %v", i, err)
-				return
-			}
-			defer resp.Body.Close()
-			h := sha256.New()
-			n, err := io.Copy(h, resp.Body)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Errorf("download %d: %d after %d bytes: %v", i, resp.StatusCode, n, err)
-				return
-			}
-			if [32]byte(h.Sum(nil)) != want[id] {
-				t.Errorf("download %d of batch %s: %d bytes differ from the reference", i, id, n)
-			}
-		}()
-	}
-	wg.Wait()
-	downloadTime := time.Since(start)
-	downloadRSS := c.api.PeakRSS()
-
-	t.Logf("memory: FIGURES GOMEMLIMIT=%q upload %dx%.1fMB in %v: api peak_rss=%s; solve %d fills of %dx%d in %v: worker peak_rss=%s; "+
-		"download %dx%.1fMB in %v: api peak_rss=%s (%s after the reference downloads)",
+	t.Logf("memory: FIGURES GOMEMLIMIT=%q upload %dx%.1fMB in %v: api peak_rss=%s; solve %d fills of %dx%d in %v: worker peak_rss=%s",
 		aenv["GOMEMLIMIT"], uploads, float64(len(bodies[0]))/1e6, uploadTime.Round(time.Millisecond), mib(uploadRSS),
-		uploads*perBatch, side, side, solveTime.Round(time.Millisecond), mib(workerRSS),
-		downloads, float64(size)/1e6, downloadTime.Round(time.Millisecond), mib(downloadRSS), mib(baseRSS))
+		uploads*perBatch, side, side, solveTime.Round(time.Millisecond), mib(workerRSS))
+	for _, d := range dls {
+		t.Logf("memory: FIGURES download /%s %dx%.1fMB in %v: api peak_rss=%s (%s after the reference downloads)",
+			d.path, downloads, float64(d.size)/1e6, d.time.Round(time.Millisecond), mib(d.RSS), mib(d.baseRSS))
+		if d.RSS > apiMax {
+			t.Errorf("api peak RSS %s while %d clients downloaded /%s, want at most %s", mib(d.RSS), downloads, d.path, mib(apiMax))
+		}
+	}
 	if uploadRSS > apiMax {
 		t.Errorf("api peak RSS %s while %d clients uploaded, want at most %s", mib(uploadRSS), uploads, mib(apiMax))
-	}
-	if downloadRSS > apiMax {
-		t.Errorf("api peak RSS %s while %d clients downloaded, want at most %s", mib(downloadRSS), downloads, mib(apiMax))
 	}
 	if workerRSS > workerMax {
 		t.Errorf("worker peak RSS %s running %dx%d fills, want at most %s", mib(workerRSS), side, side, mib(workerMax))
