@@ -171,9 +171,23 @@ type meteredBody struct {
 	// none (httptest's recorder), and the pool still bounds the memory.
 	rc *http.ResponseController
 	dl atomic.Int64 // the body's deadline now, in Unix nanoseconds
-	// timedOut is set when a read failed at the deadline, which also
-	// cancels the request's context (net/http's connReader).
+	// timedOut is set when a read failed at the body's deadline, which
+	// also cancels the request's context (net/http's connReader).
 	timedOut atomic.Bool
+	// cut is set when the handler ended the body itself (cutOff): a read
+	// that fails after it did not time out, and no read moves the
+	// deadline back.
+	cut atomic.Bool
+}
+
+// cutOff ends a body that the handler stopped reading for a reason of
+// its own (staging failed): a reader waiting for bytes returns at once,
+// not at the body's deadline, and the failure is not the client's.
+func (b *meteredBody) cutOff() {
+	b.cut.Store(true)
+	if b.rc != nil {
+		_ = b.rc.SetReadDeadline(time.Now())
+	}
 }
 
 // meterBody starts reading the request's body, at most limit bytes, under
@@ -210,7 +224,7 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		p = p[:readChunk]
 	}
 	n, err := b.r.Read(p)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !b.cut.Load() {
 		b.timedOut.Store(true)
 	}
 	if n > 0 {
@@ -218,9 +232,13 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		dl := b.clock.deadline()
 		b.dl.Store(dl.UnixNano())
 		// Not at the end: the read that hits it starts the server's
-		// background read, whose deadline must stay cleared.
-		if err == nil && b.rc != nil {
+		// background read, whose deadline must stay cleared. Nor once
+		// the handler cut the body off.
+		if err == nil && b.rc != nil && !b.cut.Load() {
 			_ = b.rc.SetReadDeadline(dl)
+			if b.cut.Load() { // cutOff ran between the check and the set
+				_ = b.rc.SetReadDeadline(time.Now())
+			}
 		}
 		if terr := b.take(int64(n)); terr != nil {
 			b.err = terr

@@ -40,6 +40,10 @@ func resource(t *store.Task) apitype.Task {
 	return r
 }
 
+// batchBodyRoutes read a batch's body (openBody, MaxBatchBodyBytes); the
+// others' bodies are at most MaxBodyBytes.
+var batchBodyRoutes = map[string]bool{"/v1/batches": true}
+
 // timeout bounds a request. Long polls extend it by their wait, and
 // requests with a body by the time the body may take to arrive. Streamed
 // answers (streamedRoutes) bound their progress instead.
@@ -62,8 +66,14 @@ func (s *Server) timeout() gin.HandlerFunc {
 		}
 		if c.Request.Body != nil && c.Request.Body != http.NoBody {
 			// The body's own deadline comes on top: the request's work
-			// starts once it is in.
-			d += bodyTime(s.opts.BodyReadTimeout, s.opts.BodyMinRate, s.opts.MaxBodyBytes)
+			// starts once it is in. It is the longest the route's
+			// largest body may take: the body clock (meterBody) cuts a
+			// slower one.
+			limit := s.opts.MaxBodyBytes
+			if batchBodyRoutes[c.FullPath()] {
+				limit = s.opts.MaxBatchBodyBytes
+			}
+			d += bodyTime(s.opts.BodyReadTimeout, s.opts.BodyMinRate, limit)
 		}
 		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
 		defer cancel()

@@ -274,7 +274,7 @@ func (g *ingestRun) lines(r io.Reader) error {
 		// whole connection, so it must not carry another request:
 		// this answer closes it.
 		g.c.Header("Connection", "close")
-		_ = http.NewResponseController(g.c.Writer).SetReadDeadline(time.Now())
+		g.body.cutOff()
 	}
 	for range ordered {
 		// Let the reader go: it sends nothing more once stop is closed,

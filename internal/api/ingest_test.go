@@ -382,6 +382,10 @@ func TestSteadySlowUploadIsRead(t *testing.T) {
 	t.Parallel()
 	opts := ingestOptions()
 	opts.BodyReadTimeout, opts.BodyMinRate, opts.MaxBatchItems, opts.MaxPendingPerKey = time.Second, 4<<10, 200, 400
+	// A single task's body limit and the request's own deadline small
+	// beside the upload's 2.5 s: only the batch's limit at the rate may
+	// give its request the time.
+	opts.MaxBodyBytes, opts.RequestTimeout = 1<<10, time.Second
 	r := newIngestRig(t, opts)
 	srv := httptest.NewServer(r.h)
 	defer srv.Close()
@@ -441,6 +445,50 @@ func TestSteadySlowUploadIsRead(t *testing.T) {
 	// The steady batch stands; the stalled one left nothing.
 	if n := len(r.keys()); n == 0 {
 		t.Error("the steady batch left no keys")
+	}
+}
+
+// When staging fails while the body still arrives (here Redis refuses
+// writes), the handler cuts the body off itself: the answer is the
+// store's failure (503, retry later), not a 408 as if the client had been
+// too slow, and it comes at once, not at the body's deadline.
+func TestStagingFailureMidBodyIsNotATimeout(t *testing.T) {
+	t.Parallel()
+	opts := ingestOptions()
+	opts.BodyReadTimeout, opts.MaxBatchItems, opts.MaxPendingPerKey = 20*time.Second, 200, 400
+	r := newIngestRig(t, opts)
+	srv := httptest.NewServer(r.h)
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	body := lines(200)
+	go func() {
+		pw.Write([]byte(body[:len(body)/4]))
+		time.Sleep(300 * time.Millisecond)
+		// Redis refuses every write from now on: the next chunks cannot
+		// be staged.
+		r.rdb.ConfigSet(context.Background(), "maxmemory", "1")
+		pw.Write([]byte(body[len(body)/4 : len(body)/2]))
+		// Then the client has nothing more for a while: the handler
+		// must not wait for it.
+	}()
+	defer r.rdb.ConfigSet(context.Background(), "maxmemory", "0")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
+	req.Header.Set("Content-Type", ndjson)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var e apitype.ErrorBody
+	if json.Unmarshal(raw, &e) != nil || resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
+		t.Fatalf("staging failed mid-body: %d %s, want 503 unavailable", resp.StatusCode, raw)
+	}
+	if took := time.Since(start); took > opts.BodyReadTimeout/2 {
+		t.Errorf("answered after %s: the handler waited for the body's deadline (%s)", took, opts.BodyReadTimeout)
 	}
 }
 
