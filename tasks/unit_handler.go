@@ -297,6 +297,16 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	return nil
 }
 
+// inlineResultMax is the largest result an item's entry holds inline. A
+// larger one (a 1000x1000 fill's is 4 MB) is written once to the result
+// cache under its puzzle's key and the entry refers to it, as for a
+// search: the entry stays a head of a few hundred bytes, which readers
+// read with the states, and the result is sized (STRLEN) and read (GET)
+// with plain commands. Inline, its head could only be had by copying the
+// whole entry into a Lua script: 40 /results downloads of such fills at
+// once made Redis copy 480 MB, and every client's calls timed out.
+const inlineResultMax = 64 << 10
+
 // finishUnit writes the outcomes of items idx in one round trip and
 // counts the ones this call ended.
 func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem, idx []int) error {
@@ -304,8 +314,12 @@ func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem,
 	for j, i := range idx {
 		it := &items[i]
 		if it.out.code == "" {
+			key := it.cacheKey
+			if key == "" && len(it.out.result) > inlineResultMax && it.parsed != nil {
+				key = it.parsed.Key()
+			}
 			outs[j] = ItemOutcome{Index: it.index, State: apitype.TaskStateCompleted, Result: it.out.result,
-				CacheKey: it.cacheKey, Cached: it.out.cached}
+				CacheKey: key, Cached: it.out.cached}
 		} else {
 			outs[j] = ItemOutcome{Index: it.index, State: apitype.TaskStateFailed, Code: it.out.code, Msg: it.out.msg}
 		}

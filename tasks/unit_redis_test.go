@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,4 +233,58 @@ func TestUnitGiveUpOnTheRealStore(t *testing.T) {
 			t.Errorf("item %d after the last retry: %+v", i, tk)
 		}
 	}
+}
+
+// A result over 64 KiB (a large fill's) is kept once, in the result
+// cache under its puzzle's key, and its item's entry refers to it, so
+// that readers size it and read it with plain commands; a small one stays
+// inline in its entry. Both read back whole as items.
+func TestLargeResultIsKeptInTheCache(t *testing.T) {
+	t.Parallel()
+	f := newUnitFixture(t)
+	h := tasks.NewHandler(f.store, nil, testLimits(), nil, nil)
+	reqs := []string{fillOfSide(160, 1), sample8}
+	f.stage(t, "big", 4, reqs)
+	if _, err := tasks.FeedQueue(f.ctx, f.store, asynq.NewClientFromRedisClient(f.rdb), tasks.QueueBulk, 8, 8); err != nil {
+		t.Fatal(err)
+	}
+	f.serve(t, h)
+	f.waitDone(t, "big")
+	for i, r := range reqs {
+		p := mustParse(t, r)
+		want, err := p.Solve(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk := f.item(t, "big", i); tk.State != apitype.TaskStateCompleted || string(tk.Result) != string(want) {
+			t.Fatalf("item %d: %s, %d result bytes; want completed with the %d of the local solve", i, tk.State, len(tk.Result), len(want))
+		}
+		entry := f.rdb.HStrLen(f.ctx, "pq:batch:big:res:0", strconv.Itoa(i)).Val()
+		cached := f.rdb.Get(f.ctx, "pq:cache:"+p.Key()).Val()
+		switch {
+		case i == 0 && len(want) <= 64<<10:
+			t.Fatalf("the large fill's result is %d bytes: not large enough to test", len(want))
+		case i == 0 && (entry > 2<<10 || cached != string(want)):
+			t.Errorf("the large result: an entry of %d bytes, %d bytes cached; want a head referring to the cached result", entry, len(cached))
+		case i == 1 && (entry < int64(len(want)) || cached != ""):
+			t.Errorf("the small result: an entry of %d bytes, %d bytes cached; want it inline, not cached", entry, len(cached))
+		}
+	}
+}
+
+// fillOfSide is a fill request on two random side x side 0/1 grids.
+func fillOfSide(side int, seed int64) string {
+	rng := rand.New(rand.NewSource(seed))
+	grid := func() string {
+		rows := make([]string, side)
+		for i := range rows {
+			cs := make([]string, side)
+			for j := range cs {
+				cs[j] = strconv.Itoa(rng.Intn(2))
+			}
+			rows[i] = "[" + strings.Join(cs, ",") + "]"
+		}
+		return "[" + strings.Join(rows, ",") + "]"
+	}
+	return `{"kind":"fill","puzzle":{"game_board":` + grid() + `,"table":` + grid() + `}}`
 }

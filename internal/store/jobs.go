@@ -680,8 +680,9 @@ func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.
 }
 
 // maxErrorMessage bounds a failed item's message as its entry keeps it,
-// so that an entry over resultEntryBytes is always a result's. Messages
-// are the solvers' and ours, a line each; this only guards the bound.
+// so that an entry holds a head of a few hundred bytes unless its result
+// is inline (tasks keeps only results up to 64 KiB inline). Messages are
+// the solvers' and ours, a line each; this only guards the bound.
 const maxErrorMessage = 1 << 10
 
 // truncateMessage cuts msg to maxErrorMessage bytes on a rune boundary.
@@ -841,10 +842,7 @@ type ChunkInfo struct {
 	State    apitype.TaskState
 	// Error is set for a failed or canceled item.
 	Error *apitype.TaskError
-	// ResultBytes is the size of a completed item's result, for the
-	// reader's memory bound: exact, except for a result inline in an
-	// entry over resultEntryBytes, where it is the entry's size (the
-	// result's and a head of some hundred bytes).
+	// ResultBytes is the size of a completed item's result.
 	ResultBytes int64
 	// Result is a completed item's result when ChunkInfos read it with
 	// the states (a small one: see entryIsSmall); "" when it is to be

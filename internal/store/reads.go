@@ -40,16 +40,6 @@ const (
 	smallEntriesBytes = 256 << 10
 )
 
-// resultEntryBytes is the size beyond which an entry can only be a
-// completed item's with its result inline: every other entry is a head of
-// a few hundred bytes (a failed item's message is cut to maxErrorMessage
-// when it is written, and a ref'd result lives in the cache). ChunkInfos
-// takes such an entry's state and weight from its size alone, since the
-// head of an entry is only to be had by copying the whole entry into Lua:
-// forty /results streams of 1000x1000 fills (4 MB entries) made Redis
-// copy 480 MB that way at once, and every client's calls timed out.
-const resultEntryBytes = 64 << 10
-
 // isOwnKind reports whether kind byte kb is an own-unit item's.
 func isOwnKind(kb byte) bool { return kb >= 'A' && kb <= 'Z' }
 
@@ -258,7 +248,6 @@ func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, e
 	// heads. An entry is written once, so one sized here is the same
 	// when it is read (or gone, when the batch expired meanwhile).
 	var whole, heads []int
-	large := map[int]int64{} // offset: size of a result entry (resultEntryBytes)
 	budget := 0
 	for k := range n {
 		size := int(sizes[k].Val())
@@ -267,8 +256,6 @@ func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, e
 		case size <= smallEntryBytes && budget+size <= smallEntriesBytes:
 			budget += size
 			whole = append(whole, k)
-		case size > resultEntryBytes:
-			large[k] = int64(size)
 		default:
 			heads = append(heads, k)
 		}
@@ -320,11 +307,7 @@ func (s *Store) ChunkInfos(ctx context.Context, b *Batch, j int) ([]ChunkInfo, e
 		if vals[markerAt[k]] != "" { // the item's unit's marker: "a" (0) or "a<k>"
 			ci.State = apitype.TaskStateActive
 		}
-		if size, ok := large[k]; ok {
-			// Its result is read later (ChunkResults), in a piece
-			// weighed by the entry's size, a little over the result's.
-			ci.State, ci.ResultBytes = apitype.TaskStateCompleted, size
-		} else if entries[k] != "" {
+		if entries[k] != "" {
 			head, result := splitEntry(entries[k])
 			if e, ok := parseHead(head); ok {
 				ci.State = e.State

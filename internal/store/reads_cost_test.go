@@ -309,33 +309,6 @@ func fillBatch(t testing.TB, s *Store, id string, n, stride int, mixed bool) *Ba
 	return b
 }
 
-// headlessChunkInfos is ChunkInfos with the size of a result read
-// without its head (an entry over resultEntryBytes, weighed by the whole
-// entry) brought back to the result's own, after checking that it is
-// the entry's: at most a head's few hundred bytes more than the result.
-func (s *Store) headlessChunkInfos(t testing.TB, ctx context.Context, b *Batch, j int) ([]ChunkInfo, error) {
-	t.Helper()
-	infos, err := s.ChunkInfos(ctx, b, j)
-	if err != nil {
-		return nil, err
-	}
-	for i := range infos {
-		in := &infos[i]
-		if in.State != apitype.TaskStateCompleted || in.Result != "" || in.ref != "" || in.ResultBytes <= resultEntryBytes {
-			continue
-		}
-		res, ok, err := s.ChunkResults(ctx, b, j, []int{in.Index})
-		if err != nil || !ok[0] {
-			return nil, fmt.Errorf("item %d: %v", in.Index, err)
-		}
-		if extra := in.ResultBytes - int64(len(res[0])); extra <= 0 || extra > 512 {
-			t.Fatalf("item %d: weighed %d bytes for a result of %d", in.Index, in.ResultBytes, len(res[0]))
-		}
-		in.ResultBytes = int64(len(res[0]))
-	}
-	return infos, nil
-}
-
 // TestReadsMatchLegacy: the plain-command read path answers exactly what
 // the per-item scripts did, item by item, on a batch with every kind of
 // item and state, whole and in pages.
@@ -349,7 +322,7 @@ func TestReadsMatchLegacy(t *testing.T) {
 		t.Helper()
 		old := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.legacyChunkInfos(ctx, ri, b, j) },
 			func(j int, idx []int) ([]string, []bool, error) { return s.legacyChunkResults(ctx, cr, b, j, idx) })
-		now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.headlessChunkInfos(t, ctx, b, j) },
+		now := readAll(t, b, func(j int) ([]ChunkInfo, error) { return s.ChunkInfos(ctx, b, j) },
 			func(j int, idx []int) ([]string, []bool, error) { return s.ChunkResults(ctx, b, j, idx) })
 		if len(old) != b.Total || !reflect.DeepEqual(old, now) {
 			for i := range min(len(old), len(now)) {
@@ -435,12 +408,13 @@ func TestReadCostPerItem(t *testing.T) {
 	}
 }
 
-// TestLargeEntriesReadWithoutLua: an entry over resultEntryBytes (a large
-// fill's result, inline) is weighed by its size and read later, never
-// copied into Lua for its head, which made forty /results streams of
-// 4 MB fills stall Redis for every client; and a failed item's message,
-// however long, is kept short enough that only results are that large.
-func TestLargeEntriesReadWithoutLua(t *testing.T) {
+// TestLargeResultsReadWithoutLua: a large result written as the worker
+// writes one over 64 KiB (once, in the cache, the entry referring to it)
+// is sized and read with plain commands, never copied into Lua for its
+// entry's head, which made forty /results streams of 4 MB fills stall
+// Redis for every client; and a failed item's message, however long, is
+// kept short, so that an entry is a head unless its result is inline.
+func TestLargeResultsReadWithoutLua(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -460,18 +434,23 @@ func TestLargeEntriesReadWithoutLua(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := `{"filled":1,"cells":"` + strings.Repeat("x", 200<<10) + `"}`
+	big := func(i int) string { return fmt.Sprintf(`{"filled":%d,"cells":"%s"}`, i, strings.Repeat("x", 200<<10)) }
 	for i := range 4 {
 		u := tasks.UnitRef{BatchID: id, Unit: tasks.OwnUnit(i)}
 		if _, err := s.StartUnit(ctx, u); err != nil {
 			t.Fatal(err)
 		}
-		o := tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(big)}
+		o := tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(big(i)), CacheKey: "fill" + strconv.Itoa(i)}
 		if i == 3 {
 			o = tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInvalidPuzzle, Msg: strings.Repeat("é", 100<<10)}
 		}
 		if _, err := s.FinishUnit(ctx, u, []tasks.ItemOutcome{o}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if n := rdb.HStrLen(ctx, "l:batch:"+id+":res:0", strconv.Itoa(i)).Val(); n == 0 || n > 2<<10 {
+			t.Errorf("item %d: an entry of %d bytes, want a head", i, n)
 		}
 	}
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
@@ -482,16 +461,16 @@ func TestLargeEntriesReadWithoutLua(t *testing.T) {
 		t.Fatal(err)
 	}
 	if stats := rdb.Info(ctx, "commandstats").Val(); strings.Contains(stats, "cmdstat_eval") {
-		t.Errorf("ChunkInfos ran a script on large entries:\n%s", stats)
+		t.Errorf("ChunkInfos ran a script:\n%s", stats)
 	}
 	for i, in := range infos[:3] {
-		if in.State != apitype.TaskStateCompleted || in.Result != "" || in.ResultBytes < int64(len(big)) || in.ResultBytes > int64(len(big))+512 {
-			t.Errorf("item %d: %s, %d result bytes inline, weighed %d; want completed, read later, weighed about %d", i, in.State, len(in.Result), in.ResultBytes, len(big))
+		if in.State != apitype.TaskStateCompleted || in.Result != "" || in.ResultBytes != int64(len(big(i))) {
+			t.Errorf("item %d: %s, %d result bytes inline, weighed %d; want completed, read later, weighed %d", i, in.State, len(in.Result), in.ResultBytes, len(big(i)))
 		}
 	}
 	res, ok, err := s.ChunkResults(ctx, b, 0, []int{0, 1, 2})
-	if err != nil || !ok[0] || !ok[1] || !ok[2] || res[0] != big || res[2] != big {
-		t.Fatalf("ChunkResults of the large entries: %v %v", ok, err)
+	if err != nil || !ok[0] || !ok[1] || !ok[2] || res[0] != big(0) || res[2] != big(2) {
+		t.Fatalf("ChunkResults of the large results: %v %v", ok, err)
 	}
 	f := infos[3]
 	if f.State != apitype.TaskStateFailed || f.Error == nil || f.Error.Code != apitype.CodeInvalidPuzzle ||
