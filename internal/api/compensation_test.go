@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,9 @@ func (q *fakeQueue) set(okCalls int) {
 // of the calls that create records and of those that undo them.
 type faultyStore struct {
 	*store.Store
+	// queue, when set, takes the store's feeds one unit at a time
+	// (EnqueueFed), so that its failures land mid-feed.
+	queue api.Enqueuer
 
 	mu sync.Mutex
 	// commitLost makes CommitBatch commit the batch and then report an
@@ -77,6 +81,35 @@ type faultyStore struct {
 	// retryCut makes RetryBatch report an error after it re-opened
 	// items, as a retry whose Redis failed half way through does.
 	retryCut bool
+}
+
+// EnqueueFed sends the units through the rig's queue one at a time, as
+// asynq's client would, and acknowledges those it took: a queue that
+// fails part way leaves the rest in the feeding set, as a bulk enqueue
+// that failed would.
+func (f *faultyStore) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitRef) (int, error) {
+	if f.queue == nil {
+		return f.Store.EnqueueFed(ctx, queue, refs)
+	}
+	var (
+		landed   []tasks.UnitRef
+		firstErr error
+	)
+	for _, r := range refs {
+		t, err := tasks.NewUnitTask(r, queue)
+		if err == nil {
+			_, err = f.queue.EnqueueContext(ctx, t)
+		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		landed = append(landed, r)
+	}
+	if err := f.Store.AckFed(ctx, landed); err != nil {
+		return 0, err
+	}
+	return len(landed), firstErr
 }
 
 func (f *faultyStore) RetryBatch(ctx context.Context, b *store.Batch, quota int, timeout store.RetryTimeout) (int, error) {
@@ -180,6 +213,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	real := store.New(r.Client(t), store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	st := &faultyStore{Store: real, batches: map[string]int{}, abandoned: map[string]int{}, released: map[string]int{}}
 	q := &fakeQueue{okCalls: -1}
+	st.queue = q
 	o := api.OptionsForTest()
 	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 1, 100
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}

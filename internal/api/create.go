@@ -256,11 +256,9 @@ func (s *Server) feedAfterCommit(ctx context.Context, batchID string) {
 }
 
 // feed takes up to depth units from the feed (while the bulk queue holds
-// fewer than depth waiting), enqueues them par at a time and acknowledges
-// those that landed. A unit already queued (asynq's ErrTaskIDConflict for
-// its fixed task ID) has landed. Units it fails to enqueue stay in the
-// feeding set, where the reconciler finds them. It returns how many it
-// acknowledged.
+// fewer than depth waiting), enqueues them and acknowledges those that
+// landed (enqueueFed). Units it fails to enqueue stay in the feeding set,
+// where the reconciler finds them. It returns how many it acknowledged.
 func feed(ctx context.Context, f tasks.Feeder, enq Enqueuer, depth, par int) (int, error) {
 	refs, err := f.Feed(ctx, tasks.QueueBulk, depth, depth)
 	if err != nil || len(refs) == 0 {

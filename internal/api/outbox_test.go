@@ -36,6 +36,18 @@ func (d *dyingEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts 
 	return d.real.EnqueueContext(ctx, t, opts...)
 }
 
+// enqueuingStore is the real store whose feeds go through enq, one unit
+// at a time, instead of its own bulk script: the Server's feeds then meet
+// the dying enqueuer, and units it refused stay in the feeding set.
+type enqueuingStore struct {
+	*store.Store
+	enq Enqueuer
+}
+
+func (s enqueuingStore) EnqueueFed(ctx context.Context, _ string, refs []tasks.UnitRef) (int, error) {
+	return enqueueEach(ctx, s.enq, s.Store, refs, 2)
+}
+
 // outboxStack is a Server on a real Redis whose enqueuer dies after
 // `enqueued` tasks, and the store and inspector to look behind it.
 type outboxStack struct {
@@ -56,7 +68,7 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	enq.left.Store(int64(enqueued))
 	o := OptionsForTest()
 	o.ChunkSize, o.EnqueueParallelism = 10, 2
-	srv := New(enq, st, store.NewHub(), prometheus.NewRegistry(), nil, o)
+	srv := New(enq, enqueuingStore{st, enq}, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
 

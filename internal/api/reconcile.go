@@ -179,13 +179,15 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		if err != nil || !ok {
 			return total, err
 		}
-		n, err := r.enqueue(ctx, stale)
+		n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
 		total += n
 		if err != nil {
 			return total, err
 		}
 		r.log.Info("re-enqueued units whose feeder died", "units", n)
-		if len(stale) < staleBatch {
+		if len(stale) < staleBatch || n < len(stale) {
+			// The rest (or units still running, which the store does
+			// not acknowledge yet) wait for the next pass.
 			break
 		}
 	}
@@ -193,11 +195,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 	// FeedDepth units; the bound keeps a pass finite while workers drain
 	// the queue as fast as it is fed.
 	for fed := 0; fed < r.opts.FeedDepth; {
-		refs, err := r.store.Feed(ctx, tasks.QueueBulk, r.opts.FeedDepth, r.opts.FeedDepth)
-		if err != nil || len(refs) == 0 {
-			return total, err
-		}
-		n, err := r.enqueue(ctx, refs)
+		n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -207,26 +205,27 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// enqueue puts units taken from the feed on the bulk queue and
-// acknowledges them: a few hundred units a script when the store enqueues
-// itself (tasks.BulkFeeder, as *store.Store does), so that the units a
-// feeder died holding are queued within the pass however many there are
+// enqueueFed enqueues units taken from the feed and acknowledges the ones
+// that landed: a few hundred units a script when the store enqueues them
+// itself (tasks.BulkFeeder, as *store.Store does), so that even thousands
+// of units a feeder died holding are queued within a reconciler's pass
 // (7,001 took one enqueue each 3-6 s on a loaded machine, past the 5 s
-// that issue 11 allows), else one enqueue each through asynq's client.
-func (r *Reconciler) enqueue(ctx context.Context, refs []tasks.UnitRef) (int, error) {
-	if bf, ok := r.store.(tasks.BulkFeeder); ok {
+// that issue 11 allows), and a unit whose earlier task asynq archived is
+// queued again (a retried batch's); else par at a time through enq
+// (asynq v0.26 has no bulk enqueue), where a unit already queued (asynq
+// answers ErrTaskIDConflict for its fixed task ID) has landed. A unit
+// whose enqueue failed stays in the feeding set, where the reconciler
+// finds it after Grace. It returns how many units it acknowledged, and
+// the first error.
+func enqueueFed(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
+	if bf, ok := f.(tasks.BulkFeeder); ok {
 		return tasks.EnqueueFed(ctx, bf, tasks.QueueBulk, refs)
 	}
-	return enqueueFed(ctx, r.enq, r.store, refs, r.opts.Parallelism)
+	return enqueueEach(ctx, enq, f, refs, par)
 }
 
-// enqueueFed enqueues units taken from the feed, par at a time (asynq
-// v0.26 has no bulk enqueue), and acknowledges the ones that landed. A
-// unit that is already queued (asynq answers ErrTaskIDConflict for its
-// fixed task ID) has landed. A unit whose enqueue failed stays in the
-// feeding set, where the reconciler finds it after Grace. It returns how
-// many units it acknowledged, and the first error.
-func enqueueFed(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
+// enqueueEach is enqueueFed through asynq's client, par units at a time.
+func enqueueEach(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex

@@ -497,17 +497,20 @@ const enqueueFedPage = 256
 // EnqueueFed puts units that Feed took on queue's pending list, as
 // asynq.Client would enqueue them with their fixed task IDs, and
 // acknowledges them in the same script (tasks.BulkFeeder): a page of up
-// to enqueueFedPage units a round trip. A unit that asynq holds already
-// stays as it is. It returns how many units it acknowledged: all of
-// them, or those of the pages before a failure, which stay in the
-// feeding set for the reconciler.
+// to enqueueFedPage units a round trip. A unit whose task asynq holds
+// already is acknowledged as queued, queued afresh when asynq had
+// archived or kept it completed, and left unacknowledged while it runs
+// (enqueueFedScript). It returns how many units it acknowledged; the
+// others (running ones, and those of the pages after a failure) stay in
+// the feeding set for the reconciler.
 func (s *Store) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitRef) (int, error) {
 	acked := 0
 	for len(refs) > 0 {
 		page := refs[:min(len(refs), enqueueFedPage)]
 		refs = refs[len(page):]
-		keys := make([]string, 3, 3+len(page))
+		keys := make([]string, 5, 5+len(page))
 		keys[0], keys[1], keys[2] = s.k.feeding(), s.k.asynqPending(queue), s.k.asynqQueues()
+		keys[3], keys[4] = s.k.asynqArchived(queue), s.k.asynqCompleted(queue)
 		publish := queue
 		if _, ok := s.queuesAdded.Load(queue); ok {
 			publish = ""
@@ -522,13 +525,14 @@ func (s *Store) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitR
 			keys = append(keys, s.k.asynqTask(queue, e.ID))
 			args = append(args, e.ID, e.Msg, r.Member())
 		}
-		if err := enqueueFedScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+		n, err := enqueueFedScript.Run(ctx, s.rdb, keys, args...).Int()
+		if err != nil {
 			return acked, fmt.Errorf("store: enqueue %d fed units: %w", len(page), err)
 		}
 		if publish != "" {
 			s.queuesAdded.Store(queue, true)
 		}
-		acked += len(page)
+		acked += n
 	}
 	return acked, nil
 }

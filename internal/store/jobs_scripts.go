@@ -282,38 +282,56 @@ return 1
 
 // enqueueFedScript puts units that the feed script took on asynq's queue
 // and acknowledges them, in one call: per unit what asynq's enqueue
-// script does (v0.26's enqueueCmd: a task hash that exists already is
-// left alone, which asynq.Client reports as a task ID conflict; the
-// feeders count it as landed), then one LPUSH of the new tasks' IDs (in
-// argument order, as one LPUSH per task would leave them) and one ZREM
-// of every unit from the feeding set.
+// script does (v0.26's enqueueCmd), then one LPUSH of the new tasks' IDs
+// (in argument order, as one LPUSH per task would leave them) and one
+// ZREM of the acknowledged units from the feeding set. A unit's fixed
+// task ID may name a task asynq holds already:
+//
+//   - pending, scheduled, retry (or aggregating): it will run, and the
+//     unit is acknowledged as queued, as asynq.Client's task ID conflict
+//     has always been taken;
+//   - archived (asynq gave up on it; a batch retry feeds the unit again)
+//     or completed (kept for a retention): its hash goes and the unit is
+//     queued afresh, or a retried item would never run;
+//   - active: it runs now, perhaps past the items this feed is for (a
+//     retry can feed a unit the moment it ended, before asynq's Done):
+//     the unit is not acknowledged, and the reconciler feeds it again
+//     after its grace, once the task is gone. At worst it runs twice,
+//     which changes nothing: only an item without an entry runs.
 //
 // KEYS[1] the feeding set
 // KEYS[2] asynq's pending list of the queue
 // KEYS[3] asynq's set of queues
-// KEYS[3+i] asynq's task hash of unit i
+// KEYS[4], KEYS[5] asynq's archived and completed sets of the queue
+// KEYS[5+i] asynq's task hash of unit i
 // ARGV[1] now, Unix nanoseconds (asynq's pending_since)
 // ARGV[2] the queue's name to add to asynq's set of queues; "" when this
 // process has added it already
 // ARGV[3i], ARGV[3i+1], ARGV[3i+2] for unit i: its task ID, its encoded
 // task message (tasks.NewUnitEnqueued) and its feed member
 //
-// Returns the number of units newly queued.
+// Returns the number of units acknowledged.
 var enqueueFedScript = redis.NewScript(`
-local n = #KEYS - 3
+local n = #KEYS - 5
 local ids, members = {}, {}
 for i = 1, n do
-  local a = 3 * i
-  if redis.call('EXISTS', KEYS[3 + i]) == 0 then
-    redis.call('HSET', KEYS[3 + i], 'msg', ARGV[a + 1], 'state', 'pending', 'pending_since', ARGV[1])
+  local a, k = 3 * i, KEYS[5 + i]
+  local st = redis.call('HGET', k, 'state')
+  if st == 'archived' or st == 'completed' then
+    redis.call('ZREM', st == 'archived' and KEYS[4] or KEYS[5], ARGV[a])
+    redis.call('DEL', k)
+    st = false
+  end
+  if not st then
+    redis.call('HSET', k, 'msg', ARGV[a + 1], 'state', 'pending', 'pending_since', ARGV[1])
     ids[#ids + 1] = ARGV[a]
   end
-  members[i] = ARGV[a + 2]
+  if st ~= 'active' then members[#members + 1] = ARGV[a + 2] end
 end
 if #ids > 0 then redis.call('LPUSH', KEYS[2], unpack(ids)) end
-if n > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+if #members > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
 if ARGV[2] ~= '' then redis.call('SADD', KEYS[3], ARGV[2]) end
-return #ids
+return #members
 `)
 
 // feedScript takes units from the feed in score order while the bulk

@@ -1208,3 +1208,87 @@ func TestEnqueueFed(t *testing.T) {
 		t.Fatalf("pending list holds %d after a second enqueue of 10, want %d", l, len(refs))
 	}
 }
+
+// TestEnqueueFedOverAsynqStates: a unit whose fixed task ID names a task
+// asynq holds is fed by the state of that task. Archived (asynq gave up on
+// it, and a batch retry feeds it again) or completed: queued afresh, or
+// the retried items would never run. Running: not acknowledged, so that
+// the reconciler feeds it again once the task is gone, since the run may
+// be past the items the feed is for. Waiting to run (retry here): left as
+// it is and acknowledged.
+func TestEnqueueFedOverAsynqStates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	e.commit(t, store.CommitBatch{ID: bid("states")}, 64, []store.StagedItem{own(`{}`), own(`{}`), own(`{}`), own(`{}`)})
+	refs := e.feedAll(t)
+	if len(refs) != 4 {
+		t.Fatalf("fed %d units", len(refs))
+	}
+	queue := "q-" + e.prefix
+	cl := asynq.NewClientFromRedisClient(e.rdb)
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	key := func(r tasks.UnitRef) string { return "asynq:{" + queue + "}:t:" + r.TaskID() }
+	for _, r := range refs {
+		task, err := tasks.NewUnitTask(r, queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Enqueue(task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// refs[0]: archived, as asynq leaves a unit it gave up on.
+	if err := insp.ArchiveTask(queue, refs[0].TaskID()); err != nil {
+		t.Fatal(err)
+	}
+	// refs[1]: completed and kept, as asynq leaves a task with a retention.
+	e.rdb.LRem(e.ctx, tasks.PendingListKey(queue), 0, refs[1].TaskID())
+	e.rdb.HSet(e.ctx, key(refs[1]), "state", "completed")
+	e.rdb.ZAdd(e.ctx, "asynq:{"+queue+"}:completed", redis.Z{Score: 1, Member: refs[1].TaskID()})
+	// refs[2]: running, as asynq's dequeue leaves it.
+	e.rdb.LRem(e.ctx, tasks.PendingListKey(queue), 0, refs[2].TaskID())
+	e.rdb.LPush(e.ctx, "asynq:{"+queue+"}:active", refs[2].TaskID())
+	e.rdb.HSet(e.ctx, key(refs[2]), "state", "active")
+	// refs[3]: waiting for a retry.
+	e.rdb.LRem(e.ctx, tasks.PendingListKey(queue), 0, refs[3].TaskID())
+	e.rdb.HSet(e.ctx, key(refs[3]), "state", "retry")
+	e.rdb.ZAdd(e.ctx, "asynq:{"+queue+"}:retry", redis.Z{Score: 1, Member: refs[3].TaskID()})
+
+	n, err := e.s.EnqueueFed(e.ctx, queue, refs)
+	if err != nil || n != 3 {
+		t.Fatalf("EnqueueFed: %d acknowledged, %v; want 3 (all but the running one)", n, err)
+	}
+	pending := e.rdb.LRange(e.ctx, tasks.PendingListKey(queue), 0, -1).Val()
+	slices.Sort(pending)
+	want := []string{refs[0].TaskID(), refs[1].TaskID()}
+	slices.Sort(want)
+	if !slices.Equal(pending, want) {
+		t.Errorf("pending list %v, want the archived and the completed units queued afresh %v", pending, want)
+	}
+	for _, r := range refs[:2] {
+		info, err := insp.GetTaskInfo(queue, r.TaskID())
+		if err != nil || info.State != asynq.TaskStatePending || info.Type != tasks.TypeUnit {
+			t.Errorf("unit %s after the feed: %+v %v, want pending", r.Unit, info, err)
+		}
+	}
+	if e.rdb.ZCard(e.ctx, "asynq:{"+queue+"}:archived").Val() != 0 || e.rdb.ZCard(e.ctx, "asynq:{"+queue+"}:completed").Val() != 0 {
+		t.Error("the revived units are still in asynq's archived or completed set")
+	}
+	if st := e.rdb.HGet(e.ctx, key(refs[3]), "state").Val(); st != "retry" {
+		t.Errorf("the unit waiting for a retry is %q now, want it left as it was", st)
+	}
+	stale, err := e.s.StaleFed(e.ctx, time.Now().Add(time.Hour), 10)
+	if err != nil || len(stale) != 1 || stale[0].Unit != refs[2].Unit {
+		t.Fatalf("left unacknowledged: %v %v, want the running unit alone", stale, err)
+	}
+	// Once the running task is gone (asynq's Done), the next feed of it
+	// queues it.
+	e.rdb.LRem(e.ctx, "asynq:{"+queue+"}:active", 0, refs[2].TaskID())
+	e.rdb.Del(e.ctx, key(refs[2]))
+	if n, err := e.s.EnqueueFed(e.ctx, queue, stale); err != nil || n != 1 {
+		t.Fatalf("the running unit's second feed: %d, %v", n, err)
+	}
+	if info, err := insp.GetTaskInfo(queue, refs[2].TaskID()); err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("the once-running unit: %+v %v, want pending", info, err)
+	}
+}

@@ -238,10 +238,16 @@ func (k keys) webhook(ref string) string { return k.prefix + "webhook:" + ref }
 // and the enqueue cannot lose the delivery.
 func (k keys) webhookWatch() string { return k.prefix + "webhooks:watch" }
 
-// asynqTask, asynqPending and asynqQueues are asynq's own keys (its
-// internal/base: TaskKey, PendingKey, AllQueues), for the one script that
-// writes to them: submitScript enqueues a single task where it records
-// it, as asynq's enqueue script does. Asynq's keys take no prefix.
+// asynqTask, asynqPending, asynqQueues, asynqArchived and asynqCompleted
+// are asynq's own keys (its internal/base: TaskKey, PendingKey,
+// AllQueues, ArchivedKey, CompletedKey), for the scripts that write to
+// them as asynq's enqueue script does: submitScript, which enqueues a
+// single task where it records it, and enqueueFedScript, which enqueues
+// fed units. Asynq's keys take no prefix.
 func (keys) asynqTask(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 func (keys) asynqPending(queue string) string  { return "asynq:{" + queue + "}:pending" }
 func (keys) asynqQueues() string               { return "asynq:queues" }
+func (keys) asynqArchived(queue string) string { return "asynq:{" + queue + "}:archived" }
+func (keys) asynqCompleted(queue string) string {
+	return "asynq:{" + queue + "}:completed"
+}
