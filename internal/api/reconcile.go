@@ -35,10 +35,10 @@ type ReconcilerOptions struct {
 	// and being acknowledged before the reconciler enqueues it again, so
 	// it does not race the feeder that is still enqueueing it (which
 	// would be harmless, only wasted work: the unit's fixed task ID makes
-	// one task of both). A worker's or the reconciler's feed enqueues and
-	// acknowledges in one script, and the API's feed at a submission
-	// takes at most FEED_DEPTH units (64 by default: tens of
-	// milliseconds), so a second is ample. Default 1s.
+	// one task of both). Every feeder with the store's bulk enqueue
+	// (tasks.BulkFeeder) enqueues and acknowledges in one script per 256
+	// units, milliseconds after it took them, so a second is ample unless
+	// FEED_DEPTH is in the tens of thousands. Default 1s.
 	Grace time.Duration
 	// Parallelism bounds concurrent enqueues. Default 8.
 	Parallelism int
