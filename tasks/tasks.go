@@ -158,16 +158,24 @@ func NewSolveEnqueued(id, owner string, p *puzzle.Parsed, queue string, l Limits
 		return Enqueued{}, err
 	}
 	timeout := int64((l.deadline(p.Kind()) + timeoutMargin) / time.Second)
+	return enqueued(typ, payload, id, queue, timeout), nil
+}
+
+// enqueued encodes a task as asynq v0.26's TaskMessage with the fields
+// our tasks set (asynq.TaskID, Queue, MaxRetry and Timeout), in field
+// order, as proto.Marshal writes them; a zero timeout is left out, as
+// protobuf leaves out zero fields.
+func enqueued(typ string, payload []byte, id, queue string, timeoutSeconds int64) Enqueued {
 	msg := make([]byte, 0, len(payload)+len(typ)+len(id)+len(queue)+24)
 	msg = protoBytes(msg, 1, []byte(typ))   // type
 	msg = protoBytes(msg, 2, payload)       // payload
 	msg = protoBytes(msg, 3, []byte(id))    // id
 	msg = protoBytes(msg, 4, []byte(queue)) // queue
 	msg = protoVarint(msg, 5, maxRetry)     // retry
-	if timeout > 0 {
-		msg = protoVarint(msg, 8, uint64(timeout)) // timeout, seconds
+	if timeoutSeconds > 0 {
+		msg = protoVarint(msg, 8, uint64(timeoutSeconds)) // timeout
 	}
-	return Enqueued{ID: id, Queue: queue, Msg: msg}, nil
+	return Enqueued{ID: id, Queue: queue, Msg: msg}
 }
 
 // protoBytes appends a protobuf length-delimited field (wire type 2).

@@ -92,19 +92,11 @@ func NewUnitEnqueued(r UnitRef, queue string) (Enqueued, error) {
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("tasks: encode unit payload: %w", err)
 	}
-	id := r.TaskID()
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = asynqDefaultTimeout // as asynq.Client sets it
 	}
-	msg := make([]byte, 0, len(b)+len(TypeUnit)+len(id)+len(queue)+24)
-	msg = protoBytes(msg, 1, []byte(TypeUnit))                  // type
-	msg = protoBytes(msg, 2, b)                                 // payload
-	msg = protoBytes(msg, 3, []byte(id))                        // id
-	msg = protoBytes(msg, 4, []byte(queue))                     // queue
-	msg = protoVarint(msg, 5, maxRetry)                         // retry
-	msg = protoVarint(msg, 8, uint64(int64(timeout.Seconds()))) // timeout, seconds
-	return Enqueued{ID: id, Queue: queue, Msg: msg}, nil
+	return enqueued(TypeUnit, b, r.TaskID(), queue, int64(timeout.Seconds())), nil
 }
 
 // asynqDefaultTimeout is the timeout asynq.Client gives a task enqueued

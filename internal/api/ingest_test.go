@@ -354,20 +354,12 @@ func TestSlowNDJSONUploadIsCutOff(t *testing.T) {
 	go func() {
 		pw.Write([]byte(lines(7))) // three chunks staged, then silence
 	}()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
-	req.Header.Set("Content-Type", ndjson)
-	req.Header.Set("Authorization", "Bearer "+aliceKey)
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	code, raw, took := streamBatch(t, srv.URL, pr)
 	var e apitype.ErrorBody
-	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
-		t.Fatalf("stalled upload: %d %+v %v, want 408", resp.StatusCode, e, err)
+	if err := json.Unmarshal(raw, &e); err != nil || code != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
+		t.Fatalf("stalled upload: %d %s, want 408", code, raw)
 	}
-	if took := time.Since(start); took > 5*time.Second {
+	if took > 5*time.Second {
 		t.Errorf("cut off after %s, want about 1s", took)
 	}
 	r.nothingLeft("stalled upload")
@@ -410,21 +402,11 @@ func TestSteadySlowUploadIsRead(t *testing.T) {
 			}
 			pw.Close()
 		}()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
-		req.Header.Set("Content-Type", ndjson)
-		req.Header.Set("Authorization", "Bearer "+aliceKey)
-		start := time.Now()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		code, raw, took := streamBatch(t, srv.URL, pr)
 		pw.Close()
-		took := time.Since(start)
 		if !stall {
-			if resp.StatusCode != http.StatusAccepted {
-				t.Fatalf("steady upload of %d bytes over %s: %d %s, want 202", len(body), took, resp.StatusCode, raw)
+			if code != http.StatusAccepted {
+				t.Fatalf("steady upload of %d bytes over %s: %d %s, want 202", len(body), took, code, raw)
 			}
 			if took < 2*opts.BodyReadTimeout {
 				t.Fatalf("the upload took %s: not long enough past the %s grace to test the rate", took, opts.BodyReadTimeout)
@@ -432,8 +414,8 @@ func TestSteadySlowUploadIsRead(t *testing.T) {
 			continue
 		}
 		var e apitype.ErrorBody
-		if json.Unmarshal(raw, &e) != nil || resp.StatusCode != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
-			t.Fatalf("stalled upload: %d %s, want 408", resp.StatusCode, raw)
+		if json.Unmarshal(raw, &e) != nil || code != http.StatusRequestTimeout || e.Error.Code != apitype.CodeRequestTimeout {
+			t.Fatalf("stalled upload: %d %s, want 408", code, raw)
 		}
 		// Cut a grace after the time the 9 pieces bought at the rate, not
 		// a grace after the start.
@@ -473,7 +455,22 @@ func TestStagingFailureMidBodyIsNotATimeout(t *testing.T) {
 		// must not wait for it.
 	}()
 	defer r.rdb.ConfigSet(context.Background(), "maxmemory", "0")
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/batches", pr)
+	code, raw, took := streamBatch(t, srv.URL, pr)
+	var e apitype.ErrorBody
+	if json.Unmarshal(raw, &e) != nil || code != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
+		t.Fatalf("staging failed mid-body: %d %s, want 503 unavailable", code, raw)
+	}
+	if took > opts.BodyReadTimeout/2 {
+		t.Errorf("answered after %s: the handler waited for the body's deadline (%s)", took, opts.BodyReadTimeout)
+	}
+}
+
+// streamBatch posts body as alice's NDJSON batch to the server at url, as
+// it comes (no Content-Length), and returns the answer's status and body
+// and how long it took.
+func streamBatch(t *testing.T, url string, body io.Reader) (int, []byte, time.Duration) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/batches", body)
 	req.Header.Set("Content-Type", ndjson)
 	req.Header.Set("Authorization", "Bearer "+aliceKey)
 	start := time.Now()
@@ -481,15 +478,9 @@ func TestStagingFailureMidBodyIsNotATimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var e apitype.ErrorBody
-	if json.Unmarshal(raw, &e) != nil || resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != apitype.CodeUnavailable {
-		t.Fatalf("staging failed mid-body: %d %s, want 503 unavailable", resp.StatusCode, raw)
-	}
-	if took := time.Since(start); took > opts.BodyReadTimeout/2 {
-		t.Errorf("answered after %s: the handler waited for the body's deadline (%s)", took, opts.BodyReadTimeout)
-	}
+	return resp.StatusCode, raw, time.Since(start)
 }
 
 // A body over MAX_BATCH_BODY_BYTES without a Content-Length is cut off
