@@ -183,7 +183,7 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 		return p.Solve(context.WithoutCancel(ctx))
 	}
 	f.stage(t, "u1", 4, reqs)
-	if n, err := tasks.FeedQueue(f.ctx, f.store, asynq.NewClientFromRedisClient(f.rdb), tasks.QueueBulk, 4, 4); err != nil || n != 1 {
+	if n, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 4, 4); err != nil || n != 1 {
 		t.Fatalf("feed: %d %v", n, err)
 	}
 	b := f.waitDone(t, "u1")

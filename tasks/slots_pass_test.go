@@ -67,7 +67,7 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 	}{
 		{"batch canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
 			f.stageOwned(t, "a", "k1", boards)
-			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+			if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 10, 10); err != nil {
 				t.Fatal(err)
 			}
 			f.waitParked(t, "k1", len(boards))
@@ -77,7 +77,7 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 		}},
 		{"items canceled", func(t *testing.T, f *unitFixture, client *asynq.Client, boards []string) {
 			f.stageOwned(t, "a", "k1", boards)
-			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+			if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 10, 10); err != nil {
 				t.Fatal(err)
 			}
 			f.waitParked(t, "k1", len(boards))
@@ -96,7 +96,7 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 			// batch items park for k1's slot first, and on promotion
 			// find the identical solve and wait for it, taking no slot.
 			f.stageOwned(t, "a", "k1", boards)
-			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+			if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 10, 10); err != nil {
 				t.Fatal(err)
 			}
 			f.waitParked(t, "k1", len(boards))
@@ -140,7 +140,7 @@ func TestPromotionSkipsRunsThatNeedNoSlot(t *testing.T) {
 			// two searches park behind them.
 			tc.park(t, f, client, boards[:3])
 			f.stageOwned(t, "b", "k1", boards[3:])
-			if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 10, 10); err != nil {
+			if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 10, 10); err != nil {
 				t.Fatal(err)
 			}
 			f.waitParked(t, "k1", 5)

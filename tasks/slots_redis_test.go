@@ -136,13 +136,12 @@ func TestBatchSearchesShareTheKeysSlots(t *testing.T) {
 	m := tasks.NewMetrics(prometheus.NewRegistry())
 	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
 	h.SetGate(f.store, func() int { return 1 })
-	client := asynq.NewClientFromRedisClient(f.rdb)
-	h.SetFeed(f.store, client, n)
+	h.SetFeed(f.store, n)
 	most := concurrency(h, 50*time.Millisecond)
 
 	reqs := sweeps(t, n)
 	f.stageOwned(t, "b1", "k1", reqs)
-	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, n, n); err != nil {
 		t.Fatal(err)
 	}
 	f.slotServer(t, h, 4)
@@ -278,8 +277,7 @@ func TestIdenticalBatchSearchesSolveOnce(t *testing.T) {
 	m := tasks.NewMetrics(prometheus.NewRegistry())
 	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
 	h.SetGate(f.store, func() int { return 0 })
-	client := asynq.NewClientFromRedisClient(f.rdb)
-	h.SetFeed(f.store, client, n)
+	h.SetFeed(f.store, n)
 	// 300 ms: every copy is parked, and in asynq's retry set, well before
 	// the lead ends (a copy told to wait just as it ends asks again by
 	// itself after a second or two, which the hour's delay here forbids).
@@ -287,7 +285,7 @@ func TestIdenticalBatchSearchesSolveOnce(t *testing.T) {
 
 	same := sweeps(t, 1)[0]
 	f.stageOwned(t, "b1", "k1", []string{same, same, same, same})
-	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, n, n); err != nil {
 		t.Fatal(err)
 	}
 	f.slotServer(t, h, n)
@@ -328,7 +326,7 @@ func TestBatchItemWaitsForASinglesSolve(t *testing.T) {
 		return orig(ctx, p)
 	}
 	client := asynq.NewClientFromRedisClient(f.rdb)
-	h.SetFeed(f.store, client, 2)
+	h.SetFeed(f.store, 2)
 
 	same := sweeps(t, 1)[0]
 	p := mustParse(t, same)
@@ -349,7 +347,7 @@ func TestBatchItemWaitsForASinglesSolve(t *testing.T) {
 		}
 	}
 	f.stageOwned(t, "b1", "k1", []string{same})
-	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, 2, 2); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 2, 2); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.Joins) == 0; time.Sleep(5 * time.Millisecond) {
@@ -409,8 +407,7 @@ func TestManyCopiesFollowOneSolve(t *testing.T) {
 	m := tasks.NewMetrics(prometheus.NewRegistry())
 	h := tasks.NewHandler(f.store, nil, testLimits(), m, nil)
 	h.SetGate(f.store, func() int { return 0 })
-	client := asynq.NewClientFromRedisClient(f.rdb)
-	h.SetFeed(f.store, client, n)
+	h.SetFeed(f.store, n)
 	calls := counted(h, 2*time.Second)
 
 	same := sweeps(t, 1)[0]
@@ -419,7 +416,7 @@ func TestManyCopiesFollowOneSolve(t *testing.T) {
 		reqs[i] = same
 	}
 	f.stageOwned(t, "b1", "k1", reqs)
-	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, n, n); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, n, n); err != nil {
 		t.Fatal(err)
 	}
 	f.slotServer(t, h, 4)

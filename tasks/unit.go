@@ -85,7 +85,7 @@ func NewUnitTask(r UnitRef, queue string) (*asynq.Task, error) {
 
 // NewUnitEnqueued is NewUnitTask's task in asynq's stored form (see
 // NewSolveEnqueued), for a store script that enqueues many units in one
-// call (BulkFeeder). TestNewUnitEnqueuedMatchesAsynq holds the bytes
+// call (Feeder.EnqueueFed). TestNewUnitEnqueuedMatchesAsynq holds the bytes
 // equal to asynq.Client's own.
 func NewUnitEnqueued(r UnitRef, queue string) (Enqueued, error) {
 	b, err := json.Marshal(r)
@@ -152,21 +152,12 @@ type Feeder interface {
 	// queue's pending list is shorter than depth, and marks them as being
 	// enqueued.
 	Feed(ctx context.Context, queue string, depth, max int) ([]UnitRef, error)
-	// AckFed records that refs are on the queue.
-	AckFed(ctx context.Context, refs []UnitRef) error
-}
-
-// BulkFeeder is a Feeder that also enqueues the units it fed, in asynq's
-// stored form (NewUnitEnqueued), together with their acknowledgement, a
-// few hundred units a round trip; *store.Store satisfies it. Feeding
-// through it is a feed and one call where asynq's client would take an
-// enqueue per unit and an acknowledgement: a feeder that dies holding a
-// thousand units (a deep FEED_DEPTH) leaves the reconciler a few calls to
-// make, not a thousand enqueues.
-type BulkFeeder interface {
-	Feeder
-	// EnqueueFed puts refs on queue's pending list and acknowledges them
-	// at once; a unit whose task asynq holds already stays as it is and
-	// counts as landed. It returns how many it acknowledged.
+	// EnqueueFed puts units that Feed took on queue, in asynq's stored
+	// form (NewUnitEnqueued), and acknowledges them in the same step, a
+	// few hundred units a round trip. A unit whose task asynq holds
+	// already is acknowledged while that task waits to run, queued afresh
+	// when asynq archived it, and left unacknowledged while it runs. It
+	// returns how many it acknowledged; the rest stay in the feeding set
+	// for the reconciler.
 	EnqueueFed(ctx context.Context, queue string, refs []UnitRef) (int, error)
 }

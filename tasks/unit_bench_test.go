@@ -45,7 +45,7 @@ func benchUnitWorker(b *testing.B, stride int) {
 	client := asynq.NewClientFromRedisClient(f.rdb)
 	b.Cleanup(func() { client.Close() })
 	h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
-	h.SetFeed(f.store, client, depth)
+	h.SetFeed(f.store, depth)
 	rng := rand.New(rand.NewPCG(1, 2))
 	reqs := make([][]byte, items)
 	for i := range reqs {
@@ -76,7 +76,7 @@ func benchUnitWorker(b *testing.B, stride int) {
 			b.Fatal(err)
 		}
 		// The API's feed after its commit.
-		if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, depth, depth); err != nil {
+		if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, depth, depth); err != nil {
 			b.Fatal(err)
 		}
 		usec0 := redisCPU(b, f)

@@ -12,15 +12,9 @@ import (
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
-// Enqueuer puts a task on its queue; *asynq.Client satisfies it.
-type Enqueuer interface {
-	EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
-}
-
 // feedConfig is how a Handler refills the bulk queue after a unit.
 type feedConfig struct {
 	feeder Feeder
-	enq    Enqueuer
 	depth  int
 }
 
@@ -38,12 +32,12 @@ const feedTimeout = 5 * time.Second
 const writeTimeout = 10 * time.Second
 
 // SetFeed makes h feed the bulk queue after every unit it finishes:
-// units move from f onto the queue through e while it holds fewer than
-// depth waiting tasks (FEED_DEPTH). Without it the handler does not feed,
-// and the queue is refilled only by the API and its reconciler. Call it
+// units move from f onto the queue while it holds fewer than depth
+// waiting tasks (FEED_DEPTH). Without it the handler does not feed, and
+// the queue is refilled only by the API and its reconciler. Call it
 // before the handler serves tasks.
-func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
-	h.feed = &feedConfig{feeder: f, enq: e, depth: depth}
+func (h *Handler) SetFeed(f Feeder, depth int) {
+	h.feed = &feedConfig{feeder: f, depth: depth}
 }
 
 // SetWriteInterval sets how long finished items of a running unit (or of
@@ -52,14 +46,12 @@ func (h *Handler) SetFeed(f Feeder, e Enqueuer, depth int) {
 func (h *Handler) SetWriteInterval(d time.Duration) { h.flushEvery = d }
 
 // FeedQueue takes up to max units from f while queue holds fewer than
-// depth waiting tasks, enqueues each (a task ID conflict means it is on
-// the queue already, which counts as landed) and acknowledges the ones
-// that landed. A unit that did not land stays in the feeding set, and the
-// reconciler enqueues it again. It returns how many landed; the error
-// joins every failure.
-func FeedQueue(ctx context.Context, f Feeder, e Enqueuer, queue string, depth, max int) (int, error) {
+// depth waiting tasks, and enqueues and acknowledges them (EnqueueFed). A
+// unit it did not acknowledge stays in the feeding set, and the
+// reconciler enqueues it again. It returns how many it acknowledged.
+func FeedQueue(ctx context.Context, f Feeder, queue string, depth, max int) (int, error) {
 	refs, err := f.Feed(ctx, queue, depth, max)
-	return enqueueFed(ctx, f, e, queue, refs, err)
+	return enqueueFed(ctx, f, queue, refs, err)
 }
 
 // LowWaterFeeder is a Feeder that can also feed only once the queue has
@@ -72,41 +64,12 @@ type LowWaterFeeder interface {
 	FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]UnitRef, error)
 }
 
-// enqueueFed enqueues the units a feed took and acknowledges the ones
-// that landed (see FeedQueue).
-func enqueueFed(ctx context.Context, f Feeder, e Enqueuer, queue string, refs []UnitRef, err error) (int, error) {
+// enqueueFed enqueues and acknowledges the units a feed took (see
+// FeedQueue); err is the feed's.
+func enqueueFed(ctx context.Context, f Feeder, queue string, refs []UnitRef, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tasks: feed %s: %w", queue, err)
 	}
-	if bf, ok := f.(BulkFeeder); ok {
-		return EnqueueFed(ctx, bf, queue, refs)
-	}
-	var (
-		landed []UnitRef
-		errs   []error
-	)
-	for _, r := range refs {
-		t, err := NewUnitTask(r, queue)
-		if err == nil {
-			_, err = e.EnqueueContext(ctx, t)
-		}
-		if err == nil || errors.Is(err, asynq.ErrTaskIDConflict) {
-			landed = append(landed, r)
-			continue
-		}
-		errs = append(errs, fmt.Errorf("tasks: enqueue unit %s: %w", r.TaskID(), err))
-	}
-	if len(landed) > 0 {
-		if err := f.AckFed(ctx, landed); err != nil {
-			errs = append(errs, fmt.Errorf("tasks: ack %d fed units: %w", len(landed), err))
-		}
-	}
-	return len(landed), errors.Join(errs...)
-}
-
-// EnqueueFed puts units that a feed took on queue through f, which
-// acknowledges the ones that landed in the same step (BulkFeeder).
-func EnqueueFed(ctx context.Context, f BulkFeeder, queue string, refs []UnitRef) (int, error) {
 	if len(refs) == 0 {
 		return 0, nil
 	}
@@ -395,9 +358,9 @@ func (h *Handler) feedAfterUnit(ctx context.Context, ref UnitRef) {
 		// queue still waits for the workers while this one feeds.
 		low := (h.feed.depth + 1) / 2
 		refs, ferr := lf.FeedBelow(fctx, QueueBulk, low, h.feed.depth, max(feedMax, h.feed.depth-low+1))
-		n, err = enqueueFed(fctx, lf, h.feed.enq, QueueBulk, refs, ferr)
+		n, err = enqueueFed(fctx, lf, QueueBulk, refs, ferr)
 	} else {
-		n, err = FeedQueue(fctx, h.feed.feeder, h.feed.enq, QueueBulk, h.feed.depth, feedMax)
+		n, err = FeedQueue(fctx, h.feed.feeder, QueueBulk, h.feed.depth, feedMax)
 	}
 	if err != nil {
 		h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "landed", n, "err", err)

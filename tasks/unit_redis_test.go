@@ -111,15 +111,14 @@ func TestUnitsRunOnTheRealStore(t *testing.T) {
 	t.Parallel()
 	f := newUnitFixture(t)
 	const depth = 2
-	client := asynq.NewClientFromRedisClient(f.rdb)
 	h := tasks.NewHandler(f.store, nil, testLimits(), tasks.NewMetrics(prometheus.NewRegistry()), nil)
-	h.SetFeed(f.store, client, depth)
+	h.SetFeed(f.store, depth)
 
 	// Chunks of 4: c0 = {0,1,3}, x2, c1 = {4,5,6,7}, c2 = {8,9}, x10.
 	reqs := []string{sample8, sampleFill, sampleSweep, sample8b, sample8, sample8b, sampleFill, sample8,
 		sampleFill, sample8, `{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`}
 	f.stage(t, "b1", 4, reqs)
-	n, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, depth, 8)
+	n, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, depth, 8)
 	if err != nil || n != depth {
 		t.Fatalf("seeding feed: %d units landed, %v; want %d", n, err, depth)
 	}
@@ -150,7 +149,7 @@ func TestUnitsRunOnTheRealStore(t *testing.T) {
 	if prev, err := f.store.CancelItem(f.ctx, b2, 2); err != nil || prev != apitype.TaskStatePending {
 		t.Fatalf("cancel item 2 of b2: %v %v", prev, err)
 	}
-	if _, err := tasks.FeedQueue(f.ctx, f.store, client, tasks.QueueBulk, depth, 8); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, depth, 8); err != nil {
 		t.Fatal(err)
 	}
 	b2 = f.waitDone(t, "b2")
@@ -245,7 +244,7 @@ func TestLargeResultIsKeptInTheCache(t *testing.T) {
 	h := tasks.NewHandler(f.store, nil, testLimits(), nil, nil)
 	reqs := []string{fillOfSide(160, 1), sample8}
 	f.stage(t, "big", 4, reqs)
-	if _, err := tasks.FeedQueue(f.ctx, f.store, asynq.NewClientFromRedisClient(f.rdb), tasks.QueueBulk, 8, 8); err != nil {
+	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 8, 8); err != nil {
 		t.Fatal(err)
 	}
 	f.serve(t, h)

@@ -85,9 +85,6 @@ type Options struct {
 	// FeedDepth is how many batch units the bulk queue may hold waiting;
 	// the rest wait in the store's fair feed (docs/batches.md).
 	FeedDepth int
-	// EnqueueParallelism bounds concurrent enqueues of one batch. It is
-	// not a setting of the binary; internal/app states its value.
-	EnqueueParallelism int
 	// MaxConcurrentDecodes bounds batch bodies decoded at once, which
 	// bounds the memory that decoding takes beyond the bodies themselves.
 	// A slot is taken once the body has arrived, so slow uploads hold
@@ -164,7 +161,7 @@ func (o Options) check() {
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
 		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)},
-		{"EnqueueParallelism", int64(o.EnqueueParallelism)}, {"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
+		{"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
 			panic(fmt.Sprintf("api: Options.%s must be positive, got %d", v.name, v.n))

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,33 +82,14 @@ type faultyStore struct {
 	retryCut bool
 }
 
-// EnqueueFed sends the units through the rig's queue one at a time, as
-// asynq's client would, and acknowledges those it took: a queue that
-// fails part way leaves the rest in the feeding set, as a bulk enqueue
-// that failed would.
+// EnqueueFed sends the units through the rig's queue (EnqueueFedThrough),
+// so that a queue that fails part way leaves the rest in the feeding set,
+// as a bulk enqueue that failed would.
 func (f *faultyStore) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitRef) (int, error) {
 	if f.queue == nil {
 		return f.Store.EnqueueFed(ctx, queue, refs)
 	}
-	var (
-		landed   []tasks.UnitRef
-		firstErr error
-	)
-	for _, r := range refs {
-		t, err := tasks.NewUnitTask(r, queue)
-		if err == nil {
-			_, err = f.queue.EnqueueContext(ctx, t)
-		}
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
-		landed = append(landed, r)
-	}
-	if err := f.Store.AckFed(ctx, landed); err != nil {
-		return 0, err
-	}
-	return len(landed), firstErr
+	return api.EnqueueFedThrough(ctx, f.queue, f.Store, queue, refs)
 }
 
 func (f *faultyStore) RetryBatch(ctx context.Context, b *store.Batch, quota int, timeout store.RetryTimeout) (int, error) {
@@ -215,7 +195,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	q := &fakeQueue{okCalls: -1}
 	st.queue = q
 	o := api.OptionsForTest()
-	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 1, 100
+	o.MaxBatchItems, o.ChunkSize, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 100
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
 	srv := api.New(q, st, store.NewHub(), nil, nil, o)
 	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q, rdb: r.Client(t)}
@@ -425,7 +405,6 @@ func TestNewNamesAMissingLimit(t *testing.T) {
 	}{
 		{"MaxWait", func(o *api.Options) { o.MaxWait = 0 }},
 		{"MaxBytesInFlight", func(o *api.Options) { o.MaxBytesInFlight = 0 }},
-		{"EnqueueParallelism", func(o *api.Options) { o.EnqueueParallelism = 0 }},
 		{"MaxConcurrentDecodes", func(o *api.Options) { o.MaxConcurrentDecodes = 0 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -248,21 +248,9 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 func (s *Server) feedAfterCommit(ctx context.Context, batchID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
 	defer cancel()
-	n, err := feed(ctx, s.store, s.enq, s.opts.FeedDepth, s.opts.EnqueueParallelism)
+	n, err := tasks.FeedQueue(ctx, s.store, tasks.QueueBulk, s.opts.FeedDepth, s.opts.FeedDepth)
 	if err != nil {
 		s.log.Warn("feeding the bulk queue after a commit was interrupted; workers and the reconciler feed the rest",
 			"batch_id", batchID, "fed", n, "err", err)
 	}
-}
-
-// feed takes up to depth units from the feed (while the bulk queue holds
-// fewer than depth waiting), enqueues them and acknowledges those that
-// landed (enqueueFed). Units it fails to enqueue stay in the feeding set,
-// where the reconciler finds them. It returns how many it acknowledged.
-func feed(ctx context.Context, f tasks.Feeder, enq Enqueuer, depth, par int) (int, error) {
-	refs, err := f.Feed(ctx, tasks.QueueBulk, depth, depth)
-	if err != nil || len(refs) == 0 {
-		return 0, err
-	}
-	return enqueueFed(ctx, enq, f, refs, par)
 }

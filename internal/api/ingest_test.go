@@ -38,7 +38,7 @@ type ingestRig struct {
 // batches already write several chunks before a late error.
 func ingestOptions() api.Options {
 	o := api.OptionsForTest()
-	o.MaxBatchItems, o.ChunkSize, o.EnqueueParallelism, o.FeedDepth, o.MaxPendingPerKey = 20, 2, 2, 3, 100
+	o.MaxBatchItems, o.ChunkSize, o.FeedDepth, o.MaxPendingPerKey = 20, 2, 3, 100
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
 	return o
 }

@@ -36,16 +36,16 @@ func (d *dyingEnqueuer) EnqueueContext(ctx context.Context, t *asynq.Task, opts 
 	return d.real.EnqueueContext(ctx, t, opts...)
 }
 
-// enqueuingStore is the real store whose feeds go through enq, one unit
-// at a time, instead of its own bulk script: the Server's feeds then meet
-// the dying enqueuer, and units it refused stay in the feeding set.
+// enqueuingStore is the real store whose feeds go through enq first
+// (EnqueueFedThrough): the Server's feeds then meet the dying enqueuer,
+// and units it refused stay in the feeding set.
 type enqueuingStore struct {
 	*store.Store
 	enq Enqueuer
 }
 
-func (s enqueuingStore) EnqueueFed(ctx context.Context, _ string, refs []tasks.UnitRef) (int, error) {
-	return enqueueEach(ctx, s.enq, s.Store, refs, 2)
+func (s enqueuingStore) EnqueueFed(ctx context.Context, queue string, refs []tasks.UnitRef) (int, error) {
+	return EnqueueFedThrough(ctx, s.enq, s.Store, queue, refs)
 }
 
 // outboxStack is a Server on a real Redis whose enqueuer dies after
@@ -67,7 +67,7 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	enq := &dyingEnqueuer{real: real}
 	enq.left.Store(int64(enqueued))
 	o := OptionsForTest()
-	o.ChunkSize, o.EnqueueParallelism = 10, 2
+	o.ChunkSize = 10
 	srv := New(enq, enqueuingStore{st, enq}, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
@@ -139,7 +139,7 @@ func TestEnqueueTwiceMakesOneTask(t *testing.T) {
 		{BatchID: "b", Unit: tasks.ChunkUnit(1), Timeout: time.Minute},
 	}
 	for range 2 {
-		if n, err := enqueueFed(ctx, s.real, s.store, refs, 2); err != nil || n != 2 {
+		if n, err := s.store.EnqueueFed(ctx, tasks.QueueBulk, refs); err != nil || n != 2 {
 			t.Fatalf("enqueue: %d %v", n, err)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -35,13 +34,11 @@ type ReconcilerOptions struct {
 	// and being acknowledged before the reconciler enqueues it again, so
 	// it does not race the feeder that is still enqueueing it (which
 	// would be harmless, only wasted work: the unit's fixed task ID makes
-	// one task of both). Every feeder with the store's bulk enqueue
-	// (tasks.BulkFeeder) enqueues and acknowledges in one script per 256
-	// units, milliseconds after it took them, so a second is ample unless
+	// one task of both). Every feeder enqueues and acknowledges what it
+	// took in one script per 256 units (tasks.Feeder's EnqueueFed),
+	// milliseconds after it took them, so a second is ample unless
 	// FEED_DEPTH is in the tens of thousands. Default 1s.
 	Grace time.Duration
-	// Parallelism bounds concurrent enqueues. Default 8.
-	Parallelism int
 	// FeedDepth is how many units the bulk queue may hold waiting
 	// (FEED_DEPTH, whose default is stated there); the reconciler tops it
 	// up to that. Required: NewReconciler panics without it.
@@ -79,9 +76,10 @@ const staleBatch = 500
 // replica runs one. Each pass
 //
 //   - re-enqueues units that a feeder took from the feed and never
-//     acknowledged (it died between the two) more than Grace ago, under a
-//     short Redis lease so that one replica does it. Units have fixed asynq
-//     task IDs, so a unit the dead feeder did enqueue is not queued twice;
+//     acknowledged more than Grace ago (it died between the two, its
+//     enqueue failed, or the unit's task was still running), under a
+//     short Redis lease so that one replica does it. Units have fixed
+//     asynq task IDs, so a unit already queued is not queued twice;
 //   - feeds the bulk queue from the feed up to FeedDepth, so a batch whose
 //     API died right after its commit, before it fed anything, runs, and
 //     a batch keeps being fed when no worker is finishing units.
@@ -105,9 +103,6 @@ func NewReconciler(st FeedStore, enq Enqueuer, log *slog.Logger, o ReconcilerOpt
 	}
 	if o.Grace <= 0 {
 		o.Grace = time.Second
-	}
-	if o.Parallelism <= 0 {
-		o.Parallelism = 8
 	}
 	if o.FeedDepth <= 0 {
 		panic(fmt.Sprintf("api: ReconcilerOptions.FeedDepth must be positive, got %d", o.FeedDepth))
@@ -179,7 +174,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		if err != nil || !ok {
 			return total, err
 		}
-		n, err := enqueueFed(ctx, r.enq, r.store, stale, r.opts.Parallelism)
+		n, err := r.store.EnqueueFed(ctx, tasks.QueueBulk, stale)
 		total += n
 		if err != nil {
 			return total, err
@@ -195,7 +190,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 	// FeedDepth units; the bound keeps a pass finite while workers drain
 	// the queue as fast as it is fed.
 	for fed := 0; fed < r.opts.FeedDepth; {
-		n, err := feed(ctx, r.store, r.enq, r.opts.FeedDepth, r.opts.Parallelism)
+		n, err := tasks.FeedQueue(ctx, r.store, tasks.QueueBulk, r.opts.FeedDepth, r.opts.FeedDepth)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -203,89 +198,6 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		fed += n
 	}
 	return total, nil
-}
-
-// enqueueFed enqueues units taken from the feed and acknowledges the ones
-// that landed: a few hundred units a script when the store enqueues them
-// itself (tasks.BulkFeeder, as *store.Store does), so that even thousands
-// of units a feeder died holding are queued within a reconciler's pass
-// (7,001 took one enqueue each 3-6 s on a loaded machine, past the 5 s
-// that issue 11 allows), and a unit whose earlier task asynq archived is
-// queued again (a retried batch's); else par at a time through enq
-// (asynq v0.26 has no bulk enqueue), where a unit already queued (asynq
-// answers ErrTaskIDConflict for its fixed task ID) has landed. A unit
-// whose enqueue failed stays in the feeding set, where the reconciler
-// finds it after Grace. It returns how many units it acknowledged, and
-// the first error.
-func enqueueFed(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
-	if bf, ok := f.(tasks.BulkFeeder); ok {
-		return tasks.EnqueueFed(ctx, bf, tasks.QueueBulk, refs)
-	}
-	return enqueueEach(ctx, enq, f, refs, par)
-}
-
-// enqueueEach is enqueueFed through asynq's client, par units at a time.
-func enqueueEach(ctx context.Context, enq Enqueuer, f tasks.Feeder, refs []tasks.UnitRef, par int) (int, error) {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		landed   []tasks.UnitRef
-		firstErr error
-	)
-	work := make(chan tasks.UnitRef)
-	for range min(max(par, 1), len(refs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ref := range work {
-				err := enqueueUnit(ctx, enq, ref)
-				mu.Lock()
-				if err != nil {
-					if firstErr == nil {
-						firstErr = err
-					}
-				} else {
-					landed = append(landed, ref)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-loop:
-	for _, ref := range refs {
-		select {
-		case work <- ref:
-		case <-ctx.Done():
-			break loop
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = ctx.Err()
-	}
-	if len(landed) == 0 {
-		return 0, firstErr
-	}
-	// Acknowledge even when ctx has ended: the units are on the queue,
-	// and an unacknowledged one would only be enqueued again.
-	if err := f.AckFed(context.WithoutCancel(ctx), landed); err != nil {
-		return 0, errors.Join(firstErr, fmt.Errorf("acknowledge fed units: %w", err))
-	}
-	return len(landed), firstErr
-}
-
-// enqueueUnit puts one unit on the bulk queue; already there counts as
-// done.
-func enqueueUnit(ctx context.Context, enq Enqueuer, ref tasks.UnitRef) error {
-	t, err := tasks.NewUnitTask(ref, tasks.QueueBulk)
-	if err != nil {
-		return err
-	}
-	if _, err := enq.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("enqueue %s: %w", ref.TaskID(), err)
-	}
-	return nil
 }
 
 // webhooks enqueues the delivery of every watched webhook whose task or

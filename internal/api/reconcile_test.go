@@ -52,7 +52,11 @@ func TestReconcilerReenqueuesStaleUnits(t *testing.T) {
 	if err != nil || len(refs) != 3 {
 		t.Fatalf("feed: %v %v, want the batch's 3 units", refs, err)
 	}
-	if err := enqueueUnit(ctx, s.enq, refs[0]); err != nil {
+	u0, err := tasks.NewUnitTask(refs[0], tasks.QueueBulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.enq.EnqueueContext(ctx, u0); err != nil {
 		t.Fatal(err)
 	}
 	r1 := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})

@@ -639,14 +639,6 @@ func LoadAPIConfig(args []string, getenv func(string) string, usage io.Writer) (
 	return c, c.validate()
 }
 
-// enqueueParallelism is how many units of one batch the API enqueues at
-// once: asynq v0.26 has no bulk enqueue, so each unit is a Redis round
-// trip, and a few in flight hide that latency without one batch taking
-// every connection of the pool (10 per core). It is not a setting: the
-// batch benchmarks (BENCHMARKS.md) found the rate bound by Redis's CPU,
-// not by this.
-const enqueueParallelism = 8
-
 // decodes is the number of batch decode slots: MAX_CONCURRENT_DECODES, or
 // GOMAXPROCS when it is 0.
 func (c *APIConfig) decodes() int {

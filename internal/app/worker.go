@@ -87,9 +87,8 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	}, func() float64 { return float64(w.expCap.Load()) }))
 	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
-	// so it never runs dry while a batch waits. The client shares the
-	// worker's connection, so it has nothing of its own to close.
-	h.SetFeed(w.store, asynq.NewClientFromRedisClient(rdb), cfg.FeedDepth)
+	// so it never runs dry while a batch waits.
+	h.SetFeed(w.store, cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
 	w.expCap.Store(int64(cfg.expensiveCap(nil)))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })

@@ -430,8 +430,8 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 // Feed takes up to max units from the feed, in fair order (see
 // docs/batches.md), while queue's asynq pending list holds fewer than
 // depth tasks, moving them to the feeding set. Units of batches that are
-// gone or canceled are dropped, not returned. The caller enqueues them
-// and then calls AckFed.
+// gone or canceled are dropped, not returned. The caller enqueues and
+// acknowledges them with EnqueueFed.
 func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks.UnitRef, error) {
 	return s.FeedBelow(ctx, queue, depth, depth, max)
 }
@@ -474,21 +474,6 @@ func (s *Store) parseMembers(ctx context.Context, ms []string) []tasks.UnitRef {
 	return refs
 }
 
-// AckFed removes enqueued units from the feeding set.
-func (s *Store) AckFed(ctx context.Context, refs []tasks.UnitRef) error {
-	if len(refs) == 0 {
-		return nil
-	}
-	members := make([]any, len(refs))
-	for i, r := range refs {
-		members[i] = r.Member()
-	}
-	if err := s.rdb.ZRem(ctx, s.k.feeding(), members...).Err(); err != nil {
-		return fmt.Errorf("store: ack fed: %w", err)
-	}
-	return nil
-}
-
 // enqueueFedPage is the most units one enqueueFedScript call takes: about
 // a millisecond of Redis's time, so that a feeder that took thousands
 // does not hold Redis for long at once.
@@ -496,7 +481,7 @@ const enqueueFedPage = 256
 
 // EnqueueFed puts units that Feed took on queue's pending list, as
 // asynq.Client would enqueue them with their fixed task IDs, and
-// acknowledges them in the same script (tasks.BulkFeeder): a page of up
+// acknowledges them in the same script (tasks.Feeder): a page of up
 // to enqueueFedPage units a round trip. A unit whose task asynq holds
 // already is acknowledged as queued, queued afresh when asynq had
 // archived or kept it completed, and left unacknowledged while it runs

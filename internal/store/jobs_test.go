@@ -419,8 +419,8 @@ func TestStaleFed(t *testing.T) {
 	if len(refs) != 3 {
 		t.Fatalf("fed %v", refs)
 	}
-	if err := e.s.AckFed(e.ctx, refs[1:2]); err != nil {
-		t.Fatal(err)
+	if n, err := e.s.EnqueueFed(e.ctx, "q-"+e.prefix, refs[1:2]); err != nil || n != 1 {
+		t.Fatalf("enqueue and acknowledge one: %d %v", n, err)
 	}
 	if got, err := e.s.StaleFed(e.ctx, time.Now().Add(-time.Minute), 10); err != nil || len(got) != 0 {
 		t.Fatalf("stale before they were fed: %v %v", got, err)
@@ -790,7 +790,11 @@ func TestCommandsPerItem(t *testing.T) {
 		if len(refs) == 0 {
 			break
 		}
-		s.AckFed(ctx, refs)
+		// Onto a queue the feed does not measure, as if workers had
+		// taken them off at once.
+		if _, err := s.EnqueueFed(ctx, "taken", refs); err != nil {
+			t.Fatal(err)
+		}
 		trips++
 		for _, r := range refs {
 			work, err := s.StartUnit(ctx, r)
