@@ -224,7 +224,7 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		p = p[:readChunk]
 	}
 	n, err := b.r.Read(p)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !b.cut.Load() {
+	if errors.Is(err, os.ErrDeadlineExceeded) && !b.cut.Load() {
 		b.timedOut.Store(true)
 	}
 	if n > 0 {

@@ -75,33 +75,31 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 // 5% of the API's and the worker's CPU on the single-task path (issue 12),
 // and we use no RESP3 feature (no client-side caching, no maintenance
 // notifications). Pub/Sub works the same on a RESP2 connection.
+//
+// Its connections skip go-redis's per-checkout socket peek while they are
+// busy (idlePeekDial).
 func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
-	c, err := newRedisClientOf(opt, onConnect)
-	if err != nil {
-		return nil, err
-	}
-	c.AddHook(idlePeekDial{})
-	return c, nil
-}
-
-func newRedisClientOf(opt asynq.RedisConnOpt, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
+	var c redis.UniversalClient
 	switch o := opt.(type) {
 	case asynq.RedisClientOpt:
-		return redis.NewClient(&redis.Options{
+		c = redis.NewClient(&redis.Options{
 			Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
 			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true, Protocol: 2,
-		}), nil
+		})
 	case asynq.RedisFailoverClientOpt:
-		return redis.NewFailoverClient(&redis.FailoverOptions{
+		c = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.MasterName, SentinelAddrs: o.SentinelAddrs,
 			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
 			Username: o.Username, Password: o.Password, DB: o.DB,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
 			PoolSize: o.PoolSize, TLSConfig: o.TLSConfig, OnConnect: onConnect, ContextTimeoutEnabled: true, Protocol: 2,
-		}), nil
+		})
+	default:
+		return nil, fmt.Errorf("REDIS_URL: unsupported connection type %T", opt)
 	}
-	return nil, fmt.Errorf("REDIS_URL: unsupported connection type %T", opt)
+	c.AddHook(idlePeekDial{})
+	return c, nil
 }
 
 // idlePeekDial is a go-redis hook that makes go-redis check only the

@@ -21,12 +21,7 @@ import (
 // store's TestScriptsPreloadedAfterRestart shows the restart itself).
 func TestRedisConnLoadsScriptsOnConnect(t *testing.T) {
 	t.Parallel()
-	r := redistest.Start(t)
-	_, rdb, err := redisConn(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.Close() })
+	r, rdb := binariesClient(t)
 	ctx := context.Background()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -35,6 +30,19 @@ func TestRedisConnLoadsScriptsOnConnect(t *testing.T) {
 	if !strings.Contains(info, "cmdstat_script|exists:") || !strings.Contains(info, "cmdstat_script|load:") {
 		t.Fatalf("a new connection did not look up and load the scripts:\n%s", info)
 	}
+}
+
+// binariesClient starts a redis-server and connects to it as the binaries
+// do (redisConn).
+func binariesClient(t *testing.T) (*redistest.Server, redis.UniversalClient) {
+	t.Helper()
+	r := redistest.Start(t)
+	_, rdb, err := redisConn(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return r, rdb
 }
 
 // TestNewRedisClientKeepsAsynqOptions: newRedisClient adds the OnConnect
@@ -187,12 +195,7 @@ func TestCallDeadlineKeepsSoonerDeadline(t *testing.T) {
 // retries land on the pool's other dead connections.)
 func TestIdleConnectionClosedByRedis(t *testing.T) {
 	t.Parallel()
-	r := redistest.Start(t)
-	_, rdb, err := redisConn(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.Close() })
+	r, rdb := binariesClient(t)
 	ctx := context.Background()
 	admin := r.Client(t)
 	script := redis.NewScript(`return redis.call("INCR", KEYS[1])`)
