@@ -17,6 +17,17 @@ func up(ctx context.Context, e env, withKEDA bool) (err error) {
 	if alive(e, "kube-apiserver") {
 		return fmt.Errorf("a cluster is already running (state in %s); run down first", e.state)
 	}
+	// A run that was killed (CI's job cancelled, the machine restored from
+	// a snapshot) can leave its bridge, state directory or processes
+	// behind without a live API server; the next up would then fail on
+	// "File exists". No cluster runs, so what is left is stale: down
+	// removes it and restores the host from the state it saved.
+	if left := leftovers(ctx, e); len(left) > 0 {
+		fmt.Printf("cluster: an earlier run left %s behind; cleaning up first\n", strings.Join(left, ", "))
+		if err := phase("down (leftovers)", func() error { return down(e) }); err != nil {
+			return fmt.Errorf("clean up an earlier run's leftovers: %w", err)
+		}
+	}
 	total := time.Now()
 	defer func() {
 		if err != nil {
@@ -390,4 +401,17 @@ func applyStdin(ctx context.Context, e env, manifest string) error {
 	}
 	_, err := kubectl(ctx, e, "apply", "-f", f)
 	return err
+}
+
+// leftovers names what an earlier run left on the host: the bridge, the
+// state directory, a process of it.
+func leftovers(ctx context.Context, e env) []string {
+	var left []string
+	if _, err := output(ctx, "", "ip", "link", "show", bridgeName); err == nil {
+		left = append(left, "bridge "+bridgeName)
+	}
+	if _, err := os.Stat(e.state); err == nil {
+		left = append(left, "state directory "+e.state)
+	}
+	return left
 }
