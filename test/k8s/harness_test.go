@@ -430,17 +430,12 @@ func checkBatch(t testing.TB, c *client.Client, o *oracle, id string, reqs []str
 	}
 }
 
-// podsOf lists the names of the pods of one component.
-func podsOf(t testing.TB, component string) []string {
-	t.Helper()
-	sel := "app.kubernetes.io/component=" + component
-	return strings.Fields(kubectl(t, "-n", ns, "get", "pods", "-l", sel, "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
-}
-
 // livePodsOf returns the running pods of component that are not being
-// deleted. An eviction of a pod that is terminating already succeeds
-// without asking its disruption budget, so a check of the budget must
-// evict only these.
+// deleted. A pod that is terminating stays Running through its preStop
+// and grace period, so a count right after a rollout would include the
+// old ReplicaSet's pods, a kill of one would prove nothing, and an
+// eviction of one succeeds without asking its disruption budget: every
+// check counts or picks only these.
 func livePodsOf(t testing.TB, component string) []string {
 	t.Helper()
 	sel := "app.kubernetes.io/component=" + component

@@ -173,7 +173,7 @@ func testPromote(t *testing.T, o *oracle) {
 	d := deploy(t, "prod")
 	figure(t, "prod Ready %.1fs after kubectl apply over dev", d.Seconds())
 	c := api(t)
-	if got := len(podsOf(t, "api")); got != 3 {
+	if got := len(livePodsOf(t, "api")); got != 3 {
 		t.Fatalf("prod runs %d api pods, want 3", got)
 	}
 	if devBatch != "" { // unset when this stage runs alone (-run)
@@ -227,7 +227,7 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 		if b.Counts.Completed < 200 || b.Counts.Active == 0 {
 			return fmt.Errorf("not yet: %+v", b.Counts)
 		}
-		pods := podsOf(t, "worker")
+		pods := livePodsOf(t, "worker")
 		if len(pods) == 0 {
 			return errors.New("no worker")
 		}
