@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -198,6 +197,10 @@ func TestIdleConnectionClosedByRedis(t *testing.T) {
 	r, rdb := binariesClient(t)
 	ctx := context.Background()
 	admin := r.Client(t)
+	single, ok := rdb.(*redis.Client)
+	if !ok {
+		t.Fatalf("the binaries' client for one Redis is a %T, want *redis.Client", rdb)
+	}
 	script := redis.NewScript(`return redis.call("INCR", KEYS[1])`)
 	calls := []struct {
 		name string
@@ -216,19 +219,22 @@ func TestIdleConnectionClosedByRedis(t *testing.T) {
 	}
 	for _, c := range calls {
 		// Fill the pool with several connections, let them sit idle, then
-		// have Redis close every one of them but the admin's.
-		var wg sync.WaitGroup
-		for range 6 {
-			wg.Go(func() {
-				if err := rdb.Ping(ctx).Err(); err != nil {
-					t.Errorf("ping: %v", err)
-				}
-			})
+		// have Redis close every one of them but the admin's. Each is held
+		// while the others are taken, so the pool holds six: concurrent
+		// pings alone could all share one connection on a loaded machine.
+		conns := make([]*redis.Conn, 6)
+		for i := range conns {
+			conns[i] = single.Conn()
+			if err := conns[i].Ping(ctx).Err(); err != nil {
+				t.Fatalf("ping: %v", err)
+			}
 		}
-		wg.Wait()
+		for _, cn := range conns {
+			cn.Close() // back to the pool
+		}
 		time.Sleep(peekAfterIdle + 50*time.Millisecond)
 		killed, err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Result()
-		if err != nil || killed < 2 {
+		if err != nil || killed < int64(len(conns)) {
 			t.Fatalf("CLIENT KILL: %d killed, %v", killed, err)
 		}
 		if err := c.do(); err != nil {
