@@ -28,9 +28,11 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Enqueuer puts batch units on the queue; *asynq.Client satisfies it.
-// Single tasks are queued by the store's submit script instead, with
-// their record (store.SubmitTask).
+// Enqueuer puts a task on its queue; *asynq.Client satisfies it. The
+// reconciler enqueues webhook deliveries and the watchdog re-drives with
+// it. The Server needs none: single tasks are queued by the store's
+// submit script with their record (store.SubmitTask), and batch units by
+// its bulk enqueue (Store.EnqueueFed).
 type Enqueuer interface {
 	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }
@@ -171,7 +173,6 @@ func (o Options) check() {
 
 // Server holds the API's dependencies. Create it with New.
 type Server struct {
-	enq     Enqueuer
 	store   Store
 	waiter  Waiter
 	opts    Options
@@ -193,7 +194,7 @@ type Server struct {
 
 // New builds the API and its routes. reg receives the HTTP metrics. It
 // panics if opts lacks a limit (see Options).
-func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
+func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
 	opts.check()
 	if opts.WebhookPolicy == nil {
 		opts.WebhookPolicy, _ = webhook.ParsePolicy("")
@@ -204,7 +205,7 @@ func New(enq Enqueuer, st Store, w Waiter, reg prometheus.Registerer, log *slog.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enq: enq, store: st, waiter: w, opts: opts, log: log,
+	s := &Server{store: st, waiter: w, opts: opts, log: log,
 		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
 		admit: newPool(opts.MaxBytesInFlight), ending: make(chan struct{})}
 	for _, k := range opts.Keys {

@@ -197,7 +197,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	o := api.OptionsForTest()
 	o.MaxBatchItems, o.ChunkSize, o.MaxConcurrentDecodes, o.MaxPendingPerKey = 100, 2, 1, 100
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
-	srv := api.New(q, st, store.NewHub(), nil, nil, o)
+	srv := api.New(st, store.NewHub(), nil, nil, o)
 	return &faultRig{t: t, h: srv.Handler(), st: st, queue: q, rdb: r.Client(t)}
 }
 
@@ -415,11 +415,11 @@ func TestNewNamesAMissingLimit(t *testing.T) {
 					t.Fatalf("New without %s: recovered %v, want a panic naming Options.%s", c.name, r, c.name)
 				}
 			}()
-			api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, o)
+			api.New(nil, store.NewHub(), nil, nil, o)
 		})
 	}
 	// The helper itself has every limit, or the cases above prove nothing.
-	api.New(&fakeQueue{}, nil, store.NewHub(), nil, nil, api.OptionsForTest())
+	api.New(nil, store.NewHub(), nil, nil, api.OptionsForTest())
 }
 
 // A retry that Redis cut short after it had re-opened items answers 200

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
@@ -32,9 +31,7 @@ func FuzzHTTPDecoding(f *testing.F) {
 	defer mr.Close()
 	rdb := redistest.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	client := asynq.NewClientFromRedisClient(rdb)
-	defer client.Close()
-	srv := api.New(client, store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
+	srv := api.New(store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour}), store.NewHub(), nil, nil,
 		fuzzOptions())
 	h := srv.Handler()
 

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
@@ -43,12 +41,10 @@ func benchIngest(b *testing.B, items int, ids bool) {
 	r := redistest.Start(b)
 	rdb := r.Client(b)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClientFromRedisClient(rdb) // as the API does
-	defer q.Close()
 	o := api.OptionsForTest()
 	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout, o.MaxPendingPerKey = 64<<20, items, time.Minute, time.Minute, 2*items
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
-	srv := httptest.NewServer(api.New(q, st, store.NewHub(), nil, nil, o).Handler())
+	srv := httptest.NewServer(api.New(st, store.NewHub(), nil, nil, o).Handler())
 	defer srv.Close()
 	body := benchLines(items, ids)
 	b.SetBytes(int64(len(body)))

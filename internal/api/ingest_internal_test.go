@@ -65,7 +65,7 @@ func ingestServer(t *testing.T) *Server {
 	o := OptionsForTest()
 	o.Limits = tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{puzzle.KindSliding: 5 * time.Minute, puzzle.KindSweep: time.Minute, puzzle.KindFill: 10 * time.Second}}
 	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout = 64<<20, 1<<20, time.Minute, time.Minute
-	return New(nil, nil, nil, nil, nil, o)
+	return New(nil, nil, nil, nil, o)
 }
 
 // A streamed body holds of the pool what the request holds in memory: the

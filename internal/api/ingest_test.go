@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
@@ -48,9 +47,7 @@ func newIngestRig(t *testing.T, opts api.Options) *ingestRig {
 	r := redistest.Start(t)
 	rdb := r.Client(t)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClientFromRedisClient(rdb) // as the API does
-	t.Cleanup(func() { q.Close() })
-	return &ingestRig{t: t, h: api.New(q, st, store.NewHub(), nil, nil, opts).Handler(), rdb: rdb, st: st}
+	return &ingestRig{t: t, h: api.New(st, store.NewHub(), nil, nil, opts).Handler(), rdb: rdb, st: st}
 }
 
 // post sends a batch as alice with the given Content-Type.

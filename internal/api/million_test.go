@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
@@ -41,12 +39,10 @@ func BenchmarkMillionItemNDJSON(b *testing.B) {
 	r := redistest.Start(b)
 	rdb := r.Client(b)
 	st := store.New(rdb, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	q := asynq.NewClientFromRedisClient(rdb) // as the API does
-	defer q.Close()
 	o := api.OptionsForTest()
 	o.MaxBatchBodyBytes, o.MaxBatchItems, o.BodyReadTimeout, o.RequestTimeout, o.MaxPendingPerKey = 256<<20, items, 5*time.Minute, time.Minute, 2*items
 	o.Keys = []api.APIKey{{Name: "alice", Key: aliceKey}}
-	srv := httptest.NewServer(api.New(q, st, store.NewHub(), nil, nil, o).Handler())
+	srv := httptest.NewServer(api.New(st, store.NewHub(), nil, nil, o).Handler())
 	defer srv.Close()
 
 	for n := range b.N {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/puzzleq/puzzleq/apitype"
@@ -31,7 +30,7 @@ func TestOpenAPIBatchReads(t *testing.T) {
 	st := store.New(rdb, store.Options{Prefix: "oar:", TaskTTL: time.Hour, ResultTTL: time.Hour})
 	o := api.OptionsForTest()
 	o.MaxBatchItems, o.ChunkSize = 100, 2
-	srv := api.New(asynq.NewClientFromRedisClient(rdb), st, store.NewHub(), prometheus.NewRegistry(), nil, o)
+	srv := api.New(st, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 

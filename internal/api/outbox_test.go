@@ -68,7 +68,7 @@ func newOutboxStack(t *testing.T, enqueued int) *outboxStack {
 	enq.left.Store(int64(enqueued))
 	o := OptionsForTest()
 	o.ChunkSize = 10
-	srv := New(enq, enqueuingStore{st, enq}, store.NewHub(), prometheus.NewRegistry(), nil, o)
+	srv := New(enqueuingStore{st, enq}, store.NewHub(), prometheus.NewRegistry(), nil, o)
 	return &outboxStack{srv: srv, store: st, enq: enq, real: real, insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
 

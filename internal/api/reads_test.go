@@ -65,7 +65,7 @@ func newReadStack(t testing.TB, tune ...func(*Options)) *readStack {
 	for _, f := range tune {
 		f(&opts)
 	}
-	srv := New(enq, st, hub, prometheus.NewRegistry(), nil, opts)
+	srv := New(st, hub, prometheus.NewRegistry(), nil, opts)
 	// Wait until the subscription is up, so no event of the test is lost.
 	for i := 0; ; i++ {
 		n, err := rdb.PubSubNumSub(context.Background(), "rd:events").Result()

@@ -132,7 +132,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 			if tc.auth {
 				opts.Keys = []APIKey{{Name: "alice", Key: aliceKey}}
 			}
-			srv := New(asynq.NewClientFromRedisClient(apiRDB), store.New(apiRDB, sopts), hub, prometheus.NewRegistry(), nil, opts)
+			srv := New(store.New(apiRDB, sopts), hub, prometheus.NewRegistry(), nil, opts)
 			insp := asynq.NewInspectorFromRedisClient(plain)
 			h := tasks.NewHandler(store.New(workerRDB, sopts), nil, opts.Limits, nil, nil)
 			// The handler runs behind the worker's heartbeat middleware, on

@@ -98,7 +98,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		}
 	}
 
-	a.server = api.New(a.client, a.store, a.hub, a.reg, log, api.Options{
+	a.server = api.New(a.store, a.hub, a.reg, log, api.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBodyBytes: cfg.MaxBatchBodyBytes, MaxBatchItems: cfg.MaxBatchItems,
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
