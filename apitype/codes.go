@@ -33,8 +33,10 @@ const (
 	// dashboard's session cookie lacks the dashboard's header or comes
 	// from another site (CSRF protection).
 	CodeForbidden = "forbidden"
-	// CodeRateLimited: the API key's request rate is over its limit, or
-	// the client's address failed authentication too often.
+	// CodeRateLimited: the API key's request rate is over its limit, its
+	// requests in progress hold all the memory one key may (a body still
+	// waiting for it at its deadline), or the client's address failed
+	// authentication too often.
 	CodeRateLimited = "rate_limited"
 	// CodeQuotaExceeded: the API key has too many unfinished tasks.
 	CodeQuotaExceeded = "quota_exceeded"

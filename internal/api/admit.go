@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -29,36 +30,62 @@ import (
 // blocked, it finishes and gives back, and the next oldest goes on. The
 // memory bound is thus the capacity plus one request's own limit (its body
 // limit, or one result).
+//
+// Each API key (owner) may also hold at most keyCapacity of the pool, so
+// that one tenant's uploads, however many and however slow within the
+// body deadline, leave the rest of the pool to the others. The same rule
+// keeps a key's own requests from deadlocking: the key's oldest holder
+// may go past the key's share. The pool's oldest holder is also its
+// key's oldest, so it is never blocked by either bound, and the memory
+// bound above stands. Requests without an owner (auth off: one tenant)
+// are bound by the pool alone.
 type pool struct {
-	capacity int64
+	capacity    int64
+	keyCapacity int64 // each owner's share; no share when it is the capacity or more
 
 	mu      sync.Mutex
 	used    int64
-	holders []*ticket     // in the order of their first take; holders[0] may overdraw
-	changed chan struct{} // closed and replaced whenever weight is given back
+	holders []*ticket            // in the order of their first take; holders[0] may overdraw
+	keys    map[string]*keyShare // the owners that hold weight now
+	changed chan struct{}        // closed and replaced whenever weight is given back
 }
 
-func newPool(capacity int64) *pool {
-	return &pool{capacity: capacity, changed: make(chan struct{})}
+// keyShare is what one owner's requests hold of the pool.
+type keyShare struct {
+	used    int64
+	holders []*ticket // the owner's, in the order of their first take; holders[0] may go past keyCapacity
+}
+
+func newPool(capacity, keyCapacity int64) *pool {
+	return &pool{capacity: capacity, keyCapacity: keyCapacity, keys: map[string]*keyShare{}, changed: make(chan struct{})}
 }
 
 // ticket is one request's share of the pool.
 type ticket struct {
-	p    *pool
-	held int64
+	p     *pool
+	owner string // the API key's name, "" when auth is off
+	held  int64
 }
 
-// ticket returns an empty share for one request; release it when the
-// request ends.
-func (p *pool) ticket() *ticket { return &ticket{p: p} }
+// ticket returns an empty share for one request of owner; release it
+// when the request ends.
+func (p *pool) ticket(owner string) *ticket { return &ticket{p: p, owner: owner} }
 
-// take adds n bytes to the share, waiting while the pool is full and the
-// ticket is not the oldest holder. It fails only when ctx ends.
+// errKeyShareFull marks a take that gave up while the ticket's owner held
+// its whole share of the pool: the owner's own requests were in the way,
+// not other tenants'.
+var errKeyShareFull = errors.New("api: the key's share of the admission pool is full")
+
+// take adds n bytes to the share, waiting while the pool (or the owner's
+// share of it) is full and the ticket is not the oldest holder. It fails
+// only when ctx ends.
 func (t *ticket) take(ctx context.Context, n int64) error { return t.takeUntil(ctx, time.Time{}, n) }
 
 // takeUntil is take that also gives up at deadline (none when zero); it
 // makes a timer only when it has to wait, so a body's reads, which take
-// from a pool that is seldom full, cost no allocation for it.
+// from a pool that is seldom full, cost no allocation for it. Giving up
+// at the deadline while the owner's share was what stood in the way
+// returns errKeyShareFull, which wraps context.DeadlineExceeded.
 func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) error {
 	if n <= 0 {
 		return nil
@@ -67,15 +94,26 @@ func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) err
 	var expired <-chan time.Time
 	for {
 		p.mu.Lock()
-		oldest := len(p.holders) == 0 || p.holders[0] == t
-		if p.used+n <= p.capacity || oldest {
+		poolOK := p.used+n <= p.capacity || len(p.holders) == 0 || p.holders[0] == t
+		ks := p.share(t.owner)
+		keyOK := ks == nil || ks.used+n <= p.keyCapacity || len(ks.holders) == 0 || ks.holders[0] == t
+		if poolOK && keyOK {
 			if t.held == 0 {
 				p.holders = append(p.holders, t)
+				if ks != nil {
+					ks.holders = append(ks.holders, t)
+				}
 			}
 			t.held += n
 			p.used += n
+			if ks != nil {
+				ks.used += n
+			}
 			p.mu.Unlock()
 			return nil
+		}
+		if ks != nil && len(ks.holders) == 0 {
+			delete(p.keys, t.owner) // made for this take, which waits
 		}
 		changed := p.changed
 		p.mu.Unlock()
@@ -89,9 +127,27 @@ func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) err
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-expired:
+			if poolOK {
+				return fmt.Errorf("%w: %w", errKeyShareFull, context.DeadlineExceeded)
+			}
 			return context.DeadlineExceeded
 		}
 	}
+}
+
+// share is owner's share, made when it takes its first bytes; nil when
+// owners have no share of their own (no owner, or a share as large as
+// the pool). The caller holds p.mu.
+func (p *pool) share(owner string) *keyShare {
+	if owner == "" || p.keyCapacity >= p.capacity {
+		return nil
+	}
+	ks := p.keys[owner]
+	if ks == nil {
+		ks = &keyShare{}
+		p.keys[owner] = ks
+	}
+	return ks
 }
 
 // put gives back n bytes of the share, which must hold them.
@@ -99,29 +155,44 @@ func (t *ticket) put(n int64) {
 	p := t.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n = min(n, t.held)
+	p.giveBack(t, min(n, t.held))
+}
+
+// giveBack takes n bytes off t and wakes the waiters; when t holds
+// nothing more it is no holder, of the pool or of its owner's share, or
+// it would stay first for good and no other could ever be the oldest.
+// The caller holds p.mu.
+func (p *pool) giveBack(t *ticket, n int64) {
 	if n <= 0 {
 		return
 	}
 	t.held -= n
 	p.used -= n
+	ks := p.share(t.owner)
+	if ks != nil {
+		ks.used -= n
+	}
 	if t.held == 0 {
-		p.drop(t)
+		p.holders = drop(p.holders, t)
+		if ks != nil {
+			ks.holders = drop(ks.holders, t)
+		}
+	}
+	if ks != nil && len(ks.holders) == 0 {
+		delete(p.keys, t.owner)
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
-// drop takes t out of the holders: one that holds nothing is no holder,
-// or it would stay first for good and no other could ever be the oldest.
-// The caller holds p.mu.
-func (p *pool) drop(t *ticket) {
-	for i, h := range p.holders {
+// drop returns holders without t.
+func drop(holders []*ticket, t *ticket) []*ticket {
+	for i, h := range holders {
 		if h == t {
-			p.holders = append(p.holders[:i], p.holders[i+1:]...)
-			return
+			return append(holders[:i], holders[i+1:]...)
 		}
 	}
+	return holders
 }
 
 // holding is the share's weight now. The body's reader may take more
@@ -137,14 +208,7 @@ func (t *ticket) release() {
 	p := t.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t.held == 0 {
-		return
-	}
-	p.used -= t.held
-	t.held = 0
-	p.drop(t)
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.giveBack(t, t.held)
 }
 
 // inUse reports the bytes held, for the metrics and tests.
@@ -200,7 +264,7 @@ func (b *meteredBody) cutOff() {
 // never cut by it. A server-wide ReadTimeout would instead count the
 // headers too, and could not tell a batch body from a one-line task.
 func (s *Server) meterBody(c *gin.Context, limit int64) *meteredBody {
-	t := s.admit.ticket()
+	t := s.admit.ticket(ownerOf(c))
 	c.Set(ctxTicket, t)
 	b := &meteredBody{ctx: c.Request.Context(), r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t,
 		clock: bodyClock{start: time.Now(), grace: s.opts.BodyReadTimeout, rate: s.opts.BodyMinRate}}
@@ -294,12 +358,18 @@ var errBodyTimeout = newError(http.StatusRequestTimeout, apitype.CodeRequestTime
 var errAdmission = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable, "",
 	"the server is busy reading other requests; retry later")
 
+// errKeyShare marks a body that could not be admitted before its
+// deadline because the same key's other requests held its whole share of
+// the API's memory (MAX_KEY_BYTES_IN_FLIGHT).
+var errKeyShare = newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
+	"this key's requests in progress hold its share of the server's memory (MAX_KEY_BYTES_IN_FLIGHT); retry when one of them ends")
+
 // readBody reads at most limit bytes of the body under the body's
 // deadline (bodyClock), counting them against the pool as they arrive.
 // The ticket is released when the request ends, so the bytes count for
 // as long as the handler holds what it made of them. Errors: 413 beyond
 // limit, 408 when the body is too slow, 503 when the pool stayed full
-// until the deadline.
+// until the deadline, 429 when the key's own share of it did.
 func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
 	if c.Request.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
@@ -338,6 +408,11 @@ func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
 	switch {
 	case errors.As(err, &maxErr):
 		return err
+	case errors.Is(mb.err, errKeyShareFull) && c.Request.Context().Err() == nil:
+		// The key's own requests held its share until the deadline.
+		c.Header("Connection", "close")
+		c.Header("Retry-After", "1")
+		return errKeyShare
 	case mb.err != nil && c.Request.Context().Err() == nil:
 		// The pool stayed full: the client did nothing wrong.
 		c.Header("Connection", "close")

@@ -115,16 +115,21 @@ func startSlowUpload(t *testing.T, addr, path string, declared, maxBytes int, in
 	}()
 	go func() {
 		defer close(stop)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			u.answer <- slowAnswer{err: err, after: time.Since(u.started)}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		u.answer <- slowAnswer{status: resp.StatusCode, body: b, after: time.Since(u.started)}
+		u.await()
 	}()
 	return u
+}
+
+// await reads the server's answer and hands it to u.answer.
+func (u *slowUpload) await() {
+	resp, err := http.ReadResponse(bufio.NewReader(u.conn), nil)
+	if err != nil {
+		u.answer <- slowAnswer{err: err, after: time.Since(u.started)}
+		return
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	u.answer <- slowAnswer{status: resp.StatusCode, body: b, after: time.Since(u.started)}
 }
 
 // answered reports whether the server has answered the upload yet.
@@ -277,5 +282,116 @@ func TestLongPollOutlivesBodyDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d < wait {
 		t.Errorf("GET /v1/tasks/{id}?wait=%v answered after %v", wait, d)
+	}
+}
+
+// startStalledUpload sends, with an API key, the headers of a single-task
+// POST declaring a body of declared bytes and sent bytes of it at once,
+// then nothing more, holding what it sent in the API's memory until the
+// body's deadline.
+func startStalledUpload(t *testing.T, addr, key string, declared, sent int) *slowUpload {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	u := &slowUpload{conn: conn, started: time.Now(), answer: make(chan slowAnswer, 1)}
+	fmt.Fprintf(conn, "POST /v1/tasks HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		addr, key, declared)
+	if _, err := conn.Write([]byte(`{"kind":"sliding"` + strings.Repeat(" ", sent-len(`{"kind":"sliding"`)))); err != nil {
+		t.Fatal(err)
+	}
+	go u.await()
+	return u
+}
+
+// One key's uploads cannot take the memory that admits every other key's
+// requests. Key a starts three uploads that stall after 700 KiB each, on
+// an API whose pool is 2 MiB, and key b then submits a small batch. With
+// a key's share at 1 MiB, b's batch is accepted at once while a's uploads
+// are held, a's two newer uploads are answered 429 at their deadlines
+// (their own key was in the way) and its first 408. With a key's share as
+// large as the pool (the control, as before the share existed), the same
+// three uploads fill the pool and b's batch is refused 503 at its own
+// deadline: so the share is what admitted b.
+func TestKeyShareLeavesOtherKeysRoom(t *testing.T) {
+	const keyA, keyB = "a-key-0123456789abcdef", "b-key-0123456789abcdef"
+	const grace = 3 * time.Second
+	for _, tc := range []struct {
+		name       string
+		keyShare   string
+		wantB      int
+		wantNewerA int    // 0: not checked past being answered with an error
+		newerCode  string // of a's two newer uploads
+	}{
+		{"share of half the pool", "1Mi", http.StatusAccepted, http.StatusTooManyRequests, apitype.CodeRateLimited},
+		// Here a's newer uploads end as the pool or their bodies' clocks
+		// allow (503 or 408); what matters is b's answer.
+		{"share as large as the pool", "2Mi", http.StatusServiceUnavailable, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB,
+				"MAX_BYTES_IN_FLIGHT": "2Mi", "MAX_KEY_BYTES_IN_FLIGHT": tc.keyShare,
+				// 700 KiB at 256 KiB/s buys a's first upload 2.7 s past
+				// the grace, so it holds its bytes past b's deadline.
+				"BODY_READ_TIMEOUT": grace.String(), "BODY_MIN_RATE": "256Ki",
+				"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
+			var ups []*slowUpload
+			for range 3 {
+				ups = append(ups, startStalledUpload(t, a.Addr(), keyA, 900<<10, 700<<10))
+				time.Sleep(200 * time.Millisecond) // in this order: the first is the oldest
+			}
+
+			req, _ := http.NewRequest("POST", "http://"+a.Addr()+"/v1/batches", bytes.NewReader(eightPuzzles(20, 0)))
+			req.Header.Set("Authorization", "Bearer "+keyB)
+			req.Header.Set("Content-Type", "application/json")
+			start := time.Now()
+			resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatalf("b's batch: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			took := time.Since(start)
+			t.Logf("b's batch: %d after %v", resp.StatusCode, took)
+			if resp.StatusCode != tc.wantB {
+				t.Fatalf("b's batch: %d %s, want %d", resp.StatusCode, body, tc.wantB)
+			}
+			if tc.wantB == http.StatusAccepted && took > grace/2 {
+				t.Errorf("b's batch took %v beside a's uploads, want well within the %v grace", took, grace)
+			}
+			if ups[0].answered() {
+				t.Fatal("a's first upload was answered before b's batch; the test proves nothing")
+			}
+
+			for i, u := range ups {
+				want, code := tc.wantNewerA, tc.newerCode
+				if i == 0 {
+					want, code = http.StatusRequestTimeout, apitype.CodeRequestTimeout
+				}
+				select {
+				case ans := <-u.answer:
+					if ans.err != nil {
+						t.Fatalf("a's upload %d: %v", i, ans.err)
+					}
+					var eb apitype.ErrorBody
+					_ = json.Unmarshal(ans.body, &eb)
+					t.Logf("a's upload %d: %d %s after %v", i, ans.status, eb.Error.Code, ans.after)
+					if want == 0 {
+						if ans.status < 400 || eb.Error.Message == "" {
+							t.Errorf("a's upload %d: %d %s, want an error", i, ans.status, ans.body)
+						}
+						continue
+					}
+					if ans.status != want || eb.Error.Code != code || eb.Error.Message == "" {
+						t.Errorf("a's upload %d: %d %s, want %d with code %s", i, ans.status, ans.body, want, code)
+					}
+				case <-time.After(3 * grace):
+					t.Fatalf("a's upload %d was not answered", i)
+				}
+			}
+		})
 	}
 }

@@ -97,6 +97,13 @@ type Options struct {
 	// request may exceed it by its own limit so that one always
 	// progresses. Its default is MAX_BYTES_IN_FLIGHT's.
 	MaxBytesInFlight int64
+	// MaxKeyBytesInFlight is the most of MaxBytesInFlight that one API
+	// key's requests may hold at once (its oldest request may go past it,
+	// as the pool's oldest may go past the pool), so that one tenant's
+	// uploads cannot fill the pool for the others. Requests without a key
+	// (auth off) are bound by MaxBytesInFlight alone. Its default is
+	// MAX_KEY_BYTES_IN_FLIGHT's.
+	MaxKeyBytesInFlight int64
 	// BodyReadTimeout is the time a request body may take to arrive
 	// beyond what BodyMinRate allows for its bytes; a slower one is
 	// answered 408. It does not apply to long polls, which have no body.
@@ -158,7 +165,7 @@ func (o Options) check() {
 		{"MaxBatchItems", int64(o.MaxBatchItems)}, {"MaxWait", int64(o.MaxWait)}, {"ChunkSize", int64(o.ChunkSize)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"RequestTimeout", int64(o.RequestTimeout)}, {"RatePerSecond", int64(o.RatePerSecond)},
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
-		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)}, {"BodyMinRate", o.BodyMinRate},
+		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"MaxKeyBytesInFlight", o.MaxKeyBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)}, {"BodyMinRate", o.BodyMinRate},
 		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
@@ -207,7 +214,7 @@ func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts O
 	}
 	s := &Server{store: st, waiter: w, opts: opts, log: log,
 		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
-		admit: newPool(opts.MaxBytesInFlight), ending: make(chan struct{})}
+		admit: newPool(opts.MaxBytesInFlight, opts.MaxKeyBytesInFlight), ending: make(chan struct{})}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
 		s.tenantAuth = s.tenantAuth || !k.IsOperator()

@@ -82,7 +82,7 @@ func (s *Server) batchEvents(c *gin.Context) {
 	// from the last id.
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.MaxWait)
 	defer cancel()
-	t := s.admit.ticket()
+	t := s.admit.ticket(owner)
 	defer t.release()
 	es := &eventStream{s: s, c: c, rc: http.NewResponseController(c.Writer), t: t,
 		w: min(from, b.Total), beyond: map[int]struct{}{}}

@@ -280,7 +280,7 @@ func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int,
 // twice their results' size from the admission pool (the records, then
 // their JSON), as /results does; the returned func gives it back.
 func (s *Server) readPage(ctx context.Context, b *store.Batch, idx []int, size int64) ([]*store.Task, func(), error) {
-	t := s.admit.ticket()
+	t := s.admit.ticket(b.Owner)
 	if err := t.take(ctx, 2*size); err != nil {
 		t.release()
 		return nil, func() {}, err

@@ -56,7 +56,7 @@ func OptionsForTest() Options {
 	return Options{
 		MaxBodyBytes: 1 << 20, MaxBatchBodyBytes: 1 << 20, MaxBatchItems: 1000, MaxWait: time.Minute,
 		ChunkSize: 64, FeedDepth: 64, MaxConcurrentDecodes: 2,
-		MaxBytesInFlight: 32 << 20, BodyReadTimeout: 30 * time.Second, BodyMinRate: 64 << 10, RequestTimeout: 10 * time.Second,
+		MaxBytesInFlight: 32 << 20, MaxKeyBytesInFlight: 16 << 20, BodyReadTimeout: 30 * time.Second, BodyMinRate: 64 << 10, RequestTimeout: 10 * time.Second,
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 		SessionTTL:            time.Hour,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,

@@ -57,7 +57,7 @@ func (s *Server) batchOutput(c *gin.Context) {
 		fail(c, streamError(c, ctx, err))
 		return
 	}
-	t := s.admit.ticket()
+	t := s.admit.ticket(ownerOf(c))
 	defer t.release()
 	if b.Format != "" {
 		s.renderJudge(ctx, c, t, b, progressed)

@@ -622,7 +622,7 @@ func TestFullPoolIsBusy(t *testing.T) {
 	t.Parallel()
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = 200 * time.Millisecond; o.MaxBytesInFlight = 1 << 20 })
 	id := s.bigBatch(t, 2, 2, 1<<10)
-	other := s.srv.admit.ticket() // the oldest holder, which never lets go
+	other := s.srv.admit.ticket("") // the oldest holder, which never lets go
 	if err := other.take(context.Background(), 1<<20); err != nil {
 		t.Fatal(err)
 	}

@@ -183,7 +183,7 @@ func (s *Server) batchResults(c *gin.Context) {
 	}
 	ctx, progressed, stop := s.streamContext(c)
 	defer stop()
-	t := s.admit.ticket()
+	t := s.admit.ticket(ownerOf(c))
 	defer t.release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
 		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(wait, b.Done())}

@@ -103,6 +103,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, BodyMinRate: cfg.BodyMinRate, MaxBytesInFlight: cfg.MaxBytesInFlight,
+		MaxKeyBytesInFlight:  cfg.MaxKeyBytesInFlight,
 		MaxConcurrentDecodes: cfg.decodes(),
 		WebhookPolicy:        cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,

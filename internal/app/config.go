@@ -520,6 +520,16 @@ type APIConfig struct {
 	// the API under 256 MiB with eight 12 MB fill batches uploaded at once
 	// (RELIABILITY.md). Default 32Mi.
 	MaxBytesInFlight int64
+	// MaxKeyBytesInFlight is the most of MAX_BYTES_IN_FLIGHT that one API
+	// key's requests may hold at once, so that one tenant's uploads and
+	// downloads, however many, leave the rest to the others; a key's
+	// request that finds its share full waits, and a body still waiting
+	// at its deadline is answered 429. The key's oldest request may go
+	// past it, so a key's requests never wait only on each other. Without
+	// API keys it does not apply. At most MAX_BYTES_IN_FLIGHT. Default
+	// 16Mi: one 12 MB fill upload at a time per key, beside the other
+	// tenants' half.
+	MaxKeyBytesInFlight int64
 	// APIKeys is "name:key,name:key", the tenants' keys, each at least
 	// 16 bytes. With any configured every /v1 route needs
 	// "Authorization: Bearer <key>". Default "": auth off.
@@ -609,6 +619,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive beyond its bytes at BODY_MIN_RATE (slower: 408)")
 	s.Int64(&c.BodyMinRate, "BODY_MIN_RATE", "64Ki", "slowest rate in bytes/s at which a body may keep arriving (at most 12m in all)")
 	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
+	s.Int64(&c.MaxKeyBytesInFlight, "MAX_KEY_BYTES_IN_FLIGHT", "16Mi", "most of MAX_BYTES_IN_FLIGHT one API key's requests may hold at once")
 	s.String(&c.APIKeys, "API_KEYS", "", "API keys as name:key,name:key (empty: auth off)")
 	s.String(&c.APIKeysFile, "API_KEYS_FILE", "", "JSON file of API keys with per-key limits and roles")
 	s.String(&c.OperatorKeys, "OPERATOR_KEYS", "", "operator keys for /monitoring/ and /metrics, name:key,name:key")
@@ -694,6 +705,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.MaxBytesInFlight < 1<<20 {
 		return fmt.Errorf("MAX_BYTES_IN_FLIGHT: must be at least 1Mi, got %d", c.MaxBytesInFlight)
+	}
+	if c.MaxKeyBytesInFlight < 1<<20 || c.MaxKeyBytesInFlight > c.MaxBytesInFlight {
+		return fmt.Errorf("MAX_KEY_BYTES_IN_FLIGHT: must be at least 1Mi and at most MAX_BYTES_IN_FLIGHT (%d), got %d", c.MaxBytesInFlight, c.MaxKeyBytesInFlight)
 	}
 	if c.HTTPAddr == "" {
 		return fmt.Errorf("HTTP_ADDR: required")

@@ -50,7 +50,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" ||
-		a.MaxConcurrentDecodes != 0 || a.BodyReadTimeout != 30*time.Second || a.BodyMinRate != 64<<10 {
+		a.MaxConcurrentDecodes != 0 || a.BodyReadTimeout != 30*time.Second || a.BodyMinRate != 64<<10 ||
+		a.MaxBytesInFlight != 32<<20 || a.MaxKeyBytesInFlight != 16<<20 {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
@@ -101,6 +102,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{false, map[string]string{"DEADLINE_ATTEMPTS": "12"}, nil, "DEADLINE_ATTEMPTS"},
 		{false, map[string]string{"MAX_CONCURRENT_DECODES": "-1"}, nil, "MAX_CONCURRENT_DECODES"},
 		{false, map[string]string{"BODY_MIN_RATE": "0"}, nil, "BODY_MIN_RATE"},
+		{false, map[string]string{"MAX_KEY_BYTES_IN_FLIGHT": "512Ki"}, nil, "MAX_KEY_BYTES_IN_FLIGHT"},
+		{false, map[string]string{"MAX_BYTES_IN_FLIGHT": "8Mi"}, nil, "MAX_KEY_BYTES_IN_FLIGHT"}, // the share's default, 16Mi, is past it
 		{false, nil, []string{"--chunk-size", "x"}, "chunk-size"},
 		{false, nil, []string{"--no-such-flag"}, "no-such-flag"},
 	} {
