@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -242,7 +242,7 @@ func TestLargeResultIsKeptInTheCache(t *testing.T) {
 	t.Parallel()
 	f := newUnitFixture(t)
 	h := tasks.NewHandler(f.store, nil, testLimits(), nil, nil)
-	reqs := []string{fillOfSide(160, 1), sample8}
+	reqs := []string{testgen.Fill(rand.New(rand.NewSource(1)), 160), sample8}
 	f.stage(t, "big", 4, reqs)
 	if _, err := tasks.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 8, 8); err != nil {
 		t.Fatal(err)
@@ -269,21 +269,4 @@ func TestLargeResultIsKeptInTheCache(t *testing.T) {
 			t.Errorf("the small result: an entry of %d bytes, %d bytes cached; want it inline, not cached", entry, len(cached))
 		}
 	}
-}
-
-// fillOfSide is a fill request on two random side x side 0/1 grids.
-func fillOfSide(side int, seed int64) string {
-	rng := rand.New(rand.NewSource(seed))
-	grid := func() string {
-		rows := make([]string, side)
-		for i := range rows {
-			cs := make([]string, side)
-			for j := range cs {
-				cs[j] = strconv.Itoa(rng.Intn(2))
-			}
-			rows[i] = "[" + strings.Join(cs, ",") + "]"
-		}
-		return "[" + strings.Join(rows, ",") + "]"
-	}
-	return `{"kind":"fill","puzzle":{"game_board":` + grid() + `,"table":` + grid() + `}}`
 }

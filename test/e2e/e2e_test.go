@@ -13,6 +13,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -56,21 +57,6 @@ func randomSweep(rng *rand.Rand, n, m int, dens float64) string {
 	}
 	rows[0] = `"` + "." + strings.Trim(rows[0], `"`)[1:] + `"`
 	return fmt.Sprintf(`{"kind":"sweep","puzzle":{"board":[%s]}}`, strings.Join(rows, ","))
-}
-
-func randomFill(rng *rand.Rand, n int) string {
-	grid := func() string {
-		rows := make([]string, n)
-		for i := range rows {
-			cells := make([]string, n)
-			for j := range cells {
-				cells[j] = fmt.Sprint(rng.Intn(2))
-			}
-			rows[i] = "[" + strings.Join(cells, ",") + "]"
-		}
-		return "[" + strings.Join(rows, ",") + "]"
-	}
-	return fmt.Sprintf(`{"kind":"fill","puzzle":{"game_board":%s,"table":%s}}`, grid(), grid())
 }
 
 func TestSingleTaskLifecycleAndCache(t *testing.T) {
@@ -176,7 +162,7 @@ func TestBatchLifecycleMixedKinds(t *testing.T) {
 		case 1:
 			reqs = append(reqs, randomSweep(rng, 2+rng.Intn(5), 2+rng.Intn(5), 0.2))
 		default:
-			reqs = append(reqs, randomFill(rng, 2+rng.Intn(6)))
+			reqs = append(reqs, testgen.Fill(rng, 2+rng.Intn(6)))
 		}
 	}
 	reqs = append(reqs, sample8, sample8) // duplicates inside one batch

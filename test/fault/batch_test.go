@@ -18,6 +18,7 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -433,7 +434,7 @@ func testWorkerKilledMidChunk(t *testing.T) {
 		worker: map[string]string{"WORKER_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
-	reqs := randomFills(256, 120, 5)
+	reqs := testgen.Fills(256, 120, 5)
 	victim := c.startWorker(nil)
 	var ack struct {
 		ID string `json:"id"`

@@ -18,6 +18,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -204,7 +205,7 @@ func mixed(t *testing.T, c *cluster, w *workload, seed int64) {
 		t.Fatalf("%d slow sweeps and %d corpus boards, want 8 and at least 47", len(slow), len(corpus))
 	}
 	w.addBatch(c, append(append([]string{}, slow...), corpus[:27]...)) // 35 sweeps, one task each
-	w.addBatch(c, append(eightPuzzles(160, seed), randomFills(40, 4, seed)...))
+	w.addBatch(c, append(eightPuzzles(160, seed), testgen.Fills(40, 4, seed)...))
 	for _, r := range eightPuzzles(205, seed)[160:] { // 45 more, distinct from the batch's
 		w.addTask(c, r)
 	}

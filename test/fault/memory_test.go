@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 // TestMemory holds the API's peak resident memory (VmHWM of the real
@@ -63,7 +64,7 @@ func TestMemory(t *testing.T) {
 	for i := range bodies {
 		reqs := make([]string, perBatch)
 		for j := range reqs {
-			reqs[j] = fillRequest(side, int64(1000*i+j))
+			reqs[j] = testgen.Fill(rand.New(rand.NewSource(int64(1000*i+j))), side)
 		}
 		bodies[i] = batchBody(reqs)
 	}
@@ -206,37 +207,6 @@ func TestMemory(t *testing.T) {
 
 // mib formats KiB as MiB.
 func mib(kib int64) string { return fmt.Sprintf("%.0fMiB", float64(kib)/1024) }
-
-// fillRequest is a fill request on two random side x side 0/1 grids,
-// built by hand: fmt per cell would take seconds for 24 of them.
-func fillRequest(side int, seed int64) string {
-	rng := rand.New(rand.NewSource(seed))
-	var b bytes.Buffer
-	b.Grow(4*side*side + 64)
-	grid := func() {
-		b.WriteByte('[')
-		for i := range side {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteByte('[')
-			for j := range side {
-				if j > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteByte('0' + byte(rng.Intn(2)))
-			}
-			b.WriteByte(']')
-		}
-		b.WriteByte(']')
-	}
-	b.WriteString(`{"kind":"fill","puzzle":{"game_board":`)
-	grid()
-	b.WriteString(`,"table":`)
-	grid()
-	b.WriteString(`}}`)
-	return b.String()
-}
 
 // checkFillOutput checks that out is n lines of fill results.
 func checkFillOutput(t *testing.T, out []byte, n int) {

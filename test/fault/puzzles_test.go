@@ -72,28 +72,6 @@ func solvable(b [9]int8) bool {
 	return inv%2 == 0
 }
 
-// randomFills returns n fill requests on random n x n 0/1 grids; they may
-// repeat only by a vanishing chance.
-func randomFills(n, size int, seed int64) []string {
-	rng := rand.New(rand.NewSource(seed))
-	grid := func() string {
-		rows := make([]string, size)
-		for i := range rows {
-			cells := make([]string, size)
-			for j := range cells {
-				cells[j] = fmt.Sprint(rng.Intn(2))
-			}
-			rows[i] = "[" + strings.Join(cells, ",") + "]"
-		}
-		return "[" + strings.Join(rows, ",") + "]"
-	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf(`{"kind":"fill","puzzle":{"game_board":%s,"table":%s}}`, grid(), grid())
-	}
-	return out
-}
-
 // slowSweeps returns the 8 rotations and reflections of
 // internal/app/testdata/slow_sweep.txt, the slowest of 3,000 random open
 // 30x30 boards when it was chosen (0.5 s then; 30-70 ms for today's
