@@ -349,8 +349,10 @@ func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (*Task,
 	return &t, nil
 }
 
-// Cancel cancels a task that has not ended and returns it. Cancelling a
-// task that has ended is an *Error with status 409.
+// Cancel cancels a task that has not ended and returns it. It is safe to
+// repeat (and is retried when an answer is lost): a task that a cancel
+// ended is returned again. Cancelling a task that completed or failed is
+// an *Error with status 409.
 func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	var t Task
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/tasks/" + url.PathEscape(id), retry: retryAlways}, &t)
@@ -447,7 +449,10 @@ func (c *Client) GetBatch(ctx context.Context, id, cursor string, limit int, wai
 }
 
 // CancelBatch cancels every task of a batch that has not ended and returns
-// how many it canceled.
+// how many this call canceled. It is retried like any idempotent request:
+// a retry finishes a cancel cut off part way, and once a cancel has ended
+// the batch it returns 0 and no error. A batch that ended without a cancel
+// is a 409 *Error with code apitype.CodeConflict.
 func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
 	var r apitype.BatchCanceled
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + url.PathEscape(id), retry: retryAlways}, &r)

@@ -363,7 +363,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.State.Terminal() {
-		fail(c, errEnded(t.State))
+		s.respondCanceled(c, t.ID, t.State)
 		return
 	}
 	prev, err := s.store.Cancel(c.Request.Context(), t.ID, t.Owner)
@@ -372,7 +372,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if prev.Terminal() {
-		fail(c, errEnded(prev))
+		s.respondCanceled(c, t.ID, prev)
 		return
 	}
 	s.respondTask(c, http.StatusOK, t.ID)
@@ -532,20 +532,32 @@ func pageParams(c *gin.Context) (cursor, limit int, err error) {
 	return cursor, limit, nil
 }
 
+// cancelBatch answers DELETE /v1/batches/{id}. It is safe to retry, as
+// the client does on a timeout or a lost answer: a repeat finishes a
+// cancel that was cut off, and once a cancel has ended the batch, a repeat
+// answers 200 with nothing more canceled. Only a batch that ended without
+// a cancel is a 409.
 func (s *Server) cancelBatch(c *gin.Context) {
 	b, err := s.loadBatch(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	if b.Done() {
-		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "", "batch has already ended"))
+	if b.Done() && b.CanceledAt.IsZero() {
+		fail(c, errBatchEnded)
 		return
 	}
 	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
+	if errors.Is(err, store.ErrBatchEnded) {
+		err = errBatchEnded
+	}
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, apitype.BatchCanceled{ID: b.ID, Canceled: n})
 }
+
+// errBatchEnded is the 409 of a batch cancel that came after every item
+// had ended on its own.
+var errBatchEnded = newError(http.StatusConflict, apitype.CodeConflict, "", "batch has already ended")

@@ -90,12 +90,17 @@ func (s *Server) getItem(c *gin.Context, batchID string, index int, wait time.Du
 	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
 }
 
-// cancelItem answers DELETE /v1/tasks/{item_id}: 409 when the item has
-// already ended, as for a single task, else the canceled item.
+// cancelItem answers DELETE /v1/tasks/{item_id} as cancelTask does for a
+// single task: the canceled item, also when it was canceled before; 409
+// when it completed or failed.
 func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 	b, t, err := s.loadItem(c, batchID, index)
 	if err != nil {
 		fail(c, err)
+		return
+	}
+	if t.State == apitype.TaskStateCanceled {
+		c.JSON(http.StatusOK, resource(t))
 		return
 	}
 	if t.State.Terminal() {
@@ -108,7 +113,7 @@ func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 		fail(c, err)
 		return
 	}
-	if prev.Terminal() {
+	if prev.Terminal() && prev != apitype.TaskStateCanceled {
 		// It ended between the read and the cancel.
 		fail(c, errEnded(prev))
 		return
@@ -119,6 +124,18 @@ func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 		return
 	}
 	c.JSON(http.StatusOK, resource(t))
+}
+
+// respondCanceled answers a task cancel that found the task ended (st):
+// the task when an earlier cancel ended it, so that a retried DELETE (the
+// client retries one whose answer was lost) succeeds as the first did,
+// else the 409 of a cancel that came too late.
+func (s *Server) respondCanceled(c *gin.Context, id string, st apitype.TaskState) {
+	if st != apitype.TaskStateCanceled {
+		fail(c, errEnded(st))
+		return
+	}
+	s.respondTask(c, http.StatusOK, id)
 }
 
 // errEnded is the 409 of a cancel that came too late.

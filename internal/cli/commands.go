@@ -61,7 +61,8 @@ func newCancelCmd(g *globals) *cobra.Command {
 		Use:   "cancel ID",
 		Short: "Cancel a task that has not ended",
 		Long: `Cancel a task: a pending task never runs, a running one stops within
-milliseconds. Cancelling a task that has already ended is an error (status 1).`,
+milliseconds. Cancelling a task that was canceled before answers it again;
+cancelling one that completed or failed is an error (status 1).`,
 		Example: `  puzzlectl cancel 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
 		Args:    exactArgs(1, "a task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -735,7 +735,8 @@ return out
 // markCanceledScript marks a batch canceled, so that the feed drops its
 // units and no unit of it starts, before its chunks are canceled. A batch
 // whose items have all ended is left as it is: nothing of it was
-// canceled.
+// canceled, and the answer says whether an earlier cancel had marked it,
+// so that a retried cancel is told apart from one that came too late.
 //
 // Its members in the backlog go too: nothing of it waits any more.
 //
@@ -745,12 +746,16 @@ return out
 // ARGV[2] batch ID
 // ARGV[3] backlogUnits
 //
-// Returns the number of chunks to cancel: 0 when the batch is done, -1
-// when it does not exist.
+// Returns the number of chunks to cancel: 0 when the batch is done and
+// was canceled before, -2 when it is done and was never canceled, -1 when
+// it does not exist.
 var markCanceledScript = redis.NewScript(backlogLua + `
 local b = redis.call('HMGET', KEYS[1], 'chunks', 'total', 'ended', 'units', 'fed')
 if not b[1] then return -1 end
-if tonumber(b[3]) >= tonumber(b[2]) then return 0 end
+if tonumber(b[3]) >= tonumber(b[2]) then
+  if redis.call('HEXISTS', KEYS[1], 'canceled_at') == 1 then return 0 end
+  return -2
+end
 redis.call('HSETNX', KEYS[1], 'canceled_at', ARGV[1])
 local per = tonumber(ARGV[3])
 backlog_set(KEYS[2], ARGV[2], buckets((tonumber(b[4]) or 0) - (tonumber(b[5]) or 0), per), 0, 0)

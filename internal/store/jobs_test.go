@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -556,8 +557,8 @@ func TestUnitLifecycle(t *testing.T) {
 		t.Fatalf("batch not done: %+v", fb)
 	}
 	e.pending(t, "alice", 0)
-	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); err != nil || n != 0 {
-		t.Fatalf("cancel of a done batch: %d %v", n, err)
+	if n, err := e.s.CancelBatch(e.ctx, id, "alice"); !errors.Is(err, store.ErrBatchEnded) || n != 0 {
+		t.Fatalf("cancel of a done batch: %d %v; want ErrBatchEnded", n, err)
 	}
 	if fb, _ := e.s.GetBatch(e.ctx, id); !fb.CanceledAt.IsZero() {
 		t.Fatal("a done batch was marked canceled")
@@ -704,8 +705,8 @@ func TestCancelBatch(t *testing.T) {
 	if it, _ := e.s.GetItem(e.ctx, id, 1); it.State != apitype.TaskStateCanceled || it.ErrMsg != "batch canceled by request" || it.Attempts != 1 {
 		t.Fatalf("item 1: %+v", it)
 	}
-	if n, err := e.s.CancelBatch(e.ctx, bid("nope"), "bob"); err != nil || n != 0 {
-		t.Fatalf("cancel of a missing batch: %d %v", n, err)
+	if n, err := e.s.CancelBatch(e.ctx, bid("nope"), "bob"); !errors.Is(err, store.ErrNotFound) || n != 0 {
+		t.Fatalf("cancel of a missing batch: %d %v; want ErrNotFound", n, err)
 	}
 }
 

@@ -25,6 +25,11 @@ import (
 // expired).
 var ErrNotFound = errors.New("not found")
 
+// ErrBatchEnded is CancelBatch's answer for a batch whose items all ended
+// without a cancel: there is nothing to cancel, and no earlier cancel to
+// confirm.
+var ErrBatchEnded = errors.New("store: batch has already ended")
+
 // Task is a task record.
 type Task struct {
 	ID    string
@@ -534,10 +539,22 @@ func (s *Store) Cancel(ctx context.Context, id, owner string) (apitype.TaskState
 // call per chunk, cancelChunksPerTrip chunks to a round trip. It returns
 // how many items it canceled. owner is unused: the scripts read the
 // batch's owner from its record.
+//
+// It is safe to call again: a cancel cut off part way (a timeout, a lost
+// answer, a dead API) is finished by the next, which counts only what it
+// canceled itself, and a batch that a cancel ended answers 0. A batch that
+// ended without ever being canceled is ErrBatchEnded; one that does not
+// exist is ErrNotFound.
 func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
 	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID), s.k.backlog()}, ms(s.now()), batchID, backlogUnits).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: cancel batch: %w", err)
+	}
+	switch chunks {
+	case -1:
+		return 0, ErrNotFound
+	case -2:
+		return 0, ErrBatchEnded
 	}
 	n := 0
 	for first := 0; first < chunks; first += cancelChunksPerTrip {
