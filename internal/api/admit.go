@@ -73,12 +73,15 @@ func (p *pool) ticket(owner string) *ticket { return &ticket{p: p, owner: owner}
 
 // errKeyShareFull marks a take that gave up while the ticket's owner held
 // its whole share of the pool: the owner's own requests were in the way,
-// not other tenants'.
+// not other tenants'. It wraps why the take gave up (its deadline, or its
+// context's error), and a request that met it is answered 429
+// rate_limited (errKeyShare), whether it was reading a body or a result.
 var errKeyShareFull = errors.New("api: the key's share of the admission pool is full")
 
 // take adds n bytes to the share, waiting while the pool (or the owner's
 // share of it) is full and the ticket is not the oldest holder. It fails
-// only when ctx ends.
+// only when ctx ends: with errKeyShareFull wrapping ctx's error when the
+// owner's share was what it waited for.
 func (t *ticket) take(ctx context.Context, n int64) error { return t.takeUntil(ctx, time.Time{}, n) }
 
 // takeUntil is take that also gives up at deadline (none when zero); it
@@ -125,6 +128,9 @@ func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) err
 		select {
 		case <-changed:
 		case <-ctx.Done():
+			if poolOK {
+				return fmt.Errorf("%w: %w", errKeyShareFull, ctx.Err())
+			}
 			return ctx.Err()
 		case <-expired:
 			if poolOK {
@@ -148,6 +154,18 @@ func (p *pool) share(owner string) *keyShare {
 		p.keys[owner] = ks
 	}
 	return ks
+}
+
+// pageBytes is the most result bytes one page of a batch's items should
+// carry for owner: pageResultBytes, or a quarter of the owner's share when
+// that is less. A page takes twice its results, so it then needs half the
+// share, and a key that has an upload in progress can still read its
+// results instead of waiting for the upload to end.
+func (p *pool) pageBytes(owner string) int64 {
+	if owner == "" || p.keyCapacity >= p.capacity {
+		return pageResultBytes
+	}
+	return max(1, min(pageResultBytes, p.keyCapacity/4))
 }
 
 // put gives back n bytes of the share, which must hold them.
@@ -431,12 +449,17 @@ func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
 // middleware that releases it.
 const ctxTicket = "puzzleq.ticket"
 
-// admitted releases the request's share of the pool when it ends.
+// admitted releases the request's share of the pool when it ends, also
+// when a handler panics: bytes kept by a panic would be lost to the pool
+// for good, and the ticket would stay its key's oldest holder, taking the
+// key's way past a full share with it.
 func (s *Server) admitted() gin.HandlerFunc {
 	return func(c *gin.Context) {
+		defer func() {
+			if t, ok := c.Get(ctxTicket); ok {
+				t.(*ticket).release()
+			}
+		}()
 		c.Next()
-		if t, ok := c.Get(ctxTicket); ok {
-			t.(*ticket).release()
-		}
 	}
 }

@@ -3,9 +3,16 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/puzzleq/puzzleq/internal/store"
 )
@@ -319,5 +326,30 @@ func TestBodyTime(t *testing.T) {
 	}
 	if maxBodyTime >= store.StagingTTL {
 		t.Errorf("maxBodyTime %s: a batch's staged items (StagingTTL %s) would expire before its body is in", maxBodyTime, store.StagingTTL)
+	}
+}
+
+// TestPanickingHandlerGivesBackItsBytes: a handler that panics after
+// reading its body (the recoverer answers 500) still gives its bytes back
+// to the pool. Without it they were lost for good, and the ticket stayed
+// its key's oldest holder.
+func TestPanickingHandlerGivesBackItsBytes(t *testing.T) {
+	s := &Server{admit: newPool(1<<20, 1<<20), metrics: newMetrics(prometheus.NewRegistry()),
+		log: slog.New(slog.DiscardHandler), opts: Options{BodyReadTimeout: 5 * time.Second, BodyMinRate: 1}}
+	e := gin.New()
+	e.Use(s.recoverer(), s.admitted())
+	e.POST("/boom", func(c *gin.Context) {
+		if _, err := s.readBody(c, 1<<20); err != nil {
+			t.Errorf("read: %v", err)
+		}
+		panic("boom")
+	})
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest("POST", "/boom", strings.NewReader(strings.Repeat("x", 100<<10))))
+	if w.Code != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", w.Code)
+	}
+	if n := s.admit.inUse(); n != 0 {
+		t.Fatalf("the pool holds %d bytes after the panic", n)
 	}
 }

@@ -48,6 +48,11 @@ func statusOf(err error) (int, apitype.Error) {
 		return http.StatusBadRequest, apitype.Error{Code: code, Message: ie.Error(), Field: ie.Field}
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, apitype.Error{Code: apitype.CodeNotFound, Message: "no such task or batch"}
+	case errors.Is(err, errKeyShareFull) && !errors.Is(err, context.Canceled):
+		// A read waited out its time for room that its own key's other
+		// requests held: the key can make room, the service is not
+		// unavailable.
+		return errKeyShare.status, errKeyShare.Error_
 	case errors.Is(err, context.Canceled):
 		// The client went away; the status is never seen.
 		return 499, apitype.Error{Code: apitype.CodeUnavailable, Message: "request canceled"}
@@ -62,7 +67,7 @@ func statusOf(err error) (int, apitype.Error) {
 // fail writes err as the response and records it for the access log.
 func fail(c *gin.Context, err error) {
 	status, body := statusOf(err)
-	if status >= 500 {
+	if status >= 500 || (status == http.StatusTooManyRequests && c.Writer.Header().Get("Retry-After") == "") {
 		c.Header("Retry-After", "1")
 	}
 	_ = c.Error(err)

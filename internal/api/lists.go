@@ -238,7 +238,9 @@ const itemsScanChunks = 16
 // with a cursor, always after one item at least. Without it a page of
 // 1,000 items read them all whole: a page of eight 1000x1000 fills (19.5
 // MB of result each) held 156 MB of response and took the API from 159
-// MB to 950 MB resident, whatever MAX_BYTES_IN_FLIGHT said.
+// MB to 950 MB resident, whatever MAX_BYTES_IN_FLIGHT said. A page takes
+// twice its results from the admission pool, and pool.pageBytes lowers the
+// bound so that a page needs at most half of its key's share.
 const pageResultBytes = 8 << 20
 
 // itemsPage picks the items of a page of b from index from on: at most
@@ -249,6 +251,7 @@ const pageResultBytes = 8 << 20
 func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int, state apitype.TaskState) ([]int, int, int64, error) {
 	var idx []int
 	var size int64
+	pageBytes := s.admit.pageBytes(b.Owner)
 	next := max(from, 0)
 	if b.Stride <= 0 || next >= b.Total {
 		return nil, b.Total, 0, nil
@@ -263,7 +266,7 @@ func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int,
 			if ci.Index < from || (state != "" && ci.State != state) {
 				continue
 			}
-			if len(idx) > 0 && size+ci.ResultBytes > pageResultBytes {
+			if len(idx) > 0 && size+ci.ResultBytes > pageBytes {
 				return idx, ci.Index, size, nil
 			}
 			idx = append(idx, ci.Index)

@@ -684,3 +684,45 @@ func TestAcceptsGzip(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsOverTheKeyShare: with API keys a page of results ends at a
+// quarter of the key's share (MAX_KEY_BYTES_IN_FLIGHT), so that it needs
+// half of it; and a read that waits out REQUEST_TIMEOUT for room its own
+// key's other requests hold is told so, 429 rate_limited with
+// Retry-After, rather than 503 unavailable, which would blame the
+// service. Once the key's other request ends the reads go through.
+func TestReadsOverTheKeyShare(t *testing.T) {
+	t.Parallel()
+	s := newReadStack(t, func(o *Options) {
+		o.RequestTimeout = 300 * time.Millisecond
+		o.MaxBytesInFlight, o.MaxKeyBytesInFlight = 8<<20, 1<<20
+	})
+	// Four results of 200 KiB: past the page bound of 256 KiB after one.
+	id := s.bigBatch(t, 4, 2, 200<<10)
+	b := want[apitype.Batch](t, s.do(t, "GET", "/v1/batches/"+id+"?limit=1000", aliceKey), 200)
+	if len(b.Tasks) != 1 || b.NextCursor == nil {
+		t.Fatalf("a page of 200 KiB results with a 1 MiB share: %d tasks, next %v; want 1 and a cursor", len(b.Tasks), b.NextCursor)
+	}
+
+	// Another of alice's requests (an upload, say) holds her whole share.
+	held := s.srv.admit.ticket("alice")
+	if err := held.take(context.Background(), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/batches/" + id, "/v1/batches/" + id + "/items", "/v1/batches/" + id + "/results", "/v1/batches/" + id + "/output"} {
+		w := s.do(t, "GET", path, aliceKey)
+		wantError(t, w, http.StatusTooManyRequests, apitype.CodeRateLimited, "")
+		if w.Header().Get("Retry-After") == "" {
+			t.Errorf("GET %s: 429 without Retry-After", path)
+		}
+	}
+	held.release()
+	for _, path := range []string{"/v1/batches/" + id, "/v1/batches/" + id + "/results"} {
+		if w := s.do(t, "GET", path, aliceKey); w.Code != http.StatusOK {
+			t.Fatalf("GET %s after the share was given back: %d %.300s", path, w.Code, w.Body)
+		}
+	}
+	if n := s.srv.admit.inUse(); n != 0 {
+		t.Fatalf("the pool holds %d bytes after the reads", n)
+	}
+}

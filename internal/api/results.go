@@ -105,10 +105,14 @@ var errStalled = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable
 	"the server is busy sending other results; retry later")
 
 // streamError is the answer to a stream that failed before its first
-// byte: errStalled when its progress deadline passed while the client was
-// still there.
+// byte: when its progress deadline passed while the client was still
+// there, errKeyShare if the key's own requests held its share of the pool
+// all along, else errStalled.
 func streamError(c *gin.Context, ctx context.Context, err error) error {
 	if ctx.Err() != nil && c.Request.Context().Err() == nil {
+		if errors.Is(err, errKeyShareFull) {
+			return errKeyShare
+		}
 		return errStalled
 	}
 	return err
