@@ -34,7 +34,8 @@
 // exponential backoff and full jitter, waiting at least as long as the
 // server's Retry-After, and never beyond the context's deadline. Requests
 // that could create work twice are retried only when that cannot happen:
-// Submit is retried on 429 and 503 and on failures to connect, and
+// Submit is retried on 429 and 503, on failures to connect and when the
+// server closed the kept-alive connection it went out on while idle, and
 // SubmitNDJSON (or SubmitBatch) with an idempotency key is retried on every
 // transient failure, since the server answers a repeated key with the batch
 // the first request created. A results stream that breaks is requested
@@ -612,7 +613,8 @@ type retryPolicy int
 const (
 	retryNever retryPolicy = iota
 	// retryIfNotAccepted retries only when the request surely created
-	// nothing: 429, 503, or no connection.
+	// nothing: 429, 503, no connection, or an idle connection the server
+	// closed.
 	retryIfNotAccepted
 	// retryAlways retries every transient failure: idempotent requests.
 	retryAlways
@@ -739,15 +741,32 @@ func (c *Client) classify(policy retryPolicy, err error) (retry bool, after time
 	return false, 0, true
 }
 
-// notConnected reports whether err happened before any byte of the
-// request could reach the server.
+// notConnected reports whether err happened before the server could act
+// on the request: the connection was never made, or the server closed a
+// kept-alive connection while it was idle, just as the request went out
+// on it (net/http's "server closed idle connection": an HTTP server
+// closes only connections on which no request has started, so the
+// request was not read). An API pod shutting down closes its idle
+// connections, and without this a submission that met one failed with
+// "cannot reach" instead of going to another replica.
 func notConnected(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
 	var dns *net.DNSError
-	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED) || serverClosedIdle(err)
+}
+
+// serverClosedIdle reports whether err is net/http's errServerClosedIdle,
+// which is not exported; its text is its identity.
+func serverClosedIdle(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "http: server closed idle connection" {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Client) once(ctx context.Context, cl call, out any) (http.Header, error) {

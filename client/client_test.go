@@ -345,3 +345,50 @@ func TestRetryBatchCutShortIsSentAgain(t *testing.T) {
 		})
 	}
 }
+
+// A submission that meets a kept-alive connection the server closed while
+// it was idle (an API pod shutting down closes its idle connections) was
+// not read by the server, so it is sent again; a submission cut off after
+// it went out (a reset while waiting for the answer) may have been
+// accepted, and is not. The transport stands in for net/http's, which
+// returns its unexported errServerClosedIdle, matched by its text.
+func TestSubmitRetriedOnlyWhenTheServerClosedAnIdleConnection(t *testing.T) {
+	t.Parallel()
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"id":"abc","state":"pending"}`)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantRetry bool
+	}{
+		{"server closed idle connection", errors.New("http: server closed idle connection"), true},
+		{"reset after the request went out", errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			served.Store(0)
+			var tries atomic.Int64
+			hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if tries.Add(1) == 1 {
+					return nil, tc.err
+				}
+				return http.DefaultTransport.RoundTrip(r)
+			})}
+			c := client.New(srv.URL, fast(client.WithHTTPClient(hc))...)
+			task, err := c.Submit(context.Background(), []byte(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`))
+			if tc.wantRetry {
+				if err != nil || task.ID != "abc" || tries.Load() != 2 || served.Load() != 1 {
+					t.Fatalf("Submit: %+v, %v after %d tries, %d served; want it sent again once", task, err, tries.Load(), served.Load())
+				}
+				return
+			}
+			if err == nil || tries.Load() != 1 || served.Load() != 0 {
+				t.Fatalf("Submit: %v after %d tries; want the error and no second try", err, tries.Load())
+			}
+		})
+	}
+}
