@@ -893,7 +893,10 @@ func TestConcurrentFinishAndCancel(t *testing.T) {
 				defer wg.Done()
 				if tc.cancelBatch {
 					k, err := e.s.CancelBatch(e.ctx, id, tc.name)
-					if err != nil {
+					if err != nil && !errors.Is(err, store.ErrBatchEnded) {
+						// ErrBatchEnded: the finishes ended every item
+						// before the cancel came, which is one of the
+						// orders this test runs.
 						t.Error(err)
 					}
 					cncld.Add(int64(k))
