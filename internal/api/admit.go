@@ -157,15 +157,17 @@ func (p *pool) share(owner string) *keyShare {
 }
 
 // pageBytes is the most result bytes one page of a batch's items should
-// carry for owner: pageResultBytes, or a quarter of the owner's share when
-// that is less. A page takes twice its results, so it then needs half the
-// share, and a key that has an upload in progress can still read its
-// results instead of waiting for the upload to end.
+// carry for owner: pageResultBytes, or a quarter of what the page may take
+// from (the owner's share, or the pool without one) when that is less. A
+// page takes twice its results, so it then needs half of it, and a key
+// that has an upload in progress can still read its results instead of
+// waiting for the upload to end.
 func (p *pool) pageBytes(owner string) int64 {
-	if owner == "" || p.keyCapacity >= p.capacity {
-		return pageResultBytes
+	room := p.capacity
+	if owner != "" {
+		room = min(room, p.keyCapacity)
 	}
-	return max(1, min(pageResultBytes, p.keyCapacity/4))
+	return max(1, min(pageResultBytes, room/4))
 }
 
 // put gives back n bytes of the share, which must hold them.

@@ -353,3 +353,25 @@ func TestPanickingHandlerGivesBackItsBytes(t *testing.T) {
 		t.Fatalf("the pool holds %d bytes after the panic", n)
 	}
 }
+
+// TestPageBytes: a page of a batch's results needs at most half of what
+// it may take from, the key's share or (without keys, or with a share as
+// large as the pool) the pool, and never more than pageResultBytes.
+func TestPageBytes(t *testing.T) {
+	for _, tc := range []struct {
+		capacity, share int64
+		owner           string
+		want            int64
+	}{
+		{32 << 20, 16 << 20, "", pageResultBytes},
+		{32 << 20, 16 << 20, "alice", 4 << 20},
+		{1 << 20, 1 << 20, "", 256 << 10},
+		{1 << 20, 1 << 20, "alice", 256 << 10},
+		{64 << 20, 64 << 20, "alice", pageResultBytes},
+		{2, 2, "alice", 1},
+	} {
+		if got := newPool(tc.capacity, tc.share).pageBytes(tc.owner); got != tc.want {
+			t.Errorf("pool %d, share %d, owner %q: %d, want %d", tc.capacity, tc.share, tc.owner, got, tc.want)
+		}
+	}
+}

@@ -67,7 +67,7 @@ func statusOf(err error) (int, apitype.Error) {
 // fail writes err as the response and records it for the access log.
 func fail(c *gin.Context, err error) {
 	status, body := statusOf(err)
-	if status >= 500 || (status == http.StatusTooManyRequests && c.Writer.Header().Get("Retry-After") == "") {
+	if status >= 500 || errors.Is(err, errKeyShareFull) || errors.Is(err, errKeyShare) {
 		c.Header("Retry-After", "1")
 	}
 	_ = c.Error(err)
