@@ -9,8 +9,10 @@
 # commandstats calls, scripts' inner calls included. Alternate two BINDIRs to
 # compare builds within one run (BENCHMARKS.md, "Durable batches").
 set -euo pipefail
+# freeport asks the kernel for a free port (random ones can clash).
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 bin=$1 label=${2:-$1}
-rp=$((30000 + RANDOM % 5000)) ap=$((35000 + RANDOM % 5000)) wp=$((40000 + RANDOM % 5000))
+rp=$(freeport) ap=$(freeport) wp=$(freeport)
 dir=$(mktemp -d)
 trap 'kill $apid $wpid $rpid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
 python3 - "$dir/batch.json" <<'PY'

@@ -15,6 +15,8 @@
 # builds alternate in the same minutes. Prints wall time, items/s, CPU of
 # each process per item and Redis commands per item.
 set -euo pipefail
+# freeport asks the kernel for a free port (random ones can clash).
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 rounds=$1; shift
 n=${BENCH_ITEMS:-300}
 set_=${BENCH_SET:-sweeps}
@@ -50,7 +52,8 @@ n=$(wc -l <"$dir/jobs.jsonl")
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 one() {
   local bin=$1
-  local rp=$((30000 + RANDOM % 5000)) ap=$((35000 + RANDOM % 5000)) wp=$((40000 + RANDOM % 5000))
+  local rp ap wp
+  rp=$(freeport) ap=$(freeport) wp=$(freeport)
   local run="$dir/run"; rm -rf "$run"; mkdir -p "$run"
   redis-server --port $rp --bind 127.0.0.1 --save '' --appendonly no --dir "$run" --logfile "$run/redis.log" &
   local rpid=$!; pids+=($rpid)

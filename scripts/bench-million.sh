@@ -12,6 +12,8 @@
 # the CPU of each, and Redis commands per item. BENCH_ITEMS overrides the
 # size.
 set -euo pipefail
+# freeport asks the kernel for a free port (random ones can clash).
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 bin=$1
 n=${BENCH_ITEMS:-1000000}
 dir=$(mktemp -d)
@@ -31,7 +33,7 @@ lines(sys.argv[1], int(sys.argv[2]), "a")
 lines(sys.argv[3], 100, "b")
 PY
 ls -l "$dir/big.ndjson" | awk '{printf "body: %.1f MiB\n", $5 / 1048576}'
-rp=$((30000 + RANDOM % 5000)) ap=$((35000 + RANDOM % 5000)) wp=$((40000 + RANDOM % 5000))
+rp=$(freeport) ap=$(freeport) wp=$(freeport)
 redis-server --port $rp --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --logfile "$dir/redis.log" & rpid=$!; pids+=($rpid)
 sleep 0.3
 export REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn API_KEYS=alice:alice-key-0123456789,bob:bob-key-0123456789 RATE_LIMIT_BURST=1000 MAX_PENDING_PER_KEY=2000000

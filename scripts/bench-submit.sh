@@ -35,9 +35,14 @@ while len(out) < n:
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PY
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# freeport asks the kernel for a free port: random ones in a fixed range
+# clashed once with a port in use, and a process that failed to start
+# then showed only as a missing /proc entry.
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 one() {
   local bin=$1 label=$2
-  local rp=$((30000 + RANDOM % 5000)) ap=$((35000 + RANDOM % 5000)) wp=$((40000 + RANDOM % 5000))
+  local rp ap wp
+  rp=$(freeport) ap=$(freeport) wp=$(freeport)
   local run="$dir/run"; rm -rf "$run"; mkdir -p "$run"
   # Local first: the floor the service is held to.
   local t0 t1 lwall
@@ -54,6 +59,14 @@ one() {
   for _ in $(seq 150); do
     curl -sf http://127.0.0.1:$ap/readyz >/dev/null && curl -sf http://127.0.0.1:$wp/readyz >/dev/null && break
     sleep 0.2
+  done
+  for p in "redis-server:$rpid:redis.log" "api:$apid:api.log" "worker:$wpid:worker.log"; do
+    IFS=: read -r name pid log <<<"$p"
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "bench-submit: $name ($bin) did not start; the end of $log:" >&2
+      tail -5 "$run/$log" >&2
+      exit 1
+    fi
   done
   redis-cli -p $rp config resetstat >/dev/null
   local a0 w0 r0 swall c_user c_sys
