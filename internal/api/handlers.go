@@ -536,15 +536,13 @@ func pageParams(c *gin.Context) (cursor, limit int, err error) {
 // the client does on a timeout or a lost answer: a repeat finishes a
 // cancel that was cut off, and once a cancel has ended the batch, a repeat
 // answers 200 with nothing more canceled. Only a batch that ended without
-// a cancel is a 409.
+// a cancel is a 409. The store's mark script tells these apart, in the
+// same step that marks the batch, so the handler does not guess from the
+// record it read.
 func (s *Server) cancelBatch(c *gin.Context) {
 	b, err := s.loadBatch(c)
 	if err != nil {
 		fail(c, err)
-		return
-	}
-	if b.Done() && b.CanceledAt.IsZero() {
-		fail(c, errBatchEnded)
 		return
 	}
 	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
