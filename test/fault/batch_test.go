@@ -37,6 +37,7 @@ func TestBatchDurability(t *testing.T) {
 		t.Run("WorkerKilledMidChunk", func(t *testing.T) { t.Parallel(); testWorkerKilledMidChunk(t) })
 		t.Run("QuotaUnderExpiryAndCancels", func(t *testing.T) { t.Parallel(); testQuotaExpiryAndCancels(t) })
 		t.Run("APIKilledMidSingles", func(t *testing.T) { t.Parallel(); testAPIKilledMidSingles(t) })
+		t.Run("APIKilledMidCancel", func(t *testing.T) { t.Parallel(); testAPIKilledMidCancel(t) })
 	})
 }
 
@@ -588,4 +589,104 @@ func testQuotaExpiryAndCancels(t *testing.T) {
 	if n := c.checkQuota(t, "after the worker ran everything"); n != 0 {
 		t.Errorf("count %d with nothing unfinished, want 0", n)
 	}
+}
+
+// testAPIKilledMidCancel: a batch cancel is cut off by SIGKILL of the API
+// serving it, after it marked the batch and canceled some of its items
+// but not all (CHUNK_SIZE=1 makes 20,000 chunks, each its own cancel
+// script, so the kill lands inside the cancel by construction, and the
+// test checks it did). No worker runs. The client's retry on the other
+// replica must finish the cancel with 200, counting exactly the items the
+// dead one had not reached; a further retry answers 200 with nothing
+// more; the quota equals the unfinished records at every step; and a
+// worker started afterwards runs none of the items.
+func testAPIKilledMidCancel(t *testing.T) {
+	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "1",
+		"RATE_LIMIT_BURST": "1000", "MAX_PENDING_PER_KEY": "100000"}
+	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings})
+	survivor := c.startReplica(t, "api2", settings)
+	hc := &http.Client{Timeout: 60 * time.Second}
+	const n = 20000
+	code, _, b, err := authed(t, hc, survivor.URL(), "POST", "/v1/batches", batchBody(eightPuzzles(n, 13)), nil)
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("submit: %d %v: %.300s", code, err, b)
+	}
+	var ack apitype.BatchCreated
+	if err := json.Unmarshal(b, &ack); err != nil || ack.ID == "" || ack.Total != n {
+		t.Fatalf("batch answer %.200s: %v", b, err)
+	}
+	id := ack.ID
+	c.checkQuota(t, "after the submission")
+
+	ctx := context.Background()
+	key := "pq:batch:" + id
+	killed := make(chan int, 1)
+	go func() {
+		defer close(killed)
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			v, err := c.rdb.HMGet(ctx, key, "canceled", "canceled_at").Result()
+			if err != nil || v[1] == nil {
+				continue
+			}
+			if k, _ := strconv.Atoi(fmt.Sprint(v[0])); k > 0 {
+				c.api.Signal(t, syscall.SIGKILL)
+				killed <- k
+				return
+			}
+		}
+	}()
+	first := make(chan int, 1)
+	go func() {
+		code, _, _, _ := authed(t, hc, c.api.URL(), "DELETE", "/v1/batches/"+id, nil, nil)
+		first <- code
+	}()
+	if _, ok := <-killed; !ok {
+		t.Fatal("the cancel never started, so the kill never happened")
+	}
+	c.api.WaitExit(5 * time.Second)
+	if code := <-first; code == http.StatusOK {
+		t.Fatal("precondition: the killed API answered its cancel")
+	}
+	atKill, err := c.rdb.HGet(ctx, key, "canceled").Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the API mid cancel: %d of %d items canceled", atKill, n)
+	if atKill <= 0 || atKill >= n {
+		t.Fatalf("precondition: the kill landed outside the cancel (%d of %d canceled)", atKill, n)
+	}
+	c.checkQuota(t, "after the kill, mid cancel")
+
+	// The client retries on the surviving replica.
+	start := time.Now()
+	code, _, b, err = authed(t, hc, survivor.URL(), "DELETE", "/v1/batches/"+id, nil, nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("retried cancel: %d %v: %.300s", code, err, b)
+	}
+	var bc apitype.BatchCanceled
+	if err := json.Unmarshal(b, &bc); err != nil || bc.Canceled != n-atKill {
+		t.Fatalf("the retried cancel canceled %d (%v), want the %d the dead API had not reached", bc.Canceled, err, n-atKill)
+	}
+	t.Logf("FIGURES api_kill_mid_cancel canceled_at_kill=%d finished_by_retry=%d retry_took=%v", atKill, bc.Canceled, time.Since(start).Round(time.Millisecond))
+	code, _, b, err = authed(t, hc, survivor.URL(), "DELETE", "/v1/batches/"+id, nil, nil)
+	if err != nil || code != http.StatusOK || json.Unmarshal(b, &bc) != nil || bc.Canceled != 0 {
+		t.Fatalf("a cancel of the canceled batch: %d %v: %.300s; want 200 and canceled 0", code, err, b)
+	}
+	if got := batchState(t, hc, survivor.URL(), id, 0); !got.Done || got.Counts.Canceled != n {
+		t.Fatalf("after the retried cancel: done %v, counts %+v", got.Done, got.Counts)
+	}
+	if q := c.checkQuota(t, "after the retried cancel"); q != 0 {
+		t.Errorf("the quota counts %d with every item canceled", q)
+	}
+
+	// A worker now drains the queue; no item of the canceled batch runs.
+	c.startWorker(nil)
+	if !pollUntil(60*time.Second, 50*time.Millisecond, func() bool { return c.queued() == 0 && len(c.activeTasks()) == 0 }) {
+		t.Fatal("the queue did not drain")
+	}
+	if got := batchState(t, hc, survivor.URL(), id, 0); got.Counts.Canceled != n || got.Counts.Completed != 0 {
+		t.Fatalf("after a worker ran: counts %+v, want all %d canceled", got.Counts, n)
+	}
+	c.checkQuota(t, "after a worker drained the queue")
 }
