@@ -67,7 +67,7 @@ func (f *fakeStore) StartUnit(_ context.Context, ref tasks.UnitRef) (*tasks.Unit
 	return w, nil
 }
 
-func (f *fakeStore) FinishUnit(_ context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+func (f *fakeStore) FinishUnit(_ context.Context, ref tasks.UnitRef, _ string, outs []tasks.ItemOutcome) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.finishErr != nil {

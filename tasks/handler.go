@@ -44,8 +44,9 @@ type Store interface {
 	// FinishUnit writes the outcomes of a unit's items. Only an item
 	// without an ended entry gets one, so a redelivered unit, or one whose
 	// item was canceled meanwhile, changes and counts nothing twice. It
-	// returns how many items it ended.
-	FinishUnit(ctx context.Context, ref UnitRef, outs []ItemOutcome) (int, error)
+	// returns how many items it ended. mark is the UnitWork.Mark of the
+	// StartUnit that began this delivery.
+	FinishUnit(ctx context.Context, ref UnitRef, mark string, outs []ItemOutcome) (int, error)
 	// Cached returns the cached result for key, nil on a miss.
 	Cached(ctx context.Context, key string) (json.RawMessage, error)
 }

@@ -69,7 +69,7 @@ func TestYieldUnderDuplicateDeliveries(t *testing.T) {
 				case 'y':
 					err = f.store.YieldUnit(f.ctx, ref)
 				case 'e':
-					_, err = f.store.FinishUnit(f.ctx, ref, []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: []byte(`{"n":1}`)}})
+					_, err = f.store.FinishUnit(f.ctx, ref, "", []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: []byte(`{"n":1}`)}})
 					if err == nil {
 						err = f.store.ReleaseSlot(f.ctx, run(step[1]))
 					}

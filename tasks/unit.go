@@ -116,6 +116,11 @@ type UnitWork struct {
 	// the ones this delivery must solve. Empty when every item has ended,
 	// been canceled, or the batch is gone.
 	Items []UnitItem
+	// Mark is the store's note of how this delivery started the unit,
+	// for FinishUnit, which the handler hands it to unread. It lets the
+	// store write the first outcomes of a chunk by its cheaper path; ""
+	// when there is none.
+	Mark string
 }
 
 // UnitItem is one item of a unit to solve.

@@ -212,15 +212,18 @@ func (h *Handler) processUnit(ctx context.Context, ref UnitRef) error {
 	var (
 		done      []int // items solved and not yet written
 		lastFlush = time.Now()
+		// mark goes with the first write only: after it the unit's
+		// hash holds entries, which the store's cheaper path is not for.
+		mark = w.Mark
 	)
 	flush := func() error {
 		if len(done) == 0 {
 			return nil
 		}
-		if err := h.finishUnit(ctx, ref, items, done); err != nil {
+		if err := h.finishUnit(ctx, ref, mark, items, done); err != nil {
 			return err
 		}
-		done, lastFlush = done[:0], time.Now()
+		done, lastFlush, mark = done[:0], time.Now(), ""
 		return nil
 	}
 	for i := range items {
@@ -272,7 +275,7 @@ const inlineResultMax = 64 << 10
 
 // finishUnit writes the outcomes of items idx in one round trip and
 // counts the ones this call ended.
-func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem, idx []int) error {
+func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, mark string, items []unitItem, idx []int) error {
 	outs := make([]ItemOutcome, len(idx))
 	for j, i := range idx {
 		it := &items[i]
@@ -291,7 +294,7 @@ func (h *Handler) finishUnit(ctx context.Context, ref UnitRef, items []unitItem,
 	// they are done work. A short detached context bounds the write.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	ended, err := h.store.FinishUnit(wctx, ref, outs)
+	ended, err := h.store.FinishUnit(wctx, ref, mark, outs)
 	if err != nil {
 		return fmt.Errorf("tasks: finish %d items of unit %s: %w", len(outs), ref.TaskID(), err)
 	}
@@ -393,7 +396,7 @@ func (h *Handler) failUnit(ctx context.Context, t *asynq.Task) {
 		outs[i] = ItemOutcome{Index: it.Index, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
 			Msg: "gave up after repeated infrastructure errors"}
 	}
-	if _, err := h.store.FinishUnit(wctx, ref, outs); err != nil {
+	if _, err := h.store.FinishUnit(wctx, ref, w.Mark, outs); err != nil {
 		h.log.Error("mark unit failed after last retry", "unit", ref.TaskID(), "items", len(outs), "err", err)
 	}
 }

@@ -56,7 +56,7 @@ func TestOpenAPIBatchReads(t *testing.T) {
 	if _, err := st.StartUnit(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FinishUnit(ctx, ref, []tasks.ItemOutcome{
+	if _, err := st.FinishUnit(ctx, ref, "", []tasks.ItemOutcome{
 		{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)},
 		{Index: 1, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "the solve passed its deadline"},
 	}); err != nil {

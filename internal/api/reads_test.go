@@ -128,10 +128,11 @@ func (s *readStack) run(t *testing.T, id string, j int, outs ...tasks.ItemOutcom
 	t.Helper()
 	ctx := context.Background()
 	ref := tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j), Timeout: time.Minute}
-	if _, err := s.st.StartUnit(ctx, ref); err != nil {
+	w, err := s.st.StartUnit(ctx, ref)
+	if err != nil {
 		t.Fatalf("start %s: %v", ref.Unit, err)
 	}
-	n, err := s.st.FinishUnit(ctx, ref, outs)
+	n, err := s.st.FinishUnit(ctx, ref, w.Mark, outs)
 	if err != nil {
 		t.Fatalf("finish %s: %v", ref.Unit, err)
 	}

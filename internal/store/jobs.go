@@ -542,8 +542,9 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 	if err != nil {
 		return nil, err
 	}
+	now := ms(s.now())
 	v, err := startUnitScript.Run(ctx, s.rdb, []string{s.k.batch(ref.BatchID), s.k.batchReq(ref.BatchID)},
-		ms(s.now()), ref.Unit[:1], n, s.k.batchResBase(ref.BatchID)).StringSlice()
+		now, ref.Unit[:1], n, s.k.batchResBase(ref.BatchID)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: start unit %s: %w", ref.TaskID(), err)
 	}
@@ -553,6 +554,9 @@ func (s *Store) StartUnit(ctx context.Context, ref tasks.UnitRef) (*tasks.UnitWo
 	}
 	w.Owner = v[0]
 	if len(v) == 5 && v[1] == "*" {
+		// This start wrote the chunk's marker "1 <now>" (one attempt):
+		// FinishUnit's cheaper path builds the entries from it.
+		w.Mark = v[2] + " " + strconv.FormatInt(now, 10)
 		return w, startWhole(w, ref, v[2], v[3], v[4])
 	}
 	for i := 1; i+1 < len(v); i += 2 {
@@ -609,63 +613,138 @@ func (s *Store) YieldUnit(ctx context.Context, ref tasks.UnitRef) error {
 // batch's counts, gives back the owner's quota, publishes the chunk's
 // event and, when it ended the batch's last item, sets done_at and
 // publishes the batch's. It returns how many items it ended.
-func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+//
+// mark is the UnitWork.Mark of the StartUnit that began this delivery.
+// For a chunk's first delivery it names the chunk's first item and the
+// marker the start wrote, and the outcomes go first to
+// finishChunkScript, which writes them at a third of the general
+// script's cost when nothing else has touched the chunk since the start.
+func (s *Store) FinishUnit(ctx context.Context, ref tasks.UnitRef, mark string, outs []tasks.ItemOutcome) (int, error) {
 	if len(outs) > maxOutcomesPerCall {
 		// Each call is exact on its own (an ended item is never counted
-		// twice), so splitting keeps the counts exact.
-		n, err := s.FinishUnit(ctx, ref, outs[:maxOutcomesPerCall])
+		// twice), so splitting keeps the counts exact. Only the first
+		// part may take the cheaper path: it leaves entries behind.
+		n, err := s.FinishUnit(ctx, ref, mark, outs[:maxOutcomesPerCall])
 		if err != nil {
 			return n, err
 		}
-		m, err := s.FinishUnit(ctx, ref, outs[maxOutcomesPerCall:])
+		m, err := s.FinishUnit(ctx, ref, "", outs[maxOutcomesPerCall:])
 		return n + m, err
 	}
 	if len(outs) == 0 {
 		return 0, nil
 	}
-	_, n, err := tasks.ParseUnit(ref.Unit)
+	chunk, n, err := tasks.ParseUnit(ref.Unit)
 	if err != nil {
 		return 0, err
+	}
+	rests := make([][]byte, len(outs))
+	caches := make([]string, len(outs))
+	fast := chunk && mark != ""
+	for i, o := range outs {
+		if rests[i], caches[i], err = entryRest(o); err != nil {
+			return 0, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
+		}
+		fast = fast && caches[i] == ""
+	}
+	now := ms(s.now())
+	if fast {
+		if v, ok, err := s.finishChunk(ctx, ref, n, mark, now, outs, rests); err != nil || ok {
+			return v, err
+		}
 	}
 	bk := s.k.batch(ref.BatchID)
 	keys := make([]string, 0, 2+len(outs))
 	keys = append(keys, bk, s.k.batchReq(ref.BatchID))
 	args := make([]any, 0, 11+4*len(outs))
 	args = append(args, s.k.ownerAffixes()...)
-	args = append(args, ms(s.now()), s.k.events(), ref.BatchID, ref.Unit[:1], n,
+	args = append(args, now, s.k.events(), ref.BatchID, ref.Unit[:1], n,
 		s.k.batchResBase(ref.BatchID), s.resultTTL.Milliseconds())
-	for _, o := range outs {
-		ck, rest, cached := bk, []byte(nil), ""
-		switch o.State {
-		case apitype.TaskStateCompleted:
-			inline := o.Result
-			if o.CacheKey != "" && len(o.Result) > 0 {
-				ck = s.k.cache(o.CacheKey)
-				ref, _ := json.Marshal(o.CacheKey)
-				rest = append(append(rest, `,"ref":`...), ref...)
-				cached, inline = string(o.Result), nil
-			}
-			if o.Cached {
-				rest = append(rest, `,"cached":true`...)
-			}
-			if len(inline) > 0 {
-				rest = strconv.AppendInt(append(rest, `,"size":`...), int64(len(inline)), 10)
-				rest = append(append(rest, `,"result":`...), inline...)
-			}
-		case apitype.TaskStateFailed:
-			e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: truncateMessage(o.Msg)})
-			rest = append(append(rest, `,"error":`...), e...)
-		default:
-			return 0, fmt.Errorf("store: finish unit %s: item %d: state %q is not an outcome", ref.TaskID(), o.Index, o.State)
+	for i, o := range outs {
+		ck := bk
+		if caches[i] != "" {
+			ck = s.k.cache(o.CacheKey)
 		}
 		keys = append(keys, ck)
-		args = append(args, o.Index, string(o.State), append(rest, '}'), cached)
+		args = append(args, o.Index, string(o.State), rests[i], caches[i])
 	}
 	v, err := finishUnitScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
 	}
 	return v, nil
+}
+
+// entryRest builds what follows an outcome's entry start (its state,
+// times and attempts): its other members and the closing brace. cached
+// is the result to store once in the cache entry the item refers to, ""
+// when the result is inline or there is none.
+func entryRest(o tasks.ItemOutcome) (rest []byte, cached string, err error) {
+	switch o.State {
+	case apitype.TaskStateCompleted:
+		inline := o.Result
+		if o.CacheKey != "" && len(o.Result) > 0 {
+			ref, _ := json.Marshal(o.CacheKey)
+			rest = append(append(rest, `,"ref":`...), ref...)
+			cached, inline = string(o.Result), nil
+		}
+		if o.Cached {
+			rest = append(rest, `,"cached":true`...)
+		}
+		if len(inline) > 0 {
+			rest = strconv.AppendInt(append(rest, `,"size":`...), int64(len(inline)), 10)
+			rest = append(append(rest, `,"result":`...), inline...)
+		}
+	case apitype.TaskStateFailed:
+		e, _ := json.Marshal(apitype.TaskError{Code: o.Code, Message: truncateMessage(o.Msg)})
+		rest = append(append(rest, `,"error":`...), e...)
+	default:
+		return nil, "", fmt.Errorf("item %d: state %q is not an outcome", o.Index, o.State)
+	}
+	return append(rest, '}'), cached, nil
+}
+
+// finishChunk tries finishChunkScript for chunk j's outcomes, whose
+// entries' rests are rests. mark is "<first index> <started_at>" from
+// StartUnit. ok is false when the script declined (the chunk is not as
+// the start left it) or mark does not parse: the caller then takes the
+// general path, to which the script left everything as it was.
+func (s *Store) finishChunk(ctx context.Context, ref tasks.UnitRef, j int, mark string, now int64,
+	outs []tasks.ItemOutcome, rests [][]byte) (ended int, ok bool, err error) {
+	first, started, found := strings.Cut(mark, " ")
+	base, perr := strconv.Atoi(first)
+	if !found || perr != nil {
+		return 0, false, nil
+	}
+	// Every entry starts as the general script's entry() builds it from
+	// the marker "1 <started>": one attempt.
+	nowS := strconv.FormatInt(now, 10)
+	starts := map[apitype.TaskState]string{}
+	done := 0
+	args := make([]any, 0, 11+2*len(outs))
+	args = append(args, s.k.ownerAffixes()...)
+	args = append(args, now, s.k.events(), ref.BatchID, j, s.k.batchResBase(ref.BatchID), "1 "+started, 0)
+	for i, o := range outs {
+		st, have := starts[o.State]
+		if !have {
+			st = `{"state":"` + string(o.State) + `","started_at":` + started + `,"completed_at":` + nowS + `,"attempts":1`
+			starts[o.State] = st
+		}
+		if o.State == apitype.TaskStateCompleted {
+			done++
+		}
+		e := make([]byte, 0, len(st)+len(rests[i]))
+		args = append(args, o.Index-base, append(append(e, st...), rests[i]...))
+	}
+	args[10] = done
+	v, err := finishChunkScript.Run(ctx, s.rdb, []string{s.k.batch(ref.BatchID), s.k.batchReq(ref.BatchID)}, args...).Int()
+	if err != nil {
+		return 0, false, fmt.Errorf("store: finish unit %s: %w", ref.TaskID(), err)
+	}
+	if v < 0 {
+		return 0, false, nil
+	}
+	return v, true, nil
 }
 
 // maxErrorMessage bounds a failed item's message as its entry keeps it,

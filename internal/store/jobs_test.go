@@ -504,7 +504,7 @@ func TestUnitLifecycle(t *testing.T) {
 		{Index: 3, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`)}, // not c0's
 	}
 	for round, want := range []int{2, 0} {
-		n, err := e.s.FinishUnit(e.ctx, c0, outs)
+		n, err := e.s.FinishUnit(e.ctx, c0, "", outs)
 		if err != nil || n != want {
 			t.Fatalf("finish round %d: %d %v, want %d", round, n, err, want)
 		}
@@ -519,7 +519,7 @@ func TestUnitLifecycle(t *testing.T) {
 		t.Fatalf("start x3: %+v %v", w, err)
 	}
 	big := `{"moves":30,"path":"` + strings.Repeat("U", 1000) + `"}`
-	if n, err := e.s.FinishUnit(e.ctx, x3, []tasks.ItemOutcome{{Index: 3, State: apitype.TaskStateCompleted, Result: json.RawMessage(big), CacheKey: "h3"}}); err != nil || n != 1 {
+	if n, err := e.s.FinishUnit(e.ctx, x3, "", []tasks.ItemOutcome{{Index: 3, State: apitype.TaskStateCompleted, Result: json.RawMessage(big), CacheKey: "h3"}}); err != nil || n != 1 {
 		t.Fatalf("finish x3: %d %v", n, err)
 	}
 	if got, err := e.s.Cached(e.ctx, "h3"); err != nil || string(got) != big {
@@ -546,7 +546,7 @@ func TestUnitLifecycle(t *testing.T) {
 	if _, err := e.s.CancelItem(e.ctx, b, 0); err != nil { // ended: nothing
 		t.Fatal(err)
 	}
-	e.s.FinishUnit(e.ctx, c1, []tasks.ItemOutcome{{Index: 4, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":4}`), Cached: true}})
+	e.s.FinishUnit(e.ctx, c1, "", []tasks.ItemOutcome{{Index: 4, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":4}`), Cached: true}})
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -610,13 +610,13 @@ func TestChunkInfosAndResults(t *testing.T) {
 	b := e.commit(t, store.CommitBatch{ID: id}, 4, items)
 	c0 := tasks.UnitRef{BatchID: id, Unit: "c0"}
 	e.s.StartUnit(e.ctx, c0)
-	e.s.FinishUnit(e.ctx, c0, []tasks.ItemOutcome{
+	e.s.FinishUnit(e.ctx, c0, "", []tasks.ItemOutcome{
 		{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"a":1}`)},
 		{Index: 2, State: apitype.TaskStateFailed, Code: apitype.CodeInternal, Msg: "boom"},
 	})
 	x1 := tasks.UnitRef{BatchID: id, Unit: "x1"}
 	e.s.StartUnit(e.ctx, x1)
-	e.s.FinishUnit(e.ctx, x1, []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"bb":22}`), CacheKey: "k1"}})
+	e.s.FinishUnit(e.ctx, x1, "", []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"bb":22}`), CacheKey: "k1"}})
 
 	infos, err := e.s.ChunkInfos(e.ctx, b, 0)
 	if err != nil || len(infos) != 4 {
@@ -680,7 +680,7 @@ func TestCancelBatch(t *testing.T) {
 		t.Fatalf("fed %v %v", fed, err)
 	}
 	e.s.StartUnit(e.ctx, fed[0])
-	e.s.FinishUnit(e.ctx, fed[0], []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}})
+	e.s.FinishUnit(e.ctx, fed[0], "", []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}})
 	n, err := e.s.CancelBatch(e.ctx, id, "bob")
 	if err != nil || n != 9 {
 		t.Fatalf("canceled %d %v, want 9", n, err)
@@ -722,7 +722,7 @@ func TestBatchQuotaExact(t *testing.T) {
 	e.pending(t, "carol", 5)
 	c0 := tasks.UnitRef{BatchID: id, Unit: "c0"}
 	e.s.StartUnit(e.ctx, c0)
-	e.s.FinishUnit(e.ctx, c0, []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}})
+	e.s.FinishUnit(e.ctx, c0, "", []tasks.ItemOutcome{{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}})
 	e.pending(t, "carol", 4)
 	e.s.CancelItem(e.ctx, b, 3)
 	e.s.CancelItem(e.ctx, b, 3)
@@ -743,7 +743,7 @@ func TestBatchQuotaExact(t *testing.T) {
 	if err := e.s.CommitBatch(e.ctx, w, store.CommitBatch{ID: bid("q3"), Owner: "carol", Quota: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := e.s.FinishUnit(e.ctx, c0, []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}}); n != 0 {
+	if n, _ := e.s.FinishUnit(e.ctx, c0, "", []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}}); n != 0 {
 		t.Fatalf("a late finish ended %d", n)
 	}
 	e.pending(t, "carol", 5)
@@ -809,7 +809,7 @@ func TestCommandsPerItem(t *testing.T) {
 					outs[i].CacheKey = fmt.Sprintf("h%d", it.Index)
 				}
 			}
-			if _, err := s.FinishUnit(ctx, r, outs); err != nil {
+			if _, err := s.FinishUnit(ctx, r, work.Mark, outs); err != nil {
 				t.Fatal(err)
 			}
 			trips += 2
@@ -881,7 +881,7 @@ func TestConcurrentFinishAndCancel(t *testing.T) {
 					if _, err := e.s.StartUnit(e.ctx, c0); err != nil {
 						t.Error(err)
 					}
-					k, err := e.s.FinishUnit(e.ctx, c0, outs)
+					k, err := e.s.FinishUnit(e.ctx, c0, "", outs)
 					if err != nil {
 						t.Error(err)
 					}

@@ -214,7 +214,7 @@ func TestRetryBatch(t *testing.T) {
 			for _, it := range w.Items {
 				outs = append(outs, outcome[it.Index])
 			}
-			if _, err := e.s.FinishUnit(e.ctx, r, outs); err != nil {
+			if _, err := e.s.FinishUnit(e.ctx, r, "", outs); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -324,7 +324,7 @@ func TestRetryWaitsForABusyChunk(t *testing.T) {
 	}
 	fail := func(r tasks.UnitRef, i int) {
 		t.Helper()
-		if _, err := e.s.FinishUnit(e.ctx, r, []tasks.ItemOutcome{{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"}}); err != nil {
+		if _, err := e.s.FinishUnit(e.ctx, r, "", []tasks.ItemOutcome{{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -340,7 +340,7 @@ func TestRetryWaitsForABusyChunk(t *testing.T) {
 	if got := fmt.Sprint(units(e.feedAll(t))); got != "[x2]" {
 		t.Fatalf("fed %s after the first retry, want [x2]", got)
 	}
-	if _, err := e.s.FinishUnit(e.ctx, refs[0], []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}); err != nil {
+	if _, err := e.s.FinishUnit(e.ctx, refs[0], "", []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != nil || n != 1 {

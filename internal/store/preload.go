@@ -17,7 +17,7 @@ var allScripts = []*redis.Script{
 	pendingScript, releaseScript, releaseClaimScript,
 	progressScript,
 	leaseScript, reapScript,
-	commitBatchScript, abandonCommitScript, feedScript, enqueueFedScript, startUnitScript, finishUnitScript,
+	commitBatchScript, abandonCommitScript, feedScript, enqueueFedScript, startUnitScript, finishUnitScript, finishChunkScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
 	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript,

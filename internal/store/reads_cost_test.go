@@ -296,7 +296,7 @@ func fillBatch(t testing.TB, s *Store, id string, n, stride int, mixed bool) *Ba
 				}
 				outs = append(outs, o)
 			}
-			if _, err := s.FinishUnit(ctx, u, outs); err != nil {
+			if _, err := s.FinishUnit(ctx, u, "", outs); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -444,7 +444,7 @@ func TestLargeResultsReadWithoutLua(t *testing.T) {
 		if i == 3 {
 			o = tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInvalidPuzzle, Msg: strings.Repeat("é", 100<<10)}
 		}
-		if _, err := s.FinishUnit(ctx, u, []tasks.ItemOutcome{o}); err != nil {
+		if _, err := s.FinishUnit(ctx, u, "", []tasks.ItemOutcome{o}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -382,8 +382,33 @@ type unitTwins struct {
 	id, owner string
 	clk       time.Time
 	old, cur  *unitSide
+	fast      fastFinishes         // the current side's finishChunkScript calls
 	exps      map[*unitSide]string // each batch's expires_at
 	steps     int                  // steps run so far, to number the next
+}
+
+// fastFinishes is a go-redis hook that counts finishChunkScript's
+// answers: the finishes it took (an answer >= 0) and the ones it
+// declined (-1) for finishUnitScript, so that a test can show that both
+// paths ran.
+type fastFinishes struct{ taken, declined int }
+
+func (h *fastFinishes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *fastFinishes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); len(a) > 1 && a[1] == finishChunkScript.Hash() {
+			if n, e := cmd.(*redis.Cmd).Int(); e == nil && n < 0 {
+				h.declined++
+			} else if e == nil {
+				h.taken++
+			}
+		}
+		return err
+	}
+}
+func (h *fastFinishes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // unitStep is one step of a twins' run: do is done on each side, whose
@@ -403,11 +428,33 @@ func newUnitTwins(t *testing.T, stride, total int, isOwn func(int) bool) *unitTw
 	ctx := context.Background()
 	tw := &unitTwins{rdb: redistest.Start(t).Client(t), id: "0123456789abcdef0123456789abcdef", owner: "alice",
 		clk: time.UnixMilli(1764633600000), exps: map[*unitSide]string{}}
+	tw.rdb.AddHook(&tw.fast)
+	// Cached first, so that fastFinishes sees each call as one EVALSHA
+	// by its digest rather than a NOSCRIPT and an EVAL of its source.
+	if err := LoadScripts(ctx, tw.rdb); err != nil {
+		t.Fatal(err)
+	}
 	lstart, lfinish := legacyUnitScripts()
 	side := func(name string, legacy bool) *unitSide {
 		s := New(tw.rdb, Options{Prefix: name + ":", TaskTTL: time.Hour, ResultTTL: time.Hour})
 		s.now = func() time.Time { return tw.clk }
-		u := &unitSide{name: name, s: s, start: s.StartUnit, finish: s.FinishUnit}
+		// The current side hands each unit's first mark to its next
+		// finish, as a worker's delivery does: a finish after a
+		// redelivery or a cancel then tries, and declines, the fast path.
+		marks := map[string]string{}
+		u := &unitSide{name: name, s: s,
+			start: func(ctx context.Context, r tasks.UnitRef) (*tasks.UnitWork, error) {
+				w, err := s.StartUnit(ctx, r)
+				if err == nil && marks[r.Unit] == "" {
+					marks[r.Unit] = w.Mark
+				}
+				return w, err
+			},
+			finish: func(ctx context.Context, r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+				mark := marks[r.Unit]
+				delete(marks, r.Unit)
+				return s.FinishUnit(ctx, r, mark, o)
+			}}
 		if legacy {
 			u.start = func(ctx context.Context, r tasks.UnitRef) (*tasks.UnitWork, error) {
 				return s.legacyStartUnit(ctx, lstart, r)
@@ -670,6 +717,10 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 			return "", tw.rdb.Del(ctx, u.s.k.batch(tw.id)).Err()
 		}, tw.start(chunk(0)), tw.finish(chunk(0), outDone(1)))},
 	})
+	// The retried chunk 3's finish: fresh again after the retry.
+	if tw.fast != (fastFinishes{taken: 1}) {
+		t.Errorf("finishChunkScript took %d finishes and declined %d, want 1 and 0", tw.fast.taken, tw.fast.declined)
+	}
 }
 
 // TestUnitScriptsMatchLegacyWideChunk: the same through chunks of the
@@ -699,17 +750,31 @@ func TestUnitScriptsMatchLegacyWideChunk(t *testing.T) {
 		}
 		return outDone(i)
 	}
+	// plain outcomes store nothing in the cache, which finishChunkScript
+	// is for.
+	plain := func(i int) tasks.ItemOutcome {
+		if i%5 == 1 {
+			return outFailed(i)
+		}
+		return outDone(i)
+	}
 	chunk, exists := tw.chunk, tw.exists
 	tw.run(t, []unitStep{
 		{"chunk 0 starts fresh", func() bool { return !exists(0) }, tw.start(chunk(0))},
-		{"chunk 0 finishes every item in one call", nil, tw.finish(chunk(0), cheap(0, 0, stride, mixed)...)},
+		// The first maxOutcomesPerCall by finishChunkScript, the rest by
+		// finishUnitScript.
+		{"chunk 0 finishes every item in one call", nil, tw.finish(chunk(0), cheap(0, 0, stride, plain)...)},
 		{"chunk 1 starts fresh and again", func() bool { return !exists(1) }, inTurn(tw.start(chunk(1)), tw.start(chunk(1)))},
-		{"chunk 1 finishes its first 1500 items", nil, tw.finish(chunk(1), cheap(1, 0, 1500, mixed)...)},
+		// The first delivery's finish: declined, the marker counts two.
+		{"chunk 1 finishes its first 1500 items", nil, tw.finish(chunk(1), cheap(1, 0, 1500, plain)...)},
 		{"chunk 1 is delivered again", nil, tw.start(chunk(1))},
 		{"chunk 1 finishes the rest, and all again", nil, tw.finish(chunk(1), cheap(1, 0, stride, outDone)...)},
 		{"the short last chunk starts fresh", func() bool { return !exists(2) }, tw.start(chunk(2))},
 		{"the short last chunk finishes", nil, tw.finish(chunk(2), cheap(2, 0, stride, mixed)...)},
 	})
+	if tw.fast != (fastFinishes{taken: 1, declined: 1}) {
+		t.Errorf("finishChunkScript took %d finishes and declined %d, want 1 and 1", tw.fast.taken, tw.fast.declined)
+	}
 }
 
 // TestUnitScriptsMatchLegacyRandomRuns: the same through seeded random
@@ -727,6 +792,7 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 			owns = append(owns, i)
 		}
 	}
+	var fast fastFinishes
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			tw := newUnitTwins(t, stride, total, isOwn)
@@ -814,8 +880,16 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 				// state this one leaves (the seed still decides all).
 				tw.run(t, []unitStep{st})
 			}
+			fast.taken += tw.fast.taken
+			fast.declined += tw.fast.declined
 		})
 	}
+	// The seeds decide these too: both of finishChunkScript's answers
+	// were compared with the legacy scripts.
+	if fast.taken == 0 || fast.declined == 0 {
+		t.Errorf("finishChunkScript took %d finishes and declined %d over the seeds, want some of each", fast.taken, fast.declined)
+	}
+	t.Logf("finishChunkScript took %d finishes and declined %d over the seeds", fast.taken, fast.declined)
 }
 
 // TestUnitScriptCostPerItem measures what the fast paths save Redis, the
@@ -903,7 +977,17 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
 				return s.legacyFinishUnit(ctx, oldFinish, r, o)
 			})
-		run("current", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.StartUnit(ctx, r) },
-			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) { return s.FinishUnit(ctx, r, o) })
+		run("current, general finish", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.StartUnit(ctx, r) },
+			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) { return s.FinishUnit(ctx, r, "", o) })
+		marks := map[string]string{}
+		run("current, fast finish", func(r tasks.UnitRef) (*tasks.UnitWork, error) {
+			w, err := s.StartUnit(ctx, r)
+			if err == nil {
+				marks[r.Unit] = w.Mark
+			}
+			return w, err
+		}, func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+			return s.FinishUnit(ctx, r, marks[r.Unit], o)
+		})
 	}
 }
