@@ -148,11 +148,7 @@ func testRedisFreezePastCutoff(t *testing.T) {
 		r.check(t, hard[id].name)
 	}
 	c.checkQuota(t, "after the freeze, every task ended")
-	total := 0
-	for _, wp := range c.workers {
-		total += workerTasksTotal(t, wp)
-	}
-	if total != len(w.reqs) {
+	if total := settledTasksTotal(t, len(w.reqs), c.workers...); total != len(w.reqs) {
 		t.Errorf("the workers counted %d ended tasks (%d before the freeze), want exactly the %d submitted", total, total0, len(w.reqs))
 	}
 

@@ -421,6 +421,26 @@ func workerTasksTotal(t *testing.T, w *proc) int {
 	return int(n)
 }
 
+// settledTasksTotal returns the sum of workers' puzzleq_tasks_total once
+// it has reached want, or what it is after five seconds. A worker counts
+// a task after its store write, which is what the test saw end, so the
+// last count can trail the records by a moment (under CI's load, once,
+// one of 23). An overcount is returned at once: waiting cannot undo it.
+func settledTasksTotal(t *testing.T, want int, workers ...*proc) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := 0
+		for _, w := range workers {
+			n += workerTasksTotal(t, w)
+		}
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // oracle solves requests locally, once each, for comparing results.
 type oracle struct {
 	mu   sync.Mutex

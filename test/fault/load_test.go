@@ -55,10 +55,7 @@ func testLoad(t *testing.T) {
 	}
 	o.check(t, recs, w.reqs)
 	lost := len(w.reqs) - len(recs)
-	counted, rerun := 0, 0
-	for _, wk := range c.workers {
-		counted += workerTasksTotal(t, wk)
-	}
+	counted, rerun := settledTasksTotal(t, len(w.reqs), c.workers...), 0
 	for _, tr := range recs {
 		if tr.Attempts != 1 {
 			rerun++

@@ -355,7 +355,7 @@ func testRetryLockFrozenAPI(t *testing.T) {
 		}
 		cursor = *l.NextCursor
 	}
-	if tt := workerTasksTotal(t, worker); tt != n {
+	if tt := settledTasksTotal(t, n, worker); tt != n {
 		t.Errorf("the worker counted %d ended tasks, want exactly %d", tt, n)
 	}
 	c.checkQuota(t, "after the batch completed")

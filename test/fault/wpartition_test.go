@@ -220,6 +220,7 @@ func TestWorkerPartition(t *testing.T) {
 		c.checkBatch(id, size)
 	}
 	c.checkQuota(t, "after the heal, every task ended")
+	settledTasksTotal(t, len(w.reqs), part, standby)
 	partTotal, standbyTotal := workerTasksTotal(t, part), workerTasksTotal(t, standby)
 	if partTotal+standbyTotal != len(w.reqs) {
 		t.Errorf("the workers counted %d + %d ended tasks, want exactly %d", partTotal, standbyTotal, len(w.reqs))
