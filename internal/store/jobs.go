@@ -721,9 +721,9 @@ func (s *Store) finishChunk(ctx context.Context, ref tasks.UnitRef, j int, mark 
 	nowS := strconv.FormatInt(now, 10)
 	starts := map[apitype.TaskState]string{}
 	done := 0
-	args := make([]any, 0, 11+2*len(outs))
+	args := make([]any, 0, 12+2*len(outs))
 	args = append(args, s.k.ownerAffixes()...)
-	args = append(args, now, s.k.events(), ref.BatchID, j, s.k.batchResBase(ref.BatchID), "1 "+started, 0)
+	args = append(args, now, s.k.events(), ref.BatchID, j, s.k.batchResBase(ref.BatchID), "1 "+started, 0, base)
 	for i, o := range outs {
 		st, have := starts[o.State]
 		if !have {

@@ -676,29 +676,33 @@ return ended
 // ARGV[9] the batch's res key without the chunk number
 // ARGV[10] the marker the start wrote: "1 <started_at>"
 // ARGV[11] how many of the entries are completed (the rest failed)
-// then pairs from ARGV[12]: an item's offset in the chunk, its entry
+// ARGV[12] the chunk's first index as the start answered it (two chunks
+// started in the same millisecond hold the same marker, so this is what
+// ties the mark to this chunk)
+// then pairs from ARGV[13]: an item's offset in the chunk, its entry
 //
 // Returns how many items it ended, or -1 to take the general path.
 var finishChunkScript = redis.NewScript(quotaLua + batchLua + `
 local b = redis.call('HMGET', KEYS[1], 'owner', 'stride', 'total', 'expires_at')
 if not b[3] then return 0 end
 local j = tonumber(ARGV[8])
+if tonumber(ARGV[12]) ~= j * tonumber(b[2]) then return -1 end
 local rk = ARGV[9] .. j
 if redis.call('HGET', rk, 'a') ~= ARGV[10] or redis.call('HLEN', rk) ~= 1 then return -1 end
 local m = redis.call('HGET', KEYS[2], 'm' .. j)
 if not m then return 0 end
 local nm, seen = #m, {}
-for a = 12, #ARGV, 2 do
+for a = 13, #ARGV, 2 do
   local k = tonumber(ARGV[a])
   if not k or k < 0 or k >= nm or seen[k] then return -1 end
   local c = string.byte(m, k + 1)
   if c >= 65 and c <= 90 then return -1 end
   seen[k] = true
 end
-local ended = (#ARGV - 11) / 2
+local ended = (#ARGV - 12) / 2
 if ended == 0 then return 0 end
 local done = tonumber(ARGV[11])
-redis.call('HSET', rk, unpack(ARGV, 12, #ARGV))
+redis.call('HSET', rk, unpack(ARGV, 13, #ARGV))
 redis.call('PEXPIREAT', rk, b[4])
 settle(KEYS[1], ARGV[7], b[1] or '', j, {active = -ended, completed = done, failed = ended - done}, ended, ARGV[6], ARGV[5])
 return ended

@@ -991,3 +991,34 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 		})
 	}
 }
+
+// TestFinishChunkDeclinesAnotherChunksMark: two chunks started in the
+// same millisecond hold the same marker, so the marker alone does not tie
+// a mark to its chunk; finishChunkScript also checks the mark's first
+// index. Here chunk 1's mark goes with chunk 0's unit and an item of chunk
+// 1: the fast path must decline, and the general one end nothing, as it
+// does for an index that is not the unit's. (Found by a review that drove
+// both paths through random histories; no caller passes another unit's
+// mark, which this guards.)
+func TestFinishChunkDeclinesAnotherChunksMark(t *testing.T) {
+	tw := newUnitTwins(t, 4, 8, func(int) bool { return false })
+	ctx := context.Background()
+	s := tw.cur.s
+	if _, err := s.StartUnit(ctx, tw.chunk(0)); err != nil {
+		t.Fatal(err)
+	}
+	w1, err := s.StartUnit(ctx, tw.chunk(1))
+	if err != nil || w1.Mark == "" {
+		t.Fatalf("start chunk 1: mark %q, %v", w1.Mark, err)
+	}
+	n, err := s.FinishUnit(ctx, tw.chunk(0), w1.Mark, []tasks.ItemOutcome{outDone(5)})
+	if err != nil || n != 0 {
+		t.Fatalf("chunk 0 finished with chunk 1's mark and item 5: ended %d, %v; want 0", n, err)
+	}
+	if tw.fast != (fastFinishes{declined: 1}) {
+		t.Errorf("finishChunkScript took %d and declined %d, want 0 and 1", tw.fast.taken, tw.fast.declined)
+	}
+	if e, _ := tw.rdb.HGetAll(ctx, s.k.batchRes(tw.id, 0)).Result(); len(e) != 1 {
+		t.Errorf("chunk 0's res hash holds %v, want only its marker", e)
+	}
+}
