@@ -37,6 +37,33 @@ func ipCmd(args ...string) error {
 	return nil
 }
 
+// removeStaleNetns deletes what a killed earlier run left of tag's
+// namespace: its subnet is fixed per tag, so a leftover's host links
+// hold the addresses this run needs, and the worker inside the new
+// namespace is then unreachable (ci24 failed so, after ci23 was killed
+// mid-suite): the namespace, and its host links, which can outlive it.
+func removeStaleNetns(t *testing.T, tag string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+			if strings.HasPrefix(name, "pqff-") && strings.HasSuffix(name, tag) {
+				t.Logf("an earlier run left namespace %s behind; deleting it", name)
+				_ = ipCmd("netns", "del", name)
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-br", "link").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			name, _, _ := strings.Cut(strings.Fields(line + " x")[0], "@")
+			if strings.HasPrefix(name, "pqff") && (strings.HasSuffix(name, tag+"r0") || strings.HasSuffix(name, tag+"t0")) {
+				t.Logf("an earlier run left link %s behind; deleting it", name)
+				_ = exec.Command("ip", "link", "del", name).Run()
+			}
+		}
+	}
+}
+
 // newNetns makes a namespace named pqff-<pid>-<tag> with its links; it
 // is deleted, links and all, when the test ends. It skips the test,
 // saying why, when it cannot (not root, no iproute2, no veth).
@@ -53,6 +80,7 @@ func newNetns(t *testing.T, tag string, subnet int) *netns {
 	// 10.213.<subnet>.0/30 is the Redis path, .4/30 the test's.
 	base := fmt.Sprintf("10.213.%d.", subnet)
 	n.hostRedis, n.inner = base+"1", base+"6"
+	removeStaleNetns(t, tag)
 	if err := ipCmd("netns", "add", n.name); err != nil {
 		t.Skipf("cannot make a network namespace (%v); skipped", err)
 	}
