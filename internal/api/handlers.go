@@ -165,7 +165,7 @@ func (s *Server) createTask(c *gin.Context) {
 	if hit != nil {
 		s.metrics.cacheHits.Inc()
 		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
-		c.JSON(http.StatusOK, tr)
+		renderTask(c, http.StatusOK, &tr)
 		return
 	}
 	c.Header("Location", "/v1/tasks/"+id)
@@ -182,10 +182,11 @@ func (s *Server) createTask(c *gin.Context) {
 		if rec.State.Terminal() {
 			status = http.StatusOK
 		}
-		c.JSON(status, resource(rec))
+		r := resource(rec)
+		renderTask(c, status, &r)
 		return
 	}
-	c.JSON(http.StatusAccepted, tr)
+	renderTask(c, http.StatusAccepted, &tr)
 }
 
 func (s *Server) respondTask(c *gin.Context, status int, id string) {
@@ -194,7 +195,8 @@ func (s *Server) respondTask(c *gin.Context, status int, id string) {
 		fail(c, err)
 		return
 	}
-	c.JSON(status, resource(t))
+	r := resource(t)
+	renderTask(c, status, &r)
 }
 
 // ownerOf returns the API key name of the caller; "" while auth is off.
@@ -256,7 +258,8 @@ func (s *Server) getTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
+	r := resource(t)
+	renderTask(c, s.polledStatus(wait, t.State.Terminal()), &r)
 }
 
 // recheckEvery bounds how long a long poll trusts pub/sub alone. Events

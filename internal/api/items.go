@@ -87,7 +87,8 @@ func (s *Server) getItem(c *gin.Context, batchID string, index int, wait time.Du
 			return
 		}
 	}
-	c.JSON(s.polledStatus(wait, t.State.Terminal()), resource(t))
+	r := resource(t)
+	renderTask(c, s.polledStatus(wait, t.State.Terminal()), &r)
 }
 
 // cancelItem answers DELETE /v1/tasks/{item_id} as cancelTask does for a
@@ -100,7 +101,8 @@ func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 		return
 	}
 	if t.State == apitype.TaskStateCanceled {
-		c.JSON(http.StatusOK, resource(t))
+		r := resource(t)
+		renderTask(c, http.StatusOK, &r)
 		return
 	}
 	if t.State.Terminal() {
@@ -123,7 +125,8 @@ func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 		fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, resource(t))
+	r := resource(t)
+	renderTask(c, http.StatusOK, &r)
 }
 
 // respondCanceled answers a task cancel that found the task ended (st):
