@@ -35,6 +35,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	log := cfg.Logger(logOut)
 	app.SetMemoryLimit(os.Getenv, app.ReadFile, log)
+	app.SetGCHeapFloor(cfg.GCHeapFloor, os.Getenv, log)
 	a, err := app.NewAPI(cfg, log)
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	log := cfg.Logger(logOut)
 	app.SetMemoryLimit(os.Getenv, app.ReadFile, log)
+	app.SetGCHeapFloor(cfg.GCHeapFloor, os.Getenv, log)
 	w, err := app.NewWorker(cfg, log)
 	if err != nil {
 		return err

@@ -98,6 +98,13 @@ type Common struct {
 	// WebhookMaxRetry is how many times a failed delivery is retried:
 	// with the defaults, 20 retries span about 2.5 hours. Default 20.
 	WebhookMaxRetry int
+	// GCHeapFloor is the least heap, in bytes, at which the Go garbage
+	// collector starts a cycle (SetGCHeapFloor): with a live heap of a
+	// few MiB, GOGC=100 collects many times a second under load. Above
+	// half of it the heap grows as GOGC=100 lets it, so the memory bounds
+	// of large requests do not change. 0 turns it off, and so does
+	// setting GOGC. Default 32Mi.
+	GCHeapFloor int64
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -124,6 +131,7 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.WebhookRetryBase, "WEBHOOK_RETRY_BASE", "10s", "wait before a failed webhook's first retry, doubled per retry")
 	s.Duration(&c.WebhookRetryMax, "WEBHOOK_RETRY_MAX", "10m", "longest wait between webhook retries")
 	s.Int(&c.WebhookMaxRetry, "WEBHOOK_MAX_RETRY", "20", "retries of a failed webhook delivery")
+	s.Int64(&c.GCHeapFloor, "GC_HEAP_FLOOR", "32Mi", "least heap at which the Go GC starts a cycle (0: GOGC alone)")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -136,6 +144,9 @@ func (c *Common) validate() error {
 		if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
 			return fmt.Errorf("REDIS_URL: %v", err)
 		}
+	}
+	if c.GCHeapFloor < 0 || c.GCHeapFloor > 64<<30 {
+		return fmt.Errorf("GC_HEAP_FLOOR: must be 0..64Gi bytes, got %d", c.GCHeapFloor)
 	}
 	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
 		return fmt.Errorf("KEY_PREFIX: must be non-empty without braces or spaces, got %q", c.KeyPrefix)
