@@ -289,7 +289,7 @@ func TestNewSolveEnqueuedMatchesAsynq(t *testing.T) {
 	} {
 		p := mustParse(t, req)
 		id := fmt.Sprintf("%032x", i+1)
-		for _, owner := range []string{"", "alice", `a "quoted" <key> é`} {
+		for _, owner := range []string{"", "alice", `a "quoted" <key> é`, `back\\slash`, "ctl\x01", "line\u2028sep", "a&b", "del\x7f"} {
 			task, err := tasks.NewSolveTask(id+owner, owner, p, tasks.QueueInteractive, l)
 			if err != nil {
 				t.Fatal(err)

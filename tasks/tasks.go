@@ -4,11 +4,9 @@
 package tasks
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -204,7 +202,7 @@ func protoVarint(b []byte, field, v uint64) []byte {
 // (HTML characters, U+2028 and U+2029, which start with 0xE2) takes
 // json.Marshal itself.
 func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
-	if strings.ContainsAny(id+owner, "\"\\<>&\u2028\u2029") || bytes.ContainsAny(req, "<>&\xe2") || !isPlain(id+owner) {
+	if !plainString(id) || !plainString(owner) || rewritesRaw(req) {
 		b, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: req}})
 		if err != nil {
 			return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
@@ -225,13 +223,30 @@ func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// isPlain reports whether s is printable ASCII, which JSON strings hold
-// as they are.
-func isPlain(s string) bool {
+// plainString reports whether json.Marshal writes s as itself between
+// quotes: printable ASCII without quotes, backslashes or HTML characters
+// (U+2028 and U+2029 are not ASCII).
+func plainString(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] >= 0x7f {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
 			return false
 		}
 	}
 	return true
+}
+
+// rewritesRaw reports whether json.Marshal would rewrite a compact raw
+// message: HTML characters, and U+2028 and U+2029, which start with
+// 0xE2. One pass over the bytes: bytes.ContainsAny with 0xE2 in its set,
+// not a valid rune, decoded the request rune by rune (5% of the API's
+// own CPU on a cache hit).
+func rewritesRaw(req []byte) bool {
+	for _, c := range req {
+		switch c {
+		case '<', '>', '&', 0xe2:
+			return true
+		}
+	}
+	return false
 }
