@@ -30,18 +30,21 @@ freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 cmds() { redis-cli -p "$1" info commandstats | awk -F'[=,:]' '/^cmdstat_/ && $1 != "cmdstat_info" {s += $3} END {print s}'; }
 waitready() { for _ in $(seq 150); do curl -sf "$1/readyz" >/dev/null && return 0; sleep 0.2; done; echo "not ready: $1" >&2; return 1; }
-# measure LABEL PID PORT URL: one cache scenario against URL served by PID.
+# measure LABEL PID PORT URL: one cache scenario against URL served by PID,
+# with the CPU per request of the server, of Redis (RPID) and of
+# loadgen's clients: the machine is saturated, so the ratio of the rates
+# is that of the three processes' CPU per request summed.
 measure() {
   local label=$1 pid=$2 rp=$3 url=$4
-  local c0 k0 out rate n
-  c0=$(cmds "$rp") k0=$(ticks "$pid")
+  local c0 k0 r0 out rate n
+  c0=$(cmds "$rp") k0=$(ticks "$pid") r0=$(ticks "$rpid")
   out=$("$lg" -server "$url" -scenario cache -clients "$clients" -duration "$dur" -json)
-  rate=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["complete_per_sec"], r["completed"], r["errors"])')
-  read -r hz n errs <<<"$rate"
-  local dk dc
-  dk=$(( $(ticks "$pid") - k0 )) dc=$(( $(cmds "$rp") - c0 ))
-  printf '%-8s %-6s %9.0f hits/s  %6.1f us CPU/req  %5.1f cmds/req  errors %s\n' "$name" "$label" "$hz" \
-    "$(echo "$dk * 10000 / $n" | bc -l)" "$(echo "$dc / $n" | bc -l)" "$errs"
+  rate=$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["complete_per_sec"], r["completed"], r["errors"], r["per_task"]["process_cpu_ms"])')
+  read -r hz n errs cl <<<"$rate"
+  local dk dc dr
+  dk=$(( $(ticks "$pid") - k0 )) dc=$(( $(cmds "$rp") - c0 )) dr=$(( $(ticks "$rpid") - r0 ))
+  printf '%-8s %-6s %9.0f hits/s  us CPU/req: server %6.1f, redis %5.1f, client %5.1f  %5.1f cmds/req  errors %s\n' "$name" "$label" "$hz" \
+    "$(echo "$dk * 10000 / $n" | bc -l)" "$(echo "$dr * 10000 / $n" | bc -l)" "$(echo "$cl * 1000" | bc -l)" "$(echo "$dc / $n" | bc -l)" "$errs"
   eval "rate_$label=$hz"
 }
 for round in $(seq "$rounds"); do
