@@ -167,21 +167,8 @@ func fastSliding(data []byte, withID bool) (p *Parsed, customID string, ok bool)
 	}
 	// The payload as encoding/json writes it for parse: the same bytes.
 	buf := make([]byte, 0, 48+4*n)
-	buf = append(buf, `{"kind":"sliding","puzzle":{"board":[`...)
-	for i, row := range board {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, '[')
-		for j, v := range row {
-			if j > 0 {
-				buf = append(buf, ',')
-			}
-			buf = strconv.AppendInt(buf, int64(v), 10)
-		}
-		buf = append(buf, ']')
-	}
-	buf = append(buf, `]},"options":{`...)
+	buf = appendBoardJSON(append(buf, `{"kind":"sliding","puzzle":{"board":`...), board)
+	buf = append(buf, `},"options":{`...)
 	if o.MaxNodes != 0 {
 		buf = append(buf, `"max_nodes":`...)
 		buf = strconv.AppendInt(buf, o.MaxNodes, 10)

@@ -117,13 +117,19 @@ func canonicalJSON(kind Kind, pz any) []byte {
 }
 
 // appendSlidingCanonical appends canonicalJSON(KindSliding,
-// sliding.Puzzle{Board: board}) without reflection: integers are all a
-// board holds, and they need no escaping.
+// sliding.Puzzle{Board: board}) without reflection.
 func appendSlidingCanonical(b []byte, board [][]int) []byte {
+	b = appendBoardJSON(append(b, `{"kind":"sliding","puzzle":{"board":`...), board)
+	return append(b, `},"options":{}}`...)
+}
+
+// appendBoardJSON appends a board as encoding/json writes a [][]int:
+// integers need no escaping, and a nil board or row is null.
+func appendBoardJSON(b []byte, board [][]int) []byte {
 	if board == nil {
-		return append(b, `{"kind":"sliding","puzzle":{"board":null},"options":{}}`...)
+		return append(b, "null"...)
 	}
-	b = append(b, `{"kind":"sliding","puzzle":{"board":[`...)
+	b = append(b, '[')
 	for i, row := range board {
 		if i > 0 {
 			b = append(b, ',')
@@ -141,7 +147,7 @@ func appendSlidingCanonical(b []byte, board [][]int) []byte {
 		}
 		b = append(b, ']')
 	}
-	return append(b, `]},"options":{}}`...)
+	return append(b, ']')
 }
 
 // Compact returns p without its solver's input, when that input is much
