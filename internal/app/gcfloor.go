@@ -95,12 +95,17 @@ func (t *gcTuner) tune() {
 }
 
 // gcPercentFor is the GOGC whose goal is the floor, and at least 100.
-// The runtime's goal is live + scan × GOGC/100, where scan is the live
-// heap plus the goroutine stacks and globals it scans; it is capped far
-// above any useful value because the runtime holds GOGC in 32 bits.
+// The runtime's goal is the larger of live + scan × GOGC/100, where scan
+// is the live heap plus the goroutine stacks and globals it scans, and
+// its heap minimum, 4 MiB × GOGC/100: so GOGC stops at 100 × floor / 4
+// MiB, or a live heap of 1 MiB would get a goal of several floors.
 func gcPercentFor(live, scan, floor uint64) int {
 	if live+scan >= floor {
 		return 100
 	}
-	return int(min((floor-live)*100/scan, 1<<20))
+	return int(max(min((floor-live)*100/scan, floor*100/runtimeHeapMinimum), 100))
 }
+
+// runtimeHeapMinimum is the Go runtime's heap minimum at GOGC=100
+// (defaultHeapMinimum in runtime/mgcpacer.go), which it scales by GOGC.
+const runtimeHeapMinimum = 4 << 20
