@@ -13,7 +13,7 @@ import (
 // twice, the second time whole (for a batch, the whole batch); a test
 // holds this list against the package's redis.NewScript variables.
 var allScripts = []*redis.Script{
-	submitScript, startManyScript, finishManyScript,
+	submitScript, submitHitScript, startManyScript, finishManyScript,
 	pendingScript, releaseScript, releaseClaimScript,
 	progressScript,
 	leaseScript, reapScript,

@@ -42,25 +42,14 @@ import "github.com/redis/go-redis/v9"
 //
 //	this process has added it already (as asynq.Client remembers it)
 //
-// The owner's task index is trimmed of members older than the record TTL
-// only by a submission whose ID ends in "0": IDs are random hex
-// (api.newID), so one submission in 16 trims, and the index holds the
-// live records plus the ones that expired since its owner's last ~16
-// submissions (reads skip and drop those). Trimming on every submission
-// was one command in 30 of a single task's (issue 12).
-//
-// The record is written by one HSET, owner and cached result included
-// (three HSETs for a keyed cache hit before issue 12).
+// The record is written by record (recordLua).
 //
 // Returns {1, result} for a cache hit, {0, ""} for a new pending task,
 // {-1, ""} when the quota is exhausted and {-2, ""} when asynq already
 // holds a task of that ID (nothing written for either).
-var submitScript = redis.NewScript(quotaLua + `
+var submitScript = redis.NewScript(quotaLua + recordLua + `
 local hit = redis.call('GET', KEYS[2])
-local state = 'pending'
-if hit then
-  state = 'completed'
-else
+if not hit then
   if ARGV[8] ~= '' and redis.call('EXISTS', KEYS[7]) == 1 then return {-2, ''} end
   if ARGV[4] ~= '' then
     local now = clock()
@@ -70,20 +59,7 @@ else
     admit(KEYS[3], KEYS[4], KEYS[5], ARGV[7], 1, now + tonumber(ARGV[2]) * 1000)
   end
 end
-local f = {'kind', ARGV[3], 'state', state, 'created_at', ARGV[1], 'attempts', 0, 'key', ARGV[5]}
-if ARGV[4] ~= '' then f[#f + 1] = 'owner'; f[#f + 1] = ARGV[4] end
-if hit then
-  f[#f + 1] = 'result'; f[#f + 1] = hit
-  f[#f + 1] = 'cached'; f[#f + 1] = '1'
-  f[#f + 1] = 'completed_at'; f[#f + 1] = ARGV[1]
-end
-redis.call('HSET', KEYS[1], unpack(f))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[6], ARGV[1], ARGV[7])
-if string.byte(ARGV[7], -1) == 48 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[2]) * 1000))
-end
-redis.call('EXPIRE', KEYS[6], ARGV[2])
+record(KEYS[1], KEYS[6], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[7], hit)
 if hit then return {1, hit} end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[7], 'msg', ARGV[8], 'state', 'pending', 'pending_since', ARGV[9])
@@ -91,6 +67,63 @@ if ARGV[8] ~= '' then
   if ARGV[10] ~= '' then redis.call('SADD', KEYS[9], ARGV[10]) end
 end
 return {0, ''}
+`)
+
+// recordLua defines record, which writes a single task's record as a
+// submission creates it: pending, or completed from the cache when hit
+// is the cached result. Both submit scripts call it, so a hit's record is
+// the same whichever wrote it.
+//
+// record(task, index, now, ttl, kind, owner, key, id, hit): task is the
+// record's hash, index the owner's task index (keys.ownerTasks), now the
+// time in Unix ms, ttl the record's TTL in seconds, key the cache key
+// kept in the record, id the task's ID.
+//
+// The owner's task index is trimmed of members older than the record TTL
+// only by a submission whose ID ends in "0": IDs are random hex
+// (api.newID), so one submission in 16 trims, and the index holds the
+// live records plus the ones that expired since its owner's last ~16
+// submissions (reads skip and drop those). Trimming on every submission
+// was one command in 30 of a single task's (issue 12).
+//
+// The record is written by one HSET, owner and cached result included
+// (three HSETs for a keyed cache hit before issue 12).
+const recordLua = `
+local function record(task, index, now, ttl, kind, owner, key, id, hit)
+  local f = {'kind', kind, 'state', hit and 'completed' or 'pending', 'created_at', now, 'attempts', 0, 'key', key}
+  if owner ~= '' then f[#f + 1] = 'owner'; f[#f + 1] = owner end
+  if hit then
+    f[#f + 1] = 'result'; f[#f + 1] = hit
+    f[#f + 1] = 'cached'; f[#f + 1] = '1'
+    f[#f + 1] = 'completed_at'; f[#f + 1] = now
+  end
+  redis.call('HSET', task, unpack(f))
+  redis.call('EXPIRE', task, ttl)
+  redis.call('ZADD', index, now, id)
+  if string.byte(id, -1) == 48 then
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. (tonumber(now) - tonumber(ttl) * 1000))
+  end
+  redis.call('EXPIRE', index, ttl)
+end
+`
+
+// submitHitScript answers a single submission from the cache alone: the
+// API calls it instead of submitScript for a puzzle whose answer it saw
+// cached, so that a hit carries no asynq message, no quota keys and a
+// shorter script (issue 12). On a miss it writes nothing, and the API
+// submits with submitScript.
+//
+// KEYS[1] task hash, KEYS[2] cache entry, KEYS[3] the owner's task index
+// ARGV[1] now, Unix milliseconds; ARGV[2] record TTL, seconds; ARGV[3]
+// kind; ARGV[4] owner; ARGV[5] cache key; ARGV[6] task ID
+//
+// Returns {1, result} for a hit (the record written as submitScript
+// writes a hit's) and {0, ""} for a miss.
+var submitHitScript = redis.NewScript(recordLua + `
+local hit = redis.call('GET', KEYS[2])
+if not hit then return {0, ''} end
+record(KEYS[1], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], hit)
+return {1, hit}
 `)
 
 // startManyScript marks up to maxPerScript single tasks active in one

@@ -410,6 +410,30 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	return nil, created, nil
 }
 
+// SubmitCached records a single submission answered from the cache, in
+// one round trip and without the asynq message, quota keys or
+// admission that SubmitTask carries: the API's path for a puzzle whose
+// answer it saw cached (issue 12). On a hit the record is the one
+// SubmitTask writes for a hit; on a miss (the entry expired since) it
+// writes nothing and returns a nil result, and the caller submits with
+// SubmitTask. t.Enqueue is not used.
+func (s *Store) SubmitCached(ctx context.Context, t NewTask) (json.RawMessage, time.Time, error) {
+	now := s.now()
+	res, err := submitHitScript.Run(ctx, s.rdb, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), s.k.ownerTasks(t.Owner)},
+		ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, t.ID).Slice()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: submit cached task %s: %w", t.ID, err)
+	}
+	if len(res) != 2 {
+		return nil, time.Time{}, fmt.Errorf("store: submit cached task %s: unexpected reply %v", t.ID, res)
+	}
+	if code, _ := res[0].(int64); code != 1 {
+		return nil, time.Time{}, nil
+	}
+	str, _ := res[1].(string)
+	return json.RawMessage(str), time.UnixMilli(ms(now)).UTC(), nil
+}
+
 // maxEventRecord is the largest result (with error message), in bytes,
 // whose ended record a single task's event carries. Every API replica
 // receives every event, waiting on the task or not, so a large result is
