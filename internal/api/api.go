@@ -41,6 +41,7 @@ type Enqueuer interface {
 type Store interface {
 	Ping(ctx context.Context) error
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
+	SubmitCached(ctx context.Context, t store.NewTask) (json.RawMessage, time.Time, error)
 	batchStore
 	DeleteTasks(ctx context.Context, ids []string) error
 	Get(ctx context.Context, id string) (*store.Task, error)
@@ -197,6 +198,7 @@ type Server struct {
 	ending     chan struct{} // closed by EndWaits
 	endOnce    sync.Once
 	streams    streamCounts // the open event streams of each key
+	hits       hitHints     // cache keys seen cached, for SubmitCached
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics. It

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -122,6 +123,21 @@ func (s *Server) createTask(c *gin.Context) {
 	}
 	owner := ownerOf(c)
 	id := newID()
+	key := p.Key()
+	if hook == "" && s.hits.has(key) {
+		// Seen cached here before: the short hit path, which on a miss
+		// writes nothing and leaves the submission to the full one.
+		hit, created, err := s.store.SubmitCached(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key})
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		if hit != nil {
+			s.answerHit(c, id, p.Kind(), hit, created, nil)
+			return
+		}
+		s.hits.forget(key)
+	}
 	q, err := tasks.NewSolveEnqueued(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
 	if err != nil {
 		fail(c, err)
@@ -145,7 +161,7 @@ func (s *Server) createTask(c *gin.Context) {
 	// One round trip answers from the cache, or admits the task against
 	// the owner's quota, records it and queues it, all or nothing: a
 	// failure leaves nothing to undo.
-	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: p.Key(), Enqueue: q}, s.quotaFor(c))
+	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key, Enqueue: q}, s.quotaFor(c))
 	if (err != nil || hit != nil) && release != nil {
 		release()
 	}
@@ -157,17 +173,17 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
-	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created}
+	var wh *apitype.Webhook
 	if hook != "" {
-		tr.Webhook = &apitype.Webhook{URL: hook}
+		wh = &apitype.Webhook{URL: hook}
 	}
 	if hit != nil {
-		s.metrics.cacheHits.Inc()
-		tr.State, tr.Result, tr.Cached, tr.CompletedAt = apitype.TaskStateCompleted, hit, true, &created
-		renderTask(c, http.StatusOK, &tr)
+		s.hits.add(key)
+		s.answerHit(c, id, p.Kind(), hit, created, wh)
 		return
 	}
+	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
+	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created, Webhook: wh}
 	c.Header("Location", "/v1/tasks/"+id)
 	if wait > 0 {
 		// Submit and wait in one request: 200 with the ended task, or 202
@@ -187,6 +203,14 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	renderTask(c, http.StatusAccepted, &tr)
+}
+
+// answerHit answers a submission recorded completed from the cache.
+func (s *Server) answerHit(c *gin.Context, id string, kind puzzle.Kind, hit json.RawMessage, created time.Time, wh *apitype.Webhook) {
+	s.metrics.submitted.WithLabelValues(string(kind)).Inc()
+	s.metrics.cacheHits.Inc()
+	renderTask(c, http.StatusOK, &apitype.Task{ID: id, Kind: string(kind), State: apitype.TaskStateCompleted,
+		Result: hit, Cached: true, CreatedAt: &created, CompletedAt: &created, Webhook: wh})
 }
 
 func (s *Server) respondTask(c *gin.Context, status int, id string) {
