@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/puzzleq/puzzleq/internal/redistest"
 )
 
@@ -14,16 +16,9 @@ import (
 // and leaves them, and every submission keeps the index's TTL at the
 // record TTL.
 func TestSubmitTrimsOwnerIndexOneInSixteen(t *testing.T) {
-	srv, err := redistest.Launch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	rdb := srv.Client(t)
-	ctx := context.Background()
 	clock := time.UnixMilli(1_700_000_000_000)
-	s := New(rdb, Options{Prefix: "trim:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	s.now = func() time.Time { return clock }
+	s, rdb := newClockedStore(t, "trim:", &clock)
+	ctx := context.Background()
 	submit := func(t *testing.T, id string) {
 		t.Helper()
 		if _, _, err := s.SubmitTask(ctx, NewTask{ID: id, Kind: "sliding", CacheKey: "ck" + id}, 0); err != nil {
@@ -55,6 +50,22 @@ func TestSubmitTrimsOwnerIndexOneInSixteen(t *testing.T) {
 			t.Fatalf("after %s the index's TTL is %s", st.id, ttl)
 		}
 	}
+}
+
+// newClockedStore starts a redis-server for one test and returns a store
+// on it, with record and result TTLs of an hour, whose clock reads
+// *clock.
+func newClockedStore(t *testing.T, prefix string, clock *time.Time) (*Store, *redis.Client) {
+	t.Helper()
+	srv, err := redistest.Launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: prefix, TaskTTL: time.Hour, ResultTTL: time.Hour})
+	s.now = func() time.Time { return *clock }
+	return s, rdb
 }
 
 func sameSet(a, b []string) bool {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -17,16 +16,9 @@ import (
 // the owner's index entry and its TTL, the trim of a "0" ID), and a miss
 // writes nothing at all, so that the API may take either path.
 func TestSubmitCachedMatchesSubmitTask(t *testing.T) {
-	srv, err := redistest.Launch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	rdb := srv.Client(t)
-	ctx := context.Background()
 	clock := time.UnixMilli(1_700_000_000_000)
-	s := New(rdb, Options{Prefix: "hit:", TaskTTL: time.Hour, ResultTTL: time.Hour})
-	s.now = func() time.Time { return clock }
+	s, rdb := newClockedStore(t, "hit:", &clock)
+	ctx := context.Background()
 	const result = `{"moves":2,"solvable":true,"path":"LU"}`
 	if err := rdb.Set(ctx, s.k.cache("ck"), result, time.Hour).Err(); err != nil {
 		t.Fatal(err)
