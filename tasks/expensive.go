@@ -70,6 +70,7 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it Item, p
 	release := h.cancels.register(it.ID, cancel)
 	defer func() { release(); cancel() }()
 
+	h.holdNow(ctx, it.ID)
 	a, err := h.gate.Admit(ctx, r, limit)
 	if err != nil {
 		return fmt.Errorf("tasks: admit %s: %w", it.ID, err)
@@ -188,6 +189,7 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 	if r.Alone = lastDelivery(ctx); r.Alone {
 		limit = 0
 	}
+	h.holdNow(ctx, it.id)
 	a, err := h.gate.AdmitSlot(ctx, r, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tasks: admit item %s: %w", it.id, err)
@@ -235,6 +237,16 @@ func (h *Handler) takeSlot(ctx context.Context, ref UnitRef, owner string, it *u
 			h.log.Warn("release expensive item's slot", "item_id", it.id, "err", err)
 		}
 	}, nil, nil
+}
+
+// holdNow writes the task ctx runs into its worker's record before the
+// run of id asks for a slot or a solve's lead (HoldNow says why). A failed
+// write is only logged: the next flush or beat retries it, and until then
+// a kill leaves the task to asynq's recovery, as before.
+func (h *Handler) holdNow(ctx context.Context, id string) {
+	if err := HoldNow(ctx); err != nil && ctx.Err() == nil {
+		h.log.Warn("record expensive run in the worker's record before its admission", "task_id", id, "err", err)
+	}
 }
 
 // passSlot hands on the slot that own item id's delivery may have been

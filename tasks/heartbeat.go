@@ -105,7 +105,9 @@ const holdDelay = 5 * time.Millisecond
 // recovery (60-130 s) instead of the watchdog (seconds); before the
 // write-behind the same window was the synchronous write's round trip,
 // before the handler ran. Either way nothing acknowledged is lost: asynq
-// still lists the task as active and recovers it after its lease.
+// still lists the task as active and recovers it after its lease. A run
+// that takes something other runs wait for (an expensive run's slot or
+// lead) closes the window for itself with HoldNow.
 type Heartbeat struct {
 	store    BeatStore
 	id       string
@@ -227,6 +229,7 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 				go h.flusher()
 			}
 			h.mu.Unlock()
+			ctx = context.WithValue(ctx, heldKey{}, heldRun{h, run})
 			defer func() {
 				h.mu.Lock()
 				delete(h.running, run)
@@ -284,11 +287,61 @@ func (h *Heartbeat) flusher() {
 	}
 }
 
+// heldKey is the context key under which Middleware leaves the run it
+// started, for HoldNow.
+type heldKey struct{}
+
+// heldRun is one task run by a Heartbeat's Middleware.
+type heldRun struct {
+	h   *Heartbeat
+	run string
+}
+
+// HoldNow makes sure the task that ctx runs is in its worker's record
+// before it returns: it writes it now, with every other task not yet
+// written, unless a write has already carried it. Outside a Heartbeat's
+// Middleware it does nothing.
+//
+// A run calls it before it takes something other runs wait for (a slot
+// of its key's expensive work, the lead of a solve): a worker killed in
+// the write-behind window (see Heartbeat) leaves its task to asynq's
+// recovery, a minute or two, and a slot or lead would stall its key's
+// other work that long instead of the watchdog's seconds. Such a run
+// lasts seconds, so the round trip costs it nothing that matters; the
+// cheap tasks that make up the task rate never call it.
+//
+// An error means the write failed; the task stays unwritten, and the
+// next flush or beat writes it.
+func HoldNow(ctx context.Context) error {
+	hr, ok := ctx.Value(heldKey{}).(heldRun)
+	if !ok {
+		return nil
+	}
+	h := hr.h
+	h.writeMu.Lock()
+	defer h.writeMu.Unlock()
+	// A write that carried it has ended (writeMu orders them): it is
+	// unwritten only if none did, or the one that did failed.
+	h.mu.Lock()
+	_, unwritten := h.unwritten[hr.run]
+	h.mu.Unlock()
+	if !unwritten {
+		return nil
+	}
+	_, err := h.flushLocked()
+	return err
+}
+
 // flush writes every unwritten running task in one round trip, bounded by
 // the heartbeat interval, and returns how many it wrote (or tried to).
 func (h *Heartbeat) flush() (int, error) {
 	h.writeMu.Lock()
 	defer h.writeMu.Unlock()
+	return h.flushLocked()
+}
+
+// flushLocked is flush with writeMu held.
+func (h *Heartbeat) flushLocked() (int, error) {
 	h.mu.Lock()
 	if len(h.unwritten) == 0 || h.closed {
 		h.mu.Unlock()

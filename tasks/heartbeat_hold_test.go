@@ -427,3 +427,98 @@ func TestHeartbeatFlusherStops(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldNow: a run that calls HoldNow is in its worker's record when it
+// returns, written by that call or by a flush that got there first, and
+// only once: neither a second call nor the flusher writes it again.
+// Outside the middleware it does nothing. With Redis frozen it fails
+// within the write's bound and leaves the task unwritten, and the next
+// beat writes it.
+func TestHoldNow(t *testing.T) {
+	t.Parallel()
+	if err := tasks.HoldNow(context.Background()); err != nil {
+		t.Fatalf("HoldNow outside a heartbeat's middleware: %v", err)
+	}
+
+	t.Run("written once, before it returns", func(t *testing.T) {
+		t.Parallel()
+		f := newHoldFixture(t, time.Hour) // beats only when told
+		_, n0 := f.log.since(0)
+		var heldAtReturn, heldAfterSecond int64
+		h := f.hb.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			if err := tasks.HoldNow(ctx); err != nil {
+				return err
+			}
+			heldAtReturn = f.held(t)
+			_, n := f.log.since(0)
+			if err := tasks.HoldNow(ctx); err != nil {
+				return err
+			}
+			if _, n2 := f.log.since(0); n2 != n {
+				t.Errorf("a second HoldNow made %d round trips; want none", n2-n)
+			}
+			heldAfterSecond = f.held(t)
+			// Long enough for the flusher, were it to write it again.
+			time.Sleep(50 * time.Millisecond)
+			return nil
+		}))
+		if err := h.ProcessTask(f.ctx, asynq.NewTask("held", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if heldAtReturn != 1 || heldAfterSecond != 1 {
+			t.Fatalf("Redis held %d tasks when HoldNow returned and %d after the second call; want 1 and 1", heldAtReturn, heldAfterSecond)
+		}
+		trips, _ := f.log.since(n0)
+		if len(trips) != 1 || !slices.Equal(trips[0], []string{"hset", "pexpire"}) {
+			t.Fatalf("round trips for one run that called HoldNow: %v; want one HSET and PEXPIRE", trips)
+		}
+	})
+
+	t.Run("frozen Redis: an error, and the next beat writes it", func(t *testing.T) {
+		t.Parallel()
+		f := newHoldFixture(t, 300*time.Millisecond) // the write's bound; Run is not started
+		resume := tasks.PauseWrites(f.hb)            // no flush takes the task before Redis is frozen
+		got := make(chan error, 1)
+		h := f.hb.Middleware()(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			got <- tasks.HoldNow(ctx)
+			<-f.release
+			return nil
+		}))
+		f.running.Add(1)
+		go func() { defer f.running.Done(); _ = h.ProcessTask(f.ctx, asynq.NewTask("held", nil)) }()
+		waitFor(t, 5*time.Second, "the task started", func() bool { return tasks.Unwritten(f.hb) == 1 })
+		if err := f.srv.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		thawed := false
+		t.Cleanup(func() {
+			if !thawed {
+				_ = f.srv.Signal(syscall.SIGCONT)
+			}
+		})
+		at := time.Now()
+		resume()
+		var err error
+		select {
+		case err = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("HoldNow against a frozen Redis did not return within 10 s")
+		}
+		if err == nil {
+			t.Fatal("HoldNow against a frozen Redis returned no error")
+		}
+		t.Logf("HoldNow failed after %s: %v", time.Since(at).Round(time.Millisecond), err)
+		waitFor(t, 5*time.Second, "the flusher gave up too", func() bool { return !tasks.Flushing(f.hb) })
+		if n := tasks.Unwritten(f.hb); n != 1 {
+			t.Fatalf("%d tasks unwritten after the failed HoldNow; want 1", n)
+		}
+		thawed = true
+		if err := f.srv.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "a beat reached Redis", func() bool { return f.hb.Beat(f.ctx) == nil })
+		if n := f.held(t); n != 1 {
+			t.Fatalf("Redis holds %d tasks after the beat; want 1", n)
+		}
+	})
+}

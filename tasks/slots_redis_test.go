@@ -69,6 +69,13 @@ func (f *unitFixture) enqueueSingle(t *testing.T, client *asynq.Client, id, owne
 
 func (f *unitFixture) slotServer(t *testing.T, h *tasks.Handler, n int) {
 	t.Helper()
+	f.slotServerWith(t, h, n)
+}
+
+// slotServerWith is slotServer with mws around h, as the worker binary
+// puts its heartbeat's middleware.
+func (f *unitFixture) slotServerWith(t *testing.T, h *tasks.Handler, n int, mws ...asynq.MiddlewareFunc) {
+	t.Helper()
 	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
 		Concurrency: n, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueInteractive: 1},
 		TaskCheckInterval: 5 * time.Millisecond, ErrorHandler: h.ErrorHandler(), LogLevel: asynq.ErrorLevel,
@@ -76,6 +83,7 @@ func (f *unitFixture) slotServer(t *testing.T, h *tasks.Handler, n int) {
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return time.Hour },
 	})
 	mux := asynq.NewServeMux()
+	mux.Use(mws...)
 	h.Register(mux)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
