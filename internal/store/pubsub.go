@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -172,18 +174,89 @@ func (s *Store) ListenCancels(ctx context.Context, cancel func(id string)) {
 	s.listen(ctx, s.k.cancels(), cancel)
 }
 
+// listenHealth is how long a subscription may be silent before its
+// listener pings it, and how long that ping may go unanswered before the
+// listener takes the connection for dead and subscribes again: a Redis
+// that froze, or a link that drops packets without a reset, never fails
+// a read by itself.
+const listenHealth = 5 * time.Second
+
+// listenRetry is the pause between two failed reads in a row, and before
+// a fresh subscription, so that a Redis that is down costs a few dials a
+// second, not a loop.
+const listenRetry = 100 * time.Millisecond
+
+// listen calls fn with the payload of every message on channel until ctx
+// ends, subscribing again whenever the subscription's connection fails or
+// goes silent.
+//
+// It reads the subscription itself rather than through go-redis's
+// PubSub.Channel, which puts two goroutines between the socket and fn:
+// one reads and hands each message over a channel, and it also wakes a
+// health checker with every message. Every finished task's event wakes
+// them, so at a few thousand tasks a second those hand-offs were a share
+// of the API's scheduler and futex time (BENCHMARKS.md, "The event
+// listener"). Here the one goroutine that reads calls fn, and the health
+// check is the read's own deadline.
 func (s *Store) listen(ctx context.Context, channel string, fn func(string)) {
-	ps := s.rdb.Subscribe(ctx, channel)
-	defer ps.Close()
-	ch := ps.Channel(redis.WithChannelHealthCheckInterval(5*time.Second), redis.WithChannelSize(4096))
-	for {
+	for ctx.Err() == nil {
+		s.listenOnce(ctx, channel, fn)
 		select {
 		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
+		case <-time.After(listenRetry):
+		}
+	}
+}
+
+// listenOnce reads one subscription to channel until ctx ends or the
+// subscription is taken for dead (a ping unanswered for listenHealth).
+// A read that fails otherwise has already had go-redis drop the
+// connection; the next read dials again and resubscribes.
+func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string)) {
+	ps := s.rdb.Subscribe(ctx, channel)
+	// A read blocks in the socket whatever ctx says; closing the PubSub
+	// ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		stop()
+		_ = ps.Close()
+	}()
+	health := listenHealth
+	if s.listenHealth > 0 {
+		health = s.listenHealth
+	}
+	pinged, failed := false, 0
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, health)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 				return
 			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if pinged {
+					return // the last ping went unanswered
+				}
+				pctx, cancel := context.WithTimeout(ctx, health)
+				err = ps.Ping(pctx)
+				cancel()
+				if err != nil {
+					return
+				}
+				pinged = true
+				continue
+			}
+			if failed++; failed > 1 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(listenRetry):
+				}
+			}
+			continue
+		}
+		pinged, failed = false, 0
+		if m, ok := msg.(*redis.Message); ok {
 			fn(m.Payload)
 		}
 	}

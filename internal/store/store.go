@@ -135,6 +135,9 @@ type Store struct {
 	// queuesAdded holds the queues SubmitTask has added to asynq's set
 	// of queues, which it then adds no more.
 	queuesAdded sync.Map
+	// listenHealth is listen's health interval; 0 means listenHealth,
+	// and tests shorten it.
+	listenHealth time.Duration
 }
 
 // New returns a Store on rdb. It panics when a TTL is not positive: Redis
