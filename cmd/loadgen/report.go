@@ -144,7 +144,11 @@ func (rep *Report) finish() {
 	}
 	pct := 100 * thr.CompleteRate / raw.CompleteRate
 	thr.PercentOfRaw = &pct
-	thr.target("throughput vs raw asynq", ">= 60%", fmt.Sprintf("%.0f%%", pct), pct >= 60)
+	// Issue 12's floor (its aim is 50%); the 60% of an earlier target
+	// was set before the service's round trips were counted, and no
+	// design with an HTTP hop, a submit and a finish beside asynq's own
+	// dequeue and done reaches it (BENCHMARKS.md, "Single tasks").
+	thr.target("throughput vs raw asynq (aim 50%)", ">= 35%", fmt.Sprintf("%.0f%%", pct), pct >= 35)
 }
 
 // loadAvg1 is the 1-minute load average, 0 where /proc is missing.
