@@ -191,13 +191,13 @@ const listenRetry = 100 * time.Millisecond
 // goes silent.
 //
 // It reads the subscription itself rather than through go-redis's
-// PubSub.Channel, which puts two goroutines between the socket and fn:
-// one reads and hands each message over a channel, and it also wakes a
-// health checker with every message. Every finished task's event wakes
-// them, so at a few thousand tasks a second those hand-offs were a share
-// of the API's scheduler and futex time (BENCHMARKS.md, "The event
-// listener"). Here the one goroutine that reads calls fn, and the health
-// check is the read's own deadline.
+// PubSub.Channel, for its health check: Channel's notices only a ping it
+// cannot write, so a subscription on a link that went silent stayed
+// subscribed to nothing; here a ping unanswered within the read's
+// deadline ends the subscription, and a fresh one is made. It also drops
+// Channel's two hand-offs per message (a reader goroutine and a health
+// checker woken by each message), though that moved no throughput
+// figure (BENCHMARKS.md, "The event listener").
 func (s *Store) listen(ctx context.Context, channel string, fn func(string)) {
 	for ctx.Err() == nil {
 		s.listenOnce(ctx, channel, fn)
