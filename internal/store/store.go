@@ -453,35 +453,49 @@ const maxEventRecord = 16 << 10
 func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []string) ([]apitype.TaskState, error) {
 	now := ms(s.now())
 	groups := scriptGroups(ts)
-	cmds := make([]*redis.Cmd, len(groups))
-	err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-		for g, idx := range groups {
-			first := ts[idx[0]]
-			fk := s.k.task(first.ID)
-			ok, owned := []string{fk, fk, fk}, "0"
-			if first.Owner != "" {
-				ok, owned = s.k.owner(first.Owner), "1"
-			}
-			keys := make([]string, 0, 3+2*len(idx))
-			args := make([]any, 0, 5+8*len(idx))
-			keys = append(keys, ok...)
-			args = append(args, now, owned, s.k.events(), maxEventRecord, s.resultTTL.Milliseconds())
-			for _, i := range idx {
-				t := ts[i]
-				tk, ck := s.k.task(t.ID), ""
-				// Never shorten an entry's life (finishManyScript).
-				cache := t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached
-				if cache {
-					ck = s.k.cache(cacheKeys[i])
-				} else {
-					ck = tk
-				}
-				keys = append(keys, tk, ck)
-				args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted), flag(cache))
-			}
-			cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
+	call := func(idx []int) ([]string, []any) {
+		first := ts[idx[0]]
+		fk := s.k.task(first.ID)
+		ok, owned := []string{fk, fk, fk}, "0"
+		if first.Owner != "" {
+			ok, owned = s.k.owner(first.Owner), "1"
 		}
-	})
+		keys := make([]string, 0, 3+2*len(idx))
+		args := make([]any, 0, 5+8*len(idx))
+		keys = append(keys, ok...)
+		args = append(args, now, owned, s.k.events(), maxEventRecord, s.resultTTL.Milliseconds())
+		for _, i := range idx {
+			t := ts[i]
+			tk, ck := s.k.task(t.ID), ""
+			// Never shorten an entry's life (finishManyScript).
+			cache := t.State == apitype.TaskStateCompleted && i < len(cacheKeys) && cacheKeys[i] != "" && !t.Cached
+			if cache {
+				ck = s.k.cache(cacheKeys[i])
+			} else {
+				ck = tk
+			}
+			keys = append(keys, tk, ck)
+			args = append(args, string(t.State), t.ID, string(t.Result), t.Code, t.Msg, flag(t.Cached), flag(t.Unstarted), flag(cache))
+		}
+		return keys, args
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	var err error
+	if len(groups) == 1 {
+		// One call, the common case (a single task's end): one command,
+		// not a pipeline of one, as in SubmitTask. Script.Run falls back
+		// to EVAL on NOSCRIPT by itself.
+		keys, args := call(groups[0])
+		cmds[0] = finishManyScript.Run(ctx, s.rdb, keys, args...)
+		err = cmds[0].Err()
+	} else {
+		err = s.pipelineScripts(ctx, func(p redis.Pipeliner) {
+			for g, idx := range groups {
+				keys, args := call(idx)
+				cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
+			}
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: finish: %w", err)
 	}

@@ -168,6 +168,28 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	if err != nil || prev[0] != apitype.TaskStateActive {
 		t.Fatalf("finish after script flush: %v %v", prev, err)
 	}
+	// Tasks of two owners end in a pipeline of two script calls, the
+	// other way Finish reaches Redis; it reloads the scripts too.
+	for _, id := range []string{"y", "z"} {
+		if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: id, Kind: "fill", Owner: "owner-" + id}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Client(t).ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	prev, err = s.Finish(ctx, []tasks.Transition{
+		{ID: "y", Owner: "owner-y", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`), Unstarted: true},
+		{ID: "z", Owner: "owner-z", State: apitype.TaskStateFailed, Code: apitype.CodeInternal, Msg: "m", Unstarted: true},
+	}, nil)
+	if err != nil || len(prev) != 2 || prev[0] != apitype.TaskStatePending || prev[1] != apitype.TaskStatePending {
+		t.Fatalf("two owners' finish after script flush: %v %v", prev, err)
+	}
+	for id, want := range map[string]apitype.TaskState{"y": apitype.TaskStateCompleted, "z": apitype.TaskStateFailed} {
+		if got, err := r.Client(t).HGet(ctx, "pq:task:"+id, "state").Result(); err != nil || got != string(want) {
+			t.Errorf("task %s: state %q (%v), want %s", id, got, err, want)
+		}
+	}
 }
 
 func TestHubWakesOnlyItsKey(t *testing.T) {
