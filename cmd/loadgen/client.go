@@ -39,11 +39,16 @@ func newHTTP(clients int) *http.Client {
 
 // do sends one request and decodes a 2xx JSON answer into out.
 func (lg *loadgen) do(ctx context.Context, method, path string, body []byte, out any) (int, error) {
+	return lg.doAt(ctx, lg.base, method, path, body, out)
+}
+
+// doAt is do against the server at base.
+func (lg *loadgen) doAt(ctx context.Context, base, method, path string, body []byte, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, lg.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, err
 	}
@@ -74,17 +79,22 @@ func (lg *loadgen) do(ctx context.Context, method, path string, body []byte, out
 // whether the API accepted the task, its final state and the time from
 // submission to result.
 func (lg *loadgen) solveOne(ctx context.Context, body []byte) (submitted bool, state apitype.TaskState, latency time.Duration, err error) {
+	return lg.solveAt(ctx, lg.base, body)
+}
+
+// solveAt is solveOne against the server at base.
+func (lg *loadgen) solveAt(ctx context.Context, base string, body []byte) (submitted bool, state apitype.TaskState, latency time.Duration, err error) {
 	t0 := time.Now()
 	var t apitype.Task
 	path := "/v1/tasks"
 	if lg.o.submitWait {
 		path += "?wait=" + taskWait
 	}
-	if _, err := lg.do(ctx, http.MethodPost, path, body, &t); err != nil {
+	if _, err := lg.doAt(ctx, base, http.MethodPost, path, body, &t); err != nil {
 		return false, "", 0, err
 	}
 	for i := 0; !t.Terminal() && i < maxTaskPolls; i++ {
-		if _, err := lg.do(ctx, http.MethodGet, "/v1/tasks/"+t.ID+"?wait="+taskWait, nil, &t); err != nil {
+		if _, err := lg.doAt(ctx, base, http.MethodGet, "/v1/tasks/"+t.ID+"?wait="+taskWait, nil, &t); err != nil {
 			return true, "", 0, err
 		}
 	}

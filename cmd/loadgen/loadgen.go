@@ -20,7 +20,7 @@ import (
 )
 
 // Scenario names, in the order "all" runs them.
-var allScenarios = []string{"single", "throughput", "raw-asynq", "cache", "batch", "pickup"}
+var allScenarios = []string{"single", "throughput", "raw-asynq", "pipeline-floor", "cache", "batch", "pickup"}
 
 type options struct {
 	scenarios     []string
@@ -39,6 +39,7 @@ type options struct {
 	pickupIdle    time.Duration
 	json          bool
 	cpuProfile    string
+	memProfile    string
 	seed          uint64
 	logLevel      string
 	submitWait    bool
@@ -56,16 +57,17 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrency of each worker (0: GOMAXPROCS)")
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 20*time.Millisecond, "TASK_CHECK_INTERVAL of the workers")
 	fs.IntVar(&o.singleN, "single-n", 200, "sequential tasks of the single scenario")
-	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of throughput, raw-asynq and cache")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long throughput and raw-asynq run")
-	fs.IntVar(&o.rounds, "rounds", 5, "alternating slices of throughput and raw-asynq when both run")
-	fs.IntVar(&o.maxTasks, "tasks", 0, "stop throughput and raw-asynq after this many tasks (0: only -duration)")
+	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of throughput, raw-asynq, pipeline-floor and cache")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long throughput, raw-asynq and pipeline-floor run")
+	fs.IntVar(&o.rounds, "rounds", 5, "alternating slices of throughput, raw-asynq and pipeline-floor when two or more run")
+	fs.IntVar(&o.maxTasks, "tasks", 0, "stop throughput, raw-asynq and pipeline-floor after this many tasks (0: only -duration)")
 	fs.IntVar(&o.batchSize, "batch-size", 10000, "items of the batch scenario")
 	intervals := fs.String("pickup-intervals", "1s,100ms,20ms,5ms", "TASK_CHECK_INTERVAL values of the pickup scenario")
 	fs.IntVar(&o.pickupSamples, "pickup-samples", 20, "sequential tasks per pickup interval")
 	fs.DurationVar(&o.pickupIdle, "pickup-idle", 5*time.Second, "window over which idle Redis commands/s are counted")
 	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole process (client, API and workers) here")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write the whole process's allocation profile here at the end (go tool pprof -sample_index=alloc_objects)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the puzzle order")
 	fs.StringVar(&o.logLevel, "log-level", "error", "log level of the in-process API and workers")
 	fs.BoolVar(&o.submitWait, "submit-wait", false, "clients submit with POST /v1/tasks?wait= (one request per task) instead of POST then GET ?wait=")
@@ -165,6 +167,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if o.memProfile != "" {
+		defer func() {
+			f, err := os.Create(o.memProfile)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "loadgen: memprofile: %v\n", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "loadgen: memprofile: %v\n", err)
+			}
+		}()
+	}
 	rep := &Report{
 		Started: time.Now().UTC(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
 		Workers: o.workers, Concurrency: o.concurrency, TaskCheckInterval: o.checkInterval.String(), Clients: o.clients,
@@ -192,20 +207,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := lg.ready(ctx); err != nil {
 		return err
 	}
-	var paired map[string]*Result // throughput and raw-asynq run together
+	var paired map[string]*Result // throughput, raw-asynq and pipeline-floor run together
 	for _, name := range o.scenarios {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		var res *Result
 		load0 := loadAvg1()
-		if name == "throughput" || name == "raw-asynq" {
+		if name == "throughput" || name == "raw-asynq" || name == "pipeline-floor" {
 			if paired == nil {
-				thr, raw, err := lg.throughputAndRaw(ctx, slices.Contains(o.scenarios, "throughput"), slices.Contains(o.scenarios, "raw-asynq"))
-				if err != nil {
+				if paired, err = lg.alternated(ctx, slices.Contains(o.scenarios, "throughput"), slices.Contains(o.scenarios, "raw-asynq"),
+					slices.Contains(o.scenarios, "pipeline-floor")); err != nil {
 					return fmt.Errorf("scenario %s: %w", name, err)
 				}
-				paired = map[string]*Result{"throughput": thr, "raw-asynq": raw}
 			}
 			res = paired[name]
 		} else if res, err = lg.runScenario(ctx, name); err != nil {

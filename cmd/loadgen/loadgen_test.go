@@ -33,7 +33,7 @@ func TestScenarios(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Scenario] = r
 	}
-	want := map[string]int{"single": 10, "throughput": 0, "raw-asynq": 0, "cache": 0, "batch": 50, "pickup": 6}
+	want := map[string]int{"single": 10, "throughput": 0, "raw-asynq": 0, "pipeline-floor": 0, "cache": 0, "batch": 50, "pickup": 6}
 	for name, n := range want {
 		r := got[name]
 		if r == nil {
@@ -49,7 +49,7 @@ func TestScenarios(t *testing.T) {
 		if n > 0 && r.Submitted != n {
 			t.Errorf("%s: %d submitted, want %d", name, r.Submitted, n)
 		}
-		if (name == "throughput" || name == "raw-asynq" || name == "cache") && r.Submitted > 20 {
+		if (name == "throughput" || name == "raw-asynq" || name == "pipeline-floor" || name == "cache") && r.Submitted > 20 {
 			t.Errorf("%s: %d submitted, more than -tasks 20", name, r.Submitted)
 		}
 	}
@@ -59,8 +59,11 @@ func TestScenarios(t *testing.T) {
 	if b := got["batch"]; b != nil && (b.Batch == nil || b.Batch.Counts.Completed != 50) {
 		t.Errorf("batch: figures %+v", b.Batch)
 	}
-	if r := got["throughput"]; r != nil && r.PercentOfRaw == nil {
-		t.Errorf("throughput: no percentage of raw asynq")
+	if r := got["throughput"]; r != nil && (r.PercentOfRaw == nil || r.PercentOfPipelineFloor == nil) {
+		t.Errorf("throughput: a percentage of raw asynq (%v) or of the pipeline floor (%v) is missing", r.PercentOfRaw, r.PercentOfPipelineFloor)
+	}
+	if r := got["pipeline-floor"]; r != nil && r.PercentOfRaw == nil {
+		t.Errorf("pipeline-floor: no percentage of raw asynq")
 	}
 }
 

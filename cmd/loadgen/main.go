@@ -14,6 +14,9 @@
 //	raw-asynq   the same load of no-op tasks on bare asynq (the ceiling);
 //	            throughput is reported as a percentage of it (issue 12:
 //	            floor 35%, aim 50%)
+//	pipeline-floor  the same load on a single task's hops with none of the
+//	            service's code (pipefloor.go); throughput is also reported
+//	            as a percentage of it
 //	cache       throughput of submissions answered from the result cache
 //	batch       one -batch-size batch: time to 202 (< 1s) and to done (< 3s)
 //	pickup      idle pickup latency and idle Redis commands/s for each

@@ -58,8 +58,12 @@ type Result struct {
 	// PercentOfRaw is throughput's completion rate as a percentage of
 	// raw-asynq's (on throughput, when both ran).
 	PercentOfRaw *float64 `json:"percent_of_raw_asynq,omitempty"`
-	Targets      []Target `json:"targets,omitempty"`
-	Skipped      string   `json:"skipped,omitempty"`
+	// PercentOfPipelineFloor is throughput's completion rate as a
+	// percentage of pipeline-floor's (on throughput, when both ran): how
+	// close the service comes to its own hops' cost.
+	PercentOfPipelineFloor *float64 `json:"percent_of_pipeline_floor,omitempty"`
+	Targets                []Target `json:"targets,omitempty"`
+	Skipped                string   `json:"skipped,omitempty"`
 	// LoadAvg is the machine's 1-minute load average when the scenario
 	// started and ended: how much other work competed for the CPUs.
 	LoadAvg [2]float64 `json:"loadavg,omitempty"`
@@ -130,16 +134,25 @@ func (r *Result) target(name, goal, got string, met bool) {
 
 // finish computes the figures that need two scenarios.
 func (rep *Report) finish() {
-	var thr, raw *Result
+	by := map[string]*Result{}
 	for _, r := range rep.Results {
-		switch r.Scenario {
-		case "throughput":
-			thr = r
-		case "raw-asynq":
-			raw = r
+		if r.Skipped == "" && r.CompleteRate > 0 {
+			by[r.Scenario] = r
 		}
 	}
-	if thr == nil || raw == nil || raw.CompleteRate == 0 || thr.Skipped != "" || raw.Skipped != "" {
+	thr, raw, pipe := by["throughput"], by["raw-asynq"], by["pipeline-floor"]
+	if thr != nil && pipe != nil {
+		pct := 100 * thr.CompleteRate / pipe.CompleteRate
+		thr.PercentOfPipelineFloor = &pct
+	}
+	if raw == nil {
+		return
+	}
+	if pipe != nil {
+		pct := 100 * pipe.CompleteRate / raw.CompleteRate
+		pipe.PercentOfRaw = &pct
+	}
+	if thr == nil {
 		return
 	}
 	pct := 100 * thr.CompleteRate / raw.CompleteRate
@@ -198,6 +211,9 @@ func (rep *Report) writeTable(w io.Writer) error {
 		}
 		if r.PercentOfRaw != nil {
 			lines = append(lines, fmt.Sprintf("end-to-end throughput is %.0f%% of raw asynq's", *r.PercentOfRaw))
+		}
+		if r.PercentOfPipelineFloor != nil {
+			lines = append(lines, fmt.Sprintf("end-to-end throughput is %.0f%% of the pipeline floor's", *r.PercentOfPipelineFloor))
 		}
 		if b := r.Batch; b != nil {
 			lines = append(lines, fmt.Sprintf("%d items: 202 after %.0f ms, done after %.0f ms (%.0f items/s); counts %+v",

@@ -31,8 +31,8 @@ type loadgen struct {
 
 func (lg *loadgen) runScenario(ctx context.Context, name string) (*Result, error) {
 	switch name {
-	case "throughput", "raw-asynq":
-		return nil, fmt.Errorf("%s runs through throughputAndRaw", name)
+	case "throughput", "raw-asynq", "pipeline-floor":
+		return nil, fmt.Errorf("%s runs through alternated", name)
 	case "single":
 		return lg.single(ctx)
 	case "cache":
@@ -168,7 +168,7 @@ func (lg *loadgen) single(ctx context.Context) (*Result, error) {
 // closedLoop runs clients that each submit a task and wait for its
 // result, again and again, until dur passes or started reaches maxTasks.
 // It adds to t and returns the time it ran and whether next ran dry.
-func (lg *loadgen) closedLoop(ctx context.Context, t *tally, started *atomic.Int64, dur time.Duration, maxTasks int, next func() ([]byte, bool)) (time.Duration, bool) {
+func (lg *loadgen) closedLoop(ctx context.Context, base string, t *tally, started *atomic.Int64, dur time.Duration, maxTasks int, next func() ([]byte, bool)) (time.Duration, bool) {
 	var (
 		exhausted atomic.Bool
 		wg        sync.WaitGroup
@@ -177,7 +177,7 @@ func (lg *loadgen) closedLoop(ctx context.Context, t *tally, started *atomic.Int
 	deadline := start.Add(dur)
 	for range lg.o.clients {
 		wg.Go(func() {
-			pprof.Do(ctx, clientLabels, func(ctx context.Context) { lg.clientLoop(ctx, t, started, deadline, maxTasks, next, &exhausted) })
+			pprof.Do(ctx, clientLabels, func(ctx context.Context) { lg.clientLoop(ctx, base, t, started, deadline, maxTasks, next, &exhausted) })
 		})
 	}
 	wg.Wait()
@@ -189,7 +189,7 @@ func (lg *loadgen) closedLoop(ctx context.Context, t *tally, started *atomic.Int
 // apart from the service's: go tool pprof -tags.
 var clientLabels = pprof.Labels("side", "loadgen-client")
 
-func (lg *loadgen) clientLoop(ctx context.Context, t *tally, started *atomic.Int64, deadline time.Time, maxTasks int, next func() ([]byte, bool), exhausted *atomic.Bool) {
+func (lg *loadgen) clientLoop(ctx context.Context, base string, t *tally, started *atomic.Int64, deadline time.Time, maxTasks int, next func() ([]byte, bool), exhausted *atomic.Bool) {
 	for range 10_000_000 { // bounded; the deadline ends it long before
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return
@@ -202,54 +202,83 @@ func (lg *loadgen) clientLoop(ctx context.Context, t *tally, started *atomic.Int
 			exhausted.Store(true)
 			return
 		}
-		submitted, state, lat, err := lg.solveOne(ctx, body)
+		submitted, state, lat, err := lg.solveAt(ctx, base, body)
 		t.add(submitted, state, lat, err)
 	}
 }
 
-// throughputAndRaw runs the throughput scenario and, when raw is set, the
-// raw-asynq one interleaved with it in -rounds alternating slices, so that
-// both see the same machine load and their ratio means something on a
-// shared machine. Either result may be nil when not asked for.
-func (lg *loadgen) throughputAndRaw(ctx context.Context, thr, raw bool) (*Result, *Result, error) {
+// alternated runs the throughput scenario and, when asked for, the
+// raw-asynq and pipeline-floor ones interleaved with it in -rounds
+// alternating slices, so that all see the same machine load and their
+// ratios mean something on a shared machine. It returns a result per
+// scenario asked for.
+func (lg *loadgen) alternated(ctx context.Context, thr, raw, pipe bool) (map[string]*Result, error) {
 	var (
-		tr, rr   *Result
-		rig      *rawRig
-		t        tally
-		started  atomic.Int64
-		tElapsed time.Duration
-		tCost    costSum
-		rCost    costSum
-		ranDry   bool
+		tr, rr, fr *Result
+		rig        *rawRig
+		prig       *pipeRig
+		t, ft      tally
+		started    atomic.Int64
+		fstarted   atomic.Int64
+		tElapsed   time.Duration
+		fElapsed   time.Duration
+		tCost      costSum
+		rCost      costSum
+		fCost      costSum
+		ranDry     bool
 	)
+	out := map[string]*Result{}
 	if thr {
 		tr = &Result{Scenario: "throughput"}
+		out[tr.Scenario] = tr
 		if err := lg.warmUp(ctx); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	if raw {
 		rr = &Result{Scenario: "raw-asynq"}
+		out[rr.Scenario] = rr
 		if lg.st == nil {
 			rr.Skipped = "needs loadgen's own Redis; run without -server"
 			raw = false
 		} else {
 			var err error
 			if rig, err = lg.newRawRig(); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			defer rig.close()
 		}
 	}
+	if pipe {
+		fr = &Result{Scenario: "pipeline-floor"}
+		out[fr.Scenario] = fr
+		if lg.st == nil {
+			fr.Skipped = "needs loadgen's own Redis; run without -server"
+			pipe = false
+		} else {
+			var err error
+			if prig, err = lg.newPipeRig(); err != nil {
+				return nil, err
+			}
+			defer prig.close()
+			// Open its connections outside the measurement, as warmUp
+			// does for the service.
+			var warm tally
+			lg.closedLoop(ctx, prig.url, &warm, &atomic.Int64{}, time.Second, 4*lg.o.clients, func() ([]byte, bool) { return pipeBody, true })
+			if warm.completed == 0 {
+				return nil, fmt.Errorf("pipeline floor: no task completed while warming up: %s", warm.firstErr)
+			}
+		}
+	}
 	rounds := lg.o.rounds
-	if !thr || !raw {
+	if n := btoi(thr) + btoi(raw) + btoi(pipe); n < 2 {
 		rounds = 1
 	}
 	slice := lg.o.duration / time.Duration(rounds)
 	for i := 0; i < rounds && ctx.Err() == nil; i++ {
 		if thr && !ranDry {
 			before := lg.sampleCost(ctx)
-			el, dry := lg.closedLoop(ctx, &t, &started, slice, lg.o.maxTasks, lg.pool.take)
+			el, dry := lg.closedLoop(ctx, lg.base, &t, &started, slice, lg.o.maxTasks, lg.pool.take)
 			tCost.add(before, lg.sampleCost(ctx))
 			tElapsed += el
 			ranDry = ranDry || dry
@@ -258,6 +287,12 @@ func (lg *loadgen) throughputAndRaw(ctx context.Context, thr, raw bool) (*Result
 			before := lg.sampleCost(ctx)
 			rig.slice(ctx, slice, lg.o.maxTasks)
 			rCost.add(before, lg.sampleCost(ctx))
+		}
+		if pipe {
+			before := lg.sampleCost(ctx)
+			el, _ := lg.closedLoop(ctx, prig.url, &ft, &fstarted, slice, lg.o.maxTasks, func() ([]byte, bool) { return pipeBody, true })
+			fCost.add(before, lg.sampleCost(ctx))
+			fElapsed += el
 		}
 	}
 	if thr {
@@ -279,7 +314,20 @@ func (lg *loadgen) throughputAndRaw(ctx context.Context, thr, raw bool) (*Result
 		rr.Notes = append(rr.Notes, fmt.Sprintf("bare asynq, no-op handler, Redis DB 1: %d server(s) x concurrency %d, TaskCheckInterval %s, <= %d tasks in flight; %d slice(s) of %s alternating with throughput",
 			lg.o.workers, lg.rep.Concurrency, lg.o.checkInterval, lg.o.clients, rounds, slice))
 	}
-	return tr, rr, nil
+	if pipe {
+		ft.into(fr, fElapsed)
+		fr.PerTask = fCost.perTask(fr.Completed)
+		fr.Notes = append(fr.Notes, fmt.Sprintf("a single task's hops and nothing else (cmd/loadgen/pipefloor.go), Redis DB %d: %d closed-loop clients, each POST ?wait; %d asynq server(s) x concurrency %d, TaskCheckInterval %s; %d slice(s) of %s alternating with throughput",
+			pipeDB, lg.o.clients, lg.o.workers, lg.rep.Concurrency, lg.o.checkInterval, rounds, slice))
+	}
+	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // cache measures submissions answered from the result cache: every
@@ -300,7 +348,7 @@ func (lg *loadgen) cache(ctx context.Context) (*Result, error) {
 		c       costSum
 	)
 	before := lg.sampleCost(ctx)
-	elapsed, _ := lg.closedLoop(ctx, &t, &started, dur, lg.o.maxTasks, func() ([]byte, bool) { return body, true })
+	elapsed, _ := lg.closedLoop(ctx, lg.base, &t, &started, dur, lg.o.maxTasks, func() ([]byte, bool) { return body, true })
 	c.add(before, lg.sampleCost(ctx))
 	t.into(r, elapsed)
 	r.PerTask = c.perTask(r.Completed)
