@@ -255,3 +255,29 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// ScriptUsec is the time Redis has spent running scripts (EVALSHA and
+// EVAL), in microseconds, from INFO commandstats: what a benchmark
+// reports as a script's cost to Redis, which the client's wall time
+// hides behind the round trip.
+func ScriptUsec(tb testing.TB, rdb *redis.Client) float64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, _ := strconv.ParseFloat(v, 64)
+				total += u
+			}
+		}
+	}
+	return total
+}

@@ -3,12 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
@@ -23,6 +19,8 @@ import (
 // running each (INFO commandstats, usec per EVALSHA): Redis is the one
 // shared process, and these two are the service's own share of a single
 // task's Redis time (issue 12; asynq's dequeue and done are the rest).
+// BenchmarkPipelineFloorScripts in cmd/loadgen measures the pipeline
+// floor's two scripts, which do only what the hops need, the same way.
 //
 //	go test -run '^$' -bench SingleTaskScripts -benchtime 5000x ./internal/store/
 func BenchmarkSingleTaskScripts(b *testing.B) {
@@ -68,12 +66,12 @@ func BenchmarkSingleTaskScripts(b *testing.B) {
 	}
 	var n int
 	b.Run("submit", func(b *testing.B) {
-		before := evalshaUsec(b, rdb)
+		before := redistest.ScriptUsec(b, rdb)
 		for b.Loop() {
 			submit(n)
 			n++
 		}
-		b.ReportMetric((evalshaUsec(b, rdb)-before)/float64(b.N), "redis-us/op")
+		b.ReportMetric((redistest.ScriptUsec(b, rdb)-before)/float64(b.N), "redis-us/op")
 	})
 	ids := make([]string, 0, n)
 	for i := range n {
@@ -83,36 +81,12 @@ func BenchmarkSingleTaskScripts(b *testing.B) {
 		if b.N > len(ids) {
 			b.Skipf("run submit first with at least as many iterations (%d < %d)", len(ids), b.N)
 		}
-		before := evalshaUsec(b, rdb)
+		before := redistest.ScriptUsec(b, rdb)
 		i := 0
 		for b.Loop() {
 			finish(i, ids[i])
 			i++
 		}
-		b.ReportMetric((evalshaUsec(b, rdb)-before)/float64(b.N), "redis-us/op")
+		b.ReportMetric((redistest.ScriptUsec(b, rdb)-before)/float64(b.N), "redis-us/op")
 	})
-}
-
-// evalshaUsec is the time Redis has spent in EVALSHA and EVAL, in
-// microseconds (INFO commandstats).
-func evalshaUsec(tb testing.TB, rdb *redis.Client) float64 {
-	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for f := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				u, _ := strconv.ParseFloat(v, 64)
-				total += u
-			}
-		}
-	}
-	return total
 }
