@@ -108,6 +108,7 @@ func (lg *loadgen) newPipeRig() (_ *pipeRig, err error) {
 	rg.stop = cancel
 	ps := rg.rdb.Subscribe(ctx, pipeChannel)
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		ps.Close()
 		return nil, fmt.Errorf("pipeline floor: subscribe: %w", err)
 	}
 	rg.done.Go(func() { rg.listen(ctx, ps) })
