@@ -31,3 +31,22 @@ func TestTaskTypesAreStable(t *testing.T) {
 		}
 	}
 }
+
+// TestSolvesOn tells a worker's solver server from its webhook server by
+// the queues it serves.
+func TestSolvesOn(t *testing.T) {
+	for _, tc := range []struct {
+		queues map[string]int
+		want   bool
+	}{
+		{map[string]int{tasks.QueueInteractive: 6, tasks.QueueBulk: 1}, true},
+		{map[string]int{tasks.QueueBulk: 1}, true},
+		{map[string]int{tasks.QueueWebhooks: 1}, false},
+		{map[string]int{tasks.QueueInteractive: 6, tasks.QueueBulk: 1, tasks.QueueWebhooks: 1}, true}, // a worker of the previous release
+		{nil, false},
+	} {
+		if got := tasks.SolvesOn(tc.queues); got != tc.want {
+			t.Errorf("SolvesOn(%v) = %v, want %v", tc.queues, got, tc.want)
+		}
+	}
+}

@@ -21,8 +21,24 @@ const TypeWebhook = "webhook:deliver"
 
 // QueueWebhooks holds webhook deliveries, apart from the solves: a slow
 // receiver never holds a puzzle's place, nor a batch a receiver's. Every
-// worker serves it whatever QUEUE_WEIGHTS says (weight 1 unless set).
+// worker serves it from an asynq server of its own, on
+// WEBHOOK_CONCURRENCY slots: a delivery waits on a receiver for up to
+// WEBHOOK_TIMEOUT, and a pile of deliveries to a receiver that never
+// answers held every solver slot while the deliveries shared them.
 const QueueWebhooks = "webhooks"
+
+// SolvesOn reports whether an asynq server that serves queues runs
+// solves: a worker's webhook server does not, and its slots are no
+// solver's (the per-key cap of expensive work and GET /v1/status count
+// solver slots only).
+func SolvesOn(queues map[string]int) bool {
+	for _, q := range Queues {
+		if queues[q] > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // ErrWebhookGone is returned by a WebhookStore when the webhook or the
 // record it reports on is gone: nothing is left to deliver.

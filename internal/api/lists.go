@@ -421,6 +421,9 @@ func (s *Server) status(c *gin.Context) {
 		if sv.Status != "active" && sv.Status != "" {
 			continue // "stopped": shutting down, taking nothing new
 		}
+		if !tasks.SolvesOn(sv.Queues) {
+			continue // a worker's webhook server: its slots solve nothing
+		}
 		w := apitype.WorkerStatus{ID: sv.ID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
 			StartedAt: timePtr(sv.Started.UTC()), Running: map[string]int{}}
 		for _, a := range sv.ActiveWorkers {

@@ -307,7 +307,15 @@ type WorkerSettings struct {
 	TaskCheckInterval time.Duration
 	// QueueWeights are asynq's queue priorities. Default
 	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
+	// Webhook deliveries are not among them: they have slots of their own
+	// (WebhookConcurrency).
 	QueueWeights string
+	// WebhookConcurrency is how many webhook deliveries a worker runs at
+	// once, on slots of their own apart from Concurrency's: a delivery
+	// waits on a receiver for up to WEBHOOK_TIMEOUT, so deliveries to a
+	// receiver that never answers must not hold the solvers' slots.
+	// Default 4.
+	WebhookConcurrency int
 	// PDBDir caches the 15-puzzle's pattern databases (7.6 MiB) between
 	// restarts; they are verified by SHA-256 when loaded. Default "": build
 	// them in memory at start (about 9 s of CPU).
@@ -352,6 +360,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Int(&w.Concurrency, "WORKER_CONCURRENCY", "0", "tasks run at once (0: GOMAXPROCS)")
 	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
+	s.Int(&w.WebhookConcurrency, "WEBHOOK_CONCURRENCY", "4", "webhook deliveries run at once, on slots of their own")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
@@ -392,6 +401,12 @@ func (w *WorkerSettings) validate() error {
 		if strings.ContainsAny(q, "{}") {
 			return fmt.Errorf("QUEUE_WEIGHTS: queue name %q must not contain braces", q)
 		}
+		if q == tasks.QueueWebhooks {
+			return fmt.Errorf("QUEUE_WEIGHTS: queue %q has slots of its own; set WEBHOOK_CONCURRENCY instead", q)
+		}
+	}
+	if w.WebhookConcurrency < 1 || w.WebhookConcurrency > 256 {
+		return fmt.Errorf("WEBHOOK_CONCURRENCY: must be between 1 and 256, got %d", w.WebhookConcurrency)
 	}
 	if w.PDBDir != "" && !filepath.IsAbs(w.PDBDir) {
 		return fmt.Errorf("PDB_DIR: must be an absolute path, got %q", w.PDBDir)

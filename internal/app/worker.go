@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,14 +30,20 @@ import (
 )
 
 // Worker is a running cmd/worker: an asynq server with puzzleq's handler,
-// a listener for cancellations, and a health and metrics server.
+// another that delivers webhooks on slots of their own, a listener for
+// cancellations, and a health and metrics server.
 type Worker struct {
-	cfg      WorkerConfig
-	log      *slog.Logger
-	rdb      redis.UniversalClient
-	store    *store.Store
-	srv      *asynq.Server
-	mux      *asynq.ServeMux
+	cfg   WorkerConfig
+	log   *slog.Logger
+	rdb   redis.UniversalClient
+	store *store.Store
+	srv   *asynq.Server
+	mux   *asynq.ServeMux
+	// whSrv and whMux deliver webhooks on slots of their own
+	// (WEBHOOK_CONCURRENCY), so deliveries that wait on slow receivers
+	// never hold a solver's slot.
+	whSrv    *asynq.Server
+	whMux    *asynq.ServeMux
 	cancels  *tasks.Cancels
 	beat     *tasks.Heartbeat
 	reg      *prometheus.Registry
@@ -100,15 +107,14 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.beat.StopAfter(cfg.CutOffAfter)
 	w.mux.Use(w.beat.Middleware())
 	h.Register(w.mux)
-	w.mux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
-		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
-	queues := cfg.weights()
-	if queues[tasks.QueueWebhooks] == 0 {
-		queues[tasks.QueueWebhooks] = 1
+	healthCheck := func(err error) {
+		if err != nil {
+			log.Warn("redis health check failed", "err", err)
+		}
 	}
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.concurrency(),
-		Queues:            queues,
+		Queues:            cfg.weights(),
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		// Move retried tasks back to pending every second, not every 5 s:
 		// crash and outage recovery goes through the retry set.
@@ -117,19 +123,31 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ErrorHandler:             h.ErrorHandler(),
 		// An expensive task over its key's cap waits: asynq runs it again
 		// after the wait, and it counts as neither a retry nor a failure.
-		IsFailure: func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		IsFailure:       func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		RetryDelayFunc:  retryDelay,
+		Logger:          asynqLogger{log.With(libraryKey, "asynq")},
+		HealthCheckFunc: healthCheck,
+	})
+	// The deliveries' own server. The heartbeat records them too, so a
+	// worker that dies mid-delivery has it re-driven as soon as a task.
+	w.whMux = asynq.NewServeMux()
+	w.whMux.Use(w.beat.Middleware())
+	w.whMux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
+		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
+	w.whSrv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.WebhookConcurrency,
+		Queues:                   map[string]int{tasks.QueueWebhooks: 1},
+		TaskCheckInterval:        cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
 		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
-			if t.Type() == tasks.TypeWebhook && !errors.Is(err, asynq.ErrLeaseExpired) {
-				return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
+			if errors.Is(err, asynq.ErrLeaseExpired) {
+				return retryDelay(n, err, t)
 			}
-			return retryDelay(n, err, t)
+			return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
 		},
-		Logger: asynqLogger{log.With(libraryKey, "asynq")},
-		HealthCheckFunc: func(err error) {
-			if err != nil {
-				log.Warn("redis health check failed", "err", err)
-			}
-		},
+		Logger:          asynqLogger{log.With(libraryKey, "asynq", "component", "webhooks")},
+		HealthCheckFunc: healthCheck,
 	})
 	return w, nil
 }
@@ -254,6 +272,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.srv.Start(w.mux); err != nil {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
+	if err := w.whSrv.Start(w.whMux); err != nil {
+		w.srv.Shutdown()
+		return fmt.Errorf("worker: start the webhook server: %w", err)
+	}
 	w.ready.Store(true)
 	if w.cfg.MaxExpensivePerKey == 0 {
 		go w.watchSlots(lctx)
@@ -263,7 +285,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
 	}
 	w.log.Info("worker started", "worker_id", w.beat.ID(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
-		"task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
+		"webhook_concurrency", w.cfg.WebhookConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
 	// A health server that stops takes the worker down with an error, so
 	// the process exits non-zero and is restarted: without it the kubelet
@@ -277,7 +299,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
 	w.ready.Store(false)
-	w.srv.Shutdown() // stops fetching, waits up to ShutdownTimeout, requeues the rest
+	w.shutdownServers() // stop fetching, wait up to ShutdownTimeout, requeue the rest
 	stopBeat()
 	<-beatDone
 	// asynq gave back what did not finish, so nothing is left to re-drive.
@@ -312,9 +334,11 @@ func (w *Worker) watchSlots(ctx context.Context) {
 		if servers, err := insp.Servers(); err != nil {
 			w.log.Warn("read the cluster's worker slots", "err", err)
 		} else {
-			slots := make([]int, len(servers))
-			for i, s := range servers {
-				slots[i] = s.Concurrency
+			slots := make([]int, 0, len(servers))
+			for _, s := range servers {
+				if tasks.SolvesOn(s.Queues) { // not a webhook server's
+					slots = append(slots, s.Concurrency)
+				}
 			}
 			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
 				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(servers))
@@ -351,12 +375,22 @@ func (w *Worker) preload(ctx context.Context) {
 		"duration_ms", time.Since(start).Milliseconds(), "memory_bytes", sliding.PDBMemory())
 }
 
+// shutdownServers shuts both asynq servers down at once, so that the
+// worker's shutdown takes at most one ShutdownTimeout, which the pod's
+// grace period is sized for.
+func (w *Worker) shutdownServers() {
+	var wg sync.WaitGroup
+	wg.Go(w.srv.Shutdown)
+	wg.Go(w.whSrv.Shutdown)
+	wg.Wait()
+}
+
 // Close stops the asynq server if Run did not, then releases the Redis
 // connection. The order matters: closing the client under a running asynq
 // server closes its pub/sub channel, and asynq v0.26's subscriber then
 // dereferences a nil message and panics.
 func (w *Worker) Close() error {
-	w.srv.Shutdown() // a no-op when never started or already stopped
+	w.shutdownServers() // a no-op when never started or already stopped
 	if w.ln != nil {
 		w.ln.Close()
 	}

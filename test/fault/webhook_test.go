@@ -5,9 +5,12 @@ package fault
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +79,77 @@ func TestWebhookSurvivesAPICrash(t *testing.T) {
 	var ev apitype.WebhookEvent
 	if err := json.Unmarshal(got[0], &ev); err != nil || ev.Type != apitype.WebhookBatchDone {
 		t.Errorf("event %s: %v", got[0], err)
+	}
+}
+
+// TestSlowWebhooksHoldNoSolverSlot: one client's tasks name a webhook
+// whose receiver never answers (it takes the request and holds it, as a
+// blackholed endpoint does until the timeout). Each delivery hangs for
+// WEBHOOK_TIMEOUT and is retried, so such a client keeps a pile of them
+// going. Meanwhile another client's 8-puzzles complete as on an idle
+// worker: deliveries run on their own slots (WEBHOOK_CONCURRENCY), never
+// on the solvers'. Before, they ran on the solvers' slots, and once a
+// pile of hung deliveries held every one, each 8-puzzle waited out a
+// delivery's timeout.
+func TestSlowWebhooksHoldNoSolverSlot(t *testing.T) {
+	var hung, attempts atomic.Int64 // deliveries held now, and in all
+	release := make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		hung.Add(1)
+		defer hung.Add(-1)
+		// Read the body, so that the server notices the worker giving up
+		// (its context ends) and the count of held deliveries is true.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer rcv.Close()
+	defer close(release) // first: Close waits for the held requests
+	hooks := map[string]string{"WEBHOOK_SECRET": faultWebhookSecret, "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+		"WEBHOOK_TIMEOUT": "4s", "WEBHOOK_RETRY_BASE": "100ms", "WEBHOOK_RETRY_MAX": "200ms"}
+	api := map[string]string{"OUTBOX_INTERVAL": "50ms"}
+	maps.Copy(api, hooks)
+	worker := map[string]string{"WORKER_CONCURRENCY": "2", "WEBHOOK_CONCURRENCY": "2"}
+	maps.Copy(worker, hooks)
+	c := newCluster(t, clusterOpts{api: api, worker: worker, workers: 1})
+
+	// The slow client: 8 tasks, each with the webhook, so 8 deliveries
+	// hang and retry, far more than there are slots.
+	for i, req := range eightPuzzles(8, 91) {
+		body := `{"webhook":"` + rcv.URL + `/hook",` + req[1:]
+		var tr apitype.Task
+		if err := json.Unmarshal(c.must("POST", "/v1/tasks?wait=10s", []byte(body), http.StatusOK), &tr); err != nil || tr.State != apitype.TaskStateCompleted {
+			t.Fatalf("task %d with the webhook: %+v %v", i, tr, err)
+		}
+	}
+	if !pollUntil(20*time.Second, 20*time.Millisecond, func() bool { return hung.Load() >= 2 }) {
+		t.Fatalf("the receiver holds %d deliveries, want two hanging", hung.Load())
+	}
+
+	// The other client, one 8-puzzle after another.
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	reqs := eightPuzzles(40, 92)
+	lat := make([]time.Duration, 0, len(reqs))
+	for i, req := range reqs {
+		d, err := submitWait(c, hc, "", req)
+		if err != nil {
+			t.Fatalf("8-puzzle %d: %v", i, err)
+		}
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	held := hung.Load()
+	t.Logf("FIGURES slow webhooks: %d 8-puzzles beside hanging deliveries (%d attempts so far, %d held at the end): p50 %v p99 %v max %v",
+		len(lat), attempts.Load(), held, lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)*99/100].Round(100*time.Microsecond),
+		lat[len(lat)-1].Round(100*time.Microsecond))
+	if held == 0 {
+		t.Errorf("no delivery was held when the 8-puzzles ended: the test did not run them beside hanging deliveries")
+	}
+	if lat[len(lat)-1] > 2*time.Second {
+		t.Errorf("an 8-puzzle took %v beside the hanging deliveries, want under 2 s (a delivery's timeout is 4 s)", lat[len(lat)-1])
 	}
 }
