@@ -341,7 +341,7 @@ func (w *Worker) watchSlots(ctx context.Context) {
 				}
 			}
 			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
-				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(servers))
+				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(slots))
 			}
 		}
 		select {

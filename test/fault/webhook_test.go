@@ -16,6 +16,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/webhook"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 const faultWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -151,5 +152,80 @@ func TestSlowWebhooksHoldNoSolverSlot(t *testing.T) {
 	}
 	if lat[len(lat)-1] > 2*time.Second {
 		t.Errorf("an 8-puzzle took %v beside the hanging deliveries, want under 2 s (a delivery's timeout is 4 s)", lat[len(lat)-1])
+	}
+}
+
+// TestWebhookWorkerKilledMidDelivery: the worker holding a delivery (its
+// receiver holds the first attempt open) is killed with SIGKILL. The
+// delivery runs on the worker's webhook server, under the same heartbeat
+// as its solves, so the API's watchdog re-drives it to the other worker
+// within seconds, not after asynq's lease recovery (a minute or more),
+// and the receiver gets it once more and answers.
+func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
+	var attempts atomic.Int64
+	release := make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if attempts.Add(1) == 1 {
+			select { // the first attempt hangs until its worker is gone
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+	}))
+	defer rcv.Close()
+	defer close(release)
+	hooks := map[string]string{"WEBHOOK_SECRET": faultWebhookSecret, "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+		"WEBHOOK_TIMEOUT": "60s", "WEBHOOK_RETRY_BASE": "100ms", "WEBHOOK_RETRY_MAX": "200ms"}
+	api := map[string]string{"OUTBOX_INTERVAL": "50ms"}
+	maps.Copy(api, hooks)
+	c := newCluster(t, clusterOpts{api: api, worker: hooks, workers: 2})
+
+	body := `{"webhook":"` + rcv.URL + `/hook",` + eightPuzzles(1, 93)[0][1:]
+	var tr apitype.Task
+	if err := json.Unmarshal(c.must("POST", "/v1/tasks?wait=10s", []byte(body), http.StatusOK), &tr); err != nil || tr.State != apitype.TaskStateCompleted {
+		t.Fatalf("task with the webhook: %+v %v", tr, err)
+	}
+	if !pollUntil(20*time.Second, 10*time.Millisecond, func() bool { return attempts.Load() >= 1 }) {
+		t.Fatal("the delivery never reached the receiver")
+	}
+	// The worker whose webhook server runs the delivery.
+	var holder *proc
+	if !pollUntil(10*time.Second, 20*time.Millisecond, func() bool {
+		servers, err := c.insp.Servers()
+		if err != nil {
+			return false
+		}
+		for _, s := range servers {
+			if len(s.ActiveWorkers) == 0 || s.Queues[tasks.QueueWebhooks] == 0 {
+				continue
+			}
+			for _, w := range c.workers {
+				if w.PID() == s.PID {
+					holder = w
+				}
+			}
+		}
+		return holder != nil
+	}) {
+		t.Fatal("no worker's webhook server shows the delivery active")
+	}
+	killed := time.Now()
+	holder.Kill()
+	if !pollUntil(30*time.Second, 20*time.Millisecond, func() bool { return attempts.Load() >= 2 }) {
+		t.Fatalf("the delivery was not attempted again within 30 s of killing %s", holder.Name)
+	}
+	again := time.Since(killed)
+	var got apitype.Task
+	if !pollUntil(10*time.Second, 50*time.Millisecond, func() bool {
+		got, _ = c.getTask(tr.ID, 0)
+		return got.Webhook != nil && got.Webhook.DeliveredAt != nil
+	}) {
+		t.Fatalf("the webhook's record after the retry: %+v", got.Webhook)
+	}
+	t.Logf("FIGURES webhook worker killed: delivery attempted again %v after SIGKILL of its worker (attempts %d), delivered", again.Round(time.Millisecond), attempts.Load())
+	if again > 15*time.Second {
+		t.Errorf("the delivery came again %v after the kill: asynq's lease recovery, not the watchdog's re-drive", again)
 	}
 }
