@@ -228,20 +228,26 @@ func (lg *loadgen) alternated(ctx context.Context, thr, raw, pipe bool) (map[str
 		ranDry     bool
 	)
 	out := map[string]*Result{}
+	// result adds the named scenario's result to out, marked skipped
+	// when it needs loadgen's own Redis and has none; it reports whether
+	// the scenario runs.
+	result := func(name string, ownRedis bool) (*Result, bool) {
+		r := &Result{Scenario: name}
+		out[name] = r
+		if ownRedis && lg.st == nil {
+			r.Skipped = "needs loadgen's own Redis; run without -server"
+			return r, false
+		}
+		return r, true
+	}
 	if thr {
-		tr = &Result{Scenario: "throughput"}
-		out[tr.Scenario] = tr
+		tr, _ = result("throughput", false)
 		if err := lg.warmUp(ctx); err != nil {
 			return nil, err
 		}
 	}
 	if raw {
-		rr = &Result{Scenario: "raw-asynq"}
-		out[rr.Scenario] = rr
-		if lg.st == nil {
-			rr.Skipped = "needs loadgen's own Redis; run without -server"
-			raw = false
-		} else {
+		if rr, raw = result("raw-asynq", true); raw {
 			var err error
 			if rig, err = lg.newRawRig(); err != nil {
 				return nil, err
@@ -250,12 +256,7 @@ func (lg *loadgen) alternated(ctx context.Context, thr, raw, pipe bool) (map[str
 		}
 	}
 	if pipe {
-		fr = &Result{Scenario: "pipeline-floor"}
-		out[fr.Scenario] = fr
-		if lg.st == nil {
-			fr.Skipped = "needs loadgen's own Redis; run without -server"
-			pipe = false
-		} else {
+		if fr, pipe = result("pipeline-floor", true); pipe {
 			var err error
 			if prig, err = lg.newPipeRig(); err != nil {
 				return nil, err
