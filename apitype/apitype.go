@@ -85,6 +85,19 @@ type Task struct {
 // Terminal reports whether the task has ended.
 func (t *Task) Terminal() bool { return t.State.Terminal() }
 
+// TaskPuzzle is what a batch item was asked to solve: GET
+// /v1/tasks/{id}/puzzle. It is the item's request in its canonical form
+// (the puzzle and every option, defaults included), kept as long as its
+// batch; a single task's is not kept once it is queued.
+type TaskPuzzle struct {
+	ID string `json:"id"`
+	// Kind is the puzzle kind: sliding, sweep or fill.
+	Kind string `json:"kind"`
+	// Puzzle and Options are the kind's, as POST /v1/tasks takes them.
+	Puzzle  json.RawMessage `json:"puzzle"`
+	Options json.RawMessage `json:"options"`
+}
+
 // TaskError says why a task failed or was canceled. Code is one of
 // TaskErrorCodes.
 type TaskError struct {

@@ -34,8 +34,8 @@ const (
 	// from another site (CSRF protection).
 	CodeForbidden = "forbidden"
 	// CodeRateLimited: the API key's request rate is over its limit, its
-	// requests in progress hold all the memory one key may (a body still
-	// waiting for it at its deadline), or the client's address failed
+	// requests in progress hold all the memory the key may (a body that
+	// waited 1 s for it), or the client's address failed
 	// authentication too often.
 	CodeRateLimited = "rate_limited"
 	// CodeQuotaExceeded: the API key has too many unfinished tasks.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
 )
 
 // TestCancelRetriedAfterALostAnswer: the server cancels, but the answer
@@ -42,7 +43,7 @@ func TestCancelRetriedAfterALostAnswer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	task, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`))
+	task, err := c.Submit(ctx, client.Sliding(sliding.Puzzle{Board: [][]int{{1, 2, 3}, {4, 5, 6}, {7, 0, 8}}}, sliding.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +52,9 @@ func TestCancelRetriedAfterALostAnswer(t *testing.T) {
 		t.Fatalf("Cancel after a lost answer: %+v, %v", got, err)
 	}
 
-	sub, err := c.SubmitNDJSON(ctx, client.BytesBody([]byte(
+	sub, err := c.SubmitBatch(ctx, client.NDJSONBatch(client.BytesBody([]byte(
 		`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`+"\n"+
-			`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[0,7,8]]}}`+"\n")), "")
+			`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[0,7,8]]}}`+"\n"))))
 	if err != nil {
 		t.Fatal(err)
 	}

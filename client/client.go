@@ -1,23 +1,40 @@
 // Package client is a Go client for the puzzleq HTTP API (v1).
 //
-// Create a Client with New and the API's base URL, then submit puzzles one
-// at a time (Submit, Get, Cancel) or in batches of up to the server's
-// MAX_BATCH_ITEMS, a million by default (SubmitNDJSON, GetBatch, Results):
+// Create a Client with New and the API's base URL, then solve puzzles one
+// at a time or in batches of up to the server's MAX_BATCH_ITEMS, a million
+// by default:
 //
 //	c := client.New("http://localhost:8080", client.WithAPIKey(os.Getenv("PUZZLEQ_API_KEY")))
-//	// Submit and wait in one request, long polling on if the wait runs out.
-//	t, err := c.Solve(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`), 30*time.Second)
+//	t, err := c.Solve(ctx, client.Sliding(sliding.Puzzle{Board: [][]int{{1, 0, 3}, {4, 2, 5}, {7, 8, 6}}}, sliding.Options{}))
+//	...
+//	res, err := client.ResultOf[sliding.Result](t) // res.Moves == 3, res.Path == "DRD"
 //
-// Solve is the cheapest way to one answer: one request (POST /v1/tasks
-// with ?wait=) answered from the task's own end event. Submit, then Get
-// with a wait, does the same in two.
+// # Requests and results
 //
-// Requests are the wire form of POST /v1/tasks, passed as raw JSON, so the
-// client never drops a field the server understands. A batch is NDJSON,
-// one request per line, streamed from a Body that each retry reads again;
-// its results stream back as ResultLines in submission order (Results). The resources it
-// returns (Task, Batch, ...) are the API's wire contract, package apitype,
-// under the client's names.
+// A Request is made from the solver's own types: Sliding, Sweep and Fill
+// take the Puzzle and Options of the packages
+// github.com/puzzleq/puzzleq/solvers/sliding, .../solvers/sweep and
+// .../solvers/fill, and RawRequest takes the JSON of POST /v1/tasks as it
+// is. Those packages hold the results too: ResultOf decodes a completed
+// task's (or results line's) answer into sliding.Result, sweep.Result or
+// fill.Result, and says why when there is none (*NotCompletedError).
+//
+// Three calls submit work:
+//
+//   - Solve submits one request and returns the task once it has ended: one
+//     request (POST /v1/tasks?wait=) answered from the task's own end
+//     event, then long polls should the wait run out;
+//   - Submit submits one request and returns the task at once (or, with
+//     WithWait, when it ends or the wait passes); Wait and Get read it
+//     later by its ID;
+//   - SubmitBatch submits a batch: BatchOf some Requests, an NDJSONBatch
+//     streamed from a Body that each retry reads again, or a JudgeBatch of
+//     a judge's text input. Its results stream back in submission order
+//     (Results), or as the judge's output (BatchOutput).
+//
+// WithWait, WithIdempotencyKey and WithWebhook configure a submission.
+// The resources the client returns (Task, Batch, ...) are the API's wire
+// contract, package apitype, under the client's names.
 //
 // # Errors
 //
@@ -25,8 +42,9 @@
 // the HTTP status and the API's error code, message and field. Failing to
 // reach the server at all (connection refused, DNS, timeouts), after the
 // retries, gives an error for which errors.Is(err, ErrUnreachable) holds.
-// A task that ran and failed is not a Go error: its State is "failed" and
-// its Error says why.
+// A task that ran and failed is not a Go error of the call that read it:
+// its State is "failed" and its Error says why, and ResultOf answers it
+// with a *NotCompletedError.
 //
 // # Retries
 //
@@ -34,12 +52,12 @@
 // exponential backoff and full jitter, waiting at least as long as the
 // server's Retry-After, and never beyond the context's deadline. Requests
 // that could create work twice are retried only when that cannot happen:
-// Submit is retried on 429 and 503, on failures to connect and when the
-// server closed the kept-alive connection it went out on while idle, and
-// SubmitNDJSON (or SubmitBatch) with an idempotency key is retried on every
-// transient failure, since the server answers a repeated key with the batch
-// the first request created. A results stream that breaks is requested
-// again and resumes after the last line it yielded.
+// Submit, Solve and SubmitBatch are retried on 429 and 503, on failures to
+// connect and when the server closed the kept-alive connection it went
+// out on while idle, and SubmitBatch with WithIdempotencyKey is retried on
+// every transient failure, since the server answers a repeated key with
+// the batch the first request created. A results stream that breaks is
+// requested again and resumes after the last line it yielded.
 package client
 
 import (
@@ -131,41 +149,6 @@ func WithRetryHook(f func(attempt int, err error, wait time.Duration)) Option {
 // the bytes are free and the CPU is not.
 func WithoutResultsGzip() Option { return func(c *Client) { c.noResultsGzip = true } }
 
-// SubmitOption configures one submission (Submit, SubmitWait, Solve,
-// SubmitBatch, SubmitBatchBody, SubmitJudgeBatch, SubmitNDJSON), unlike an
-// Option, which configures the Client.
-type SubmitOption func(*submitOptions)
-
-type submitOptions struct {
-	webhook string
-}
-
-// WithWebhook names a completion webhook for the submission: the server
-// POSTs a signed event to url once the task or batch has ended (README,
-// "Webhooks"; webhook.Verify checks it). It is sent as ?webhook=, the one
-// place every kind of body allows, so a JSON body must not name one too
-// (a 400). A URL the server's policy refuses, or a server without
-// WEBHOOK_SECRET, is a 400 *Error with Field "webhook". An empty url
-// names none.
-func WithWebhook(url string) SubmitOption { return func(o *submitOptions) { o.webhook = url } }
-
-// submitQuery returns q (made when nil) with what opts add to a
-// submission's query.
-func submitQuery(q url.Values, opts []SubmitOption) url.Values {
-	var o submitOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	if o.webhook == "" {
-		return q
-	}
-	if q == nil {
-		q = url.Values{}
-	}
-	q.Set("webhook", o.webhook)
-	return q
-}
-
 // New returns a client of the API at baseURL, e.g. "http://localhost:8080".
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
@@ -221,7 +204,7 @@ type (
 	Batch = apitype.Batch
 )
 
-// BatchSubmission is the answer to SubmitNDJSON and SubmitBatch: the
+// BatchSubmission is the answer to SubmitBatch: the
 // batch's ID and size, and its items' IDs when it has at most MaxListedIDs
 // items (ItemID gives any item's).
 type BatchSubmission struct {
@@ -290,30 +273,18 @@ func (e *unreachableError) Error() string {
 }
 func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 
-// Submit submits one request (the JSON body of POST /v1/tasks). A cache hit
-// returns the completed task with Cached set.
-func (c *Client) Submit(ctx context.Context, req []byte, opts ...SubmitOption) (*Task, error) {
-	var t Task
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", query: submitQuery(nil, opts), body: BytesBody(req), retry: retryIfNotAccepted}, &t)
+// Submit submits one request and returns the task: pending, or completed
+// with Cached set when the server had the answer. WithWait holds the
+// request until the task ends or the wait passes. It is retried only when
+// the server surely created nothing (see Retries); a connection lost
+// during a wait loses the task's ID, since the server sends it with the
+// answer.
+func (c *Client) Submit(ctx context.Context, req Request, opts ...SubmitOption) (*Task, error) {
+	cl, err := taskCall(req, submitOpts(opts))
 	if err != nil {
 		return nil, err
 	}
-	return &t, nil
-}
-
-// SubmitWait submits one request and holds it until the task ends or
-// wait (at most the server's MAX_WAIT, 60s by default) passes: the task
-// comes back ended, or pending or active when the wait ran out first.
-// Like Submit it is retried only when the server surely created nothing;
-// a connection lost during the wait loses the task's ID, since the server
-// sends it with the answer.
-func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration, opts ...SubmitOption) (*Task, error) {
 	var t Task
-	cl := call{method: http.MethodPost, path: "/v1/tasks", body: BytesBody(req), retry: retryIfNotAccepted}
-	if wait > 0 {
-		cl.query, cl.wait = url.Values{"wait": {wait.String()}}, wait
-	}
-	cl.query = submitQuery(cl.query, opts)
 	if _, err := c.do(ctx, cl, &t); err != nil {
 		return nil, err
 	}
@@ -321,18 +292,44 @@ func (c *Client) SubmitWait(ctx context.Context, req []byte, wait time.Duration,
 }
 
 // Solve submits one request and returns the task once it has ended: one
-// request when it ends within wait (SubmitWait), then long polls of wait
-// each (Get) until it ends or ctx does. wait <= 0 means 30s. opts apply
-// to the submission.
-func (c *Client) Solve(ctx context.Context, req []byte, wait time.Duration, opts ...SubmitOption) (*Task, error) {
-	if wait <= 0 {
-		wait = 30 * time.Second
+// request when it ends within the wait, then long polls until it ends or
+// ctx does. Each wait is WithWait's, 30s by default. ResultOf reads its
+// result as the solver's type.
+func (c *Client) Solve(ctx context.Context, req Request, opts ...SubmitOption) (*Task, error) {
+	o := submitOpts(opts)
+	if o.wait <= 0 {
+		o.wait = defaultWait
 	}
-	t, err := c.SubmitWait(ctx, req, wait, opts...)
-	for err == nil && !t.State.Terminal() {
-		t, err = c.Get(ctx, t.ID, wait)
+	cl, err := taskCall(req, o)
+	if err != nil {
+		return nil, err
 	}
-	return t, err
+	var t Task
+	if _, err := c.do(ctx, cl, &t); err != nil {
+		return nil, err
+	}
+	if t.State.Terminal() {
+		return &t, nil
+	}
+	return c.wait(ctx, t.ID, o.wait)
+}
+
+// defaultWait is the long poll of Solve and Wait.
+const defaultWait = 30 * time.Second
+
+// Wait returns the task once it has ended, long polling (Get with a wait
+// of 30s) until it does or ctx ends.
+func (c *Client) Wait(ctx context.Context, id string) (*Task, error) {
+	return c.wait(ctx, id, defaultWait)
+}
+
+func (c *Client) wait(ctx context.Context, id string, each time.Duration) (*Task, error) {
+	for {
+		t, err := c.Get(ctx, id, each)
+		if err != nil || t.State.Terminal() {
+			return t, err
+		}
+	}
 }
 
 // Get reads a task. With wait > 0 the server holds the request until the
@@ -363,57 +360,32 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	return &t, nil
 }
 
-// SubmitBatch submits reqs (each the JSON of one POST /v1/tasks body) as
-// one batch. With a non-empty idempotencyKey a retry, by this client or a
-// later run, answers the batch the first request created instead of
-// creating another; the same key with a different body is a 422 *Error.
+// SubmitBatch submits a batch: BatchOf some Requests, an NDJSONBatch or
+// a JudgeBatch. WithIdempotencyKey makes it safe to repeat, and
+// WithWebhook names its completion webhook. Without a key it is retried
+// only when the server surely created nothing.
 //
-// The webhook of WithWebhook is part of the request the key names: the
-// same key with another webhook is a 422 as well.
-func (c *Client) SubmitBatch(ctx context.Context, reqs []json.RawMessage, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
-	return c.SubmitBatchBody(ctx, BatchBody(reqs), idempotencyKey, opts...)
-}
-
-// BatchBody returns the body of POST /v1/batches for reqs:
-// {"tasks":[...]}. Its bytes are what an idempotency key is checked
-// against.
-func BatchBody(reqs []json.RawMessage) []byte {
-	n := 12
-	for _, r := range reqs {
-		n += len(r) + 1
+// A batch of more than MaxListedIDs items has no TaskIDs in the answer:
+// its items are ItemID(ID, 0) to ItemID(ID, Total-1) (see
+// BatchSubmission.ItemID).
+func (c *Client) SubmitBatch(ctx context.Context, in BatchInput, opts ...SubmitOption) (*BatchSubmission, error) {
+	o := submitOpts(opts)
+	switch {
+	case in.err != nil:
+		return nil, in.err
+	case in.body.open == nil:
+		return nil, errors.New("empty BatchInput: make one with BatchOf, NDJSONBatch or JudgeBatch")
+	case o.waitSet:
+		return nil, errors.New("WithWait applies to Submit and Solve; a batch submission takes no wait")
 	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"tasks":[`...)
-	for i, r := range reqs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, r...)
+	var q url.Values
+	if in.format != "" {
+		q = url.Values{"format": {in.format}}
 	}
-	return append(b, "]}"...)
-}
-
-// SubmitBatchBody is SubmitBatch with the body already encoded (see
-// BatchBody).
-func (c *Client) SubmitBatchBody(ctx context.Context, body []byte, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, call{query: submitQuery(nil, opts), body: BytesBody(body)}, idempotencyKey)
-}
-
-// SubmitJudgeBatch submits judge text (format boj1525, boj9944 or p84021)
-// as one batch: one item per case. BatchOutput then prints the judge's
-// answer.
-func (c *Client) SubmitJudgeBatch(ctx context.Context, format string, text []byte, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
-	return c.submitBatch(ctx, call{query: submitQuery(url.Values{"format": {format}}, opts), body: BytesBody(text),
-		contentType: "text/plain; charset=utf-8"}, idempotencyKey)
-}
-
-// submitBatch posts a batch body, cl's body, query and content type.
-// Without an idempotency key it is retried only when the server surely
-// created nothing.
-func (c *Client) submitBatch(ctx context.Context, cl call, idempotencyKey string) (*BatchSubmission, error) {
-	cl.method, cl.path, cl.retry = http.MethodPost, "/v1/batches", retryIfNotAccepted
-	if idempotencyKey != "" {
-		cl.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+	cl := call{method: http.MethodPost, path: "/v1/batches", query: o.query(q), body: in.body,
+		contentType: in.contentType, retry: retryIfNotAccepted}
+	if o.idempotencyKey != "" {
+		cl.header = http.Header{"Idempotency-Key": {o.idempotencyKey}}
 		cl.retry = retryAlways
 	}
 	var s BatchSubmission
@@ -536,33 +508,6 @@ func (b bodyReader) Read(p []byte) (int, error) {
 		err = &bodyError{err}
 	}
 	return n, err
-}
-
-// NDJSONContentType is the media type of an NDJSON batch body.
-const NDJSONContentType = "application/x-ndjson"
-
-// SubmitNDJSON submits body as one batch: NDJSON, one item per line,
-// {"custom_id"?, "kind", "puzzle", "options"?}, up to the server's
-// MAX_BATCH_ITEMS items and MAX_BATCH_BODY_BYTES bytes (1,000,000 and
-// 256 MiB by default). A bad line rejects the whole batch with a 400
-// *Error whose message names the line ("line 73412: ...").
-//
-// The body is streamed, not buffered: pass a ReaderAtBody of a file or a
-// FuncBody that writes the lines as they are read, and each attempt reads
-// it again from its start. With a non-empty idempotencyKey the request is
-// retried on every transient failure and a later run with the same key and
-// bytes gets the same batch back (Replayed); the same key with different
-// bytes (or another webhook) is a 422 *Error. WithWebhook names the
-// batch's completion webhook.
-//
-// A batch of more than MaxListedIDs items has no TaskIDs in the answer:
-// its items are ItemID(ID, 0) to ItemID(ID, Total-1) (see
-// BatchSubmission.ItemID).
-func (c *Client) SubmitNDJSON(ctx context.Context, body Body, idempotencyKey string, opts ...SubmitOption) (*BatchSubmission, error) {
-	if body.open == nil {
-		body = BytesBody(nil)
-	}
-	return c.submitBatch(ctx, call{query: submitQuery(nil, opts), body: body, contentType: NDJSONContentType}, idempotencyKey)
 }
 
 // MaxListedIDs is the largest batch whose submission lists its items' IDs.

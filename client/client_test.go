@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,9 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/client"
+	"github.com/puzzleq/puzzleq/solvers/fill"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
+	"github.com/puzzleq/puzzleq/solvers/sweep"
 )
 
 func fast(opts ...client.Option) []client.Option {
@@ -63,7 +65,7 @@ func TestTypedErrors(t *testing.T) {
 		io.WriteString(w, `{"error":{"code":"invalid_puzzle","message":"tile 3 appears twice","field":"puzzle.board[1][1]"}}`)
 	}))
 	defer srv.Close()
-	_, err := client.New(srv.URL, fast()...).Submit(context.Background(), []byte(`{}`))
+	_, err := client.New(srv.URL, fast()...).Submit(context.Background(), client.RawRequest([]byte(`{}`)))
 	var e *client.Error
 	if !errors.As(err, &e) || e.StatusCode != 400 || e.Code != "invalid_puzzle" || e.Field != "puzzle.board[1][1]" || e.Temporary() {
 		t.Fatalf("err %#v", err)
@@ -119,22 +121,79 @@ func TestSubmitBatchRetriesOnlyWithIdempotencyKey(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := client.New(srv.URL, fast()...)
-	reqs := []json.RawMessage{json.RawMessage(`{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}`)}
-	if _, err := c.SubmitBatch(context.Background(), reqs, ""); err == nil || calls.Load() != 1 {
+	reqs := client.BatchOf(client.RawRequest([]byte(`{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}}`)))
+	if _, err := c.SubmitBatch(context.Background(), reqs); err == nil || calls.Load() != 1 {
 		t.Fatalf("without a key: err %v after %d calls; want an error and no retry", err, calls.Load())
 	}
 	calls.Store(0)
-	sub, err := c.SubmitBatch(context.Background(), reqs, "run-1-batch-0")
+	sub, err := c.SubmitBatch(context.Background(), reqs, client.WithIdempotencyKey("run-1-batch-0"))
 	if err != nil || sub.ID != "b1" || !sub.Replayed || calls.Load() != 2 || keys[1] != "run-1-batch-0" || keys[2] != "run-1-batch-0" {
 		t.Fatalf("with a key: %+v, %v after %d calls, keys %q", sub, err, calls.Load(), keys)
 	}
 }
 
-func TestBatchBody(t *testing.T) {
+// BatchOf sends {"tasks":[...]}, each request with its custom_id first
+// when it has one, and Sliding, Sweep and Fill encode the solvers' types
+// as the server reads them, leaving default options out.
+func TestBatchOfBody(t *testing.T) {
 	t.Parallel()
-	got := string(client.BatchBody([]json.RawMessage{json.RawMessage(`{"a":1}`), json.RawMessage(`{"b":2}`)}))
-	if got != `{"tasks":[{"a":1},{"b":2}]}` {
-		t.Fatal(got)
+	var body atomic.Pointer[string]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s := string(b)
+		body.Store(&s)
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"id":"b1","total":5,"task_ids":null}`)
+	}))
+	defer srv.Close()
+	in := client.BatchOf(
+		client.RawRequest([]byte(`{"a":1}`)),
+		client.RawRequest([]byte(` { "b" : 2 }`)).WithCustomID("x\"y"),
+		client.Sliding(sliding.Puzzle{Board: [][]int{{1, 0}, {3, 2}}}, sliding.Options{}).WithCustomID("s"),
+		client.Sweep(sweep.Puzzle{Board: []string{".*"}}, sweep.Options{MaxNodes: 5}),
+		client.Fill(fill.Puzzle{GameBoard: [][]int{{0}}, Table: [][]int{{1}}}, fill.Options{AllowFlip: true}),
+	)
+	if _, err := client.New(srv.URL, fast()...).SubmitBatch(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"tasks":[{"a":1},{"custom_id":"x\"y","b" : 2 },` +
+		`{"custom_id":"s","kind":"sliding","puzzle":{"board":[[1,0],[3,2]]}},` +
+		`{"kind":"sweep","puzzle":{"board":[".*"]},"options":{"max_nodes":5}},` +
+		`{"kind":"fill","puzzle":{"game_board":[[0]],"table":[[1]]},"options":{"allow_flip":true}}]}`
+	if got := *body.Load(); got != want {
+		t.Fatalf("body\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Options a submission cannot use, and requests that are not JSON, are
+// errors of the call, before anything is sent.
+func TestSubmitRefusesWhatItCannotSend(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	c := client.New(srv.URL, fast()...)
+	ctx := context.Background()
+	ok := client.RawRequest([]byte(`{"kind":"sweep","puzzle":{"board":[".."]}}`))
+	for name, err := range map[string]error{
+		"Submit with a key": func() error { _, err := c.Submit(ctx, ok, client.WithIdempotencyKey("k")); return err }(),
+		"Solve with a key":  func() error { _, err := c.Solve(ctx, ok, client.WithIdempotencyKey("k")); return err }(),
+		"SubmitBatch with a wait": func() error {
+			_, err := c.SubmitBatch(ctx, client.BatchOf(ok), client.WithWait(time.Second))
+			return err
+		}(),
+		"not JSON":            func() error { _, err := c.Submit(ctx, client.RawRequest([]byte(`{"kind":`))); return err }(),
+		"the zero Request":    func() error { _, err := c.Submit(ctx, client.Request{}); return err }(),
+		"a bad batch item":    func() error { _, err := c.SubmitBatch(ctx, client.BatchOf(ok, client.Request{})); return err }(),
+		"the zero BatchInput": func() error { _, err := c.SubmitBatch(ctx, client.BatchInput{}); return err }(),
+	} {
+		var apiErr *client.Error
+		if err == nil || errors.As(err, &apiErr) || errors.Is(err, client.ErrUnreachable) {
+			t.Errorf("%s: err %v, want a local error", name, err)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Errorf("%d requests reached the server", calls.Load())
 	}
 }
 
@@ -159,9 +218,9 @@ func TestSubmitJudgeBatch(t *testing.T) {
 		io.WriteString(w, `{"id":"b9","total":1,"task_ids":["t9"]}`)
 	}))
 	defer srv.Close()
-	sub, err := client.New(srv.URL, fast()...).SubmitJudgeBatch(context.Background(), "boj9944", []byte(text), "k1")
+	sub, err := client.New(srv.URL, fast()...).SubmitBatch(context.Background(), client.JudgeBatch("boj9944", client.BytesBody([]byte(text))), client.WithIdempotencyKey("k1"))
 	if err != nil || sub.ID != "b9" || sub.Total != 1 || len(sub.TaskIDs) != 1 || !sub.Replayed || calls.Load() != 2 {
-		t.Fatalf("SubmitJudgeBatch = %+v, %v after %d calls", sub, err, calls.Load())
+		t.Fatalf("SubmitBatch(JudgeBatch) = %+v, %v after %d calls", sub, err, calls.Load())
 	}
 }
 
@@ -244,7 +303,7 @@ func TestSolveSubmitsWithWaitThenPolls(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := client.New(srv.URL, fast()...)
-	task, err := c.Solve(context.Background(), []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`), 2*time.Second)
+	task, err := c.Solve(context.Background(), client.RawRequest([]byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)), client.WithWait(2*time.Second))
 	if err != nil || task.State != client.StateCompleted || string(task.Result) != `{"moves":3}` {
 		t.Fatalf("Solve = %+v, %v", task, err)
 	}
@@ -271,7 +330,7 @@ func TestWithWebhookQuery(t *testing.T) {
 	defer srv.Close()
 	c := client.New(srv.URL, fast()...)
 	ctx := context.Background()
-	req := []byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
+	req := client.RawRequest([]byte(`{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`))
 	const hook = "https://hooks.example.com/p?x=1&y=2"
 	for _, tc := range []struct {
 		name   string
@@ -280,18 +339,24 @@ func TestWithWebhookQuery(t *testing.T) {
 		query  string // of the submission's own, beside webhook
 	}{
 		{"Submit", func(o ...client.SubmitOption) error { _, err := c.Submit(ctx, req, o...); return err }, "/v1/tasks", ""},
-		{"SubmitWait", func(o ...client.SubmitOption) error { _, err := c.SubmitWait(ctx, req, time.Second, o...); return err }, "/v1/tasks", "wait=1s"},
-		{"Solve", func(o ...client.SubmitOption) error { _, err := c.Solve(ctx, req, time.Second, o...); return err }, "/v1/tasks", "wait=1s"},
-		{"SubmitBatch", func(o ...client.SubmitOption) error {
-			_, err := c.SubmitBatch(ctx, []json.RawMessage{req}, "k", o...)
+		{"Submit WithWait", func(o ...client.SubmitOption) error {
+			_, err := c.Submit(ctx, req, append(o, client.WithWait(time.Second))...)
+			return err
+		}, "/v1/tasks", "wait=1s"},
+		{"Solve", func(o ...client.SubmitOption) error {
+			_, err := c.Solve(ctx, req, append(o, client.WithWait(time.Second))...)
+			return err
+		}, "/v1/tasks", "wait=1s"},
+		{"SubmitBatch BatchOf", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitBatch(ctx, client.BatchOf(req), append(o, client.WithIdempotencyKey("k"))...)
 			return err
 		}, "/v1/batches", ""},
-		{"SubmitJudgeBatch", func(o ...client.SubmitOption) error {
-			_, err := c.SubmitJudgeBatch(ctx, "boj1525", []byte("1 0 3\n4 2 5\n7 8 6\n"), "", o...)
+		{"SubmitBatch JudgeBatch", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitBatch(ctx, client.JudgeBatch("boj1525", client.BytesBody([]byte("1 0 3\n4 2 5\n7 8 6\n"))), o...)
 			return err
 		}, "/v1/batches", "format=boj1525"},
-		{"SubmitNDJSON", func(o ...client.SubmitOption) error {
-			_, err := c.SubmitNDJSON(ctx, client.BytesBody(append(req, '\n')), "k", o...)
+		{"SubmitBatch NDJSONBatch", func(o ...client.SubmitOption) error {
+			_, err := c.SubmitBatch(ctx, client.NDJSONBatch(client.BytesBody([]byte(`{"kind":"sweep","puzzle":{"board":[".."]}}`+"\n"))), o...)
 			return err
 		}, "/v1/batches", ""},
 	} {
@@ -379,7 +444,7 @@ func TestSubmitRetriedOnlyWhenTheServerClosedAnIdleConnection(t *testing.T) {
 				return http.DefaultTransport.RoundTrip(r)
 			})}
 			c := client.New(srv.URL, fast(client.WithHTTPClient(hc))...)
-			task, err := c.Submit(context.Background(), []byte(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`))
+			task, err := c.Submit(context.Background(), client.RawRequest([]byte(`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`)))
 			if tc.wantRetry {
 				if err != nil || task.ID != "abc" || tries.Load() != 2 || served.Load() != 1 {
 					t.Fatalf("Submit: %+v, %v after %d tries, %d served; want it sent again once", task, err, tries.Load(), served.Load())

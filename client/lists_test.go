@@ -7,6 +7,9 @@ import (
 
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/solvers/fill"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
+	"github.com/puzzleq/puzzleq/solvers/sweep"
 )
 
 // TestListRetryStatusOnAStack drives the list, items, retry and status
@@ -17,16 +20,16 @@ func TestListRetryStatusOnAStack(t *testing.T) {
 	c := client.New(s.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sub, err := c.SubmitNDJSON(ctx, client.BytesBody([]byte(
-		`{"custom_id":"ok","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`+"\n"+
-			`{"custom_id":"bad","kind":"sweep","puzzle":{"board":[".....","....."]},"options":{"max_nodes":1}}`+"\n")), "")
+	sub, err := c.SubmitBatch(ctx, client.BatchOf(
+		client.Sliding(sliding.Puzzle{Board: [][]int{{1, 0, 3}, {4, 2, 5}, {7, 8, 6}}}, sliding.Options{}).WithCustomID("ok"),
+		client.Sweep(sweep.Puzzle{Board: []string{".....", "....."}}, sweep.Options{MaxNodes: 1}).WithCustomID("bad")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.GetBatch(ctx, sub.ID, "", 1, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	task, err := c.Submit(ctx, []byte(`{"kind":"fill","puzzle":{"game_board":[[1,1,0],[1,1,0],[0,0,0]],"table":[[1,1,1],[0,0,1],[0,0,1]]}}`))
+	task, err := c.Submit(ctx, client.Fill(fill.Puzzle{GameBoard: [][]int{{1, 1, 0}, {1, 1, 0}, {0, 0, 0}}, Table: [][]int{{1, 1, 1}, {0, 0, 1}, {0, 0, 1}}}, fill.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,9 +67,9 @@ func TestSubmitNDJSONRetriesWithTheSameBody(t *testing.T) {
 				io.WriteString(w, `{"id":"0123456789abcdef0123456789abcdef","total":2,"task_ids":null}`)
 			}))
 			defer srv.Close()
-			sub, err := client.New(srv.URL, fast()...).SubmitNDJSON(context.Background(), body, "k-"+name)
+			sub, err := client.New(srv.URL, fast()...).SubmitBatch(context.Background(), client.NDJSONBatch(body), client.WithIdempotencyKey("k-"+name))
 			if err != nil || !sub.Replayed || sub.Total != 2 || calls.Load() != 2 {
-				t.Fatalf("SubmitNDJSON = %+v, %v after %d calls", sub, err, calls.Load())
+				t.Fatalf("SubmitBatch(NDJSONBatch) = %+v, %v after %d calls", sub, err, calls.Load())
 			}
 			if got := sub.ItemID(1); got != "0123456789abcdef0123456789abcdef-1" {
 				t.Errorf("ItemID(1) = %q", got)
@@ -95,13 +95,13 @@ func TestSubmitNDJSONErrors(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := client.New(srv.URL, fast()...)
-	_, err := c.SubmitNDJSON(context.Background(), client.BytesBody([]byte(ndjson)), "k")
+	_, err := c.SubmitBatch(context.Background(), client.NDJSONBatch(client.BytesBody([]byte(ndjson))), client.WithIdempotencyKey("k"))
 	var e *client.Error
 	if !errors.As(err, &e) || e.StatusCode != 400 || !strings.Contains(e.Message, "line 2") || calls.Load() != 1 {
 		t.Fatalf("err %v after %d calls", err, calls.Load())
 	}
 	broken := client.FuncBody(100, func() (io.Reader, error) { return io.MultiReader(strings.NewReader("{"), errReader{}), nil })
-	_, err = c.SubmitNDJSON(context.Background(), broken, "k")
+	_, err = c.SubmitBatch(context.Background(), client.NDJSONBatch(broken), client.WithIdempotencyKey("k"))
 	if err == nil || errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "disk on fire") || calls.Load() > 2 {
 		t.Fatalf("unreadable body: err %v after %d calls", err, calls.Load())
 	}

@@ -29,6 +29,9 @@ func TestSettingChangeRollsPods(t *testing.T) {
 		return []byte(strings.Replace(string(b), old, changed, 1))
 	})
 	for _, e := range overlays {
+		if len(e.components) > 0 {
+			continue // the same ConfigMap and references as without them
+		}
 		t.Run(e.dir, func(t *testing.T) {
 			before, err := render(overlayDir(e.dir))
 			if err != nil {

@@ -2,17 +2,13 @@ package deploy_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
@@ -31,97 +27,6 @@ func startStack(t *testing.T, extraAPIEnv map[string]string) *stack {
 	s := &stack{apiURL: st.URL, workerURL: "http://" + st.Workers[0].Addr()}
 	waitOK(t, s.workerURL+"/readyz")
 	return s
-}
-
-// solveSome submits one task (queue interactive) and a batch (queue bulk)
-// and waits until both are done.
-func (s *stack) solveSome(t *testing.T) {
-	t.Helper()
-	post := func(path, body string) map[string]any {
-		resp, err := http.Post(s.apiURL+path, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("POST %s: %s %v %v", path, resp.Status, m, err)
-		}
-		return m
-	}
-	get := func(path string) map[string]any {
-		resp, err := http.Get(s.apiURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	task := post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
-	batch := post("/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}},`+
-		`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,6],[7,5,8]]}}]}`)
-	if m := get(fmt.Sprintf("/v1/tasks/%v?wait=20s", task["id"])); m["state"] != "completed" {
-		t.Fatalf("task: %v", m)
-	}
-	if m := get(fmt.Sprintf("/v1/batches/%v?wait=20s", batch["id"])); m["done"] != true {
-		t.Fatalf("batch: %v", m)
-	}
-}
-
-// TestMonitoringInChromium loads the asynqmon dashboard at /monitoring/
-// in headless Chromium and checks that it lists our queues, read-only.
-func TestMonitoringInChromium(t *testing.T) {
-	var browser string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browser = p
-			break
-		}
-	}
-	if browser == "" {
-		t.Skip("no Chromium on PATH (apt-get install chromium): the dashboard was not checked in a browser")
-	}
-	s := startStack(t, nil)
-	s.solveSome(t)
-
-	// The page fetches the queues after it loads; on a loaded machine the
-	// virtual time budget may run out first, so try up to three times.
-	var dom []byte
-	var text string
-	for attempt := 1; ; attempt++ {
-		dom = dumpDOM(t, browser, s.apiURL+app.MonitoringPath)
-		text = visibleText(string(dom))
-		missing := !strings.Contains(text, "Queue Size")
-		for _, q := range tasks.Queues {
-			missing = missing || !regexp.MustCompile(`\b`+regexp.QuoteMeta(q)+`\b`).MatchString(text)
-		}
-		if !missing {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("the queues page does not list every queue of %v; page text: %.2000s", tasks.Queues, text)
-		}
-		t.Logf("attempt %d: the page is not complete yet; page text: %.300s", attempt, text)
-	}
-	if !strings.Contains(string(dom), `FLAG_READ_ONLY="true"`) {
-		t.Errorf("the dashboard is not in read-only mode")
-	}
-	t.Logf("Chromium rendered %s%s listing %v", s.apiURL, app.MonitoringPath, tasks.Queues)
-
-	// Read-only: asynqmon refuses anything but GET.
-	req, _ := http.NewRequest(http.MethodDelete, s.apiURL+app.MonitoringPath+"api/queues/"+tasks.QueueBulk, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode < 400 {
-		t.Errorf("DELETE of a queue through the dashboard: %s, want refused", resp.Status)
-	}
 }
 
 // TestMonitoringNeedsAnOperatorKey: with API keys configured the
@@ -148,28 +53,7 @@ func TestMonitoringNeedsAnOperatorKey(t *testing.T) {
 	}
 }
 
-// dumpDOM loads url in headless Chromium and returns the DOM after the
-// page's scripts ran.
-func dumpDOM(t *testing.T, browser, url string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=15000",
-		"--dump-dom", url)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	dom, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	return dom
-}
-
 var (
-	tagsRe    = regexp.MustCompile(`(?s)<(script|style)[^>]*>.*?</(script|style)>|<[^>]*>`)
-	spaceRe   = regexp.MustCompile(`\s+`)
 	metricRe  = regexp.MustCompile(`\b(?:puzzleq|asynq)_[a-z_]+\b`)
 	byRe      = regexp.MustCompile(`\bby \(([^)]*)\)`)
 	sampleRe  = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? `)
@@ -179,10 +63,6 @@ var (
 		"puzzleq_worker_cache_hits_total", "puzzleq_solve_duration_seconds_bucket",
 		"asynq_queue_size", "asynq_queue_latency_seconds", "asynq_tasks_processed_total", "asynq_tasks_failed_total"}
 )
-
-func visibleText(html string) string {
-	return strings.TrimSpace(spaceRe.ReplaceAllString(tagsRe.ReplaceAllString(html, " "), " "))
-}
 
 // scrape returns the metric names a /metrics endpoint exposes, with the
 // label names each carries.
@@ -237,7 +117,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	s := startStack(t, nil)
-	s.solveSome(t)
+	stacktest.SolveSome(t, s.apiURL)
 	exposed := scrape(t, s.apiURL+"/metrics")
 	for name, labels := range scrape(t, s.workerURL+"/metrics") {
 		if exposed[name] == nil {

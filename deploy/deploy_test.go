@@ -14,11 +14,8 @@ import (
 func TestKustomizeOverlays(t *testing.T) {
 	f := newFacts(t)
 	for _, e := range overlays {
-		t.Run(e.dir, func(t *testing.T) {
-			objs, err := render(overlayDir(e.dir))
-			if err != nil {
-				t.Fatal(err)
-			}
+		t.Run(e.name(), func(t *testing.T) {
+			objs := renderExpect(t, e)
 			if problems := checkK8s(f, e, objs); len(problems) > 0 {
 				t.Errorf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
 			}

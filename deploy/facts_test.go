@@ -49,6 +49,7 @@ type loaded struct {
 	HTTPAddr        string
 	MetricsAddr     string // the api's METRICS_ADDR; "" for the worker
 	ShutdownTimeout time.Duration
+	PDBDir, PDBSet  string // the worker's PDB_DIR and PDB_SET; "" for the api
 }
 
 type loadFunc func(env map[string]string) (loaded, error)
@@ -58,11 +59,11 @@ func newLoaders() map[string]loadFunc {
 	return map[string]loadFunc{
 		"api": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, c.MetricsAddr, c.ShutdownTimeout}, err
+			return loaded{c.HTTPAddr, c.MetricsAddr, c.ShutdownTimeout, "", ""}, err
 		},
 		"worker": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, "", c.ShutdownTimeout}, err
+			return loaded{c.HTTPAddr, "", c.ShutdownTimeout, c.PDBDir, c.PDBSet}, err
 		},
 	}
 }

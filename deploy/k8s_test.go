@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -95,6 +96,8 @@ type bundle struct {
 	netpols      []networkingv1.NetworkPolicy
 	hpas         []autoscalingv2.HorizontalPodAutoscaler
 	scaled       []scaledObject
+	jobs         []batchv1.Job
+	pvcs         []corev1.PersistentVolumeClaim
 }
 
 // workload is a Deployment's or StatefulSet's pod template.
@@ -183,6 +186,7 @@ func decodeStrict(objs []map[string]any) (*bundle, []string) {
 			"Namespace": "v1", "ConfigMap": "v1", "Service": "v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1",
 			"PodDisruptionBudget": "policy/v1", "NetworkPolicy": "networking.k8s.io/v1",
 			"HorizontalPodAutoscaler": "autoscaling/v2", "ScaledObject": "keda.sh/v1alpha1",
+			"Job": "batch/v1", "PersistentVolumeClaim": "v1",
 		}[kind]
 		if want == "" {
 			problems = append(problems, fmt.Sprintf("%s: kind the checks do not know", id))
@@ -220,6 +224,12 @@ func decodeStrict(objs []map[string]any) (*bundle, []string) {
 		case "ScaledObject":
 			b.scaled = append(b.scaled, scaledObject{})
 			target = &b.scaled[len(b.scaled)-1]
+		case "Job":
+			b.jobs = append(b.jobs, batchv1.Job{})
+			target = &b.jobs[len(b.jobs)-1]
+		case "PersistentVolumeClaim":
+			b.pvcs = append(b.pvcs, corev1.PersistentVolumeClaim{})
+			target = &b.pvcs[len(b.pvcs)-1]
 		}
 		if err := yaml.UnmarshalStrict(data, target); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: strict decoding: %v", id, err))
@@ -237,13 +247,27 @@ type expect struct {
 	dir         string
 	api, worker int32  // replicas; worker 0: unset, the autoscaler owns it
 	autoscaler  string // "", "keda" or "hpa"
+	// components are added to the overlay's kustomization, as an
+	// operator opts into them (deploy/k8s/components/NAME).
+	components []string
 }
 
 var overlays = []expect{
-	{"deploy/k8s/base", 2, 3, ""},
-	{"deploy/k8s/overlays/dev", 1, 1, ""},
-	{"deploy/k8s/overlays/prod", 3, 0, "keda"},
-	{"deploy/k8s/overlays/prod-hpa", 3, 0, "hpa"},
+	{"deploy/k8s/base", 2, 3, "", nil},
+	{"deploy/k8s/overlays/dev", 1, 1, "", nil},
+	{"deploy/k8s/overlays/prod", 3, 0, "keda", nil},
+	{"deploy/k8s/overlays/prod-hpa", 3, 0, "hpa", nil},
+	{"deploy/k8s/overlays/dev", 1, 1, "", []string{"pdb78"}},
+	{"deploy/k8s/overlays/prod", 3, 0, "keda", []string{"pdb78"}},
+	{"deploy/k8s/overlays/prod-hpa", 3, 0, "hpa", []string{"pdb78"}},
+}
+
+// name is the overlay and the components it is rendered with.
+func (e expect) name() string {
+	if len(e.components) == 0 {
+		return e.dir
+	}
+	return e.dir + "+" + strings.Join(e.components, "+")
 }
 
 // graceMargin is the least time a pod's grace period must leave after
@@ -281,7 +305,14 @@ func checkK8s(f *facts, e expect, objs []map[string]any) []string {
 		byComponent[w.pod.Labels["app.kubernetes.io/component"]] = w
 		id := w.kind + "/" + w.name
 		spec := w.pod.Spec
-		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		for _, c := range spec.InitContainers {
+			cid := id + " init container " + c.Name
+			checkResources(cid, c, bad)
+			checkSecurity(cid, spec.SecurityContext, c, bad)
+			images = append(images, c.Image)
+			checkTool(f, cid, c, bad)
+		}
+		for _, c := range spec.Containers {
 			cid := id + " container " + c.Name
 			checkResources(cid, c, bad)
 			checkSecurity(cid, spec.SecurityContext, c, bad)
@@ -291,6 +322,19 @@ func checkK8s(f *facts, e expect, objs []map[string]any) []string {
 			}
 			images = append(images, c.Image)
 			checkApp(f, b, cid, w, c, bad)
+		}
+	}
+	for _, j := range b.jobs {
+		spec := j.Spec.Template.Spec
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			cid := "Job/" + j.Name + " container " + c.Name
+			checkResources(cid, c, bad)
+			checkSecurity(cid, spec.SecurityContext, c, bad)
+			images = append(images, c.Image)
+			checkTool(f, cid, c, bad)
+		}
+		if ptrOr(spec.AutomountServiceAccountToken, true) {
+			bad("Job/%s: automountServiceAccountToken is not false", j.Name)
 		}
 	}
 	for _, comp := range []string{"api", "worker", "redis"} {
@@ -363,6 +407,7 @@ func checkK8s(f *facts, e expect, objs []map[string]any) []string {
 	}
 
 	checkNetworkPolicies(b, byComponent, bad)
+	checkPDBVolume(f, b, byComponent["worker"], bad)
 	checkAutoscaling(f, b, e, ns, byComponent, bad)
 	return problems
 }
@@ -491,6 +536,10 @@ func addrPort(addr string) int32 {
 	return int32(n)
 }
 
+// goRuntimeEnv are the settings the Go runtime reads itself, which a
+// container may set besides the binary's own.
+var goRuntimeEnv = set([]string{"GOMEMLIMIT", "GOGC", "GOMAXPROCS"})
+
 // checkApp checks a puzzleq container against the binary it runs.
 func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, bad func(string, ...any)) {
 	if len(c.Command) == 0 {
@@ -512,7 +561,7 @@ func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, ba
 	}
 	env := containerEnv(b, id, c, bad)
 	for _, k := range keys(env) {
-		if !known[k] {
+		if !known[k] && !goRuntimeEnv[k] {
 			bad("%s: sets %s, which the %s does not read", id, k, bin)
 		}
 	}

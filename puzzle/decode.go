@@ -31,7 +31,31 @@ var strict = json.JoinOptions(
 	json.MatchCaseInsensitiveNames(false),
 	jsontext.AllowDuplicateNames(false),
 	jsontext.AllowInvalidUTF8(false),
+	json.WithUnmarshalers(json.JoinUnmarshalers(
+		json.UnmarshalFromFunc(refuseNull[*int]),
+		json.UnmarshalFromFunc(refuseNull[*int64]),
+		json.UnmarshalFromFunc(refuseNull[*bool]),
+		json.UnmarshalFromFunc(refuseNull[*string]),
+	)),
 )
+
+// errNull is what refuseNull reports; decodeError names the field.
+var errNull = errors.New("null where a value is required")
+
+// refuseNull refuses a JSON null where a number, boolean or string is
+// expected: the decoder's default reads it as the zero value, so
+// [[1,null,3]] would be solved as [[1,0,3]] and share its cache key, and
+// a request would mean something its sender did not write. Any other
+// value goes to the default decoding (errors.ErrUnsupported).
+func refuseNull[T any](dec *jsontext.Decoder, _ T) error {
+	if dec.PeekKind() == 'n' {
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		return errNull
+	}
+	return errors.ErrUnsupported
+}
 
 // wireRequest is Request as it is decoded: the parts stay raw until the
 // kind says what they hold.
@@ -159,6 +183,10 @@ func decodeError(err error) error {
 			return inputErr(CodeInvalidRequest, memberPath(sem.JSONPointer), fmt.Sprintf("unknown field %q", truncate(name, 40)))
 		}
 		field := fieldPath(sem.JSONPointer)
+		if errors.Is(sem.Err, errNull) && sem.GoType != nil && sem.GoType.Kind() == reflect.Pointer {
+			return inputErr(CodeInvalidRequest, field,
+				fmt.Sprintf("%s: expected %s, got null", orRoot(field), jsonKind(sem.GoType.Elem())))
+		}
 		if sem.GoType == nil {
 			return inputErr(CodeInvalidRequest, field, "invalid JSON: "+truncate(strings.TrimPrefix(sem.Error(), "json: "), 200))
 		}

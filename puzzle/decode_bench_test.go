@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -36,19 +37,19 @@ func benchBatchBody(n int) []byte {
 // BenchmarkDecodeBatch10k decodes and validates a 10,000-item batch body
 // as POST /v1/batches does, envelope and items. cpu-ns/op is the process
 // CPU time per op (garbage collection included), which a loaded machine
-// inflates less than ns/op. See BENCHMARKS.md.
+// inflates less than ns/op. See docs/performance.md.
 func BenchmarkDecodeBatch10k(b *testing.B) {
 	body := benchBatchBody(10000)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := int64(testgen.ProcessCPU())
 	for b.Loop() {
 		reqs, err := puzzle.DecodeBatch(body, 10000)
 		if err != nil || len(reqs) != 10000 {
 			b.Fatalf("%d requests, %v", len(reqs), err)
 		}
 	}
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkDecodeTask decodes and validates a POST /v1/tasks body: a
@@ -57,13 +58,13 @@ func BenchmarkDecodeTask(b *testing.B) {
 	body := []byte(`{"kind":"sliding","puzzle":{"board":[[15,14,8,12],[10,11,9,13],[2,6,5,1],[3,7,4,0]]},"options":{"max_nodes":5000000}}`)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := int64(testgen.ProcessCPU())
 	for b.Loop() {
 		if _, err := puzzle.Decode(body); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkDecodePayload8 decodes an 8-puzzle's canonical payload, as the

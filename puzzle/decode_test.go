@@ -173,3 +173,48 @@ func TestNumericNamesAreNamesNotIndexes(t *testing.T) {
 		t.Errorf("batch: %#v, want field tasks[1].2", err)
 	}
 }
+
+// nullValues are requests with a null where a number, boolean or string
+// is expected. The decoder's default reads null as the zero value, so
+// [[1,null,3],...] would be solved as [[1,0,3],...] under that request's
+// cache key; each must be refused, naming the place, by every decoder.
+var nullValues = []struct{ name, in, field string }{
+	{"sliding cell", `{"kind":"sliding","puzzle":{"board":[[1,null,3],[4,2,5],[7,8,6]]}}`, "puzzle.board[0][1]"},
+	{"sliding max_nodes", `{"kind":"sliding","puzzle":` + board3 + `,"options":{"max_nodes":null}}`, "options.max_nodes"},
+	{"sweep row", `{"kind":"sweep","puzzle":{"board":[".",null]}}`, "puzzle.board[1]"},
+	{"sweep max_nodes", `{"kind":"sweep","puzzle":{"board":["."]},"options":{"max_nodes":null}}`, "options.max_nodes"},
+	{"fill game_board cell", `{"kind":"fill","puzzle":{"game_board":[[0,null]],"table":[[1,0]]}}`, "puzzle.game_board[0][1]"},
+	{"fill table cell", `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[null,0]]}}`, "puzzle.table[0][0]"},
+	{"fill allow_flip", `{"kind":"fill","puzzle":{"game_board":[[0,1]],"table":[[1,0]]},"options":{"allow_flip":null}}`, "options.allow_flip"},
+}
+
+func TestNullIsRefusedWhereAValueIsExpected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range nullValues {
+		for what, err := range map[string]error{
+			"Decode": func() error { _, err := puzzle.Decode([]byte(tc.in)); return err }(),
+			"DecodeItem": func() error {
+				_, _, err := puzzle.DecodeItem([]byte(tc.in))
+				return err
+			}(),
+			"ReadRequests": func() error {
+				_, err := puzzle.ReadRequests(strings.NewReader(tc.in+"\n"), puzzle.FormatJSON)
+				return err
+			}(),
+		} {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code != puzzle.CodeInvalidRequest || ie.Field != tc.field || !strings.Contains(ie.Msg, "null") {
+				t.Errorf("%s (%s): %#v, want invalid_request on %s saying null", tc.name, what, err, tc.field)
+			}
+		}
+		_, err := puzzle.DecodeBatch([]byte(`{"tasks":[`+sweep1+`,`+tc.in+`]}`), 0)
+		var ie *solvers.InputError
+		if !errors.As(err, &ie) || ie.Field != "tasks[1]."+tc.field {
+			t.Errorf("%s (DecodeBatch): %#v, want tasks[1].%s", tc.name, err, tc.field)
+		}
+	}
+	// A null options object is no options, as documented.
+	if _, err := puzzle.Decode([]byte(`{"kind":"sliding","puzzle":` + board3 + `,"options":null}`)); err != nil {
+		t.Fatalf("null options: %v", err)
+	}
+}

@@ -35,6 +35,9 @@ func FuzzDecode(f *testing.F) {
 	for _, c := range foldedNames {
 		f.Add([]byte(c.in))
 	}
+	for _, c := range nullValues {
+		f.Add([]byte(c.in))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := puzzle.Decode(data)
 		if err != nil {
@@ -77,6 +80,9 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, c := range foldedNames {
 		f.Add([]byte(sweep1), []byte(c.in))
 	}
+	for _, c := range nullValues {
+		f.Add([]byte(sweep1), []byte(c.in))
+	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		if !json.Valid(a) || !json.Valid(b) {
 			return // "[a,b]" could split elsewhere than between a and b
@@ -116,6 +122,9 @@ func FuzzDecodeItem(f *testing.F) {
 	f.Add([]byte(`{"custom_id":"a","custom_id":"a","kind":"sweep","puzzle":{"board":["."]}}`))
 	f.Add([]byte("{\"custom_id\":\"\xff\",\"kind\":\"sweep\",\"puzzle\":{\"board\":[\".\"]}}"))
 	for _, c := range foldedNames {
+		f.Add([]byte(c.in))
+	}
+	for _, c := range nullValues {
 		f.Add([]byte(c.in))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -160,6 +169,9 @@ func FuzzBatchDecoder(f *testing.F) {
 	f.Add([]byte(sweep1), []byte(`{"kind":"sweep","KIND":"fill","puzzle":{"board":["."]}}`))
 	f.Add([]byte(`{"tasks":[`), []byte(`]}`))
 	for _, c := range foldedNames {
+		f.Add([]byte(sweep1), []byte(c.in))
+	}
+	for _, c := range nullValues {
 		f.Add([]byte(sweep1), []byte(c.in))
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {

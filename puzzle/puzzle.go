@@ -63,7 +63,7 @@ type Parsed struct {
 	fillO    fill.Options
 	payload  []byte // JSON of the whole request, options included
 	cells    int    // cells of the board (the game board for fill)
-	// compact marks a Parsed that no longer holds its solver's input
+	// compact marks a Parsed that has dropped its solver's input
 	// (see Compact); Solve and the accessors decode the payload again.
 	compact bool
 }
@@ -89,8 +89,8 @@ func (p *Parsed) Key() string {
 	switch p.kind {
 	case KindSliding:
 		// Every single task hashes its key; encoding the board by
-		// reflection was a tenth of the API's own CPU on a cache hit
-		// (issue 12). appendSlidingCanonical writes the same bytes
+		// reflection costs a tenth of the API's own CPU on a cache hit.
+		// appendSlidingCanonical writes the same bytes
 		// (TestSlidingCanonicalMatchesEncodingJSON).
 		var buf [160]byte
 		canonical = appendSlidingCanonical(buf[:0], p.sliding.Board)

@@ -7,7 +7,7 @@
 # statistics, posts a batch of 10,000 distinct solvable 8-puzzles, long-polls
 # it to done, and prints each process's CPU (10 ms ticks) and INFO
 # commandstats calls, scripts' inner calls included. Alternate two BINDIRs to
-# compare builds within one run (BENCHMARKS.md, "Durable batches").
+# compare builds within one run (docs/performance.md, "Batches").
 set -euo pipefail
 # freeport asks the kernel for a free port (random ones can clash).
 freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

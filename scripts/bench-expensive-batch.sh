@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench-expensive-batch.sh ROUNDS BINDIR... : one key's batch of expensive
-# items (issue 12: the per-key cap covers batch items), end to end through
+# items (the per-key cap covers batch items), end to end through
 # `puzzlectl submit -f jobs --wait --out results` on redis-server, cmd/api
 # and one cmd/worker (WORKER_CONCURRENCY=2, so the key's cap is 1; auth on
 # with one key).

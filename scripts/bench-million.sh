@@ -1,6 +1,6 @@
 #!/bin/bash
-# bench-million.sh BINDIR: a 1,000,000-item NDJSON batch end to end (issue
-# 11), and the fairness case beside it. BINDIR holds `api` and `worker`
+# bench-million.sh BINDIR: a 1,000,000-item NDJSON batch end to end
+# and the fairness case beside it. BINDIR holds `api` and `worker`
 # (go build -o BINDIR/NAME ./cmd/NAME). It starts redis-server, the API
 # (two API keys) and one worker (defaults) on loopback, then:
 #   1. alice POSTs 1,000,000 distinct-ish random 8-puzzles as one

@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench-singles.sh ROUNDS BINDIR... : cache hits of single tasks against a
-# separate API process (issue 12), beside the floor: a bare net/http
+# separate API process, beside the floor: a bare net/http
 # server making one Lua round trip per request (loadgen -serve-floor,
 # cmd/loadgen/floor.go), on the same Redis, in the same minutes.
 #

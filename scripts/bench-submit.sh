@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench-submit.sh ROUNDS BINDIR... : the ratio that matters for bulk work
-# (issue 11): 100,000 distinct random 8-puzzles solved by
+# 100,000 distinct random 8-puzzles solved by
 # `puzzlectl solve --local --format json < jobs` against
 # `puzzlectl submit -f jobs --wait --out results` on a real stack
 # (redis-server, cmd/api, one cmd/worker, all defaults), in the same run.
@@ -22,23 +22,8 @@ dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-python3 - "$dir/jobs.jsonl" "$n" <<'PY'
-import json, random, sys
-random.seed(2026)
-seen, out, n = set(), [], int(sys.argv[2])
-while len(out) < n:
-    b = list(range(9)); random.shuffle(b)
-    if tuple(b) in seen:
-        continue
-    seen.add(tuple(b))
-    out.append(json.dumps({"kind": "sliding", "puzzle": {"board": [b[0:3], b[3:6], b[6:9]]}}, separators=(",", ":")))
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-PY
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# freeport asks the kernel for a free port: random ones in a fixed range
-# clashed once with a port in use, and a process that failed to start
-# then showed only as a missing /proc entry.
-freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/benchlib.sh"
+distinct8 "$dir/jobs.jsonl" "$n" 2026
 one() {
   local bin=$1 label=$2
   local rp ap wp

@@ -24,7 +24,4 @@ func TestUnitNames(t *testing.T) {
 			t.Errorf("ParseMember(%q) accepted", bad)
 		}
 	}
-	if k := PendingListKey(QueueBulk); k != "asynq:{bulk}:pending" {
-		t.Errorf("PendingListKey = %q", k)
-	}
 }

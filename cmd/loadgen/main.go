@@ -12,8 +12,8 @@
 //	single      one task at a time on an idle system (target p50 < 25ms)
 //	throughput  -clients closed-loop clients for -duration or -tasks tasks
 //	raw-asynq   the same load of no-op tasks on bare asynq (the ceiling);
-//	            throughput is reported as a percentage of it (issue 12:
-//	            floor 35%, aim 50%)
+//	            throughput is reported as a percentage of it (floor
+//	            35%, aim 50%)
 //	pipeline-floor  the same load on a single task's hops with none of the
 //	            service's code (pipefloor.go); throughput is also reported
 //	            as a percentage of it

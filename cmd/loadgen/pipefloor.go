@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -32,7 +33,7 @@ import (
 // hashes, solves, limits and observes nothing. The throughput scenario
 // against it, in the same slices as against the service, says how much of
 // a single task's cost is the service's own code and how much is the
-// hops themselves, which issue 12's comparison with raw asynq cannot
+// hops themselves, which the comparison with raw asynq cannot
 // tell apart (loadgen -scenario throughput,raw-asynq,pipeline-floor).
 
 const (
@@ -149,7 +150,7 @@ func (rg *pipeRig) submit(w http.ResponseWriter, r *http.Request) {
 	var idb [16]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
-	q, err := tasks.NewSolveEnqueued(id, "", rg.parsed, pipeQueue, tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{rg.parsed.Kind(): time.Minute}})
+	q, err := asynqdata.Solve(id, "", rg.parsed, pipeQueue, tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{rg.parsed.Kind(): time.Minute}})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -159,7 +160,7 @@ func (rg *pipeRig) submit(w http.ResponseWriter, r *http.Request) {
 	defer rg.waiters.Delete(id)
 	now := time.Now()
 	err = pipeSubmitScript.Run(r.Context(), rg.rdb,
-		[]string{"pipe:task:" + id, "asynq:{" + pipeQueue + "}:t:" + id, "asynq:{" + pipeQueue + "}:pending", "asynq:queues"},
+		[]string{"pipe:task:" + id, asynqdata.TaskKey(pipeQueue, id), asynqdata.PendingKey(pipeQueue), asynqdata.QueuesKey},
 		now.UnixMilli(), body, q.Msg, now.UnixNano(), id, pipeQueue).Err()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -157,10 +157,9 @@ func (rep *Report) finish() {
 	}
 	pct := 100 * thr.CompleteRate / raw.CompleteRate
 	thr.PercentOfRaw = &pct
-	// Issue 12's floor (its aim is 50%); the 60% of an earlier target
-	// was set before the service's round trips were counted, and no
-	// design with an HTTP hop, a submit and a finish beside asynq's own
-	// dequeue and done reaches it (BENCHMARKS.md, "Single tasks").
+	// The single-task floor (the aim is 50%): no design with an HTTP
+	// hop, a submit and a finish beside asynq's own dequeue and done
+	// reaches 60% of bare asynq (docs/performance.md, "Single tasks").
 	thr.target("throughput vs raw asynq (aim 50%)", ">= 35%", fmt.Sprintf("%.0f%%", pct), pct >= 35)
 }
 

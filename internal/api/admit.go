@@ -3,240 +3,18 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
-
-// pool bounds the bytes that requests hold in the API's memory at once:
-// request bodies as they arrive, and results on their way out. A request
-// takes weight for each piece as it holds it, never ahead (a slow upload
-// that has sent ten bytes holds ten bytes), and gives it all back when it
-// ends.
-//
-// Taking weight bit by bit invites a deadlock that a plain weighted
-// semaphore (golang.org/x/sync/semaphore) cannot avoid: when every request
-// holds part of the pool and waits for more, none can finish. So the
-// oldest holder may always take more, beyond the capacity: it can never be
-// blocked, it finishes and gives back, and the next oldest goes on. The
-// memory bound is thus the capacity plus one request's own limit (its body
-// limit, or one result).
-//
-// Each API key (owner) may also hold at most keyCapacity of the pool, so
-// that one tenant's uploads, however many and however slow within the
-// body deadline, leave the rest of the pool to the others. The same rule
-// keeps a key's own requests from deadlocking: the key's oldest holder
-// may go past the key's share. The pool's oldest holder is also its
-// key's oldest, so it is never blocked by either bound, and the memory
-// bound above stands. Requests without an owner (auth off: one tenant)
-// are bound by the pool alone.
-type pool struct {
-	capacity    int64
-	keyCapacity int64 // each owner's share; no share when it is the capacity or more
-
-	mu      sync.Mutex
-	used    int64
-	holders []*ticket            // in the order of their first take; holders[0] may overdraw
-	keys    map[string]*keyShare // the owners that hold weight now
-	changed chan struct{}        // closed and replaced whenever weight is given back
-}
-
-// keyShare is what one owner's requests hold of the pool.
-type keyShare struct {
-	used    int64
-	holders []*ticket // the owner's, in the order of their first take; holders[0] may go past keyCapacity
-}
-
-func newPool(capacity, keyCapacity int64) *pool {
-	return &pool{capacity: capacity, keyCapacity: keyCapacity, keys: map[string]*keyShare{}, changed: make(chan struct{})}
-}
-
-// ticket is one request's share of the pool.
-type ticket struct {
-	p     *pool
-	owner string // the API key's name, "" when auth is off
-	held  int64
-}
-
-// ticket returns an empty share for one request of owner; release it
-// when the request ends.
-func (p *pool) ticket(owner string) *ticket { return &ticket{p: p, owner: owner} }
-
-// errKeyShareFull marks a take that gave up while the ticket's owner held
-// its whole share of the pool: the owner's own requests were in the way,
-// not other tenants'. It wraps why the take gave up (its deadline, or its
-// context's error), and a request that met it is answered 429
-// rate_limited (errKeyShare), whether it was reading a body or a result.
-var errKeyShareFull = errors.New("api: the key's share of the admission pool is full")
-
-// take adds n bytes to the share, waiting while the pool (or the owner's
-// share of it) is full and the ticket is not the oldest holder. It fails
-// only when ctx ends: with errKeyShareFull wrapping ctx's error when the
-// owner's share was what it waited for.
-func (t *ticket) take(ctx context.Context, n int64) error { return t.takeUntil(ctx, time.Time{}, n) }
-
-// takeUntil is take that also gives up at deadline (none when zero); it
-// makes a timer only when it has to wait, so a body's reads, which take
-// from a pool that is seldom full, cost no allocation for it. Giving up
-// at the deadline while the owner's share was what stood in the way
-// returns errKeyShareFull, which wraps context.DeadlineExceeded.
-func (t *ticket) takeUntil(ctx context.Context, deadline time.Time, n int64) error {
-	if n <= 0 {
-		return nil
-	}
-	p := t.p
-	var expired <-chan time.Time
-	for {
-		p.mu.Lock()
-		poolOK := p.used+n <= p.capacity || len(p.holders) == 0 || p.holders[0] == t
-		ks := p.share(t.owner)
-		keyOK := ks == nil || ks.used+n <= p.keyCapacity || len(ks.holders) == 0 || ks.holders[0] == t
-		if poolOK && keyOK {
-			if t.held == 0 {
-				p.holders = append(p.holders, t)
-				if ks != nil {
-					ks.holders = append(ks.holders, t)
-				}
-			}
-			t.held += n
-			p.used += n
-			if ks != nil {
-				ks.used += n
-			}
-			p.mu.Unlock()
-			return nil
-		}
-		if ks != nil && len(ks.holders) == 0 {
-			delete(p.keys, t.owner) // made for this take, which waits
-		}
-		changed := p.changed
-		p.mu.Unlock()
-		if expired == nil && !deadline.IsZero() {
-			timer := time.NewTimer(time.Until(deadline))
-			defer timer.Stop()
-			expired = timer.C
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			if poolOK {
-				return fmt.Errorf("%w: %w", errKeyShareFull, ctx.Err())
-			}
-			return ctx.Err()
-		case <-expired:
-			if poolOK {
-				return fmt.Errorf("%w: %w", errKeyShareFull, context.DeadlineExceeded)
-			}
-			return context.DeadlineExceeded
-		}
-	}
-}
-
-// share is owner's share, made when it takes its first bytes; nil when
-// owners have no share of their own (no owner, or a share as large as
-// the pool). The caller holds p.mu.
-func (p *pool) share(owner string) *keyShare {
-	if owner == "" || p.keyCapacity >= p.capacity {
-		return nil
-	}
-	ks := p.keys[owner]
-	if ks == nil {
-		ks = &keyShare{}
-		p.keys[owner] = ks
-	}
-	return ks
-}
-
-// pageBytes is the most result bytes one page of a batch's items should
-// carry for owner: pageResultBytes, or a quarter of what the page may take
-// from (the owner's share, or the pool without one) when that is less. A
-// page takes twice its results, so it then needs half of it, and a key
-// that has an upload in progress can still read its results instead of
-// waiting for the upload to end.
-func (p *pool) pageBytes(owner string) int64 {
-	room := p.capacity
-	if owner != "" {
-		room = min(room, p.keyCapacity)
-	}
-	return max(1, min(pageResultBytes, room/4))
-}
-
-// put gives back n bytes of the share, which must hold them.
-func (t *ticket) put(n int64) {
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.giveBack(t, min(n, t.held))
-}
-
-// giveBack takes n bytes off t and wakes the waiters; when t holds
-// nothing more it is no holder, of the pool or of its owner's share, or
-// it would stay first for good and no other could ever be the oldest.
-// The caller holds p.mu.
-func (p *pool) giveBack(t *ticket, n int64) {
-	if n <= 0 {
-		return
-	}
-	t.held -= n
-	p.used -= n
-	ks := p.share(t.owner)
-	if ks != nil {
-		ks.used -= n
-	}
-	if t.held == 0 {
-		p.holders = drop(p.holders, t)
-		if ks != nil {
-			ks.holders = drop(ks.holders, t)
-		}
-	}
-	if ks != nil && len(ks.holders) == 0 {
-		delete(p.keys, t.owner)
-	}
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
-// drop returns holders without t.
-func drop(holders []*ticket, t *ticket) []*ticket {
-	for i, h := range holders {
-		if h == t {
-			return append(holders[:i], holders[i+1:]...)
-		}
-	}
-	return holders
-}
-
-// holding is the share's weight now. The body's reader may take more
-// meanwhile, on another goroutine.
-func (t *ticket) holding() int64 {
-	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
-	return t.held
-}
-
-// release gives back the whole share. The ticket may take again after.
-func (t *ticket) release() {
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.giveBack(t, t.held)
-}
-
-// inUse reports the bytes held, for the metrics and tests.
-func (p *pool) inUse() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.used
-}
 
 // readChunk is the most a body read takes from the connection at once, so
 // that weight follows the bytes closely.
@@ -248,7 +26,7 @@ const readChunk = 32 << 10
 type meteredBody struct {
 	ctx   context.Context // the request's
 	r     io.Reader
-	t     *ticket
+	t     *admission.Ticket
 	err   error     // a failed take, reported instead of the read's error
 	clock bodyClock // touched by the reading goroutine only
 	// rc sets the connection's read deadline; nil when the writer has
@@ -284,7 +62,7 @@ func (b *meteredBody) cutOff() {
 // never cut by it. A server-wide ReadTimeout would instead count the
 // headers too, and could not tell a batch body from a one-line task.
 func (s *Server) meterBody(c *gin.Context, limit int64) *meteredBody {
-	t := s.admit.ticket(ownerOf(c))
+	t := s.admit.Ticket(ownerOf(c))
 	c.Set(ctxTicket, t)
 	b := &meteredBody{ctx: c.Request.Context(), r: http.MaxBytesReader(c.Writer, c.Request.Body, limit), t: t,
 		clock: bodyClock{start: time.Now(), grace: s.opts.BodyReadTimeout, rate: s.opts.BodyMinRate}}
@@ -311,6 +89,18 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) && !b.cut.Load() {
 		b.timedOut.Store(true)
 	}
+	if err == io.EOF && b.rc != nil && !b.cut.Load() {
+		// The body is whole, and the read that ended it started the
+		// server's background read of the connection: with the body's
+		// deadline left on it, that read would fail at the deadline and
+		// cancel the request while the handler still waits for room
+		// (below, or for the items it decodes), and a client still
+		// there would be answered as if it had gone.
+		_ = b.rc.SetReadDeadline(time.Time{})
+		if b.cut.Load() { // cutOff ran between the check and the clear
+			_ = b.rc.SetReadDeadline(time.Now())
+		}
+	}
 	if n > 0 {
 		b.clock.got += int64(n)
 		dl := b.clock.deadline()
@@ -332,10 +122,25 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// maxAdmissionWait bounds how long a request body waits for room in the
+// pool at any one take (each read, and the room ingest settles for its
+// buffers): a body that cannot get room is refused within it, 503 with
+// Retry-After (429 when its own key's requests hold its share), while its
+// client waits, never at its body's deadline. The pool's fair shares
+// (internal/admission) keep room free for a key that arrives, so a
+// request of a key under its share seldom waits at all. The memory a
+// large item's decoding takes is not a body's read: it waits for room as
+// for a decode slot, until the request's context ends.
+const maxAdmissionWait = time.Second
+
 // take adds n bytes to the body's ticket, waiting for the pool at most
-// until the body's deadline.
+// maxAdmissionWait, and never past the body's deadline.
 func (b *meteredBody) take(n int64) error {
-	return b.t.takeUntil(b.ctx, time.Unix(0, b.dl.Load()), n)
+	deadline := time.Now().Add(maxAdmissionWait)
+	if dl := time.Unix(0, b.dl.Load()); dl.Before(deadline) {
+		deadline = dl
+	}
+	return b.t.TakeUntil(b.ctx, deadline, n)
 }
 
 // maxBodyTime bounds any body's arrival, however steadily it comes: a
@@ -373,23 +178,24 @@ func bodyTime(grace time.Duration, rate, n int64) time.Duration {
 var errBodyTimeout = newError(http.StatusRequestTimeout, apitype.CodeRequestTimeout, "",
 	"the request body did not arrive in time")
 
-// errAdmission marks a body that could not be admitted before its deadline
-// because others filled the API's memory.
+// errAdmission marks a body that could not be admitted within
+// maxAdmissionWait because others filled the API's memory.
 var errAdmission = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable, "",
 	"the server is busy reading other requests; retry later")
 
-// errKeyShare marks a body that could not be admitted before its
-// deadline because the same key's other requests held its whole share of
-// the API's memory (MAX_KEY_BYTES_IN_FLIGHT).
+// errKeyShare marks a body that could not be admitted within
+// maxAdmissionWait because the same key's other requests held its whole
+// share of the API's memory (at most MAX_KEY_BYTES_IN_FLIGHT, less while
+// other keys use it too).
 var errKeyShare = newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
-	"this key's requests in progress hold its share of the server's memory (MAX_KEY_BYTES_IN_FLIGHT); retry when one of them ends")
+	"this key's requests in progress hold its share of the server's memory, smaller while other keys use it (MAX_KEY_BYTES_IN_FLIGHT); retry when one of them ends")
 
 // readBody reads at most limit bytes of the body under the body's
 // deadline (bodyClock), counting them against the pool as they arrive.
 // The ticket is released when the request ends, so the bytes count for
 // as long as the handler holds what it made of them. Errors: 413 beyond
 // limit, 408 when the body is too slow, 503 when the pool stayed full
-// until the deadline, 429 when the key's own share of it did.
+// for maxAdmissionWait, 429 when the key's own share of it did.
 func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
 	if c.Request.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
@@ -428,7 +234,7 @@ func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
 	switch {
 	case errors.As(err, &maxErr):
 		return err
-	case errors.Is(mb.err, errKeyShareFull) && c.Request.Context().Err() == nil:
+	case errors.Is(mb.err, admission.ErrKeyShareFull) && c.Request.Context().Err() == nil:
 		// The key's own requests held its share until the deadline.
 		c.Header("Connection", "close")
 		c.Header("Retry-After", "1")
@@ -436,6 +242,7 @@ func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
 	case mb.err != nil && c.Request.Context().Err() == nil:
 		// The pool stayed full: the client did nothing wrong.
 		c.Header("Connection", "close")
+		c.Header("Retry-After", "1")
 		return errAdmission
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.Header("Connection", "close")
@@ -459,7 +266,7 @@ func (s *Server) admitted() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		defer func() {
 			if t, ok := c.Get(ctxTicket); ok {
-				t.(*ticket).release()
+				t.(*admission.Ticket).Release()
 			}
 		}()
 		c.Next()

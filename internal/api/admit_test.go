@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,40 +308,43 @@ func startStalledUpload(t *testing.T, addr, key string, declared, sent int) *slo
 }
 
 // One key's uploads cannot take the memory that admits every other key's
-// requests. Key a starts three uploads that stall after 700 KiB each, on
-// an API whose pool is 2 MiB, and key b then submits a small batch. With
-// a key's share at 1 MiB, b's batch is accepted at once while a's uploads
-// are held, a's two newer uploads are answered 429 at their deadlines
-// (their own key was in the way) and its first 408. With a key's share as
-// large as the pool (the control, as before the share existed), the same
-// three uploads fill the pool and b's batch is refused 503 at its own
-// deadline: so the share is what admitted b.
+// requests. On an API whose pool is 2 MiB, key a starts uploads that
+// stall, and key b then submits a small batch. With a key's share at
+// 1 MiB, a's three uploads of 700 KiB hold at most its share: b's batch
+// is accepted at once while a's first upload holds its bytes, a's two
+// newer uploads are answered 429 once they waited 1 s for room (their own
+// key was in the way) and its first 408. With a key's share as large as
+// the pool (the control, no share), a's two uploads of 1000 KiB fill the
+// pool without waiting, and b's batch is refused 503 once it waited 1 s:
+// so the share is what admitted b.
 func TestKeyShareLeavesOtherKeysRoom(t *testing.T) {
 	const keyA, keyB = "a-key-0123456789abcdef", "b-key-0123456789abcdef"
 	const grace = 3 * time.Second
 	for _, tc := range []struct {
 		name       string
 		keyShare   string
+		uploads    int // a's, each declaring sent+10 KiB
+		sent       int
 		wantB      int
 		wantNewerA int    // 0: not checked past being answered with an error
-		newerCode  string // of a's two newer uploads
+		newerCode  string // of a's newer uploads
 	}{
-		{"share of half the pool", "1Mi", http.StatusAccepted, http.StatusTooManyRequests, apitype.CodeRateLimited},
-		// Here a's newer uploads end as the pool or their bodies' clocks
-		// allow (503 or 408); what matters is b's answer.
-		{"share as large as the pool", "2Mi", http.StatusServiceUnavailable, 0, ""},
+		{"share of half the pool", "1Mi", 3, 700 << 10, http.StatusAccepted, http.StatusTooManyRequests, apitype.CodeRateLimited},
+		// Here a's newer upload ends as its body's clock allows (408);
+		// what matters is b's answer.
+		{"share as large as the pool", "2Mi", 2, 1000 << 10, http.StatusServiceUnavailable, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB,
 				"MAX_BYTES_IN_FLIGHT": "2Mi", "MAX_KEY_BYTES_IN_FLIGHT": tc.keyShare,
 				// 700 KiB at 256 KiB/s buys a's first upload 2.7 s past
-				// the grace, so it holds its bytes past b's deadline.
+				// the grace, so it holds its bytes past b's answer.
 				"BODY_READ_TIMEOUT": grace.String(), "BODY_MIN_RATE": "256Ki",
 				"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
 			var ups []*slowUpload
-			for range 3 {
-				ups = append(ups, startStalledUpload(t, a.Addr(), keyA, 900<<10, 700<<10))
+			for range tc.uploads {
+				ups = append(ups, startStalledUpload(t, a.Addr(), keyA, tc.sent+10<<10, tc.sent))
 				time.Sleep(200 * time.Millisecond) // in this order: the first is the oldest
 			}
 
@@ -394,4 +398,83 @@ func TestKeyShareLeavesOtherKeysRoom(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A batch refused at the byte pool is answered as the pool's refusal,
+// whatever the body's format: 503 with Retry-After while the client is
+// still connected. Key a's two stalled uploads of 1000 KiB fill a 2 MiB
+// pool (its share as large as the pool), and key b then sends 20-item batches as
+// JSON and as NDJSON at once. An NDJSON body is read to its end before
+// its items wait for room, so the connection's read deadline must not
+// outlive the body: the server's background read would hit it and cancel
+// the request, and b would get a 499 that no client is documented to see.
+func TestPoolRefusalIs503ForEveryBatchFormat(t *testing.T) {
+	t.Parallel()
+	const keyA, keyB = "a-key-0123456789abcdef", "b-key-0123456789abcdef"
+	const grace = 2 * time.Second
+	a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB,
+		"MAX_BYTES_IN_FLIGHT": "2Mi", "MAX_KEY_BYTES_IN_FLIGHT": "2Mi",
+		// 1000 KiB at 128 KiB/s holds a's uploads 7.8 s past the grace,
+		// well past b's answers, which come once they waited 1 s.
+		"BODY_READ_TIMEOUT": grace.String(), "BODY_MIN_RATE": "128Ki",
+		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
+	for range 2 {
+		startStalledUpload(t, a.Addr(), keyA, 1010<<10, 1000<<10)
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The server has read both (they hold the pool for 7.8 s past the
+	// grace) before b comes, on a loaded machine too.
+	time.Sleep(time.Second)
+	jsonBody := eightPuzzles(20, 0)
+	var env struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if err := json.Unmarshal(jsonBody, &env); err != nil {
+		t.Fatal(err)
+	}
+	var nd bytes.Buffer
+	for _, it := range env.Tasks {
+		nd.Write(it)
+		nd.WriteByte('\n')
+	}
+	formats := []struct {
+		ct   string
+		body []byte
+	}{{"application/json", jsonBody}}
+	for range 6 {
+		formats = append(formats, struct {
+			ct   string
+			body []byte
+		}{"application/x-ndjson", nd.Bytes()})
+	}
+	var wg sync.WaitGroup
+	for _, f := range formats {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", "http://"+a.Addr()+"/v1/batches", bytes.NewReader(f.body))
+			req.Header.Set("Authorization", "Bearer "+keyB)
+			req.Header.Set("Content-Type", f.ct)
+			start := time.Now()
+			resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				t.Errorf("b's %s batch: %v", f.ct, err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			took := time.Since(start)
+			t.Logf("b's %s batch: %d after %v", f.ct, resp.StatusCode, took)
+			var eb apitype.ErrorBody
+			_ = json.Unmarshal(body, &eb)
+			if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Code != apitype.CodeUnavailable || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("b's %s batch: %d %s (Retry-After %q), want 503 unavailable with Retry-After",
+					f.ct, resp.StatusCode, body, resp.Header.Get("Retry-After"))
+			}
+			if took > 2*grace {
+				t.Errorf("b's %s batch answered after %v, want about its %v grace", f.ct, took, grace)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,8 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
+	"github.com/puzzleq/puzzleq/internal/egress"
+	"github.com/puzzleq/puzzleq/internal/ingest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/internal/webhook"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -39,7 +42,15 @@ type Enqueuer interface {
 
 // Store is what the API needs of the record store.
 type Store interface {
-	Ping(ctx context.Context) error
+	CheckWrites(ctx context.Context) error
+	// Confirm returns once REDIS_ACK_REPLICAS replicas hold every write
+	// so far (store.ErrNotReplicated when they do not in time); nil at
+	// once when acks are off. A 2xx that promises a write follows it.
+	Confirm(ctx context.Context) error
+	// AckReplicas and ConnectedReplicas are REDIS_ACK_REPLICAS and how
+	// many replicas could confirm a write now, for /readyz.
+	AckReplicas() int
+	ConnectedReplicas(ctx context.Context) (int, error)
 	SubmitTask(ctx context.Context, t store.NewTask, quota int) (json.RawMessage, time.Time, error)
 	SubmitCached(ctx context.Context, t store.NewTask) (json.RawMessage, time.Time, error)
 	batchStore
@@ -130,14 +141,21 @@ type Options struct {
 	MaxPendingPerKey int
 	// SessionTTL is how long a dashboard session lasts after sign-in.
 	SessionTTL time.Duration
+	// SessionsPerKey caps one key's live dashboard sessions; a sign-in
+	// past it ends the key's oldest.
+	SessionsPerKey int
+	// SignInsPerKeyPerMinute and SignInsPerAddrPerMinute bound the
+	// dashboard sign-ins of one key and of one client address a minute
+	// (each its burst as well), counted in Redis across replicas.
+	SignInsPerKeyPerMinute, SignInsPerAddrPerMinute int
 	// WebhookPolicy says where completion webhooks may point
 	// (WEBHOOK_ALLOWED_HOSTS); nil allows public addresses only.
-	WebhookPolicy *webhook.Policy
+	WebhookPolicy *egress.Policy
 	// WebhooksEnabled is true when WEBHOOK_SECRET is set: without it no
 	// webhook could be signed, so a submission naming one is refused.
 	WebhooksEnabled bool
 	// Resolver looks webhook hosts up; nil is net.DefaultResolver.
-	Resolver webhook.Resolver
+	Resolver egress.Resolver
 	// Presence reports the live workers and the queues for
 	// GET /v1/status; without it the route answers 503.
 	Presence Presence
@@ -147,6 +165,11 @@ type Options struct {
 	// AuthFailuresPerMinute bounds the failed authentications of one
 	// client address a minute, after which it is answered 429.
 	AuthFailuresPerMinute int
+	// AccessLogEvery samples the access log: one request in
+	// AccessLogEvery gets its line (1: every request; 0: none), and
+	// every server error (5xx) gets one whatever it is. Its default is
+	// ACCESS_LOG_EVERY's.
+	AccessLogEvery int
 	// MaxStreamsPerKey bounds the event streams (GET
 	// /v1/batches/{id}/events) one key holds open on this replica at
 	// once; one more is answered 429.
@@ -168,6 +191,8 @@ func (o Options) check() {
 		{"RateBurst", int64(o.RateBurst)}, {"MaxPendingPerKey", int64(o.MaxPendingPerKey)},
 		{"MaxBytesInFlight", o.MaxBytesInFlight}, {"MaxKeyBytesInFlight", o.MaxKeyBytesInFlight}, {"BodyReadTimeout", int64(o.BodyReadTimeout)}, {"BodyMinRate", o.BodyMinRate},
 		{"SessionTTL", int64(o.SessionTTL)}, {"FeedDepth", int64(o.FeedDepth)},
+		{"SessionsPerKey", int64(o.SessionsPerKey)}, {"SignInsPerKeyPerMinute", int64(o.SignInsPerKeyPerMinute)},
+		{"SignInsPerAddrPerMinute", int64(o.SignInsPerAddrPerMinute)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
 		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)},
@@ -186,19 +211,26 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
-	decodes chan struct{} // the decode slots
-	admit   *pool         // bytes of bodies and results held at once
-	keys    []keyEntry    // tenant and operator keys
+	batches *ingest.Decoder // reads and stages batch bodies
+	admit   *admission.Pool // bytes of bodies and results held at once
+	keys    []keyEntry      // tenant and operator keys
 	// tenantAuth is whether /v1 needs a key: some tenant key is
 	// configured. Operator keys alone leave /v1 open, as no keys do.
 	tenantAuth bool
 	failures   blocklist // addresses over their failed-authentication limit
 	draining   atomic.Bool
+	// notReady is whether the last readiness probe failed on Redis, so
+	// that only a change is logged.
+	notReady   atomic.Bool
 	engine     *gin.Engine
 	ending     chan struct{} // closed by EndWaits
 	endOnce    sync.Once
 	streams    streamCounts // the open event streams of each key
-	hits       hitHints     // cache keys seen cached, for SubmitCached
+	sessEpochs sessionEpochs
+	idPrefix   string        // this process's random prefix of request IDs
+	requests   atomic.Uint64 // requests numbered, for their IDs
+	logged     atomic.Uint64 // requests counted for the access log's sampling
+	hits       hitHints      // cache keys seen cached, for SubmitCached
 }
 
 // New builds the API and its routes. reg receives the HTTP metrics. It
@@ -206,7 +238,7 @@ type Server struct {
 func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts Options) *Server {
 	opts.check()
 	if opts.WebhookPolicy == nil {
-		opts.WebhookPolicy, _ = webhook.ParsePolicy("")
+		opts.WebhookPolicy, _ = egress.ParsePolicy("")
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
@@ -215,12 +247,19 @@ func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts O
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: st, waiter: w, opts: opts, log: log,
-		metrics: newMetrics(reg), decodes: make(chan struct{}, opts.MaxConcurrentDecodes),
-		admit: newPool(opts.MaxBytesInFlight, opts.MaxKeyBytesInFlight), ending: make(chan struct{})}
+		metrics: newMetrics(reg),
+		batches: ingest.New(ingest.Config{MaxItems: opts.MaxBatchItems, ChunkSize: opts.ChunkSize,
+			Deadline: opts.Limits.Deadline, Decodes: opts.MaxConcurrentDecodes}),
+		admit: admission.New(opts.MaxBytesInFlight, opts.MaxKeyBytesInFlight), ending: make(chan struct{})}
 	for _, k := range opts.Keys {
 		s.keys = append(s.keys, keyEntry{APIKey: k, digest: sha256.Sum256([]byte(k.Key))})
 		s.tenantAuth = s.tenantAuth || !k.IsOperator()
 	}
+	var p [6]byte
+	if _, err := rand.Read(p[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	s.idPrefix = hex.EncodeToString(p[:]) + "-"
 	s.engine = s.routes()
 	return s
 }
@@ -306,6 +345,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/tasks", s.listTasks)
 	v1.POST("/tasks", s.createTask)
 	v1.GET("/tasks/:id", s.getTask)
+	v1.GET("/tasks/:id/puzzle", s.getTaskPuzzle)
 	v1.DELETE("/tasks/:id", s.cancelTask)
 	v1.GET("/batches", s.listBatches)
 	v1.POST("/batches", s.createBatch)
@@ -326,6 +366,12 @@ func (s *Server) routes() *gin.Engine {
 
 func (s *Server) healthz(c *gin.Context) { c.JSON(http.StatusOK, apitype.Status{Status: "ok"}) }
 
+// readyz answers 200 only while Redis takes writes: a Redis at maxmemory
+// answers PING and refuses every submission, and also every read, since
+// each request writes its key's rate-limit bucket. Failing then takes
+// the replica out of its load balancer (and tells the operator where to
+// look, docs/operations.md) instead of answering 503 to all its traffic
+// while it looks ready.
 func (s *Server) readyz(c *gin.Context) {
 	if s.draining.Load() {
 		c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: "shutting down"}})
@@ -333,11 +379,41 @@ func (s *Server) readyz(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c, 2*time.Second)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: "redis is not answering"}})
+	if err := s.store.CheckWrites(ctx); err != nil {
+		msg := "redis is not answering"
+		if errors.Is(err, store.ErrRefusesWrites) {
+			msg = "redis refuses writes (at maxmemory, read-only or failing to persist)"
+		}
+		if !s.notReady.Swap(true) {
+			s.log.WarnContext(c, "not ready: redis does not take writes", "err", err)
+		}
+		c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable, Message: msg}})
 		return
 	}
+	if want := s.store.AckReplicas(); want > 0 {
+		// Work the replicas cannot confirm would be answered 503: a load
+		// balancer had better send it elsewhere.
+		n, err := s.store.ConnectedReplicas(ctx)
+		if err != nil || n < want {
+			c.JSON(http.StatusServiceUnavailable, apitype.ErrorBody{Error: apitype.Error{Code: apitype.CodeUnavailable,
+				Message: fmt.Sprintf("%d of the %d replicas REDIS_ACK_REPLICAS asks for can confirm writes", n, want)}})
+			return
+		}
+	}
+	if s.notReady.Swap(false) {
+		s.log.InfoContext(c, "ready again: redis takes writes")
+	}
 	c.JSON(http.StatusOK, apitype.Status{Status: "ready"})
+}
+
+// confirm runs Store.Confirm before a 2xx that promises the request's
+// writes; when it fails it answers the error (503) and returns false.
+func (s *Server) confirm(c *gin.Context) bool {
+	if err := s.store.Confirm(c.Request.Context()); err != nil {
+		fail(c, err)
+		return false
+	}
+	return true
 }
 
 // newID returns 128 random bits in hex: IDs must not be guessable.

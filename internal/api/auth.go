@@ -119,7 +119,7 @@ func (s *Server) Operator() gin.HandlerFunc {
 		if !allowed {
 			c.Header("Retry-After", retryAfter(retry))
 			fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
-				"operator rate limit of %d requests per second exceeded", rate))
+				"operator rate limit of %d requests per second exceeded (OPERATOR_RATE_LIMIT_PER_SECOND)", rate))
 			return
 		}
 		c.Next()
@@ -179,7 +179,7 @@ func (s *Server) authFailed(c *gin.Context, addr string, unauthorized error) {
 func (s *Server) tooManyFailures(c *gin.Context, wait time.Duration) {
 	c.Header("Retry-After", retryAfter(wait))
 	fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
-		"too many failed authentications from this address; retry later"))
+		"too many failed authentications from this address (AUTH_FAILURES_PER_MINUTE); retry later"))
 }
 
 // retryAfter is a Retry-After value: whole seconds, at least 1.
@@ -252,7 +252,7 @@ func (s *Server) rateLimit() gin.HandlerFunc {
 		}
 		if !allowed {
 			c.Header("Retry-After", retryAfter(retry))
-			fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "", "rate limit of %d requests per second exceeded", rate))
+			fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "", "this key's rate limit of %d requests per second exceeded (RATE_LIMIT_PER_SECOND)", rate))
 			return
 		}
 		c.Next()
@@ -289,5 +289,10 @@ func (s *Server) quotaFor(c *gin.Context) int {
 func (s *Server) quotaError(c *gin.Context) error {
 	c.Header("Retry-After", "5")
 	return newError(http.StatusTooManyRequests, apitype.CodeQuotaExceeded, "",
-		"this key may have at most %d unfinished tasks; wait for some to end", s.quotaOf(c))
+		"this key may have at most %d unfinished tasks (MAX_PENDING_PER_KEY); wait for some to end", s.quotaOf(c))
 }
+
+// ownerOf returns the API key name of the caller; "" while auth is off.
+func ownerOf(c *gin.Context) string { return c.GetString(ctxOwner) }
+
+const ctxOwner = "puzzleq.owner"

@@ -135,7 +135,7 @@ func TestBadInputCorpus(t *testing.T) {
 			t.Errorf("%s: field %q, want %q...: %s", c.name, e.Error.Field, c.field, raw)
 		}
 	}
-	if n := s.Keys("pq:*"); n != 0 {
+	if n := s.Records(); n != 0 {
 		t.Errorf("rejected requests left %d records", n)
 	}
 	for _, queue := range []string{"interactive", "bulk"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -12,7 +13,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
+	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -22,7 +26,7 @@ type batchStore interface {
 	NewBatchWriter(id string, stride int) *store.BatchWriter
 	CommitBatch(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) error
 	AbandonCommit(ctx context.Context, w *store.BatchWriter, cb store.CommitBatch) (int, error)
-	tasks.Feeder
+	worker.Feeder
 }
 
 // createBatch accepts a batch: it stages the body's items as they arrive
@@ -124,6 +128,14 @@ func (s *Server) createBatch(c *gin.Context) {
 	err = s.store.CommitBatch(ctx, w, cb)
 	switch {
 	case err == nil:
+	case errors.Is(err, store.ErrNotReplicated):
+		// Committed on the master, not confirmed by its replicas in
+		// time: the batch stays (workers and the reconciler feed it),
+		// and the 503 asks for a retry, which the Idempotency-Key
+		// answers with this batch once a replica confirms it.
+		committed = true
+		fail(c, err)
+		return
 	case errors.Is(err, store.ErrQuota):
 		fail(c, s.quotaError(c))
 		return
@@ -157,6 +169,11 @@ func (s *Server) createBatch(c *gin.Context) {
 			fail(c, err)
 			return
 		case undone != store.BatchKept:
+			fail(c, err)
+			return
+		}
+		if err := s.store.Confirm(ctx); err != nil {
+			committed = true
 			fail(c, err)
 			return
 		}
@@ -222,6 +239,11 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 	for {
 		b, err := s.store.GetBatch(ctx, id)
 		if err == nil && b.Owner == ownerOf(c) {
+			// The first request's commit may be on the master alone.
+			if err := s.store.Confirm(ctx); err != nil {
+				fail(c, err)
+				return
+			}
 			c.Header("Location", "/v1/batches/"+id)
 			c.Header("Idempotent-Replayed", "true")
 			c.JSON(http.StatusAccepted, batchCreated(id, b.Total))
@@ -248,9 +270,143 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 func (s *Server) feedAfterCommit(ctx context.Context, batchID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
 	defer cancel()
-	n, err := tasks.FeedQueue(ctx, s.store, tasks.QueueBulk, s.opts.FeedDepth, s.opts.FeedDepth)
+	n, err := worker.FeedQueue(ctx, s.store, tasks.QueueBulk, s.opts.FeedDepth, s.opts.FeedDepth)
 	if err != nil {
 		s.log.Warn("feeding the bulk queue after a commit was interrupted; workers and the reconciler feed the rest",
 			"batch_id", batchID, "fed", n, "err", err)
 	}
+}
+
+func (s *Server) createTask(c *gin.Context) {
+	wait, err := s.parseWait(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	hook, err := s.queryWebhook(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	inBody, found, body, err := splitWebhook(body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	p, err := puzzle.Decode(body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	ctx := c.Request.Context()
+	if found {
+		if hook != "" {
+			fail(c, errTwoWebhooks)
+			return
+		}
+		if err := s.checkWebhook(ctx, inBody); err != nil {
+			fail(c, err)
+			return
+		}
+		hook = inBody
+	}
+	owner := ownerOf(c)
+	id := newID()
+	key := p.Key()
+	if hook == "" && s.hits.has(key) {
+		// Seen cached here before: the short hit path, which on a miss
+		// writes nothing and leaves the submission to the full one.
+		hit, created, err := s.store.SubmitCached(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key})
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		if hit != nil {
+			s.answerHit(c, id, p.Kind(), hit, created, nil)
+			return
+		}
+		s.hits.forget(key)
+	}
+	q, err := asynqdata.Solve(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	unwatch, err := s.watchWebhook(ctx, store.WebhookRef(false, id), hook)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	var (
+		wake    *store.Wake
+		release func()
+	)
+	if wait > 0 {
+		// Subscribed before the task is queued, so it cannot end unseen;
+		// the record is the one about to be written, so it need not be
+		// read.
+		wake, release = s.waiter.Subscribe(store.TaskEventKey(id))
+	}
+	// One round trip answers from the cache, or admits the task against
+	// the owner's quota, records it and queues it, all or nothing: a
+	// failure leaves nothing to undo.
+	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key, Enqueue: q}, s.quotaFor(c))
+	if (err != nil || hit != nil) && release != nil {
+		release()
+	}
+	if errors.Is(err, store.ErrQuota) {
+		err = s.quotaError(c)
+	}
+	if err != nil {
+		if !errors.Is(err, store.ErrNotReplicated) {
+			// An unconfirmed submission is on the master and runs:
+			// its webhook stays.
+			s.undo(ctx, unwatch)
+		}
+		fail(c, err)
+		return
+	}
+	var wh *apitype.Webhook
+	if hook != "" {
+		wh = &apitype.Webhook{URL: hook}
+	}
+	if hit != nil {
+		s.hits.add(key)
+		s.answerHit(c, id, p.Kind(), hit, created, wh)
+		return
+	}
+	s.metrics.submitted.WithLabelValues(string(p.Kind())).Inc()
+	tr := apitype.Task{ID: id, Kind: string(p.Kind()), State: apitype.TaskStatePending, CreatedAt: &created, Webhook: wh}
+	c.Header("Location", "/v1/tasks/"+id)
+	if wait > 0 {
+		// Submit and wait in one request: 200 with the ended task, or 202
+		// with its state when the wait runs out first.
+		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created, Webhook: tr.Webhook}
+		rec, err := s.waitTask(ctx, cur, wait, wake, release)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		status := http.StatusAccepted
+		if rec.State.Terminal() {
+			status = http.StatusOK
+		}
+		r := resource(rec)
+		renderTask(c, status, &r)
+		return
+	}
+	renderTask(c, http.StatusAccepted, &tr)
+}
+
+// answerHit answers a submission recorded completed from the cache.
+func (s *Server) answerHit(c *gin.Context, id string, kind puzzle.Kind, hit json.RawMessage, created time.Time, wh *apitype.Webhook) {
+	s.metrics.submitted.WithLabelValues(string(kind)).Inc()
+	s.metrics.cacheHits.Inc()
+	renderTask(c, http.StatusOK, &apitype.Task{ID: id, Kind: string(kind), State: apitype.TaskStateCompleted,
+		Result: hit, Cached: true, CreatedAt: &created, CompletedAt: &created, Webhook: wh})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/solvers"
 )
@@ -48,7 +49,7 @@ func statusOf(err error) (int, apitype.Error) {
 		return http.StatusBadRequest, apitype.Error{Code: code, Message: ie.Error(), Field: ie.Field}
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound, apitype.Error{Code: apitype.CodeNotFound, Message: "no such task or batch"}
-	case errors.Is(err, errKeyShareFull) && !errors.Is(err, context.Canceled):
+	case errors.Is(err, admission.ErrKeyShareFull) && !errors.Is(err, context.Canceled):
 		// A read waited out its time for room that its own key's other
 		// requests held: the key can make room, the service is not
 		// unavailable.
@@ -67,7 +68,7 @@ func statusOf(err error) (int, apitype.Error) {
 // fail writes err as the response and records it for the access log.
 func fail(c *gin.Context, err error) {
 	status, body := statusOf(err)
-	if status >= 500 || errors.Is(err, errKeyShareFull) || errors.Is(err, errKeyShare) {
+	if status >= 500 || errors.Is(err, admission.ErrKeyShareFull) || errors.Is(err, errKeyShare) {
 		c.Header("Retry-After", "1")
 	}
 	_ = c.Error(err)

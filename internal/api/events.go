@@ -13,6 +13,13 @@ package api
 // every ended task from it on again, so nothing is lost; a task that
 // ended ahead of the watermark (out of submission order) may be sent
 // twice, and its index tells the copies apart.
+//
+// A stream's memory is bounded whatever the batch: it remembers which
+// tasks it sent in a window of eventsWindow items from the watermark on
+// (a bitmap of at most eventsWindowBytes), so a slow first task cannot
+// make it grow with the tasks that end after it, and a resume from id 0
+// rebuilds no more than that. A task that ends further ahead than the
+// window is sent once the watermark comes within the window of it.
 
 import (
 	"bytes"
@@ -28,6 +35,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
@@ -49,6 +57,16 @@ var errStreamEnded = errors.New("the server is shutting down")
 
 // eventsRetry is the reconnection delay the stream asks of EventSource.
 const eventsRetry = 2 * time.Second
+
+// eventsWindow is how many tasks from its watermark on a stream keeps
+// track of (a bit each): a stream holds at most eventsWindowBytes of
+// such state, a key at most MAX_STREAMS_PER_KEY times that on a replica.
+// 131,072 covers a batch of 100,000 whole, so only a larger batch whose
+// tasks end far out of order sees its later item events wait.
+const (
+	eventsWindow      = 1 << 17
+	eventsWindowBytes = eventsWindow / 8
+)
 
 func (s *Server) batchEvents(c *gin.Context) {
 	if err := onlyParams(c, eventsParams); err != nil {
@@ -82,10 +100,10 @@ func (s *Server) batchEvents(c *gin.Context) {
 	// from the last id.
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.MaxWait)
 	defer cancel()
-	t := s.admit.ticket(owner)
-	defer t.release()
+	t := s.admit.Ticket(owner)
+	defer t.Release()
 	es := &eventStream{s: s, c: c, rc: http.NewResponseController(c.Writer), t: t,
-		w: min(from, b.Total), beyond: map[int]struct{}{}}
+		sent: newSentWindow(min(from, b.Total), b.Total-min(from, b.Total), eventsWindow)}
 	// The connection may carry another request after the stream.
 	defer func() { _ = es.rc.SetWriteDeadline(time.Time{}) }()
 	h := c.Writer.Header()
@@ -153,15 +171,13 @@ type eventStream struct {
 	s  *Server
 	c  *gin.Context
 	rc *http.ResponseController
-	t  *ticket
-	// w is the watermark: every task below it has ended and was sent
-	// (or was before a resume).
-	w int
-	// beyond holds the tasks at or above w that were sent.
-	beyond map[int]struct{}
+	t  *admission.Ticket
+	// sent is the watermark and the tasks sent ahead of it.
+	sent *sentWindow
 	// last is the progress last sent.
-	last    *apitype.BatchProgress
-	scanned int // the batch's ended count at the last scan; -1 before
+	last     *apitype.BatchProgress
+	scanned  int // the batch's ended count at the last scan; -1 before
+	scannedW int // the watermark after the last scan
 }
 
 // write sends p and flushes it, under a write deadline of
@@ -209,8 +225,8 @@ func (e *eventStream) run(ctx context.Context, b *store.Batch) error {
 		fired, release := e.s.waiter.Wait(store.BatchEventKey(b.ID))
 		cfired, crelease := e.s.waiter.Wait(store.ChunkEventKey(b.ID, e.chunk(b)))
 		err := e.round(ctx, b)
-		if err == nil && b.Done() && e.w >= b.Total {
-			err = e.event("done", e.w, progressOf(b))
+		if err == nil && b.Done() && e.sent.w >= b.Total {
+			err = e.event("done", e.sent.w, progressOf(b))
 			release()
 			crelease()
 			return err
@@ -254,7 +270,7 @@ func (e *eventStream) chunk(b *store.Batch) int {
 	if b.Stride <= 0 {
 		return 0
 	}
-	return min(e.w, max(b.Total-1, 0)) / b.Stride
+	return min(e.sent.w, max(b.Total-1, 0)) / b.Stride
 }
 
 // round sends a progress event when the counts changed, and an item
@@ -267,17 +283,19 @@ func (e *eventStream) round(ctx context.Context, b *store.Batch) error {
 		e.last = p
 	}
 	ended := b.Ended()
-	if ended == e.scanned {
+	if ended == e.scanned && e.sent.w == e.scannedW {
 		return nil
 	}
 	e.scanned = ended
-	// Every task below w and in beyond was sent: once as many as have
-	// ended were, the rest of the batch has nothing new.
-	for j := e.chunk(b); j < b.Chunks() && e.w+len(e.beyond) < ended; j++ {
+	// Every task below the watermark and marked ahead of it was sent:
+	// once as many as have ended were, the rest of the batch has nothing
+	// new; past the window nothing is sent yet.
+	for j := e.chunk(b); j < b.Chunks() && j*b.Stride < e.sent.end() && e.sent.count() < ended; j++ {
 		if err := e.sendChunk(ctx, b, j); err != nil {
 			return err
 		}
 	}
+	e.scannedW = e.sent.w
 	return nil
 }
 
@@ -295,10 +313,7 @@ func (e *eventStream) sendChunk(ctx context.Context, b *store.Batch, j int) erro
 	var bytes int64
 	for i := range infos {
 		in := &infos[i]
-		if in.Index < e.w || !in.State.Terminal() {
-			continue
-		}
-		if _, ok := e.beyond[in.Index]; ok {
+		if !in.State.Terminal() || !e.sent.covers(in.Index) || e.sent.has(in.Index) {
 			continue
 		}
 		send = append(send, in)
@@ -314,10 +329,10 @@ func (e *eventStream) sendChunk(ctx context.Context, b *store.Batch, j int) erro
 	if len(fetch) > 0 {
 		// As /results does: what a read of results holds is taken from
 		// the admission pool first.
-		if err := e.t.take(ctx, 2*bytes); err != nil {
+		if err := e.t.Take(ctx, 2*bytes); err != nil {
 			return err
 		}
-		defer e.t.put(2 * bytes)
+		defer e.t.Put(2 * bytes)
 		res, ok, err := e.s.store.ChunkResults(ctx, b, j, fetch)
 		if err != nil {
 			return err
@@ -341,17 +356,71 @@ func (e *eventStream) sendChunk(ctx context.Context, b *store.Batch, j int) erro
 				ev.Result = json.RawMessage(r)
 			}
 		}
-		e.beyond[in.Index] = struct{}{}
-		for {
-			if _, ok := e.beyond[e.w]; !ok {
-				break
-			}
-			delete(e.beyond, e.w)
-			e.w++
-		}
-		if err := e.event("item", e.w, ev); err != nil {
+		e.sent.mark(in.Index)
+		if err := e.event("item", e.sent.w, ev); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// sentWindow is a stream's watermark w and which tasks of the window
+// [w, w+size) it sent: a ring of bits, task i at bit i mod size, so its
+// memory is fixed at its start (size/8 bytes, size at most the window
+// asked for and no more than the batch needs).
+type sentWindow struct {
+	w     int
+	ahead int // tasks at or above w marked sent
+	bits  []uint64
+}
+
+// newSentWindow starts a window at w for a batch with left tasks from w
+// on, covering at most window tasks.
+func newSentWindow(w, left, window int) *sentWindow {
+	words := (min(max(left, 1), window) + 63) / 64
+	return &sentWindow{w: w, bits: make([]uint64, words)}
+}
+
+// end is the first task past the window.
+func (s *sentWindow) end() int { return s.w + 64*len(s.bits) }
+
+// count is how many tasks were sent: those below w and those ahead.
+func (s *sentWindow) count() int { return s.w + s.ahead }
+
+// covers reports whether task i is in the window, at or above w.
+func (s *sentWindow) covers(i int) bool { return i >= s.w && i < s.end() }
+
+// has reports whether task i was sent: every one below w was; one past
+// the window was not.
+func (s *sentWindow) has(i int) bool {
+	if i < s.w {
+		return true
+	}
+	if i >= s.end() {
+		return false
+	}
+	b := i % (64 * len(s.bits))
+	return s.bits[b/64]&(1<<(b%64)) != 0
+}
+
+// mark records task i, in the window, as sent, and moves w past every
+// task sent from it on, freeing their bits for the tasks the window
+// then reaches.
+func (s *sentWindow) mark(i int) {
+	if !s.covers(i) || s.has(i) {
+		return
+	}
+	n := 64 * len(s.bits)
+	b := i % n
+	s.bits[b/64] |= 1 << (b % 64)
+	s.ahead++
+	for s.ahead > 0 {
+		b := s.w % n
+		if s.bits[b/64]&(1<<(b%64)) == 0 {
+			return
+		}
+		s.bits[b/64] &^= 1 << (b % 64)
+		s.ahead--
+		s.w++
+	}
 }

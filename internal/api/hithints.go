@@ -12,7 +12,7 @@ const maxHitHints = 4096
 // hitHints remembers the cache keys whose answers this process saw
 // cached, so that their next submission takes the store's short hit path
 // (Store.SubmitCached: no asynq message, no quota keys, a shorter script)
-// instead of the full submit (issue 12). A hint is only a guess: when the
+// instead of the full submit. A hint is only a guess: when the
 // entry has expired since, SubmitCached writes nothing and the submission
 // goes the full way, one round trip later, and the hint is dropped. Reads
 // are lock-free (sync.Map); writes happen on a key's first hit and on a

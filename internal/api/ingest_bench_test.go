@@ -16,6 +16,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 // BenchmarkIngestNDJSON100k is the upload of scripts/bench-submit.sh:
@@ -50,7 +51,7 @@ func benchIngest(b *testing.B, items int, ids bool) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	var tail time.Duration
-	cpu0 := processCPU()
+	cpu0 := int64(testgen.ProcessCPU())
 	for n := range b.N {
 		if n > 0 {
 			b.StopTimer()
@@ -77,7 +78,7 @@ func benchIngest(b *testing.B, items int, ids bool) {
 		}
 		tail += end.Sub(time.Unix(0, lr.last.Load()))
 	}
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/float64(items)/1e3, "cpu-us/item")
+	b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N)/float64(items)/1e3, "cpu-us/item")
 	b.ReportMetric(tail.Seconds()/float64(b.N), "s-last-byte-to-202")
 }
 

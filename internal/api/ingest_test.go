@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -178,7 +181,7 @@ func TestNDJSONBatchAccepted(t *testing.T) {
 	if it, err := r.st.GetItem(ctx, ack.ID, 3); err != nil || it.CustomID != nil || it.Kind != "sweep" {
 		t.Errorf("item 3: %+v %v, want a sweep without custom_id", it, err)
 	}
-	queued, err := r.rdb.LLen(ctx, tasks.PendingListKey(tasks.QueueBulk)).Result()
+	queued, err := r.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,5 +506,40 @@ func TestBodyTooLargeWhileStreaming(t *testing.T) {
 			t.Errorf("%s: %d %s, want 413 body_too_large", tc.name, rec.Code, rec.Body.Bytes())
 		}
 		r.nothingLeft(tc.name)
+	}
+}
+
+// A body that breaks mid-upload (here a malformed chunk) is the client's
+// fault, 400 invalid_request, with an Idempotency-Key as without one: the
+// body read for the key's hash is the same marked reader, so its failure
+// is not taken for the store's (503).
+func TestBodyErrorMidUploadWithIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	r := newIngestRig(t, ingestOptions())
+	srv := httptest.NewServer(r.h)
+	defer srv.Close()
+	for _, key := range []string{"", "mid-upload-broken"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := lines(3)
+		head := "POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceKey +
+			"\r\nContent-Type: " + ndjson + "\r\nTransfer-Encoding: chunked\r\n"
+		if key != "" {
+			head += "Idempotency-Key: " + key + "\r\n"
+		}
+		fmt.Fprintf(conn, "%s\r\n%x\r\n%s\r\nzz\r\n", head, len(first), first)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("key %q: %v", key, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		var e apitype.ErrorBody
+		if json.Unmarshal(raw, &e) != nil || resp.StatusCode != http.StatusBadRequest || e.Error.Code != apitype.CodeInvalidRequest {
+			t.Errorf("Idempotency-Key %q, a malformed chunk mid-body: %d %s, want 400 invalid_request", key, resp.StatusCode, raw)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -56,7 +57,7 @@ func TestOpenAPIBatchReads(t *testing.T) {
 	if _, err := st.StartUnit(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.FinishUnit(ctx, ref, "", []tasks.ItemOutcome{
+	if _, err := st.FinishUnit(ctx, ref, "", []worker.ItemOutcome{
 		{Index: 0, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)},
 		{Index: 1, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "the solve passed its deadline"},
 	}); err != nil {

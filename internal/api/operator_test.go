@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -230,6 +231,57 @@ func TestAuthFailuresRateLimited(t *testing.T) {
 	if code, _ := s.Do("GET", "/readyz", nil); code != 200 {
 		t.Errorf("readyz from the refused address: %d", code)
 	}
+}
+
+// TestAuthFailuresSharedAcrossReplicas: the failed-authentication count
+// lives in Redis, so API replicas on one Redis share it: 30 wrong keys
+// sent round-robin to two replicas at AUTH_FAILURES_PER_MINUTE=10 get
+// the same 10 401s one replica would give (a count per process would
+// give 20), and a third replica that never saw the address refuses its
+// first attempt, a valid key included.
+func TestAuthFailuresSharedAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"AUTH_FAILURES_PER_MINUTE": "10"}
+	a := operatorStack(t, env)
+	replica := func() *stacktest.Stack {
+		e := map[string]string{"REDIS_URL": a.Redis.URL()}
+		maps.Copy(e, env)
+		s := operatorStack(t, e)
+		s.WaitReady()
+		return s
+	}
+	replicas := []*stacktest.Stack{a, replica()}
+	codes := map[int]int{}
+	per := make([]map[int]int, len(replicas))
+	for i := range 30 {
+		r := i % len(replicas)
+		code, b, hdr := replicas[r].DoAs("wrong-key-0123456789", "GET", "/v1/tasks/"+zeroID, nil)
+		codes[code]++
+		if per[r] == nil {
+			per[r] = map[int]int{}
+		}
+		per[r][code]++
+		if code == 429 && hdr.Get("Retry-After") == "" {
+			t.Errorf("429 without Retry-After: %s", b)
+		}
+	}
+	t.Logf("FIGURES shared auth failures: 30 failed attempts over 2 replicas at AUTH_FAILURES_PER_MINUTE=10: %d answered 401, %d answered 429 (replica 1 %v, replica 2 %v)",
+		codes[401], codes[429], per[0], per[1])
+	if codes[401] < 10 || codes[401] > 11 || codes[429] != 30-codes[401] {
+		t.Errorf("codes %v; want 10 (or 11, one refilled) 401s over both replicas and the rest 429", codes)
+	}
+	if per[0][429] == 0 || per[1][429] == 0 {
+		t.Errorf("each replica should refuse the address: %v, %v", per[0], per[1])
+	}
+	c := replica()
+	code, b, _ := c.DoAs(tenantKey, "GET", "/v1/tasks/"+zeroID, nil)
+	if code != 404 { // a valid key is checked before the count is
+		t.Errorf("valid key on a third replica before any failure there: %d %s", code, b)
+	}
+	code, b, _ = c.DoAs("wrong-key-0123456789", "GET", "/v1/tasks/"+zeroID, nil)
+	wantCode(t, "first failed attempt on a third replica", code, b, 429, apitype.CodeRateLimited)
+	code, b, _ = c.DoAs(tenantKey, "GET", "/v1/tasks/"+zeroID, nil)
+	wantCode(t, "a valid key on the third replica once it refused the address", code, b, 429, apitype.CodeRateLimited)
 }
 
 // TestOperatorRoutesOpenWithoutKeys: with no key configured at all (the

@@ -58,7 +58,7 @@ func OptionsForTest() Options {
 		ChunkSize: 64, FeedDepth: 64, MaxConcurrentDecodes: 2,
 		MaxBytesInFlight: 32 << 20, MaxKeyBytesInFlight: 16 << 20, BodyReadTimeout: 30 * time.Second, BodyMinRate: 64 << 10, RequestTimeout: 10 * time.Second,
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
-		SessionTTL:            time.Hour,
+		SessionTTL: time.Hour, SessionsPerKey: 1000, SignInsPerKeyPerMinute: 1000, SignInsPerAddrPerMinute: 1000,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,
 		MaxStreamsPerKey: 1000,
 	}

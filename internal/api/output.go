@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
@@ -57,8 +58,8 @@ func (s *Server) batchOutput(c *gin.Context) {
 		fail(c, streamError(c, ctx, err))
 		return
 	}
-	t := s.admit.ticket(ownerOf(c))
-	defer t.release()
+	t := s.admit.Ticket(ownerOf(c))
+	defer t.Release()
 	if b.Format != "" {
 		s.renderJudge(ctx, c, t, b, progressed)
 		return
@@ -76,7 +77,7 @@ func (s *Server) batchOutput(c *gin.Context) {
 			}
 			// Reading a result takes about twice its size for a moment
 			// (the reply's buffer and the string).
-			if err := t.take(ctx, 2*n); err != nil {
+			if err := t.Take(ctx, 2*n); err != nil {
 				return err
 			}
 			res, err := s.chunkResults(ctx, b, j, infos[i:k])
@@ -92,7 +93,7 @@ func (s *Server) batchOutput(c *gin.Context) {
 				}
 			}
 			c.Writer.Flush()
-			t.put(2 * n)
+			t.Put(2 * n)
 			progressed()
 			i = k
 		}
@@ -181,14 +182,14 @@ func (s *Server) chunkResults(ctx context.Context, b *store.Batch, j int, infos 
 
 // renderJudge writes a judge-format batch's output, which its renderer
 // needs whole; it takes the pool for all of it.
-func (s *Server) renderJudge(ctx context.Context, c *gin.Context, t *ticket, b *store.Batch, progressed func()) {
+func (s *Server) renderJudge(ctx context.Context, c *gin.Context, t *admission.Ticket, b *store.Batch, progressed func()) {
 	results := make([]json.RawMessage, 0, b.Total)
 	err := s.eachChunk(ctx, b, func(j int, infos []store.ChunkInfo) error {
 		var n int64
 		for _, it := range infos {
 			n += it.ResultBytes
 		}
-		if err := t.take(ctx, 3*n); err != nil {
+		if err := t.Take(ctx, 3*n); err != nil {
 			return err
 		}
 		res, err := s.chunkResults(ctx, b, j, infos)

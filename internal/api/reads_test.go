@@ -22,6 +22,8 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/testgen"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -83,13 +85,7 @@ func newReadStack(t testing.TB, tune ...func(*Options)) *readStack {
 // sliding8 is the canonical request of an 8-puzzle, distinct per i.
 func sliding8(t testing.TB, i int) []byte {
 	t.Helper()
-	p := []int{1, 2, 3, 4, 5, 6, 7, 8, 0}
-	for j, k := 0, i; j < 8; j, k = j+1, k/(9-j) {
-		r := j + k%(9-j)
-		p[j], p[r] = p[r], p[j]
-	}
-	body := fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
-		p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+	body := testgen.EightPuzzle(i)
 	parsed, err := puzzle.Decode([]byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +120,7 @@ func (s *readStack) stage(t *testing.T, n, stride int, customID func(int) string
 
 // run delivers chunk j of batch id as a worker does, ending its items
 // with outs, and returns how many items that ended.
-func (s *readStack) run(t *testing.T, id string, j int, outs ...tasks.ItemOutcome) int {
+func (s *readStack) run(t *testing.T, id string, j int, outs ...worker.ItemOutcome) int {
 	t.Helper()
 	ctx := context.Background()
 	ref := tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j), Timeout: time.Minute}
@@ -139,12 +135,12 @@ func (s *readStack) run(t *testing.T, id string, j int, outs ...tasks.ItemOutcom
 	return n
 }
 
-func completed(i int, result string) tasks.ItemOutcome {
-	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(result)}
+func completed(i int, result string) worker.ItemOutcome {
+	return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(result)}
 }
 
-func failed(i int, code, msg string) tasks.ItemOutcome {
-	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: code, Msg: msg}
+func failed(i int, code, msg string) worker.ItemOutcome {
+	return worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: code, Msg: msg}
 }
 
 // do sends a request as the owner of key ("" for none).
@@ -461,7 +457,7 @@ func TestResults(t *testing.T) {
 	if len(done) != 5 || done[2].State != "completed" || done[3].State != "failed" {
 		t.Fatalf("after the wait: %+v", done)
 	}
-	if n := s.srv.admit.inUse(); n != 0 {
+	if n := s.srv.admit.InUse(); n != 0 {
 		t.Fatalf("the pool holds %d bytes after the downloads", n)
 	}
 }
@@ -475,7 +471,7 @@ func TestResultsInPieces(t *testing.T) {
 	id := s.stage(t, n, stride, nil)
 	results := make([]string, n)
 	for j := 0; j < n/stride; j++ {
-		var outs []tasks.ItemOutcome
+		var outs []worker.ItemOutcome
 		for i := j * stride; i < (j+1)*stride; i++ {
 			// 100 KiB each: a piece of 256 KiB holds two.
 			results[i] = fmt.Sprintf(`{"moves":%d,"solvable":true,"path":"%s"}`, i, strings.Repeat("U", 100<<10))
@@ -505,7 +501,7 @@ func TestResultsInPieces(t *testing.T) {
 	if out.Code != 200 || out.Body.String() != strings.Join(results, "\n")+"\n" {
 		t.Fatalf("output: %d, %d bytes", out.Code, out.Body.Len())
 	}
-	if n := s.srv.admit.inUse(); n != 0 {
+	if n := s.srv.admit.InUse(); n != 0 {
 		t.Fatalf("the pool holds %d bytes after the downloads", n)
 	}
 }
@@ -516,7 +512,7 @@ func (s *readStack) bigBatch(t *testing.T, n, stride, size int) string {
 	t.Helper()
 	id := s.stage(t, n, stride, nil)
 	for j := 0; j*stride < n; j++ {
-		var outs []tasks.ItemOutcome
+		var outs []worker.ItemOutcome
 		for i := j * stride; i < min(n, (j+1)*stride); i++ {
 			outs = append(outs, completed(i, fmt.Sprintf(`{"moves":%d,"solvable":true,"path":"%s"}`, i, strings.Repeat("L", size))))
 		}
@@ -616,13 +612,13 @@ func TestStalledDownloadIsCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if s.srv.admit.inUse() == 0 {
+	if s.srv.admit.InUse() == 0 {
 		t.Fatalf("the stream holds nothing of the pool while it writes")
 	}
 	// Read nothing more, and wait (bounded) for the server to give up.
-	for i := 0; s.srv.admit.inUse() != 0; i++ {
+	for i := 0; s.srv.admit.InUse() != 0; i++ {
 		if i == 100 {
-			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.inUse())
+			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.InUse())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -638,11 +634,11 @@ func TestFullPoolIsBusy(t *testing.T) {
 	t.Parallel()
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = 200 * time.Millisecond; o.MaxBytesInFlight = 1 << 20 })
 	id := s.bigBatch(t, 2, 2, 1<<10)
-	other := s.srv.admit.ticket("") // the oldest holder, which never lets go
-	if err := other.take(context.Background(), 1<<20); err != nil {
+	other := s.srv.admit.Ticket("") // the oldest holder, which never lets go
+	if err := other.Take(context.Background(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	defer other.release()
+	defer other.Release()
 	for _, path := range []string{"/results", "/output"} {
 		w := s.do(t, "GET", "/v1/batches/"+id+path, aliceKey)
 		wantError(t, w, 503, apitype.CodeUnavailable, "")
@@ -706,8 +702,8 @@ func TestReadsOverTheKeyShare(t *testing.T) {
 	}
 
 	// Another of alice's requests (an upload, say) holds her whole share.
-	held := s.srv.admit.ticket("alice")
-	if err := held.take(context.Background(), 1<<20); err != nil {
+	held := s.srv.admit.Ticket("alice")
+	if err := held.Take(context.Background(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/v1/batches/" + id, "/v1/batches/" + id + "/items", "/v1/batches/" + id + "/results", "/v1/batches/" + id + "/output"} {
@@ -717,13 +713,13 @@ func TestReadsOverTheKeyShare(t *testing.T) {
 			t.Errorf("GET %s: 429 without Retry-After", path)
 		}
 	}
-	held.release()
+	held.Release()
 	for _, path := range []string{"/v1/batches/" + id, "/v1/batches/" + id + "/results"} {
 		if w := s.do(t, "GET", path, aliceKey); w.Code != http.StatusOK {
 			t.Fatalf("GET %s after the share was given back: %d %.300s", path, w.Code, w.Body)
 		}
 	}
-	if n := s.srv.admit.inUse(); n != 0 {
+	if n := s.srv.admit.InUse(); n != 0 {
 		t.Fatalf("the pool holds %d bytes after the reads", n)
 	}
 }

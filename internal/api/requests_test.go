@@ -12,7 +12,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // The tests in this file hold the API's answers to requests it must
@@ -58,7 +58,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 			t.Errorf("%s: got %d %+v, want %d code %q field %q", tc.name, code, e.Error, tc.status, tc.code, tc.field)
 		}
 	}
-	if n := s.Keys("pq:*"); n != 0 {
+	if n := s.Records(); n != 0 {
 		t.Errorf("rejected requests left %d records", n)
 	}
 }
@@ -92,7 +92,7 @@ func TestLongPollWakesOnCompletion(t *testing.T) {
 	default:
 	}
 	finished := time.Now()
-	if _, err := s.Store.Finish(context.Background(), []tasks.Transition{{ID: tk.ID, State: apitype.TaskStateCompleted,
+	if _, err := s.Store.Finish(context.Background(), []worker.Transition{{ID: tk.ID, State: apitype.TaskStateCompleted,
 		Result: json.RawMessage(`{"moves":3,"solvable":true,"path":"DRD"}`)}}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestBatchIsAllOrNothing(t *testing.T) {
 	if code, _ := s.Do("POST", "/v1/batches?format=doc", "x"); code != 400 {
 		t.Errorf("unknown format: %d", code)
 	}
-	if n := s.Keys("pq:*"); n != 0 {
+	if n := s.Records(); n != 0 {
 		t.Errorf("rejected batches left %d records", n)
 	}
 	if n := s.Keys("asynq:{*}:t:*"); n != 0 {

@@ -27,6 +27,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
@@ -110,7 +111,7 @@ var errStalled = newError(http.StatusServiceUnavailable, apitype.CodeUnavailable
 // all along, else errStalled.
 func streamError(c *gin.Context, ctx context.Context, err error) error {
 	if ctx.Err() != nil && c.Request.Context().Err() == nil {
-		if errors.Is(err, errKeyShareFull) {
+		if errors.Is(err, admission.ErrKeyShareFull) {
 			return errKeyShare
 		}
 		return errStalled
@@ -187,8 +188,8 @@ func (s *Server) batchResults(c *gin.Context) {
 	}
 	ctx, progressed, stop := s.streamContext(c)
 	defer stop()
-	t := s.admit.ticket(ownerOf(c))
-	defer t.release()
+	t := s.admit.Ticket(ownerOf(c))
+	defer t.Release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
 		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(wait, b.Done())}
 	err = s.streamResults(ctx, b, state, from, t, out, progressed)
@@ -236,7 +237,7 @@ func onlyParams(c *gin.Context, allowed []string) error {
 // chunk, a piece of results at a time. A client that has the lines up to
 // some index asks from there (from), so reading a large batch's results
 // while it runs costs each line once, not once per poll.
-func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, from int, t *ticket, w *lazyResponse, progressed func()) error {
+func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apitype.TaskState, from int, t *admission.Ticket, w *lazyResponse, progressed func()) error {
 	var line []byte
 	first := 0
 	if b.Stride > 0 {
@@ -277,7 +278,7 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 			// (the reply's buffer and the string). For the results read
 			// with the states, at most one piece of them a chunk, the
 			// pool is taken after they came.
-			if err := t.take(ctx, 2*n); err != nil {
+			if err := t.Take(ctx, 2*n); err != nil {
 				return err
 			}
 			var res []string
@@ -319,7 +320,7 @@ func (s *Server) streamResults(ctx context.Context, b *store.Batch, state apityp
 			if err := w.flush(); err != nil {
 				return err
 			}
-			t.put(2 * n)
+			t.Put(2 * n)
 			progressed()
 		}
 		if len(infos) == 0 {
@@ -398,7 +399,7 @@ type lazyResponse struct {
 	ctx     context.Context
 	c       *gin.Context
 	body    io.Writer // c.Writer, with progress
-	t       *ticket
+	t       *admission.Ticket
 	gzip    bool
 	status  int // 200, or 202 for a long poll cut short (polledStatus)
 	started bool
@@ -416,7 +417,7 @@ func (r *lazyResponse) begin() error {
 	h.Add("Vary", "Accept-Encoding")
 	r.w = r.body
 	if r.gzip {
-		if err := r.t.take(r.ctx, gzipCost); err != nil {
+		if err := r.t.Take(r.ctx, gzipCost); err != nil {
 			return err
 		}
 		h.Set("Content-Encoding", "gzip")

@@ -7,25 +7,36 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
 )
 
 // The dashboard (internal/ui) signs in by exchanging an API key for a
 // session cookie, since a browser cannot attach a bearer header to a
 // download link or an EventSource. The cookie holds only a random token;
 // Redis holds, under the token's digest and for SessionTTL, the digest of
-// the key it was opened with, so removing or rotating a key ends its
-// sessions at the next request.
+// the key it was opened with, the key's name and when the session was
+// opened, so removing, renaming or rotating a key ends its sessions at
+// the next request. A session is bound to its key's life too: an API
+// started without a key ends that key's sessions and its epoch
+// (store.SessionKeys), and a session opened before its key's epoch is
+// refused, so a key removed and added back does not revive an old cookie.
+//
+// Sign-ins are bounded, each bound kept in Redis so that replicas share
+// it: SignInsPerKeyPerMinute per key, SignInsPerAddrPerMinute per client
+// address, and at most SessionsPerKey live sessions per key, the oldest
+// ended first, so that no caller can fill Redis (which runs noeviction)
+// with sessions.
 //
 // CSRF: the cookie is SameSite=Strict, so no cross-site request carries
 // it; on top of that every state-changing request authenticated by the
@@ -48,9 +59,55 @@ const SessionPath = "/ui/session"
 
 // SessionStore keeps dashboard sessions; *store.Store satisfies it.
 type SessionStore interface {
-	CreateSession(ctx context.Context, tokenDigest, keyDigest string, ttl time.Duration) error
-	Session(ctx context.Context, tokenDigest string) (string, error)
+	CreateSession(ctx context.Context, tokenDigest, keyDigest, keyName string, ttl time.Duration, maxPerKey int) (store.Session, error)
+	Session(ctx context.Context, tokenDigest string) (store.Session, error)
 	DeleteSession(ctx context.Context, tokenDigest string) error
+	SessionKeys(ctx context.Context, keyDigests []string) (map[string]time.Time, error)
+	AllowSignIn(ctx context.Context, who string, perMinute int) (bool, time.Duration, error)
+}
+
+// sessionEpochs is when each tenant key was first configured for sessions
+// (store.SessionKeys), loaded from Redis once per process: by Run at
+// start, or by the first request that needs it if Redis was not there.
+type sessionEpochs struct {
+	mu     sync.Mutex
+	epochs map[[sha256.Size]byte]time.Time // nil until loaded
+}
+
+// LoadSessionKeys records the configured tenant keys as the ones that may
+// hold dashboard sessions, ending the sessions of every other key that
+// had any, and loads their epochs. It is done once; later calls return
+// at once.
+func (s *Server) LoadSessionKeys(ctx context.Context) error {
+	_, err := s.epochs(ctx)
+	return err
+}
+
+// epochs returns the tenant keys' epochs, loading them on first use.
+func (s *Server) epochs(ctx context.Context) (map[[sha256.Size]byte]time.Time, error) {
+	s.sessEpochs.mu.Lock()
+	defer s.sessEpochs.mu.Unlock()
+	if s.sessEpochs.epochs != nil || !s.tenantAuth {
+		return s.sessEpochs.epochs, nil
+	}
+	var digests []string
+	for _, k := range s.keys {
+		if !k.IsOperator() {
+			digests = append(digests, hex.EncodeToString(k.digest[:]))
+		}
+	}
+	got, err := s.store.SessionKeys(ctx, digests)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[[sha256.Size]byte]time.Time, len(got))
+	for _, k := range s.keys {
+		if e, ok := got[hex.EncodeToString(k.digest[:])]; ok {
+			m[k.digest] = e
+		}
+	}
+	s.sessEpochs.epochs = m
+	return m, nil
 }
 
 // SessionInfo is the answer of GET, POST and DELETE /ui/session.
@@ -60,7 +117,7 @@ type SessionInfo struct {
 	Auth bool `json:"auth"`
 	// Name is the signed-in key's name; "" when no one is signed in.
 	Name string `json:"name"`
-	// ExpiresAt is when the session ends; null when none is open.
+	// ExpiresAt is when the session ends; null when no one is signed in.
 	ExpiresAt *time.Time `json:"expires_at"`
 }
 
@@ -88,31 +145,41 @@ func (s *Server) matchKey(d [sha256.Size]byte) *keyEntry {
 	return found
 }
 
-// sessionKey returns the key of the session the request's cookie names;
-// nil, nil when the cookie is absent or names no live session (expired,
-// signed out, or its key removed).
-func (s *Server) sessionKey(c *gin.Context) (*keyEntry, error) {
+// sessionKey returns the key of the session the request's cookie names,
+// and the session; nil when the cookie is absent or names no live
+// session (expired, signed out, ended past its key's cap, or its key
+// removed, renamed or removed and added back since).
+func (s *Server) sessionKey(c *gin.Context) (*keyEntry, *store.Session, error) {
 	tok, err := c.Cookie(SessionCookie)
 	if err != nil || tok == "" || len(tok) > 128 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	v, err := s.store.Session(c.Request.Context(), tokenDigest(tok))
+	ctx := c.Request.Context()
+	ss, err := s.store.Session(ctx, tokenDigest(tok))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var d [sha256.Size]byte
-	if b, err := hex.DecodeString(v); err != nil || len(b) != sha256.Size {
-		return nil, nil
+	if b, err := hex.DecodeString(ss.KeyDigest); err != nil || len(b) != sha256.Size {
+		return nil, nil, nil
 	} else {
 		copy(d[:], b)
 	}
-	if k := s.matchKey(d); k != nil && !k.IsOperator() {
-		return k, nil
+	k := s.matchKey(d)
+	if k == nil || k.IsOperator() || k.Name != ss.KeyName {
+		return nil, nil, nil
 	}
-	return nil, nil
+	epochs, err := s.epochs(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e, ok := epochs[k.digest]; !ok || ss.Created.Before(e) {
+		return nil, nil, nil
+	}
+	return k, &ss, nil
 }
 
 // cookieAuth authenticates a request without an Authorization header by
@@ -121,7 +188,7 @@ func (s *Server) sessionKey(c *gin.Context) (*keyEntry, error) {
 // and ran the rest of the chain, or answered it with an error. False
 // means there is no live session, and Authenticate answers as without.
 func (s *Server) cookieAuth(c *gin.Context) bool {
-	k, err := s.sessionKey(c)
+	k, _, err := s.sessionKey(c)
 	if err != nil {
 		fail(c, err)
 		return true
@@ -165,13 +232,15 @@ func checkCSRF(c *gin.Context) error {
 func (s *Server) getSession(c *gin.Context) {
 	info := SessionInfo{Auth: s.tenantAuth}
 	if info.Auth {
-		k, err := s.sessionKey(c)
+		k, ss, err := s.sessionKey(c)
 		if err != nil {
 			fail(c, err)
 			return
 		}
 		if k != nil {
 			info.Name = k.Name
+			exp := ss.Expires.UTC()
+			info.ExpiresAt = &exp
 		}
 	}
 	c.Header("Cache-Control", "no-store")
@@ -194,9 +263,13 @@ func (s *Server) createSession(c *gin.Context) {
 		s.tooManyFailures(c, wait)
 		return
 	}
+	ctx := c.Request.Context()
+	if !s.allowSignIn(c, "addr:"+addr, s.opts.SignInsPerAddrPerMinute, errSignInsOfAddr) {
+		return
+	}
 	var in signIn
-	if err := decodeStrict(http.MaxBytesReader(c.Writer, c.Request.Body, 4<<10), &in); err != nil {
-		fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "the body must be {\"key\": \"<API key>\"}: %v", err))
+	if err := s.decodeSignIn(c, &in); err != nil {
+		fail(c, err)
 		return
 	}
 	if in.Key == "" {
@@ -215,20 +288,72 @@ func (s *Server) createSession(c *gin.Context) {
 			"this is an operator key, which /v1 refuses; sign in here with a tenant key, or at /monitoring/login as an operator"))
 		return
 	}
+	keyHex := hex.EncodeToString(d[:])
+	if !s.allowSignIn(c, "key:"+keyHex, s.opts.SignInsPerKeyPerMinute, errSignInsOfKey) {
+		return
+	}
+	if _, err := s.epochs(ctx); err != nil {
+		fail(c, err)
+		return
+	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
 	tok := base64.RawURLEncoding.EncodeToString(b[:])
 	ttl := s.opts.SessionTTL
-	if err := s.store.CreateSession(c.Request.Context(), tokenDigest(tok), hex.EncodeToString(d[:]), ttl); err != nil {
+	ss, err := s.store.CreateSession(ctx, tokenDigest(tok), keyHex, k.Name, ttl, s.opts.SessionsPerKey)
+	if err != nil {
 		fail(c, err)
 		return
 	}
 	s.setCookie(c, tok, int(ttl/time.Second))
-	exp := time.Now().Add(ttl).UTC()
+	exp := ss.Expires.UTC()
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, SessionInfo{Auth: true, Name: k.Name, ExpiresAt: &exp})
+}
+
+// The refusals of a sign-in over its key's or its address's limit.
+var (
+	errSignInsOfKey = newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
+		"too many dashboard sign-ins with this key (SIGN_INS_PER_KEY_PER_MINUTE); retry later")
+	errSignInsOfAddr = newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
+		"too many dashboard sign-ins from this address (SIGN_INS_PER_ADDR_PER_MINUTE); retry later")
+)
+
+// allowSignIn counts a sign-in against who's bucket of perMinute and
+// answers refused (429) with Retry-After, reporting false, when it is
+// over.
+func (s *Server) allowSignIn(c *gin.Context, who string, perMinute int, refused *apiError) bool {
+	ok, wait, err := s.store.AllowSignIn(c.Request.Context(), who, perMinute)
+	if err != nil {
+		fail(c, err)
+		return false
+	}
+	if !ok {
+		c.Header("Retry-After", retryAfter(wait))
+		fail(c, refused)
+		return false
+	}
+	return true
+}
+
+// maxSignInBody bounds the sign-in body: a key and its JSON around it.
+const maxSignInBody = 4 << 10
+
+// decodeSignIn reads the sign-in body under the rules of every /v1 body
+// (puzzle.DecodeStrict: exact names, no duplicate or unknown ones, valid
+// UTF-8, one value), so that {"KEY": ...} is refused as /v1 refuses it.
+func (s *Server) decodeSignIn(c *gin.Context, in *signIn) error {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxSignInBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return err
+		}
+		return newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "", "could not read the request body")
+	}
+	return puzzle.DecodeStrict(body, in)
 }
 
 // deleteSession signs out: the session ends in Redis, so a copy of the
@@ -258,18 +383,4 @@ func (s *Server) setCookie(c *gin.Context, tok string, maxAge int) {
 	secure := c.Request.TLS != nil || strings.EqualFold(c.GetHeader("X-Forwarded-Proto"), "https")
 	http.SetCookie(c.Writer, &http.Cookie{Name: SessionCookie, Value: tok, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
-}
-
-// decodeStrict decodes one JSON value from r into v, refusing unknown
-// fields and anything after the value, as the API's other JSON bodies do.
-func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("more than one JSON value")
-	}
-	return nil
 }

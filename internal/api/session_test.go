@@ -2,9 +2,15 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
@@ -211,5 +217,205 @@ func TestSessionSignInFailuresLimited(t *testing.T) {
 	}
 	if code, b, _ := s.DoH("POST", api.SessionPath, `{"key":"`+aliceUIKey+`"}`, api.UIHeader, "1"); code != 429 {
 		t.Errorf("the right key from a refused address: %d %s, want 429", code, b)
+	}
+}
+
+// signIn posts a sign-in with key and returns the answer and the session
+// cookie's value ("" when none was set).
+func signIn(s *stacktest.Stack, key string) (int, []byte, http.Header, string) {
+	code, b, hdr := s.DoH("POST", api.SessionPath, `{"key":"`+key+`"}`, api.UIHeader, "1")
+	for _, c := range (&http.Response{Header: hdr}).Cookies() {
+		if c.Name == api.SessionCookie {
+			return code, b, hdr, c.Value
+		}
+	}
+	return code, b, hdr, ""
+}
+
+// sessionsOf counts the session records and the indexed sessions of the
+// key key in Redis.
+func sessionsOf(t *testing.T, rdb *redis.Client, key string) (records, indexed int) {
+	t.Helper()
+	ctx := context.Background()
+	d := sha256.Sum256([]byte(key))
+	ks, err := rdb.Keys(ctx, "pq:session:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		v, _ := rdb.Get(ctx, k).Result()
+		if strings.HasPrefix(v, hex.EncodeToString(d[:])+":") {
+			records++
+		}
+	}
+	n, err := rdb.ZCard(ctx, "pq:sessions:key:"+hex.EncodeToString(d[:])).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return records, int(n)
+}
+
+// 500 rapid sign-ins with one key, from one address, through two API
+// replicas on one Redis: past SIGN_INS_PER_KEY_PER_MINUTE (counted in
+// Redis, so the replicas share it) each is refused 429 with Retry-After
+// and the error body, and the key never holds more than SESSIONS_PER_KEY
+// live sessions, in Redis or as cookies that work.
+func TestSessionSignInsBounded(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	env := map[string]string{"REDIS_URL": r.URL(), "API_KEYS": "alice:" + aliceUIKey + ",bob:" + bobUIKey,
+		"SIGN_INS_PER_KEY_PER_MINUTE": "8", "SIGN_INS_PER_ADDR_PER_MINUTE": "1000", "SESSIONS_PER_KEY": "3"}
+	s1 := stacktest.StartWith(t, 0, env)
+	s2 := stacktest.StartWith(t, 0, env)
+	rdb := r.Client(t)
+
+	var cookies []string
+	refused := 0
+	for i := range 500 {
+		s := []*stacktest.Stack{s1, s2}[i%2]
+		code, b, hdr, tok := signIn(s, aliceUIKey)
+		switch code {
+		case 200:
+			if refused > 0 {
+				// 8 a minute refill one every 7.5 s: none within this
+				// loop's second or two.
+				t.Fatalf("sign-in %d accepted after %d refusals", i, refused)
+			}
+			cookies = append(cookies, tok)
+		case 429:
+			refused++
+			eb := decode[apitype.ErrorBody](t, b)
+			ra, err := strconv.Atoi(hdr.Get("Retry-After"))
+			if eb.Error.Code != apitype.CodeRateLimited || !strings.Contains(eb.Error.Message, "SIGN_INS_PER_KEY_PER_MINUTE") || err != nil || ra < 1 || tok != "" {
+				t.Fatalf("sign-in %d refused with %s, Retry-After %q, cookie %q", i, b, hdr.Get("Retry-After"), tok)
+			}
+		default:
+			t.Fatalf("sign-in %d: %d %s", i, code, b)
+		}
+		if i%50 == 0 || i == 499 {
+			if rec, idx := sessionsOf(t, rdb, aliceUIKey); rec > 3 || idx > 3 {
+				t.Fatalf("after %d sign-ins alice holds %d session records, %d indexed, want at most 3", i+1, rec, idx)
+			}
+		}
+	}
+	t.Logf("500 sign-ins: %d accepted, %d refused 429", len(cookies), refused)
+	if len(cookies) != 8 || refused != 492 {
+		t.Fatalf("%d accepted, %d refused; want 8 and 492", len(cookies), refused)
+	}
+	// The oldest were ended first: the last three cookies work, the others
+	// are signed out.
+	for i, tok := range cookies {
+		code, b := asCookie(s1, tok, "GET", "/v1/batches", nil)
+		want := 200
+		if i < len(cookies)-3 {
+			want = 401
+		}
+		if code != want {
+			t.Errorf("cookie %d of %d: %d %s, want %d", i+1, len(cookies), code, b, want)
+		}
+	}
+	// Another key is not refused for alice's sign-ins.
+	if code, b, _, _ := signIn(s2, bobUIKey); code != 200 {
+		t.Errorf("bob's sign-in after alice's 500: %d %s", code, b)
+	}
+}
+
+// Sign-ins from one client address are bounded whatever key they send:
+// past SIGN_INS_PER_ADDR_PER_MINUTE, bob's first sign-in is refused too.
+func TestSessionSignInsBoundedPerAddress(t *testing.T) {
+	t.Parallel()
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceUIKey + ",bob:" + bobUIKey,
+		"SIGN_INS_PER_KEY_PER_MINUTE": "100", "SIGN_INS_PER_ADDR_PER_MINUTE": "4"})
+	for i := range 4 {
+		if code, b, _, _ := signIn(s, aliceUIKey); code != 200 {
+			t.Fatalf("sign-in %d: %d %s", i, code, b)
+		}
+	}
+	code, b, hdr, _ := signIn(s, bobUIKey)
+	if code != 429 || hdr.Get("Retry-After") == "" || !strings.Contains(decode[apitype.ErrorBody](t, b).Error.Message, "SIGN_INS_PER_ADDR_PER_MINUTE") {
+		t.Fatalf("bob's sign-in from alice's address past its limit: %d %s (Retry-After %q), want 429", code, b, hdr.Get("Retry-After"))
+	}
+}
+
+// The sign-in body is read as every /v1 body is: exact names, no
+// duplicate or unknown ones. {"KEY": ...} would sign in under a decoder
+// that folds case; it is refused 400 with the error body naming it.
+func TestSessionSignInBodyIsStrict(t *testing.T) {
+	t.Parallel()
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceUIKey})
+	for _, tc := range []struct{ name, body, field string }{
+		{"KEY", `{"KEY":"` + aliceUIKey + `"}`, "KEY"},
+		{"Key", `{"Key":"` + aliceUIKey + `"}`, "Key"},
+		{"key twice", `{"key":"nope","key":"` + aliceUIKey + `"}`, "key"},
+		{"Kelvin-sign key", `{"\u212aey":"` + aliceUIKey + `"}`, "\u212aey"},
+		{"null key", `{"key":null}`, "key"},
+		{"two values", `{"key":"` + aliceUIKey + `"} {}`, ""},
+	} {
+		code, b, hdr := s.DoH("POST", api.SessionPath, tc.body, api.UIHeader, "1")
+		eb := decode[apitype.ErrorBody](t, b)
+		if code != 400 || eb.Error.Code != apitype.CodeInvalidRequest || eb.Error.Field != tc.field || eb.Error.Message == "" || hdr.Get("Set-Cookie") != "" {
+			t.Errorf("%s: %d %s (Set-Cookie %q), want 400 invalid_request on %q", tc.name, code, b, hdr.Get("Set-Cookie"), tc.field)
+		}
+	}
+}
+
+// A session is bound to its key's life: an API started without alice's
+// key ends her sessions, and once her key is added back her old cookie
+// stays refused (401) while a new sign-in works. GET /ui/session says
+// when the session ends, as the sign-in did.
+func TestSessionOfARemovedKeyStaysEnded(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	withAlice := map[string]string{"REDIS_URL": r.URL(), "API_KEYS": "alice:" + aliceUIKey + ",bob:" + bobUIKey, "UI_SESSION_TTL": "2h"}
+	s1 := stacktest.StartWith(t, 0, withAlice)
+	code, b, _, old := signIn(s1, aliceUIKey)
+	if code != 200 || old == "" {
+		t.Fatalf("sign in: %d %s", code, b)
+	}
+	signed := decode[api.SessionInfo](t, b)
+	code, b = asCookie(s1, old, "GET", api.SessionPath, nil)
+	got := decode[api.SessionInfo](t, b)
+	if code != 200 || got.Name != "alice" || got.ExpiresAt == nil || signed.ExpiresAt == nil || !got.ExpiresAt.Equal(*signed.ExpiresAt) {
+		t.Fatalf("GET session: %d %s, want alice until %v", code, b, signed.ExpiresAt)
+	}
+	if d := time.Until(*got.ExpiresAt); d < 2*time.Hour-time.Minute || d > 2*time.Hour+time.Minute {
+		t.Errorf("session ends in %v, want about UI_SESSION_TTL (2h)", d)
+	}
+	_, _, _, bobs := signIn(s1, bobUIKey)
+
+	// An API without alice's key, on the same Redis: her session ends.
+	s2 := stacktest.StartWith(t, 0, map[string]string{"REDIS_URL": r.URL(), "API_KEYS": "bob:" + bobUIKey})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _ := asCookie(s1, old, "GET", "/v1/batches", nil)
+		if code == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's cookie on the API that still has her key: %d 10 s after an API started without it, want 401", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rec, idx := sessionsOf(t, r.Client(t), aliceUIKey); rec != 0 || idx != 0 {
+		t.Errorf("alice's key removed: %d session records, %d indexed remain", rec, idx)
+	}
+	if code, _ := asCookie(s2, bobs, "GET", "/v1/batches", nil); code != 200 {
+		t.Errorf("bob's cookie, his key kept: %d", code)
+	}
+
+	// Her key added back: the old cookie stays refused, a new sign-in works.
+	s3 := stacktest.StartWith(t, 0, withAlice)
+	if code, b := asCookie(s3, old, "GET", "/v1/batches", nil); code != 401 {
+		t.Errorf("alice's old cookie after her key was added back: %d %s, want 401", code, b)
+	}
+	if code, b := asCookie(s3, old, "GET", api.SessionPath, nil); code != 200 || decode[api.SessionInfo](t, b).Name != "" || decode[api.SessionInfo](t, b).ExpiresAt != nil {
+		t.Errorf("GET session with the old cookie: %d %s, want signed out", code, b)
+	}
+	code, b, _, fresh := signIn(s3, aliceUIKey)
+	if code != 200 {
+		t.Fatalf("sign in after her key was added back: %d %s", code, b)
+	}
+	if code, _ := asCookie(s3, fresh, "GET", "/v1/batches", nil); code != 200 {
+		t.Errorf("her new cookie: %d", code)
 	}
 }

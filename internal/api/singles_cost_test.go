@@ -19,6 +19,7 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -134,16 +135,16 @@ func TestCommandsPerSingleTask(t *testing.T) {
 			}
 			srv := New(store.New(apiRDB, sopts), hub, prometheus.NewRegistry(), nil, opts)
 			insp := asynq.NewInspectorFromRedisClient(plain)
-			h := tasks.NewHandler(store.New(workerRDB, sopts), nil, opts.Limits, nil, nil)
+			h := worker.NewHandler(store.New(workerRDB, sopts), nil, opts.Limits, nil, nil)
 			// The handler runs behind the worker's heartbeat middleware, on
 			// a client of its own: its record of a started task is written
 			// behind the task, and an 8-puzzle mostly ends before that
-			// write is due (tasks.Heartbeat). The beat itself is per
+			// write is due (worker.Heartbeat). The beat itself is per
 			// worker, not per task, so this one beats only when told.
 			hbTrips := &tripCounter{}
 			hbRDB := rs.Client(t)
 			hbRDB.AddHook(hbTrips)
-			hb := tasks.NewHeartbeat(store.New(hbRDB, sopts), "w-cost", time.Hour, nil)
+			hb := worker.NewHeartbeat(store.New(hbRDB, sopts), "w-cost", time.Hour, nil)
 			t.Cleanup(func() { _ = hb.Leave(context.Background()) })
 			worker := hb.Middleware()(h)
 

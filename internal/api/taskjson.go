@@ -13,8 +13,8 @@ import (
 
 // renderTask answers with one task resource: the bytes encoding/json
 // writes for it (c.JSON), without its reflection. Rendering by reflection
-// was the largest part of the API's own CPU on a cache hit, the single
-// task's hottest path (BenchmarkCacheHitHandler, issue 12); the task
+// is the largest part of the API's own CPU on a cache hit, the single
+// task's hottest path (BenchmarkCacheHitHandler); the task
 // resource is also every long poll's answer. TestAppendTaskAsJSON holds
 // appendTask to encoding/json's bytes.
 func renderTask(c *gin.Context, status int, t *apitype.Task) {

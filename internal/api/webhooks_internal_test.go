@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -40,7 +41,7 @@ func TestReconcilerEnqueuesWebhooksOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	enq := &failingWebhooks{Enqueuer: s.enq}
-	r := NewReconciler(s.st, enq, nil, ReconcilerOptions{FeedDepth: 64, Webhooks: s.st,
+	r := recovery.NewReconciler(s.st, enq, nil, recovery.ReconcilerOptions{FeedDepth: 64, Webhooks: s.st,
 		WebhookOptions: tasks.WebhookOptions{Timeout: 1e9, MaxRetry: 3, RetryBase: 1e9, RetryMax: 1e9}})
 	watched := func() int64 {
 		t.Helper()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
-	"github.com/puzzleq/puzzleq/internal/webhook"
+	"github.com/puzzleq/puzzleq/webhook"
 )
 
 const testWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -19,28 +19,29 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
 
 // API is a running cmd/api. Without REDIS_URL it is the whole system in
 // one process: an in-memory Redis and an embedded worker.
 type API struct {
-	cfg       APIConfig
-	log       *slog.Logger
-	rdb       redis.UniversalClient
-	client    *asynq.Client
-	store     *store.Store
-	hub       *store.Hub
-	server    *api.Server
-	outbox    *api.Reconciler
-	watchdog  *api.Watchdog
-	reg       *prometheus.Registry
-	ln        net.Listener
-	metricsLn net.Listener
-	httpSrv   *http.Server
-	metricSrv *http.Server
-	redisOpt  asynq.RedisConnOpt    // the connection asynq uses, for the dashboard
-	monitor   *asynqmon.HTTPHandler // the /monitoring/ dashboard; nil until mounted
+	cfg        APIConfig
+	log        *slog.Logger
+	rdb        redis.UniversalClient
+	client     *asynq.Client
+	store      *store.Store
+	hub        *store.Hub
+	server     *api.Server
+	reconciler *recovery.Reconciler
+	watchdog   *recovery.Watchdog
+	reg        *prometheus.Registry
+	ln         net.Listener
+	metricsLn  net.Listener
+	httpSrv    *http.Server
+	metricSrv  *http.Server
+	redisOpt   asynq.RedisConnOpt    // the connection asynq uses, for the dashboard
+	monitor    *asynqmon.HTTPHandler // the /monitoring/ dashboard; nil until mounted
 
 	embedded *embedded // nil when REDIS_URL is set
 }
@@ -79,14 +80,14 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		}
 		// Every Redis call of a request fails fast on a hung Redis,
 		// asynq's enqueues included: they go through this client.
-		a.rdb.AddHook(callDeadline(redisCallTimeout))
+		a.rdb.AddHook(callDeadline(cfg.callTimeout()))
 	}
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
-	a.store = store.New(a.rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	a.store = store.New(a.rdb, cfg.storeOptions())
 	loadScripts(a.store, log)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		queueCollector(a.rdb))
+		queueCollector(a.rdb), backlogCollector{a.store})
 
 	if a.embedded != nil {
 		wcfg := WorkerConfig{Common: cfg.Common, WorkerSettings: cfg.WorkerSettings, ShutdownTimeout: cfg.ShutdownTimeout}
@@ -108,12 +109,14 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		WebhookPolicy:        cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
 		MaxStreamsPerKey: cfg.MaxStreamsPerKey,
-		SessionTTL:       cfg.UISessionTTL, Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
+		SessionTTL:       cfg.UISessionTTL, SessionsPerKey: cfg.SessionsPerKey,
+		AccessLogEvery: cfg.AccessLogEvery, SignInsPerKeyPerMinute: cfg.SignInsPerKeyPerMinute, SignInsPerAddrPerMinute: cfg.SignInsPerAddrPerMinute,
+		Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
 	})
-	a.outbox = api.NewReconciler(a.store, a.client, log, api.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
+	a.reconciler = recovery.NewReconciler(a.store, a.client, log, recovery.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
 		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})
-	a.watchdog = api.NewWatchdog(a.store, asynq.NewInspectorFromRedisClient(a.rdb), a.client, log,
-		api.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter, Registerer: a.reg})
+	a.watchdog = recovery.NewWatchdog(a.store, asynq.NewInspectorFromRedisClient(a.rdb), a.client, log,
+		recovery.WatchdogOptions{DeadAfter: cfg.WorkerDeadAfter, Registerer: a.reg})
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
@@ -149,6 +152,7 @@ func (a *API) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopListen()
 	go a.store.ListenEvents(lctx, a.hub)
+	go a.loadSessionKeys(lctx)
 
 	var wg sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
@@ -160,10 +164,10 @@ func (a *API) Run(ctx context.Context) error {
 	}
 	// The reconciler outlives the HTTP server: requests still being
 	// drained may leave it work.
-	rctx, stopOutbox := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopOutbox()
-	outboxDone := make(chan struct{})
-	go func() { defer close(outboxDone); a.outbox.Run(rctx) }()
+	rctx, stopReconciler := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReconciler()
+	reconcilerDone := make(chan struct{})
+	go func() { defer close(reconcilerDone); a.reconciler.Run(rctx) }()
 	watchdogDone := make(chan struct{})
 	go func() { defer close(watchdogDone); a.watchdog.Run(rctx) }()
 	errc := make(chan error, 2)
@@ -195,8 +199,8 @@ func (a *API) Run(ctx context.Context) error {
 	if a.metricSrv != nil {
 		a.metricSrv.Shutdown(sctx)
 	}
-	stopOutbox()
-	<-outboxDone
+	stopReconciler()
+	<-reconcilerDone
 	<-watchdogDone
 	stopWorker()
 	wg.Wait()
@@ -242,4 +246,23 @@ func (a *API) Close() error {
 		a.embedded.mr.Close()
 	}
 	return nil
+}
+
+// loadSessionKeys records the configured keys as the ones that may hold
+// dashboard sessions as soon as Redis answers, so that a key removed from
+// the configuration has its sessions ended at start, whether or not a
+// request comes to need them (see api.Server.LoadSessionKeys).
+func (a *API) loadSessionKeys(ctx context.Context) {
+	for {
+		err := a.server.LoadSessionKeys(ctx)
+		if err == nil {
+			return
+		}
+		a.log.Warn("could not load the API keys' session epochs; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }

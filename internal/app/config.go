@@ -17,10 +17,13 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/internal/api"
+	"github.com/puzzleq/puzzleq/internal/egress"
 	"github.com/puzzleq/puzzleq/internal/envflag"
-	"github.com/puzzleq/puzzleq/internal/webhook"
+	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/webhook"
 )
 
 // Common holds the settings both binaries share.
@@ -39,6 +42,14 @@ type Common struct {
 	// (sentinel monitor NAME ...); required with RedisSentinels. Default
 	// "".
 	RedisMasterName string
+	// RedisAckReplicas is how many replicas must confirm (Redis WAIT)
+	// every write that a 2xx or a task's ack promises before it is
+	// given; when fewer do within RedisAckTimeout the API answers 503
+	// and a worker leaves the task unacked (docs/guarantees.md). Needs
+	// REDIS_URL or REDIS_SENTINELS. Default 0: no write waits.
+	RedisAckReplicas int
+	// RedisAckTimeout bounds that wait. Default 1s.
+	RedisAckTimeout time.Duration
 	// KeyPrefix prefixes puzzleq's own Redis keys. Default "pq:".
 	KeyPrefix string
 	// TaskTTL is how long task and batch records are kept. Default 24h.
@@ -115,6 +126,8 @@ func (c *Common) bind(s *envflag.Set) {
 	s.String(&c.RedisURL, "REDIS_URL", "", "Redis URL (redis://, rediss:// or redis-sentinel://)")
 	s.String(&c.RedisSentinels, "REDIS_SENTINELS", "", "Redis Sentinel addresses host:port,... (instead of REDIS_URL)")
 	s.String(&c.RedisMasterName, "REDIS_MASTER_NAME", "", "the master's name at the Sentinels (with REDIS_SENTINELS)")
+	s.Int(&c.RedisAckReplicas, "REDIS_ACK_REPLICAS", "0", "replicas that must confirm a write before its 2xx or ack (0: none)")
+	s.Duration(&c.RedisAckTimeout, "REDIS_ACK_TIMEOUT", "1s", "longest wait for those replicas' confirmation")
 	s.String(&c.KeyPrefix, "KEY_PREFIX", "pq:", "prefix of puzzleq's Redis keys")
 	s.Duration(&c.TaskTTL, "TASK_TTL", "24h", "how long task and batch records are kept")
 	s.Duration(&c.ResultTTL, "RESULT_TTL", "24h", "how long cached results are kept")
@@ -136,6 +149,24 @@ func (c *Common) bind(s *envflag.Set) {
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
 
+// storeOptions are the store's options from these settings.
+func (c *Common) storeOptions() store.Options {
+	o := store.Options{Prefix: c.KeyPrefix, TaskTTL: c.TaskTTL, ResultTTL: c.ResultTTL}
+	if c.RedisAckReplicas > 0 {
+		o.AckReplicas, o.AckTimeout = c.RedisAckReplicas, c.RedisAckTimeout
+	}
+	return o
+}
+
+// callTimeout bounds one Redis call of the API (redisCallTimeout), plus
+// the WAIT a confirmed write ends with.
+func (c *Common) callTimeout() time.Duration {
+	if c.RedisAckReplicas > 0 {
+		return redisCallTimeout + c.RedisAckTimeout
+	}
+	return redisCallTimeout
+}
+
 func (c *Common) validate() error {
 	if err := c.sentinels(); err != nil {
 		return err
@@ -144,6 +175,15 @@ func (c *Common) validate() error {
 		if _, err := asynq.ParseRedisURI(c.RedisURL); err != nil {
 			return fmt.Errorf("REDIS_URL: %v", err)
 		}
+	}
+	if c.RedisAckReplicas < 0 || c.RedisAckReplicas > 64 {
+		return fmt.Errorf("REDIS_ACK_REPLICAS: must be 0..64, got %d", c.RedisAckReplicas)
+	}
+	if c.RedisAckReplicas > 0 && c.RedisURL == "" {
+		return fmt.Errorf("REDIS_ACK_REPLICAS: needs REDIS_URL or REDIS_SENTINELS (the embedded Redis has no replicas)")
+	}
+	if c.RedisAckTimeout < time.Millisecond || c.RedisAckTimeout > time.Minute {
+		return fmt.Errorf("REDIS_ACK_TIMEOUT: must be 1ms..1m, got %s", c.RedisAckTimeout)
 	}
 	if c.GCHeapFloor < 0 || c.GCHeapFloor > 64<<30 {
 		return fmt.Errorf("GC_HEAP_FLOOR: must be 0..64Gi bytes, got %d", c.GCHeapFloor)
@@ -177,7 +217,7 @@ func (c *Common) validate() error {
 			return fmt.Errorf("WEBHOOK_SECRET: %v", err)
 		}
 	}
-	if _, err := webhook.ParsePolicy(c.WebhookAllowedHosts); err != nil {
+	if _, err := egress.ParsePolicy(c.WebhookAllowedHosts); err != nil {
 		return fmt.Errorf("WEBHOOK_ALLOWED_HOSTS: %v", err)
 	}
 	if c.WebhookTimeout <= 0 || c.WebhookTimeout > 5*time.Minute {
@@ -254,10 +294,10 @@ func DefaultLimits() tasks.Limits {
 }
 
 // webhookPolicy is the parsed WEBHOOK_ALLOWED_HOSTS (validated).
-func (c *Common) webhookPolicy() *webhook.Policy {
-	p, err := webhook.ParsePolicy(c.WebhookAllowedHosts)
+func (c *Common) webhookPolicy() *egress.Policy {
+	p, err := egress.ParsePolicy(c.WebhookAllowedHosts)
 	if err != nil {
-		p, _ = webhook.ParsePolicy("")
+		p, _ = egress.ParsePolicy("")
 	}
 	return p
 }
@@ -316,10 +356,17 @@ type WorkerSettings struct {
 	// receiver that never answers must not hold the solvers' slots.
 	// Default 4.
 	WebhookConcurrency int
-	// PDBDir caches the 15-puzzle's pattern databases (7.6 MiB) between
-	// restarts; they are verified by SHA-256 when loaded. Default "": build
-	// them in memory at start (about 9 s of CPU).
+	// PDBDir holds the 15-puzzle's pattern databases: the 7-8 files
+	// built by puzzlectl pdb build, mapped read-only (shared through the
+	// page cache by every worker of the node), and the 6-6-3 ones (7.6
+	// MiB), cached there between restarts and verified by SHA-256 when
+	// loaded. Default "": 6-6-3 built in memory at start (about 9 s of
+	// CPU).
 	PDBDir string
+	// PDBSet is the 4x4 table set: "78" maps the 7-8 files from PDBDir
+	// and falls back to 6-6-3 (logged, and shown by /readyz) when they are
+	// missing; "663" is the small-memory choice. Default "78".
+	PDBSet string
 	// PDBPreload builds or loads the pattern databases when the worker
 	// starts, and readiness waits for them. Off, the first large sliding
 	// board builds them on demand. Default true.
@@ -362,6 +409,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
 	s.Int(&w.WebhookConcurrency, "WEBHOOK_CONCURRENCY", "4", "webhook deliveries run at once, on slots of their own")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
+	s.String(&w.PDBSet, "PDB_SET", "78", "15-puzzle table set: 78 (mapped from PDB_DIR, else 663) or 663")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
@@ -407,6 +455,9 @@ func (w *WorkerSettings) validate() error {
 	}
 	if w.WebhookConcurrency < 1 || w.WebhookConcurrency > 256 {
 		return fmt.Errorf("WEBHOOK_CONCURRENCY: must be between 1 and 256, got %d", w.WebhookConcurrency)
+	}
+	if _, err := sliding.ParseTableSet(w.PDBSet); err != nil {
+		return fmt.Errorf("PDB_SET: must be 78 or 663, got %q", w.PDBSet)
 	}
 	if w.PDBDir != "" && !filepath.IsAbs(w.PDBDir) {
 		return fmt.Errorf("PDB_DIR: must be an absolute path, got %q", w.PDBDir)
@@ -516,7 +567,7 @@ type APIConfig struct {
 	// ChunkSize is how many cheap batch items share one queued task (and
 	// one chunk of a batch's storage). Larger chunks cost Redis and the
 	// worker less per item: 100,000 8-puzzles took 2.65 s at 64 and
-	// 1.5 s at 512 (BENCHMARKS.md); a cheap item over 4 MiB / ChunkSize
+	// 1.5 s at 512 (docs/performance.md); a cheap item over 4 MiB / ChunkSize
 	// runs alone, so a unit's requests stay within 4 MiB. At most 2048.
 	// Default 512.
 	ChunkSize int
@@ -544,7 +595,7 @@ type APIConfig struct {
 	// API holds in memory at once, counted as the bytes arrive; a request
 	// waits (reading nothing more) while it is full. Measured, 32Mi keeps
 	// the API under 256 MiB with eight 12 MB fill batches uploaded at once
-	// (RELIABILITY.md). Default 32Mi.
+	// (docs/guarantees.md). Default 32Mi.
 	MaxBytesInFlight int64
 	// MaxKeyBytesInFlight is the most of MAX_BYTES_IN_FLIGHT that one API
 	// key's requests may hold at once, so that one tenant's uploads and
@@ -600,7 +651,7 @@ type APIConfig struct {
 	// MaxPendingPerKey caps a key's unfinished tasks. Default 100000.
 	MaxPendingPerKey int
 	// MaxConcurrentDecodes bounds the batch bodies decoded at once. A
-	// decode holds about 4× its body for its duration (RELIABILITY.md),
+	// decode holds about 4× its body for its duration (docs/capacity.md),
 	// so this bounds the memory decoding takes beyond the bodies
 	// themselves; a slot is taken once the body has arrived, so slow
 	// uploads hold none. Decoding is CPU work, so more slots than cores
@@ -625,6 +676,24 @@ type APIConfig struct {
 	// user signs in once a day and a forgotten browser is not signed in
 	// for long. Default 12h.
 	UISessionTTL time.Duration
+	// SessionsPerKey caps one key's live dashboard sessions; a sign-in
+	// past it ends the key's oldest. A person signs in from a few
+	// browsers; a script signing in in a loop holds this many sessions
+	// (about 300 B of Redis each) and no more. Default 10.
+	SessionsPerKey int
+	// SignInsPerKeyPerMinute and SignInsPerAddrPerMinute bound dashboard
+	// sign-ins per key and per client address, as a burst refilling over
+	// the minute, counted in Redis across replicas; past either the
+	// sign-in is answered 429. An address's budget is larger, since an
+	// office behind one NAT shares it. Defaults 10 and 30.
+	SignInsPerKeyPerMinute  int
+	SignInsPerAddrPerMinute int
+	// AccessLogEvery samples the API's access log (one line per request:
+	// route, method, status, bytes, duration_ms, key_id, request_id,
+	// never a credential): one request in AccessLogEvery is logged at
+	// info, and every 5xx at warn whatever it is. 1 logs every request;
+	// 0 logs only the 5xx. Default 1.
+	AccessLogEvery int
 
 	keys []api.APIKey
 }
@@ -661,6 +730,10 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Duration(&c.OutboxInterval, "OUTBOX_INTERVAL", "1s", "how often interrupted batch enqueues are looked for")
 	s.Duration(&c.WorkerDeadAfter, "WORKER_DEAD_AFTER", "2s", "how long a worker's heartbeat may stay unchanged before its tasks are re-driven")
 	s.Duration(&c.UISessionTTL, "UI_SESSION_TTL", "12h", "how long a dashboard sign-in lasts")
+	s.Int(&c.AccessLogEvery, "ACCESS_LOG_EVERY", "1", "log one request in N (1: every one; 0: only server errors)")
+	s.Int(&c.SessionsPerKey, "SESSIONS_PER_KEY", "10", "live dashboard sessions per key; past it the oldest ends")
+	s.Int(&c.SignInsPerKeyPerMinute, "SIGN_INS_PER_KEY_PER_MINUTE", "10", "dashboard sign-ins per key a minute")
+	s.Int(&c.SignInsPerAddrPerMinute, "SIGN_INS_PER_ADDR_PER_MINUTE", "30", "dashboard sign-ins per client address a minute")
 	return s
 }
 
@@ -743,10 +816,15 @@ func (c *APIConfig) validate() error {
 		n    int
 	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey},
 		{"OPERATOR_RATE_LIMIT_PER_SECOND", c.OperatorRatePerSecond}, {"OPERATOR_RATE_LIMIT_BURST", c.OperatorBurst},
-		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}, {"MAX_STREAMS_PER_KEY", c.MaxStreamsPerKey}} {
+		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}, {"MAX_STREAMS_PER_KEY", c.MaxStreamsPerKey},
+		{"SESSIONS_PER_KEY", c.SessionsPerKey}, {"SIGN_INS_PER_KEY_PER_MINUTE", c.SignInsPerKeyPerMinute},
+		{"SIGN_INS_PER_ADDR_PER_MINUTE", c.SignInsPerAddrPerMinute}} {
 		if v.n <= 0 {
 			return fmt.Errorf("%s: must be positive, got %d", v.name, v.n)
 		}
+	}
+	if c.AccessLogEvery < 0 {
+		return fmt.Errorf("ACCESS_LOG_EVERY: must not be negative, got %d", c.AccessLogEvery)
 	}
 	keys, err := c.loadKeys()
 	if err != nil {

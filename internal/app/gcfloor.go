@@ -16,7 +16,7 @@ import (
 //
 // Why: the API's live heap is a few MiB, so at GOGC=100 a burst of small
 // requests collects every 4–8 MiB of garbage, several times a second. On
-// cache hits (issue 12) a floor of 32 MiB cut the API's CPU per hit by
+// cache hits a floor of 32 MiB cuts the API's CPU per hit by
 // 6–11%, for 58 MiB of peak RSS instead of 34 (docs/capacity.md). It
 // costs nothing where the live heap is large (an upload, the worker's
 // pattern databases): there the goal is GOGC=100's, so the documented

@@ -21,8 +21,8 @@ const MonitoringPath = "/monitoring/"
 // MonitoringMaxPageSize is the largest ?size= the dashboard's task lists
 // serve: the largest page the asynqmon UI offers. asynqmon itself takes
 // any size and holds the whole page, decoded, in memory: four
-// pending_tasks?size=100000 requests took an API to 3.8 GB, and one
-// answered 500 (issue 13).
+// pending_tasks?size=100000 requests take an API to 3.8 GB, and one
+// answers 500.
 const MonitoringMaxPageSize = 100
 
 // monitoringMaxPage bounds ?page=, so that page×size, the offset asynq
@@ -51,7 +51,7 @@ func (a *API) mount(e *gin.Engine, operator api.OperatorAuth) {
 // asynqmon makes clients of its own from the option it is given (one for
 // its handlers, one for its inspector), and asynq's would wait out
 // redisIOTimeout and retry on a hung Redis: about 3 s a try, where every
-// other route answers 503 within 2.5 s (issue 13). Its clients get the
+// other route answers 503 within 2.5 s. Its clients get the
 // API's: the caller's deadline reaching the socket and redisCallTimeout
 // over each call.
 type boundedConnOpt struct{ asynq.RedisConnOpt }

@@ -53,6 +53,17 @@ func TestOpsEndpoints(t *testing.T) {
 			r.Body.Close()
 		}
 	}
+	// Without PDB_DIR there are no 7-8 files: the worker is ready on
+	// 6-6-3 and says why.
+	r, err := http.Get("http://" + w.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body.Close()
+	if !strings.Contains(string(rb), `"pdb_set":"663"`) || !strings.Contains(string(rb), "PDB_DIR is not set") {
+		t.Errorf("worker /readyz: %s", rb)
+	}
 	// Redis gone: readiness fails and the API answers 503 unavailable,
 	// quickly, instead of hanging or 500.
 	s.Redis.Kill()
@@ -66,5 +77,60 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	if el := time.Since(start); el > 10*time.Second {
 		t.Errorf("answers without redis took %v", el)
+	}
+}
+
+// TestReadinessFollowsRedisWrites: a Redis at maxmemory under noeviction
+// answers PING and refuses every write; both binaries' /readyz fail (503
+// unavailable, saying Redis refuses writes) while it does, and answer 200
+// again at the first probe once it takes writes.
+func TestReadinessFollowsRedisWrites(t *testing.T) {
+	t.Parallel()
+	s := stacktest.StartWith(t, 1, nil)
+	w := s.Workers[0]
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if r, err := http.Get("http://" + w.Addr() + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker never ready")
+		}
+	}
+	probe := func() (api, worker int, apiBody, workerBody string) {
+		code, b := s.Do("GET", "/readyz", nil)
+		r, err := http.Get("http://" + w.Addr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		r.Body.Close()
+		return code, r.StatusCode, string(b), string(wb)
+	}
+	ctx := t.Context()
+	if err := s.RDB.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RDB.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redis at maxmemory still answers PING: %v", err)
+	}
+	a, wk, ab, wb := probe()
+	for _, r := range []struct {
+		who  string
+		code int
+		body string
+	}{{"api", a, ab}, {"worker", wk, wb}} {
+		if e := decode[apitype.ErrorBody](t, []byte(r.body)); r.code != 503 || e.Error.Code != apitype.CodeUnavailable ||
+			!strings.Contains(e.Error.Message, "refuses writes") {
+			t.Errorf("%s /readyz with redis at maxmemory: %d %s", r.who, r.code, r.body)
+		}
+	}
+	if err := s.RDB.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a, wk, ab, wb := probe(); a != 200 || wk != 200 {
+		t.Errorf("/readyz once redis takes writes: api %d %s, worker %d %s", a, ab, wk, wb)
 	}
 }

@@ -71,8 +71,8 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 // on a frozen Redis.
 //
 // It speaks RESP2 (Protocol 2): under RESP3, go-redis v9.23 peeks every
-// connection for pending push notifications before each reply, which was
-// 5% of the API's and the worker's CPU on the single-task path (issue 12),
+// connection for pending push notifications before each reply, which costs
+// 5% of the API's and the worker's CPU on the single-task path,
 // and we use no RESP3 feature (no client-side caching, no maintenance
 // notifications). Pub/Sub works the same on a RESP2 connection.
 //
@@ -106,7 +106,7 @@ func newRedisClient(opt asynq.RedisConnOpt, onConnect func(context.Context, *red
 // connections that sat idle. go-redis v9.23 checks every connection it
 // takes from its pool with a non-blocking recvfrom (MSG_PEEK) on the
 // socket: a system call on every command and pipeline, 4.7% of the
-// process's CPU on the single-task path (issue 12), where a task makes
+// process's CPU on the single-task path, where a task makes
 // about five such calls across the API and the worker. The check finds a
 // connection the server closed while it sat in the pool (a Redis restart,
 // an idle timeout, CLIENT KILL), which would otherwise fail the next
@@ -257,4 +257,55 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, fmt.Sprintf(format, v...))
+}
+
+// refusalPause is how long a worker's Redis call that Redis refused as a
+// write (OOM at maxmemory, READONLY, MISCONF) waits before it returns.
+const refusalPause = 25 * time.Millisecond
+
+// pauseOnRefusal is a go-redis hook for the worker's client that makes a
+// call without a deadline that Redis refused as a write return
+// refusalPause later. asynq's loops call without one, and its processor
+// dequeues again at once after a dequeue error, so a Redis that refuses
+// writes gets the dequeue script in a tight loop: 12,000 calls a second
+// from one idle worker, 11 % of Redis's core (scripts/bench-oom-idle.sh).
+// Paused, it gets about 40 a second per
+// asynq server, and a worker sees within refusalPause that Redis takes
+// writes again. The worker's own calls carry deadlines and their callers'
+// retry policies (a refused task write retries after 1–2 s), so they
+// return at once.
+type pauseOnRefusal time.Duration
+
+func (p pauseOnRefusal) wait(ctx context.Context, err error) {
+	if !store.RefusesWrites(err) {
+		return
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return
+	}
+	t := time.NewTimer(time.Duration(p))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (p pauseOnRefusal) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p pauseOnRefusal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		p.wait(ctx, err)
+		return err
+	}
+}
+
+func (p pauseOnRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		// go-redis returns the first failed command's error.
+		err := next(ctx, cmds)
+		p.wait(ctx, err)
+		return err
+	}
 }

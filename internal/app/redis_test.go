@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/store"
 )
 
 // TestRedisConnLoadsScriptsOnConnect: the client the binaries use runs
@@ -301,5 +302,60 @@ func TestIdlePeekSkipsOnlyRecentConnections(t *testing.T) {
 		return nil, io.ErrClosedPipe
 	})(context.Background(), "tcp", "x"); err != io.ErrClosedPipe {
 		t.Errorf("a dial error: got %v", err)
+	}
+}
+
+// A worker's call without a deadline (asynq's loops) that Redis refuses
+// as a write returns refusalPause later, single or in a pipeline, so
+// asynq's dequeue loop does not spin on a full Redis; reads, a write Redis
+// takes and a refused call with a deadline return at once.
+func TestWorkerPausesOnRefusedWrites(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	admin := r.Client(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Protocol: 2})
+	t.Cleanup(func() { rdb.Close() })
+	// A longer pause than the worker's, so "at once" and "paused" stay
+	// apart on a loaded machine.
+	const pause = 500 * time.Millisecond
+	rdb.AddHook(pauseOnRefusal(pause))
+
+	timed := func(f func() error) (time.Duration, error) {
+		start := time.Now()
+		err := f()
+		return time.Since(start), err
+	}
+	if d, err := timed(func() error { return rdb.Set(ctx, "k", "v", 0).Err() }); err != nil || d >= pause {
+		t.Fatalf("a write Redis takes: %v after %v", err, d)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := timed(func() error { return rdb.Set(ctx, "k2", "v", 0).Err() })
+	if !store.RefusesWrites(err) || d < pause {
+		t.Errorf("a refused write: %v after %v, want OOM after at least %v", err, d, pause)
+	}
+	d, err = timed(func() error {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Get(ctx, "k")
+			p.Set(ctx, "k3", "v", 0)
+			return nil
+		})
+		return err
+	})
+	if !store.RefusesWrites(err) || d < pause {
+		t.Errorf("a pipeline with a refused write: %v after %v, want OOM after at least %v", err, d, pause)
+	}
+	if d, err := timed(func() error { return rdb.Get(ctx, "k").Err() }); err != nil || d >= pause {
+		t.Errorf("a read: %v after %v, want at once", err, d)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if d, err := timed(func() error { return rdb.Set(cctx, "k4", "v", 0).Err() }); !store.RefusesWrites(err) || d >= pause {
+		t.Errorf("a refused write with a deadline: %v after %v, want OOM at once", err, d)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -44,13 +45,16 @@ type Worker struct {
 	// never hold a solver's slot.
 	whSrv    *asynq.Server
 	whMux    *asynq.ServeMux
-	cancels  *tasks.Cancels
-	beat     *tasks.Heartbeat
+	cancels  *worker.Cancels
+	beat     *worker.Heartbeat
 	reg      *prometheus.Registry
 	ln       net.Listener // nil when embedded in the API
 	httpSrv  *http.Server
 	ready    atomic.Bool
 	pdbReady atomic.Bool
+	// pdbNote says which 4x4 tables are in use and, after a fallback to
+	// 6-6-3, why; /readyz shows it.
+	pdbNote  atomic.Pointer[string]
 	ownsConn bool
 	// expCap is the per-key cap of expensive runs in force (see
 	// WorkerSettings.MaxExpensivePerKey); with the default it follows
@@ -66,6 +70,7 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	rdb.AddHook(pauseOnRefusal(refusalPause))
 	w, err := newWorker(cfg, log, opt, rdb, prometheus.NewRegistry())
 	if err != nil {
 		rdb.Close()
@@ -85,14 +90,14 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 }
 
 func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry) (*Worker, error) {
-	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: tasks.NewCancels()}
-	w.store = store.New(rdb, store.Options{Prefix: cfg.KeyPrefix, TaskTTL: cfg.TaskTTL, ResultTTL: cfg.ResultTTL})
+	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: worker.NewCancels()}
+	w.store = store.New(rdb, cfg.storeOptions())
 	loadScripts(w.store, log)
-	m := tasks.NewMetrics(reg)
+	m := worker.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "puzzleq_expensive_cap", Help: "Expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY).",
 	}, func() float64 { return float64(w.expCap.Load()) }))
-	h := tasks.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
+	h := worker.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
 	// so it never runs dry while a batch waits.
 	h.SetFeed(w.store, cfg.FeedDepth)
@@ -102,10 +107,13 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	w.mux = asynq.NewServeMux()
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
-	// them if this process dies (tasks.Heartbeat).
-	w.beat = tasks.NewHeartbeat(w.store, tasks.NewWorkerID(), cfg.HeartbeatInterval, log)
+	// them if this process dies (worker.Heartbeat).
+	w.beat = worker.NewHeartbeat(w.store, worker.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
 	w.mux.Use(w.beat.Middleware())
+	if cfg.RedisAckReplicas > 0 {
+		w.mux.Use(confirmMiddleware(w.store))
+	}
 	h.Register(w.mux)
 	healthCheck := func(err error) {
 		if err != nil {
@@ -123,7 +131,12 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		ErrorHandler:             h.ErrorHandler(),
 		// An expensive task over its key's cap waits: asynq runs it again
 		// after the wait, and it counts as neither a retry nor a failure.
-		IsFailure:       func(err error) bool { _, wait := tasks.IsWait(err); return !wait },
+		// So does a task whose writes the replicas did not confirm: it is
+		// done, and runs again only to confirm it.
+		IsFailure: func(err error) bool {
+			_, wait := worker.IsWait(err)
+			return !wait && !errors.Is(err, worker.ErrNotReplicated)
+		},
 		RetryDelayFunc:  retryDelay,
 		Logger:          asynqLogger{log.With(libraryKey, "asynq")},
 		HealthCheckFunc: healthCheck,
@@ -132,16 +145,28 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// worker that dies mid-delivery has it re-driven as soon as a task.
 	w.whMux = asynq.NewServeMux()
 	w.whMux.Use(w.beat.Middleware())
-	w.whMux.Handle(tasks.TypeWebhook, tasks.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
-		cfg.WebhookOptions(), m, log.With("component", "webhooks")))
+	// The slots are shared between keys by a pool (worker.DeliveryPool);
+	// asynq runs one goroutine more than there are slots, so another
+	// key's delivery is taken off the queue while every slot waits on a
+	// receiver.
+	wh := worker.NewWebhookHandler(w.store, cfg.webhookPolicy(), cfg.webhookSigner(),
+		cfg.WebhookOptions(), m, log.With("component", "webhooks"))
+	wh.SetPool(worker.NewDeliveryPool(cfg.WebhookConcurrency))
+	w.whMux.Handle(tasks.TypeWebhook, wh)
 	w.whSrv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              cfg.WebhookConcurrency,
+		Concurrency:              worker.WebhookServerConcurrency(cfg.WebhookConcurrency),
 		Queues:                   map[string]int{tasks.QueueWebhooks: 1},
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: time.Second,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
+		// A delivery that waited for a slot, or whose slot another key's
+		// took, is neither a retry nor a failure.
+		IsFailure: func(err error) bool {
+			_, wait := worker.IsWait(err)
+			return !wait
+		},
 		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
-			if errors.Is(err, asynq.ErrLeaseExpired) {
+			if _, wait := worker.IsWait(err); wait || errors.Is(err, asynq.ErrLeaseExpired) {
 				return retryDelay(n, err, t)
 			}
 			return tasks.WebhookRetryDelay(n, cfg.WebhookRetryBase, cfg.WebhookRetryMax, rand.N[time.Duration])
@@ -150,6 +175,38 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		HealthCheckFunc: healthCheck,
 	})
 	return w, nil
+}
+
+// confirmMiddleware holds a delivery's ack until REDIS_ACK_REPLICAS
+// replicas hold every write it made: store.Confirm, one round trip after
+// the handler's last write, unless that write was a Finish, which
+// carries the confirmation in its own round trip (a single task's
+// delivery). A delivery they do not confirm in time
+// returns worker.ErrNotReplicated instead of nil: asynq runs the task
+// again, its items are found ended, and that delivery confirms them. The
+// confirmation runs on a context of its own, so that a shutdown that
+// ended the delivery's does not skip it.
+func confirmMiddleware(st *store.Store) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			ctx, confirmedByFinish := worker.TrackFinalWrite(ctx)
+			if err := next.ProcessTask(ctx, t); err != nil {
+				return err
+			}
+			if confirmedByFinish() {
+				return nil // a single task's Finish confirmed in its own round trip
+			}
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redisCallTimeout+st.AckTimeout())
+			defer cancel()
+			if err := st.Confirm(cctx); err != nil {
+				if !errors.Is(err, store.ErrNotReplicated) {
+					err = fmt.Errorf("%w: %w", worker.ErrNotReplicated, err)
+				}
+				return err
+			}
+			return nil
+		})
+	}
 }
 
 // leaseRecoveryDelay is how long a task whose worker died (its lease
@@ -173,18 +230,20 @@ const leaseRecoveryDelay = 5 * time.Second
 
 // retryDelay retries a task whose worker died (lease expired) after
 // leaseRecoveryDelay. A Redis connection error (an outage or a failover)
-// retries after about a second, since Redis is usually back by then;
-// asynq's default backoff would wait 15-45 s. Other errors back off as
+// or a Redis that refuses writes (at maxmemory, a read-only replica)
+// retries after about a second, since Redis is usually back by then, and
+// a batch is then done seconds after it is; asynq's default backoff
+// would wait 15-45 s, more on later attempts. Other errors back off as
 // asynq does.
 func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	var netErr net.Error
-	if d, ok := tasks.IsWait(err); ok {
+	if d, ok := worker.IsWait(err); ok {
 		return d
 	}
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
-	case errors.Is(err, tasks.ErrDeadlineOverrun), errors.Is(err, tasks.ErrCutOff):
+	case errors.Is(err, worker.ErrDeadlineOverrun), errors.Is(err, worker.ErrCutOff), errors.Is(err, worker.ErrNotReplicated):
 		// ErrCutOff: the worker stopped the task while cut off from
 		// Redis, and returns it once Redis is back; its copy has run
 		// elsewhere meanwhile, so this run finds its items ended.
@@ -192,7 +251,7 @@ func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 		// try again soon, wherever a slot is free.
 		return time.Second + rand.N(time.Second)
 	case errors.As(err, &netErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed):
+		errors.Is(err, io.EOF), errors.Is(err, redis.ErrClosed), store.RefusesWrites(err):
 		return time.Second + rand.N(time.Second)
 	}
 	return asynq.DefaultRetryDelayFunc(n, err, t)
@@ -206,15 +265,16 @@ func (w *Worker) Addr() string {
 	return w.ln.Addr().String()
 }
 
-// ID is the worker's heartbeat ID (tasks.NewWorkerID), which names it in
+// ID is the worker's heartbeat ID (worker.NewWorkerID), which names it in
 // Redis and in the watchdog's logs.
 func (w *Worker) ID() string { return w.beat.ID() }
 
 // Cancels returns the registry of running solves, for tests.
-func (w *Worker) Cancels() *tasks.Cancels { return w.cancels }
+func (w *Worker) Cancels() *worker.Cancels { return w.cancels }
 
 func (w *Worker) opsHandler() http.Handler {
-	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), queueCollector(w.rdb))
+	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), queueCollector(w.rdb),
+		backlogCollector{w.store})
 	mux := http.NewServeMux()
 	// The probes answer in the API's wire forms.
 	reply := func(rw http.ResponseWriter, status int, body any) {
@@ -239,11 +299,21 @@ func (w *Worker) opsHandler() http.Handler {
 			unavailable(rw, "loading the pattern databases")
 			return
 		}
-		if err := w.rdb.Ping(ctx).Err(); err != nil {
+		// A write, not a PING: a Redis at maxmemory answers PING and
+		// refuses every task's result.
+		if err := w.store.CheckWrites(ctx); err != nil {
+			if errors.Is(err, store.ErrRefusesWrites) {
+				unavailable(rw, "redis refuses writes (at maxmemory, read-only or failing to persist)")
+				return
+			}
 			unavailable(rw, "redis is not answering")
 			return
 		}
-		reply(rw, http.StatusOK, apitype.Status{Status: "ready"})
+		body := readyBody{Status: "ready", PDBSet: string(sliding.ActiveTables())}
+		if n := w.pdbNote.Load(); n != nil {
+			body.PDBNote = *n
+		}
+		reply(rw, http.StatusOK, body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{}))
 	return mux
@@ -257,6 +327,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopListen()
 	go w.store.ListenCancels(lctx, w.cancels.Cancel)
 
+	w.useTables()
 	if w.cfg.PDBPreload {
 		// In the background: the other kinds are served meanwhile, and a
 		// large sliding board that arrives first builds what it needs.
@@ -353,6 +424,39 @@ func (w *Worker) watchSlots(ctx context.Context) {
 	}
 }
 
+// readyBody is /readyz's answer when ready: apitype.Status plus the
+// 4x4 table set in use, so that a fallback to 6-6-3 is visible.
+type readyBody struct {
+	Status  string `json:"status"`
+	PDBSet  string `json:"pdb_set"`
+	PDBNote string `json:"pdb_note,omitempty"`
+}
+
+// useTables maps the 7-8 tables from PDB_DIR when PDB_SET asks for them.
+// Missing files are not fatal: 4x4 boards fall back to 6-6-3, which
+// costs nodes, not answers, and the fallback is logged and shown by
+// /readyz.
+func (w *Worker) useTables() {
+	set, _ := sliding.ParseTableSet(w.cfg.PDBSet) // validated
+	if set == "" {
+		set = sliding.Set663
+	}
+	err := sliding.UseTables(w.cfg.PDBDir, set)
+	switch {
+	case set == sliding.Set78 && w.cfg.PDBDir == "":
+		note := "6-6-3: PDB_DIR is not set, so there are no 7-8 files to map"
+		w.pdbNote.Store(&note)
+		w.log.Warn("pattern databases: falling back to 6-6-3", "reason", note)
+	case err != nil:
+		note := "6-6-3: " + err.Error()
+		w.pdbNote.Store(&note)
+		w.log.Warn("pattern databases: falling back to 6-6-3", "pdb_dir", w.cfg.PDBDir, "err", err)
+	default:
+		w.log.Info("pattern databases: 4x4 table set", "pdb_set", string(sliding.ActiveTables()),
+			"pdb_dir", w.cfg.PDBDir, "mapped_bytes", sliding.MappedBytes())
+	}
+}
+
 // preload builds or loads the 15-puzzle's pattern databases; readiness
 // waits for it, so a rolling deploy does not retire the old pods before
 // the new ones can solve every board at full speed.
@@ -403,6 +507,30 @@ func (w *Worker) Close() error {
 // queueCollector reports asynq's queue sizes; both binaries expose it.
 func queueCollector(rdb redis.UniversalClient) prometheus.Collector {
 	return metrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb))
+}
+
+// backlogCollector reports each API key's webhook delivery backlog
+// (store.WebhookBacklog) as puzzleq_webhook_backlog{key}, the key's name
+// (never its secret); both binaries expose it, read from Redis at each
+// scrape.
+type backlogCollector struct{ st *store.Store }
+
+var webhookBacklogDesc = prometheus.NewDesc("puzzleq_webhook_backlog",
+	"Webhook deliveries of an API key enqueued and neither delivered nor given up (cluster-wide, from Redis).", []string{"key"}, nil)
+
+func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- webhookBacklogDesc }
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), redisIOTimeout)
+	defer cancel()
+	m, err := c.st.WebhookBacklog(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(webhookBacklogDesc, err)
+		return
+	}
+	for k, n := range m {
+		ch <- prometheus.MustNewConstMetric(webhookBacklogDesc, prometheus.GaugeValue, float64(n), k)
+	}
 }
 
 // libraryKey names the third-party library a log line comes from. It is

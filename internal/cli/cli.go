@@ -136,6 +136,6 @@ Exit status:
 	root.Version = Version
 	root.SetVersionTemplate("puzzlectl {{.Version}}\n")
 	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newBatchCmd(g), newHealthCmd(g),
-		newResultsCmd(g), newListCmd(g), newVersionCmd())
+		newResultsCmd(g), newListCmd(g), newPDBCmd(), newVersionCmd())
 	return root, g
 }

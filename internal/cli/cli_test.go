@@ -102,11 +102,11 @@ func TestSolveAndSubmitRefuseFoldedAndRepeatedNames(t *testing.T) {
 		if tc.format != "json" {
 			continue
 		}
-		jobs := filepath.Join(t.TempDir(), "jobs.jsonl")
-		if err := os.WriteFile(jobs, []byte(`{"kind":"sweep","puzzle":{"board":["."]}}`+"\n"+tc.in+"\n"), 0o644); err != nil {
+		items := filepath.Join(t.TempDir(), "jobs.jsonl")
+		if err := os.WriteFile(items, []byte(`{"kind":"sweep","puzzle":{"board":["."]}}`+"\n"+tc.in+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		code, _, errOut = run(t, "", "submit", "--server", "http://127.0.0.1:1", "-f", jobs)
+		code, _, errOut = run(t, "", "submit", "--server", "http://127.0.0.1:1", "-f", items)
 		if code != cli.ExitUsage || !strings.Contains(errOut, "line 2") || !strings.Contains(errOut, tc.errHas) {
 			t.Errorf("submit %s: exit %d, stderr %q; want exit 2, line 2 and %q", tc.in, code, errOut, tc.errHas)
 		}

@@ -19,7 +19,7 @@ func TestGetShowsProgress(t *testing.T) {
 	s := startStack(t, 1)
 	c := client.New(s.base)
 	ctx := context.Background()
-	task, err := c.Submit(ctx, []byte(`{"kind":"sliding","puzzle":{"board":[[0,12,9,13],[15,11,10,14],[3,7,2,5],[4,8,6,1]]}}`))
+	task, err := c.Submit(ctx, client.RawRequest([]byte(`{"kind":"sliding","puzzle":{"board":[[0,12,9,13],[15,11,10,14],[3,7,2,5],[4,8,6,1]]}}`)))
 	if err != nil {
 		t.Fatal(err)
 	}

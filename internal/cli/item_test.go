@@ -120,9 +120,9 @@ func BenchmarkReadJobs(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				jobs, err := readJobs(strings.NewReader(data))
-				if err != nil || len(jobs) != 10000 {
-					b.Fatal(len(jobs), err)
+				items, err := readItems(strings.NewReader(data))
+				if err != nil || len(items) != 10000 {
+					b.Fatal(len(items), err)
 				}
 			}
 		})

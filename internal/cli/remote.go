@@ -117,8 +117,8 @@ func (g *globals) outputFormat(def string) (string, error) {
 	return "", usagef("unknown output format %q: expected json or table", g.output)
 }
 
-// job is one request line of a run.
-type job struct {
+// item is one request line of a run.
+type item struct {
 	line int    // 1-based line (or case) number in the input
 	raw  []byte // the request's JSON, as sent (custom_id included)
 	// customID is the line's custom_id, when hasCustomID.
@@ -126,12 +126,12 @@ type job struct {
 	hasCustomID bool
 }
 
-// batchRun is one batch of a run: a slice of the jobs, its NDJSON body
-// (read from the jobs, never copied) and its idempotency key, and once
+// batchRun is one batch of a run: a slice of the items, its NDJSON body
+// (read from the items, never copied) and its idempotency key, and once
 // submitted the server's answer.
 type batchRun struct {
 	index     int
-	jobs      []job
+	items     []item
 	key       string
 	body      client.Body
 	sub       *client.BatchSubmission
@@ -146,10 +146,10 @@ type batchRun struct {
 // wait).
 type output struct {
 	batch func(b *batchRun) error
-	item  func(j *job, l *client.ResultLine) error
+	item  func(j *item, l *client.ResultLine) error
 }
 
-// runner submits jobs in batches with bounded concurrency and, with wait,
+// runner submits items in batches with bounded concurrency and, with wait,
 // streams their results back in input order.
 type runner struct {
 	c         *client.Client
@@ -168,7 +168,7 @@ type runner struct {
 	resultsWait time.Duration
 	// countsEvery is how often a drawn bar reads the batches' counts.
 	countsEvery time.Duration
-	// gate, when set, is the validation of jobs still under way: the
+	// gate, when set, is the validation of items still under way: the
 	// upload streams each line as it passes, and a failure of it is the
 	// run's error (see validation).
 	gate *validation
@@ -186,21 +186,21 @@ type runner struct {
 // results that brought nothing new, in case a server does not hold them.
 const minResultsPoll = 500 * time.Millisecond
 
-// linesReader reads jobs as NDJSON: each raw request and a newline. With
+// linesReader reads items as NDJSON: each raw request and a newline. With
 // a gate, each line goes only once the gate released it, and the body's
 // last byte only once the gate's validation passed as a whole.
 type linesReader struct {
-	jobs  []job
-	i     int // the job being read
+	items []item
+	i     int // the item being read
 	off   int // bytes of it read; len(raw) means its newline is next
 	gate  *validation
-	first int // the index of jobs[0] in the gate's jobs
+	first int // the index of items[0] in the gate's items
 }
 
 func (r *linesReader) Read(p []byte) (int, error) {
 	n := 0
-	for n < len(p) && r.i < len(r.jobs) {
-		raw := r.jobs[r.i].raw
+	for n < len(p) && r.i < len(r.items) {
+		raw := r.items[r.i].raw
 		if r.gate != nil && r.off == 0 {
 			if idx := int64(r.first + r.i); idx >= r.gate.released.Load() {
 				if n > 0 {
@@ -217,7 +217,7 @@ func (r *linesReader) Read(p []byte) (int, error) {
 			r.off += c
 			continue
 		}
-		if r.gate != nil && r.i == len(r.jobs)-1 {
+		if r.gate != nil && r.i == len(r.items)-1 {
 			if n > 0 {
 				return n, nil
 			}
@@ -229,34 +229,34 @@ func (r *linesReader) Read(p []byte) (int, error) {
 		n++
 		r.i, r.off = r.i+1, 0
 	}
-	if n == 0 && r.i >= len(r.jobs) {
+	if n == 0 && r.i >= len(r.items) {
 		return 0, io.EOF
 	}
 	return n, nil
 }
 
-// splitBatches cuts jobs into batches of at most size items and
+// splitBatches cuts items into batches of at most size items and
 // maxBatchBytes of body, and derives each batch's idempotency key from its
 // index and bytes: re-running the same input resubmits nothing that the
 // server already accepted (the key replays the batch), and a retry after a
-// lost response cannot double the work. Bodies are read from the jobs when
+// lost response cannot double the work. Bodies are read from the items when
 // sent, so the input is held once.
-func splitBatches(jobs []job, size int, runID string, gate *validation) []*batchRun {
+func splitBatches(items []item, size int, runID string, gate *validation) []*batchRun {
 	var out []*batchRun
-	for start := 0; start < len(jobs); {
+	for start := 0; start < len(items); {
 		end, bytes := start, 0
-		for end < len(jobs) && end-start < size && (end == start || bytes+len(jobs[end].raw)+1 <= maxBatchBytes) {
-			bytes += len(jobs[end].raw) + 1
+		for end < len(items) && end-start < size && (end == start || bytes+len(items[end].raw)+1 <= maxBatchBytes) {
+			bytes += len(items[end].raw) + 1
 			end++
 		}
-		b := &batchRun{index: len(out), jobs: jobs[start:end], submitted: make(chan struct{})}
+		b := &batchRun{index: len(out), items: items[start:end], submitted: make(chan struct{})}
 		first := start
 		b.body = client.FuncBody(int64(bytes), func() (io.Reader, error) {
-			return &linesReader{jobs: b.jobs, gate: gate, first: first}, nil
+			return &linesReader{items: b.items, gate: gate, first: first}, nil
 		})
 		h := sha256.New()
 		fmt.Fprintf(h, "puzzlectl run %q batch %d\n", runID, b.index)
-		_, _ = io.Copy(h, &linesReader{jobs: b.jobs})
+		_, _ = io.Copy(h, &linesReader{items: b.items})
 		b.key = "puzzlectl-" + hex.EncodeToString(h.Sum(nil))[:40]
 		out = append(out, b)
 		start = end
@@ -299,11 +299,11 @@ func (e *stoppedError) Error() string {
 
 func (e *stoppedError) Unwrap() error { return e.cause }
 
-// run submits every job and hands out what comes back, in input order:
+// run submits every item and hands out what comes back, in input order:
 // each batch once submitted, or with wait each item's result, streamed.
 // It stops at the first error.
-func (r *runner) run(ctx context.Context, jobs []job, out output) error {
-	batches := splitBatches(jobs, r.batchSize, r.runID, r.gate)
+func (r *runner) run(ctx context.Context, items []item, out output) error {
+	batches := splitBatches(items, r.batchSize, r.runID, r.gate)
 	if r.gate != nil && len(batches) > 1 {
 		// Batches are accepted one by one, so none may be sent before
 		// every line passed; and an early batch must not hold its upload
@@ -329,7 +329,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 				if b.err != nil {
 					cancel(b.err)
 				} else {
-					r.progress.addSubmitted(len(b.jobs))
+					r.progress.addSubmitted(len(b.items))
 					if b.sub.Replayed && r.wait && r.progress != nil {
 						// A resumed run: what this batch already did
 						// is not this run's pace.
@@ -374,7 +374,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 		}
 		var err error
 		if r.wait {
-			err = r.stream(inner, b, func(j *job, l *client.ResultLine) error {
+			err = r.stream(inner, b, func(j *item, l *client.ResultLine) error {
 				if err := out.item(j, l); err != nil {
 					return err
 				}
@@ -414,7 +414,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 		return runErr
 	}
 	interrupted := ctx.Err() != nil
-	se := &stoppedError{interrupted: interrupted, cause: runErr, batches: len(batches), total: len(jobs)}
+	se := &stoppedError{interrupted: interrupted, cause: runErr, batches: len(batches), total: len(items)}
 	if interrupted {
 		se.cause = context.Cause(ctx)
 	}
@@ -429,7 +429,7 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 		}
 		if b.sub != nil {
 			se.submitted++
-			se.tasks += len(b.jobs)
+			se.tasks += len(b.items)
 			se.ids = append(se.ids, b.sub.ID)
 		}
 	}
@@ -441,12 +441,12 @@ func (r *runner) run(ctx context.Context, jobs []job, out output) error {
 
 // submit posts one batch as NDJSON under its idempotency key.
 func (r *runner) submit(ctx context.Context, b *batchRun) (*client.BatchSubmission, error) {
-	sub, err := r.c.SubmitNDJSON(ctx, b.body, b.key, client.WithWebhook(r.webhook))
+	sub, err := r.c.SubmitBatch(ctx, client.NDJSONBatch(b.body), client.WithIdempotencyKey(b.key), client.WithWebhook(r.webhook))
 	if err != nil {
 		return nil, batchError(b, err, r.resumable)
 	}
-	if sub.Total != len(b.jobs) || (sub.TaskIDs != nil && len(sub.TaskIDs) != len(b.jobs)) {
-		return nil, fmt.Errorf("batch %d: the server accepted %d tasks of %d", b.index+1, sub.Total, len(b.jobs))
+	if sub.Total != len(b.items) || (sub.TaskIDs != nil && len(sub.TaskIDs) != len(b.items)) {
+		return nil, fmt.Errorf("batch %d: the server accepted %d tasks of %d", b.index+1, sub.Total, len(b.items))
 	}
 	return sub, nil
 }
@@ -462,12 +462,12 @@ var bodyLine = regexp.MustCompile(`^line (\d+): `)
 // input's blank lines and starts at the batch's first: it is translated
 // to the input's line.
 func batchError(b *batchRun, err error, sizeFlag bool) error {
-	lines := fmt.Sprintf("lines %d-%d", b.jobs[0].line, b.jobs[len(b.jobs)-1].line)
+	lines := fmt.Sprintf("lines %d-%d", b.items[0].line, b.items[len(b.items)-1].line)
 	var ae *client.Error
 	if errors.As(err, &ae) && ae.StatusCode < 500 && ae.StatusCode != 429 {
 		if m := bodyLine.FindStringSubmatch(ae.Message); m != nil {
-			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(b.jobs) {
-				lines = fmt.Sprintf("input line %d", b.jobs[n-1].line)
+			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(b.items) {
+				lines = fmt.Sprintf("input line %d", b.items[n-1].line)
 			}
 		}
 		if ae.StatusCode == 413 && sizeFlag {
@@ -492,8 +492,8 @@ func batchError(b *batchRun, err error, sizeFlag bool) error {
 // its chunk end) before asking again. So results are written as soon as
 // every item before them has ended, each line is read once, and the
 // download overlaps the solving instead of following it.
-func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *client.ResultLine) error) error {
-	id, n := b.sub.ID, len(b.jobs)
+func (r *runner) stream(ctx context.Context, b *batchRun, item func(*item, *client.ResultLine) error) error {
+	id, n := b.sub.ID, len(b.items)
 	next := 0
 	for next < n {
 		start, before, pending := time.Now(), next, false
@@ -511,7 +511,7 @@ func (r *runner) stream(ctx context.Context, b *batchRun, item func(*job, *clien
 				pending = true
 				break
 			}
-			j := &b.jobs[next]
+			j := &b.items[next]
 			if l.CustomID != nil && *l.CustomID != j.customID {
 				return fmt.Errorf("batch %s: results: item %d (line %d) has custom_id %q, the input %q", id, next, j.line, *l.CustomID, j.customID)
 			}
@@ -655,9 +655,9 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 	if len(reqs) <= maxSingles {
 		return solveSingles(cmd.Context(), c, reqs, s.webhook)
 	}
-	jobs := make([]job, len(reqs))
+	items := make([]item, len(reqs))
 	for i, p := range reqs {
-		jobs[i] = job{line: i + 1, raw: p.Payload()}
+		items[i] = item{line: i + 1, raw: p.Payload()}
 	}
 	// A fresh run ID: retries within this run are deduplicated, but
 	// solving the same input again solves it again (a task that failed,
@@ -666,9 +666,9 @@ func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]jso
 	_, _ = rand.Read(nonce[:])
 	r := &runner{c: c, batchSize: defaultBatchSize, parallel: defaultParallel, wait: true, stderr: s.stderr,
 		resultsWait: longPoll, countsEvery: time.Second, runID: hex.EncodeToString(nonce[:]), webhook: s.webhook}
-	r.progress = newProgress(s.stderr, len(jobs), true)
+	r.progress = newProgress(s.stderr, len(items), true)
 	out := make([]json.RawMessage, 0, len(reqs))
-	err = r.run(cmd.Context(), jobs, output{item: func(j *job, l *client.ResultLine) error {
+	err = r.run(cmd.Context(), items, output{item: func(j *item, l *client.ResultLine) error {
 		if l.State != client.StateCompleted {
 			return fmt.Errorf("case %d: %s", j.line, taskFailure(l.ID, l.State, l.Error))
 		}
@@ -690,7 +690,7 @@ func solveSingles(ctx context.Context, c *client.Client, reqs []*puzzle.Parsed, 
 	var wg sync.WaitGroup
 	for i, p := range reqs {
 		wg.Go(func() {
-			t, err := c.Solve(ctx, p.Payload(), longPoll, client.WithWebhook(webhook))
+			t, err := c.Solve(ctx, client.RawRequest(p.Payload()), client.WithWait(longPoll), client.WithWebhook(webhook))
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("case %d: %w", i+1, err)

@@ -434,7 +434,7 @@ func TestTaskAndBatchCommands(t *testing.T) {
 	s := startStack(t, 0) // no worker: tasks stay pending until canceled
 	c := client.New(s.base)
 	ctx := context.Background()
-	task, err := c.Submit(ctx, []byte(slidingLines(1, 9)[0]))
+	task, err := c.Submit(ctx, client.RawRequest([]byte(slidingLines(1, 9)[0])))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,11 +462,11 @@ func TestTaskAndBatchCommands(t *testing.T) {
 	}
 
 	// batch --watch shows counts until the batch is done.
-	raws := []json.RawMessage{}
+	var reqs []client.Request
 	for _, l := range slidingLines(5, 10) {
-		raws = append(raws, json.RawMessage(l))
+		reqs = append(reqs, client.RawRequest([]byte(l)))
 	}
-	sub, err := c.SubmitBatch(ctx, raws, "")
+	sub, err := c.SubmitBatch(ctx, client.BatchOf(reqs...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/puzzleq/puzzleq/puzzle"
-	"github.com/puzzleq/puzzleq/solvers/sliding"
 )
 
 // maxJSONLine bounds one request line of the json format, so a file with
@@ -67,7 +63,7 @@ type solver interface {
 type localSolver struct{}
 
 func (localSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
-	usePDBCache(cmd.ErrOrStderr())
+	usePDBDir(cmd.ErrOrStderr())
 	out := make([]json.RawMessage, len(reqs))
 	for i, r := range reqs {
 		res, err := r.Solve(cmd.Context())
@@ -96,21 +92,4 @@ func solveFormat(cmd *cobra.Command, name string, s solver) error {
 		return err
 	}
 	return puzzle.WriteResults(cmd.OutOrStdout(), f, raws)
-}
-
-// usePDBCache keeps the 15-puzzle's pattern databases in the user's cache
-// directory (os.UserCacheDir()/puzzleq: ~/.cache/puzzleq on Linux), so
-// that only the first local solve of a large board builds them (about 5 s)
-// and later runs read them (milliseconds). Without a usable directory
-// they are built in memory, as before, with a note on stderr.
-func usePDBCache(stderr io.Writer) {
-	base, err := os.UserCacheDir()
-	if err == nil {
-		dir := filepath.Join(base, "puzzleq")
-		if err = os.MkdirAll(dir, 0o755); err == nil {
-			sliding.UseCacheDir(dir)
-			return
-		}
-	}
-	fmt.Fprintf(stderr, "puzzlectl: note: no cache directory for the pattern databases (%v); large sliding boards build them on every run\n", err)
 }

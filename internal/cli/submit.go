@@ -100,11 +100,11 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				defer f.Close()
 				in = f
 			}
-			jobs, err := splitLines(in)
+			items, err := splitLines(in)
 			if err != nil {
 				return err
 			}
-			if len(jobs) == 0 {
+			if len(items) == 0 {
 				return usagef("%s: no requests", displayName(file))
 			}
 			// The lines are checked while they are uploaded; --out is
@@ -113,7 +113,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			out := cmd.OutOrStdout()
 			var outFile *os.File
 			lazy := &lazyWriter{}
-			gate := startValidation(jobs, func() error {
+			gate := startValidation(items, func() error {
 				if outPath == "" {
 					lazy.w = out
 					return nil
@@ -141,7 +141,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			stderr := cmd.ErrOrStderr()
 			r := &runner{c: c, batchSize: batchSize, parallel: parallel, wait: wait, stderr: stderr,
 				resultsWait: longPoll, countsEvery: time.Second, runID: runID, resumable: true, gate: gate, webhook: webhook}
-			r.progress = newProgress(stderr, len(jobs), wait)
+			r.progress = newProgress(stderr, len(items), wait)
 			ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
 			var warned sync.WaitGroup
 			if wait {
@@ -152,7 +152,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				var once sync.Once
 				r.announce = func(b *batchRun) {
 					r.progress.note(stderr, fmt.Sprintf("puzzlectl: batch %s accepted (lines %d-%d)",
-						b.sub.ID, b.jobs[0].line, b.jobs[len(b.jobs)-1].line))
+						b.sub.ID, b.items[0].line, b.items[len(b.items)-1].line))
 					once.Do(func() {
 						warned.Add(1)
 						go func() { defer warned.Done(); warnNoWorker(ctx, c, r.progress, stderr) }()
@@ -164,8 +164,8 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			defer warned.Wait()
 			customIDs := false
 			if format == "table" {
-				for i := range jobs {
-					customIDs = customIDs || jobs[i].hasCustomID
+				for i := range items {
+					customIDs = customIDs || items[i].hasCustomID
 				}
 			}
 			w := bufio.NewWriterSize(lazy, 256<<10)
@@ -182,9 +182,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				}
 			}
 			failed := 0
-			err = r.run(ctx, jobs, output{
+			err = r.run(ctx, items, output{
 				batch: func(b *batchRun) error {
-					first, last := b.jobs[0].line, b.jobs[len(b.jobs)-1].line
+					first, last := b.items[0].line, b.items[len(b.items)-1].line
 					if tw != nil {
 						fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
 					} else {
@@ -192,7 +192,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 					}
 					return nil
 				},
-				item: func(j *job, l *client.ResultLine) error {
+				item: func(j *item, l *client.ResultLine) error {
 					if l.State != client.StateCompleted {
 						failed++
 					}
@@ -221,7 +221,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return waitError(ctx, err)
 			}
 			if failed > 0 {
-				return &taskFailedError{failed: failed, total: len(jobs)}
+				return &taskFailedError{failed: failed, total: len(items)}
 			}
 			return nil
 		},
@@ -247,7 +247,7 @@ func displayName(file string) string {
 // "result"|"error":...}, custom_id only when the input line had one. Built
 // by hand: a run writes a line per request, and the result is already
 // JSON.
-func writeResultLine(w *bufio.Writer, j *job, l *client.ResultLine) {
+func writeResultLine(w *bufio.Writer, j *item, l *client.ResultLine) {
 	w.WriteString(`{"line":`)
 	var num [20]byte
 	w.Write(strconv.AppendInt(num[:0], int64(j.line), 10))
@@ -292,7 +292,7 @@ func writeJSONString(w *bufio.Writer, s string) {
 
 // writeResultRow writes a table row; the CUSTOM_ID column is there when
 // some line of the input has a custom_id.
-func writeResultRow(w io.Writer, j *job, customIDs bool, l *client.ResultLine) {
+func writeResultRow(w io.Writer, j *item, customIDs bool, l *client.ResultLine) {
 	var what string
 	switch {
 	case l.State == client.StateCompleted:
@@ -307,19 +307,19 @@ func writeResultRow(w io.Writer, j *job, customIDs bool, l *client.ResultLine) {
 	fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", j.line, l.ID, l.State, what)
 }
 
-// readJobs reads every non-blank line and validates it as the API would
+// readItems reads every non-blank line and validates it as the API would
 // (decodeItem: the request and its custom_id), in parallel. The first bad
 // line (by number) is the error. submit validates while it uploads
 // (validation); this is the same check, all at once.
-func readJobs(in io.Reader) ([]job, error) {
-	jobs, err := splitLines(in)
+func readItems(in io.Reader) ([]item, error) {
+	items, err := splitLines(in)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateAll(jobs); err != nil {
+	if err := validateAll(items); err != nil {
 		return nil, err
 	}
-	return jobs, nil
+	return items, nil
 }
 
 // lazyWriter writes to w, which the gate's ready sets: the output of a

@@ -30,7 +30,7 @@ var errInvalidInput = errors.New("the input has a bad line: upload cut short")
 // input passed (final), so that a bad line leaves nothing accepted however
 // far the upload got.
 type validation struct {
-	jobs []job
+	items []item
 	// released counts the lines, from the first, that passed, custom_id
 	// uniqueness included; advanced by the sequencer only.
 	released atomic.Int64
@@ -39,26 +39,26 @@ type validation struct {
 	mu    sync.Mutex
 	moved chan struct{}
 	done  chan struct{} // closed when every line passed or one failed
-	err   error         // the first bad line, as readJobs words it; set before done
+	err   error         // the first bad line, as readItems words it; set before done
 
 	// ready runs once, after every line passed and before any batch's
 	// last byte goes (opening --out, say); its error fails the run like
 	// a bad line.
 	ready     func() error
 	readyMu   sync.Mutex
-	readyDone bool // ready ran, or may no longer run (settle)
+	readyDone bool // ready ran, or must not run now (settle)
 	readyErr  error
 }
 
 // splitLines reads the input and cuts it into its non-blank lines,
 // unvalidated. A line over maxJSONLine is an error at once: it is
-// reported before any line's content, as readJobs did.
-func splitLines(in io.Reader) ([]job, error) {
+// reported before any line's content, as readItems did.
+func splitLines(in io.Reader) ([]item, error) {
 	data, err := io.ReadAll(in)
 	if err != nil {
 		return nil, fmt.Errorf("read input: %w", err)
 	}
-	jobs := make([]job, 0, bytes.Count(data, []byte{'\n'})+1)
+	items := make([]item, 0, bytes.Count(data, []byte{'\n'})+1)
 	line := 0
 	for len(data) > 0 {
 		line++
@@ -71,15 +71,15 @@ func splitLines(in io.Reader) ([]job, error) {
 		if len(l) == 0 {
 			continue
 		}
-		jobs = append(jobs, job{line: line, raw: l})
+		items = append(items, item{line: line, raw: l})
 	}
-	return jobs, nil
+	return items, nil
 }
 
-// startValidation validates jobs in the background; see validation.
-func startValidation(jobs []job, ready func() error) *validation {
-	v := &validation{jobs: jobs, moved: make(chan struct{}), done: make(chan struct{}), ready: ready}
-	blocks := (len(jobs) + validateBlock - 1) / validateBlock
+// startValidation validates items in the background; see validation.
+func startValidation(items []item, ready func() error) *validation {
+	v := &validation{items: items, moved: make(chan struct{}), done: make(chan struct{}), ready: ready}
+	blocks := (len(items) + validateBlock - 1) / validateBlock
 	passed := make([]chan struct{}, blocks)
 	for i := range passed {
 		passed[i] = make(chan struct{})
@@ -105,9 +105,9 @@ func startValidation(jobs []job, ready func() error) *validation {
 					return
 				default:
 				}
-				lo, hi := b*validateBlock, min((b+1)*validateBlock, len(jobs))
+				lo, hi := b*validateBlock, min((b+1)*validateBlock, len(items))
 				for i := lo; i < hi; i++ {
-					j := &jobs[i]
+					j := &items[i]
 					var err error
 					if j.customID, j.hasCustomID, err = decodeItem(j.raw); err != nil {
 						stop()
@@ -124,7 +124,7 @@ func startValidation(jobs []job, ready func() error) *validation {
 		defer close(v.done)
 		fail := func() {
 			stop()
-			workers.Wait() // they write the jobs validateAll writes
+			workers.Wait() // they write the items validateAll writes
 			v.fail()
 		}
 		seen := map[string]int{}
@@ -135,9 +135,9 @@ func startValidation(jobs []job, ready func() error) *validation {
 				fail()
 				return
 			}
-			lo, hi := b*validateBlock, min((b+1)*validateBlock, len(jobs))
+			lo, hi := b*validateBlock, min((b+1)*validateBlock, len(items))
 			for i := lo; i < hi; i++ {
-				j := &jobs[i]
+				j := &items[i]
 				if !j.hasCustomID {
 					continue
 				}
@@ -162,11 +162,11 @@ func (v *validation) release(n int64) {
 	v.mu.Unlock()
 }
 
-// fail sets err to the error readJobs gives for the input: a line failed,
+// fail sets err to the error readItems gives for the input: a line failed,
 // so validating it all again (the error path only) finds the same first
 // bad line by the same rules.
 func (v *validation) fail() {
-	v.err = validateAll(v.jobs)
+	v.err = validateAll(v.items)
 	if v.err == nil {
 		v.err = errors.New("puzzlectl: the input failed validation, and then passed it")
 	}
@@ -176,7 +176,7 @@ func (v *validation) fail() {
 	v.mu.Unlock()
 }
 
-// waitLine blocks until line index i (0-based, of jobs) passed, or the
+// waitLine blocks until line index i (0-based, of items) passed, or the
 // validation failed.
 func (v *validation) waitLine(i int) error {
 	for int64(i) >= v.released.Load() {
@@ -251,20 +251,20 @@ func (v *validation) failure() error {
 	return v.readyErr
 }
 
-// validateAll validates every job as readJobs did: decodeItem in
+// validateAll validates every item as readItems did: decodeItem in
 // parallel, the first bad line by number; then custom_id uniqueness.
-func validateAll(jobs []job) error {
-	workers := min(runtime.GOMAXPROCS(0), max(len(jobs)/512, 1))
+func validateAll(items []item) error {
+	workers := min(runtime.GOMAXPROCS(0), max(len(items)/512, 1))
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
-	per := (len(jobs) + workers - 1) / workers
+	per := (len(items) + workers - 1) / workers
 	for w := range workers {
-		lo, hi := w*per, min((w+1)*per, len(jobs))
+		lo, hi := w*per, min((w+1)*per, len(items))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				j := &jobs[i]
+				j := &items[i]
 				var err error
 				if j.customID, j.hasCustomID, err = decodeItem(j.raw); err != nil {
 					errs[w] = puzzle.LineError(err, j.line)
@@ -280,7 +280,7 @@ func validateAll(jobs []job) error {
 	// custom_id is unique within a batch; puzzlectl holds the whole input
 	// to it, so that a result names one line whatever the batches.
 	seen := map[string]int{}
-	for _, j := range jobs {
+	for _, j := range items {
 		if !j.hasCustomID {
 			continue
 		}

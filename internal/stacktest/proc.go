@@ -16,18 +16,26 @@ import (
 
 // BuildBinaries builds cmd/api and cmd/worker into dir, for tests that
 // run them as processes (test/fault kills and freezes them), and returns
-// their paths.
+// their paths. They are built as scripts/build.sh builds the image's
+// binaries (BuildEnv, -trimpath), so that they are the binaries that
+// ship and a test run compiles each package once for both.
 func BuildBinaries(dir string) (apiBin, workerBin string, err error) {
 	apiBin, workerBin = filepath.Join(dir, "api"), filepath.Join(dir, "worker")
-	for bin, pkg := range map[string]string{apiBin: "github.com/puzzleq/puzzleq/cmd/api", workerBin: "github.com/puzzleq/puzzleq/cmd/worker"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return "", "", fmt.Errorf("go build %s: %w", pkg, err)
-		}
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+string(filepath.Separator),
+		"github.com/puzzleq/puzzleq/cmd/api", "github.com/puzzleq/puzzleq/cmd/worker")
+	cmd.Env = append(os.Environ(), BuildEnv...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("go build cmd/api cmd/worker: %w", err)
 	}
 	return apiBin, workerBin, nil
 }
+
+// BuildEnv is the environment, beside -trimpath, of every build that is
+// not the race run: scripts/build.sh's (static, no cgo). go build,
+// go vet and go test compile a package again for each configuration, so
+// the tests that build binaries and .ci/run's non-race steps use this one.
+var BuildEnv = []string{"CGO_ENABLED=0"}
 
 // Proc is a running api or worker process. Its output goes to a file in
 // the test's temporary directory, printed when the test fails.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
 )
@@ -370,6 +371,13 @@ func (s *Stack) Keys(pattern string) int {
 	return n
 }
 
+// Records counts the keys under "pq:" that hold data: every one except
+// the short-lived key the readiness probe writes.
+func (s *Stack) Records() int {
+	s.t.Helper()
+	return s.Keys("pq:*") - s.Keys("pq:readyz")
+}
+
 // Queued returns how many tasks asynq holds in a queue, in any state.
 func (s *Stack) Queued(queue string) int {
 	s.t.Helper()
@@ -387,11 +395,11 @@ func (s *Stack) Queued(queue string) int {
 func (s *Stack) Running(queue string) int {
 	s.t.Helper()
 	ctx := context.Background()
-	n, err := s.RDB.LLen(ctx, "asynq:{"+queue+"}:pending").Result()
+	n, err := s.RDB.LLen(ctx, asynqdata.PendingKey(queue)).Result()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	a, err := s.RDB.LLen(ctx, "asynq:{"+queue+"}:active").Result()
+	a, err := s.RDB.LLen(ctx, asynqdata.ActiveKey(queue)).Result()
 	if err != nil {
 		s.t.Fatal(err)
 	}

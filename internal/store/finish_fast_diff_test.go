@@ -14,6 +14,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -113,24 +114,24 @@ func reviewRun(t *testing.T, stride, total int, seed uint64) fastFinishes {
 		}
 	}
 	var dels []*rvDelivery
-	outcome := func(i int) tasks.ItemOutcome {
+	outcome := func(i int) worker.ItemOutcome {
 		switch rng.IntN(14) {
 		case 0:
-			return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: strings.Repeat("\"é\u2028\x01<>&", 80)}
+			return worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: strings.Repeat("\"é\u2028\x01<>&", 80)}
 		case 1:
-			return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInternal, Msg: ""}
+			return worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInternal, Msg: ""}
 		case 2:
-			return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`), Cached: true}
+			return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`), Cached: true}
 		case 3:
-			return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: nil}
+			return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: nil}
 		case 4:
-			return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, CacheKey: "k" + strconv.Itoa(rng.IntN(3)), Cached: rng.IntN(2) == 0}
+			return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, CacheKey: "k" + strconv.Itoa(rng.IntN(3)), Cached: rng.IntN(2) == 0}
 		case 5:
 			if stride < 100 && rng.IntN(4) == 0 {
-				return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"big":1}`), CacheKey: "k" + strconv.Itoa(rng.IntN(3))}
+				return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"big":1}`), CacheKey: "k" + strconv.Itoa(rng.IntN(3))}
 			}
 		}
-		return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d}`, i))}
+		return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d}`, i))}
 	}
 	steps := 120
 	if stride > 100 {
@@ -176,7 +177,7 @@ func reviewRun(t *testing.T, stride, total int, seed uint64) fastFinishes {
 				d = dels[len(dels)-1]
 			}
 			_, jj, _ := tasks.ParseUnit(d.ref.Unit)
-			var outs []tasks.ItemOutcome
+			var outs []worker.ItemOutcome
 			all := rng.IntN(2) == 0
 			for x := jj * stride; x < min(total, (jj+1)*stride); x++ {
 				if all || rng.IntN(3) > 0 {
@@ -238,7 +239,7 @@ func reviewRun(t *testing.T, stride, total int, seed uint64) fastFinishes {
 				if err != nil {
 					return "", err
 				}
-				n, err := s.FinishUnit(ctx, ref, "", []tasks.ItemOutcome{out})
+				n, err := s.FinishUnit(ctx, ref, "", []worker.ItemOutcome{out})
 				return fmt.Sprintf("%d %d", len(w.Items), n), err
 			}
 		default:

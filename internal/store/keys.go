@@ -4,7 +4,7 @@ import "strconv"
 
 // Every Redis key and channel that puzzleq itself uses is built here, and
 // only here, so the whole keyspace can be read in one screen. Asynq's own
-// keys ("asynq:{queue}:...") are asynq's business.
+// keys ("asynq:{queue}:...") are internal/asynqdata's.
 //
 // All keys share a prefix (default "pq:") so tests can run side by side on
 // one Redis and operators can find our data with SCAN pq:*.
@@ -17,6 +17,11 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
+
+// readiness is a short-lived string the readiness probes write: a Redis
+// at maxmemory under noeviction answers PING and refuses every write, so
+// only a write tells whether the service can work.
+func (k keys) readiness() string { return k.prefix + "readyz" }
 
 // lease is a string naming the process that holds the named lease until
 // it expires, so only one API replica at a time runs a background job.
@@ -124,12 +129,18 @@ func (k keys) feedVT() string { return k.prefix + "feed:vt" }
 
 // workers is a sorted set of the workers that heartbeat, scored by the
 // time each wrote with its last beat (Unix ms, by its own clock): the
-// watchdog reads it to notice a worker that stopped (tasks.Heartbeat).
+// watchdog reads it to notice a worker that stopped (worker.Heartbeat).
 func (k keys) workers() string { return k.prefix + "workers" }
 
 // workerHeld is a hash of the asynq tasks a worker runs: field = a run
 // token of the worker's, value = tasks.HeldTask as JSON.
 func (k keys) workerHeld(worker string) string { return k.prefix + "worker:" + worker + ":held" }
+
+// redriven is a sorted set of the asynq tasks the watchdog has queued a
+// copy of (member parkedMember(queue, asynq ID), score the Unix ms of the
+// copy), so that the original, still listed as active until asynq
+// recovers it, is not copied again once no worker's record names it.
+func (k keys) redriven() string { return k.prefix + "redriven" }
 
 // owner returns the three quota keys of an owner, in the order the
 // scripts take them: pending, open, expiry.
@@ -212,19 +223,34 @@ func (k keys) operatorRate(who string) string { return k.prefix + "operator:" + 
 // client address. redis_rate puts its own "rate:" in front of it.
 func (k keys) authFailures(addr string) string { return k.prefix + "authfail:" + addr }
 
-// events is the pub/sub channel on which every terminal task transition
-// and every finished batch is announced, for long polls.
-func (k keys) events() string { return k.prefix + "events" }
-
-// cancels is the pub/sub channel on which cancellations of running tasks
-// are announced, for workers.
-func (k keys) cancels() string { return k.prefix + "cancels" }
-
-// session is a string holding a dashboard session: the hex SHA-256 of the
-// API key it was opened with, under the hex SHA-256 of the session token
-// (the cookie's value), with the session's TTL. Neither the token nor the
-// key is stored, so a read of Redis yields no credential.
+// session is a string holding a dashboard session (see parseSession):
+// the hex SHA-256 of the API key it was opened with, when it was opened
+// and when it ends, and the key's name, under the hex SHA-256 of the
+// session token (the cookie's value), with the session's TTL. Neither
+// the token nor the key is stored, so a read of Redis yields no
+// credential.
 func (k keys) session(tokenDigest string) string { return k.prefix + "session:" + tokenDigest }
+
+// keySessions is a sorted set of the token digests of one API key's live
+// sessions (the key named by its hex SHA-256), scored by when each was
+// opened (Unix ms): what caps a key's sessions, oldest ended first.
+func (k keys) keySessions(keyDigest string) string { return k.prefix + "sessions:key:" + keyDigest }
+
+// keyEpoch is a string holding when an API key was first configured for
+// dashboard sessions (Unix ms, Redis's clock), the key named by its hex
+// SHA-256. A session opened before it belongs to an earlier life of the
+// key, one that was removed since, and is refused.
+func (k keys) keyEpoch(keyDigest string) string { return k.prefix + "sessions:epoch:" + keyDigest }
+
+// sessionKeys is a set of the hex SHA-256 of every API key that has an
+// epoch, so that an API started without one of them can end that key's
+// sessions and its epoch.
+func (k keys) sessionKeys() string { return k.prefix + "sessions:keys" }
+
+// signIns is the token bucket of dashboard sign-ins of one API key ("key:"
+// and its digest) or one client address ("addr:" and the address).
+// redis_rate puts its own "rate:" in front of it.
+func (k keys) signIns(who string) string { return k.prefix + "signin:" + who }
 
 // webhook is a hash holding a completion webhook of one task or batch
 // (ref is "b:<batch ID>" or "t:<task ID>", see WebhookRef): its URL and
@@ -238,16 +264,17 @@ func (k keys) webhook(ref string) string { return k.prefix + "webhook:" + ref }
 // and the enqueue cannot lose the delivery.
 func (k keys) webhookWatch() string { return k.prefix + "webhooks:watch" }
 
-// asynqTask, asynqPending, asynqQueues, asynqArchived and asynqCompleted
-// are asynq's own keys (its internal/base: TaskKey, PendingKey,
-// AllQueues, ArchivedKey, CompletedKey), for the scripts that write to
-// them as asynq's enqueue script does: submitScript, which enqueues a
-// single task where it records it, and enqueueFedScript, which enqueues
-// fed units. Asynq's keys take no prefix.
-func (keys) asynqTask(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
-func (keys) asynqPending(queue string) string  { return "asynq:{" + queue + "}:pending" }
-func (keys) asynqQueues() string               { return "asynq:queues" }
-func (keys) asynqArchived(queue string) string { return "asynq:{" + queue + "}:archived" }
-func (keys) asynqCompleted(queue string) string {
-	return "asynq:{" + queue + "}:completed"
-}
+// webhookBacklog is a sorted set of the webhook refs of one API key whose
+// delivery is enqueued and not yet delivered nor given up, scored by when
+// it was enqueued (Unix ms): the key's delivery backlog. An auth-off
+// server's owner is "".
+func (k keys) webhookBacklog(owner string) string { return k.prefix + "webhooks:backlog:" + owner }
+
+// webhookBacklogKeys is the set of API keys that have a webhookBacklog,
+// for the metrics to find them.
+func (k keys) webhookBacklogKeys() string { return k.prefix + "webhooks:backlog-keys" }
+
+// ackBarrier is a counter that Confirm increments before its WAIT: a write
+// of the confirming connection's own, so that the WAIT covers every write
+// the master took before it, whichever connection made them.
+func (k keys) ackBarrier() string { return k.prefix + "ack" }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -147,7 +148,7 @@ func TestListTasks(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	e.s.SubmitTask(e.ctx, store.NewTask{ID: bid("tb"), Kind: "sliding", Owner: "bob"}, 0)
-	if _, err := e.s.Finish(e.ctx, []tasks.Transition{{ID: bid("t1"), Owner: "alice", State: apitype.TaskStateCompleted,
+	if _, err := e.s.Finish(e.ctx, []worker.Transition{{ID: bid("t1"), Owner: "alice", State: apitype.TaskStateCompleted,
 		Result: json.RawMessage(`{"moves":1}`)}}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestRetryBatch(t *testing.T) {
 	if _, err := e.s.CancelItem(e.ctx, b, 3); err != nil {
 		t.Fatal(err)
 	}
-	outcome := map[int]tasks.ItemOutcome{
+	outcome := map[int]worker.ItemOutcome{
 		0: {Index: 0, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"},
 		1: {Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)},
 		2: {Index: 2, State: apitype.TaskStateFailed, Code: apitype.CodeBudgetExceeded, Msg: "big"},
@@ -210,7 +211,7 @@ func TestRetryBatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var outs []tasks.ItemOutcome
+			var outs []worker.ItemOutcome
 			for _, it := range w.Items {
 				outs = append(outs, outcome[it.Index])
 			}
@@ -244,9 +245,9 @@ func TestRetryBatch(t *testing.T) {
 	}
 	// The second run completes them all, counted once.
 	for i := range outcome {
-		outcome[i] = tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":0}`)}
+		outcome[i] = worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":0}`)}
 	}
-	outcome[3] = tasks.ItemOutcome{Index: 3, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`)}
+	outcome[3] = worker.ItemOutcome{Index: 3, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`)}
 	run(refs)
 	b = e.counts(t, id, map[apitype.TaskState]int{apitype.TaskStateCompleted: 5})
 	if !b.Done() || b.DoneAt.IsZero() {
@@ -324,7 +325,7 @@ func TestRetryWaitsForABusyChunk(t *testing.T) {
 	}
 	fail := func(r tasks.UnitRef, i int) {
 		t.Helper()
-		if _, err := e.s.FinishUnit(e.ctx, r, "", []tasks.ItemOutcome{{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"}}); err != nil {
+		if _, err := e.s.FinishUnit(e.ctx, r, "", []worker.ItemOutcome{{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "slow"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -340,7 +341,7 @@ func TestRetryWaitsForABusyChunk(t *testing.T) {
 	if got := fmt.Sprint(units(e.feedAll(t))); got != "[x2]" {
 		t.Fatalf("fed %s after the first retry, want [x2]", got)
 	}
-	if _, err := e.s.FinishUnit(e.ctx, refs[0], "", []tasks.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}); err != nil {
+	if _, err := e.s.FinishUnit(e.ctx, refs[0], "", []worker.ItemOutcome{{Index: 1, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.s.RetryBatch(e.ctx, b, 0, timeout); err != nil || n != 1 {

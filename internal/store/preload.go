@@ -18,10 +18,12 @@ var allScripts = []*redis.Script{
 	progressScript,
 	leaseScript, reapScript,
 	commitBatchScript, abandonCommitScript, feedScript, enqueueFedScript, startUnitScript, finishUnitScript, finishChunkScript,
-	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, entryHeadsScript,
+	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, itemRequestScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
 	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript,
 	beginRetryScript, retryChunkScript,
+	createSessionScript, keyEpochScript,
+	webhookBacklogScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

@@ -8,7 +8,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // TestQuotaIsExact drives one owner's count of single tasks through every
@@ -50,7 +50,7 @@ func TestQuotaIsExact(t *testing.T) {
 	}
 	s.Cancel(ctx, "s0", "alice") // twice: counted once
 	pending(5, "after cancelling one twice")
-	done := []tasks.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}
+	done := []worker.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}
 	s.Finish(ctx, done, nil)
 	s.Finish(ctx, done, nil) // a duplicate delivery
 	pending(4, "after completing one, delivered twice")
@@ -72,6 +72,6 @@ func TestQuotaIsExact(t *testing.T) {
 			t.Fatalf("a full quota after expiry: %v", err)
 		}
 	}
-	s.Finish(ctx, []tasks.Transition{{ID: "s4", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}, nil)
+	s.Finish(ctx, []worker.Transition{{ID: "s4", Owner: "alice", State: apitype.TaskStateCompleted, Result: []byte(`{}`)}}, nil)
 	pending(6, "after a late finish of an expired task")
 }

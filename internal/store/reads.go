@@ -86,7 +86,7 @@ func parseHead(head string) (itemEntry, bool) {
 // finishUnitScript writes for nearly every item: {"state":"<letters>"}
 // and then integer members among started_at, completed_at, attempts and
 // size. Reading /results, encoding/json's reflection was a fifth of the
-// API's CPU per 8-puzzle (BENCHMARKS.md). Anything else (a ref, cached,
+// API's CPU per 8-puzzle. Anything else (a ref, cached,
 // an error, a space, a sign, a leading zero, an escape, a name in another
 // case) is left to encoding/json: ok is false. FuzzParsePlainHead holds
 // it to encoding/json's answer wherever it answers.

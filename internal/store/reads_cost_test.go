@@ -20,6 +20,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -274,18 +275,18 @@ func fillBatch(t testing.TB, s *Store, id string, n, stride int, mixed bool) *Ba
 			if err != nil {
 				t.Fatal(err)
 			}
-			var outs []tasks.ItemOutcome
+			var outs []worker.ItemOutcome
 			for _, it := range work.Items {
 				i := it.Index
 				if mixed && i%11 == 5 {
 					continue // left active
 				}
-				o := tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted,
+				o := worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted,
 					Result: json.RawMessage(fmt.Sprintf(`{"moves":%d,"solvable":true,"path":%q}`, len(path), path))}
 				if mixed {
 					switch {
 					case i%13 == 6:
-						o = tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}
+						o = worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}
 					case i%7 == 1:
 						o.CacheKey, o.Cached = "k"+strconv.Itoa(i%4), i%2 == 0
 					case i%7 == 2:
@@ -440,11 +441,11 @@ func TestLargeResultsReadWithoutLua(t *testing.T) {
 		if _, err := s.StartUnit(ctx, u); err != nil {
 			t.Fatal(err)
 		}
-		o := tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(big(i)), CacheKey: "fill" + strconv.Itoa(i)}
+		o := worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(big(i)), CacheKey: "fill" + strconv.Itoa(i)}
 		if i == 3 {
-			o = tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInvalidPuzzle, Msg: strings.Repeat("é", 100<<10)}
+			o = worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeInvalidPuzzle, Msg: strings.Repeat("é", 100<<10)}
 		}
-		if _, err := s.FinishUnit(ctx, u, "", []tasks.ItemOutcome{o}); err != nil {
+		if _, err := s.FinishUnit(ctx, u, "", []worker.ItemOutcome{o}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -187,7 +187,7 @@ var ErrRetryRunning = errors.New("store: a retry of this batch is running")
 const retryLease = 6 * time.Second
 
 // RetryTimeout says what an item adds to its unit's asynq timeout, as at
-// submission (the API's staged): it depends on the item's kind and on
+// submission (internal/ingest's staged): it depends on the item's kind and on
 // whether it runs in its own unit.
 type RetryTimeout func(kind puzzle.Kind, own bool) time.Duration
 

@@ -33,7 +33,7 @@ import "github.com/redis/go-redis/v9"
 // ARGV[5] cache key (kept in the record)
 // ARGV[6] the owner's quota of pending tasks (0: unlimited)
 // ARGV[7] task ID (its unit in the quota, and asynq's task ID)
-// ARGV[8] asynq's encoded task message (tasks.NewSolveEnqueued); "" to
+// ARGV[8] asynq's encoded task message (asynqdata.Solve); "" to
 //
 //	record the task without enqueueing it
 //
@@ -84,10 +84,10 @@ return {0, ''}
 // (api.newID), so one submission in 16 trims, and the index holds the
 // live records plus the ones that expired since its owner's last ~16
 // submissions (reads skip and drop those). Trimming on every submission
-// was one command in 30 of a single task's (issue 12).
+// would be one command in 30 of a single task's.
 //
-// The record is written by one HSET, owner and cached result included
-// (three HSETs for a keyed cache hit before issue 12).
+// The record is written by one HSET, owner and cached result included,
+// not one HSET per group of fields.
 const recordLua = `
 local function record(task, index, now, ttl, kind, owner, key, id, hit)
   local f = {'kind', kind, 'state', hit and 'completed' or 'pending', 'created_at', now, 'attempts', 0, 'key', key}
@@ -110,7 +110,7 @@ end
 // submitHitScript answers a single submission from the cache alone: the
 // API calls it instead of submitScript for a puzzle whose answer it saw
 // cached, so that a hit carries no asynq message, no quota keys and a
-// shorter script (issue 12). On a miss it writes nothing, and the API
+// shorter script. On a miss it writes nothing, and the API
 // submits with submitScript.
 //
 // KEYS[1] task hash, KEYS[2] cache entry, KEYS[3] the owner's task index
@@ -193,7 +193,7 @@ return out
 // since batch items refer to entries whose TTL finishUnitScript raised
 // to their batch's and an existing entry is the same puzzle's answer. In
 // the script a new entry costs one command; the pipeline's SET NX and
-// EXPIRE GT cost two (issue 12).
+// EXPIRE GT cost two.
 //
 // KEYS[1..3] the owner's pending counter, open units and expiry set (the
 //
@@ -210,27 +210,28 @@ return out
 //	event of a task carries, in bytes
 //
 // ARGV[5] the result cache's TTL, milliseconds (0: none)
+// ARGV[6] the prefix of a task's event (TaskEventKey(""))
 //
-// then 8 values per task i, from ARGV[8i-2]:
-// ARGV[8i-2] new state: completed, failed or canceled
-// ARGV[8i-1] task ID
-// ARGV[8i]   result JSON ("" when none)
-// ARGV[8i+1] error code ("" when none)
-// ARGV[8i+2] error message
-// ARGV[8i+3] "1" when the result came from the cache
-// ARGV[8i+4] "1" when the task ran without startManyScript (an instant
+// then 8 values per task i, from ARGV[8i-1]:
+// ARGV[8i-1] new state: completed, failed or canceled
+// ARGV[8i]   task ID
+// ARGV[8i+1] result JSON ("" when none)
+// ARGV[8i+2] error code ("" when none)
+// ARGV[8i+3] error message
+// ARGV[8i+4] "1" when the result came from the cache
+// ARGV[8i+5] "1" when the task ran without startManyScript (an instant
 //
 //	solve): this call counts its attempt and sets started_at
 //
-// ARGV[8i+5] "1" to cache the result under KEYS[3+2i]
+// ARGV[8i+6] "1" to cache the result under KEYS[3+2i]
 //
 // The event of a task carries its ended record, "t:<id> <the hash's
 // fields>", so a long poll answers from it without reading the record
 // again; a record with a larger result is announced as "t:<id>" alone and
 // read. The fields are netstring-like, "<len>:<name><len>:<value>" for
 // each (decodeEventFields): no escaping in Lua, no JSON reflection in the
-// API, which decoded a cjson object per long poll at 2% of its CPU
-// (issue 12).
+// API, where decoding a cjson object per long poll costs 2% of its
+// CPU.
 //
 // Returns each task's state before the call, "" when the record does not
 // exist. A task moved only when that state is "pending" or "active"; any
@@ -242,7 +243,7 @@ local ended = 0
 local n = (#KEYS - 3) / 2
 for i = 1, n do
   local tk = KEYS[2 + 2 * i]
-  local a = 8 * i - 2
+  local a = 8 * i - 1
   if ARGV[a + 7] == '1' then
     local ck = KEYS[3 + 2 * i]
     if ARGV[5] == '0' then
@@ -274,7 +275,7 @@ for i = 1, n do
       if not rec.started_at then f[#f + 1] = 'started_at'; f[#f + 1] = ARGV[1] end
     end
     redis.call('HSET', tk, unpack(f))
-    local msg = 't:' .. ARGV[a + 1]
+    local msg = ARGV[6] .. ARGV[a + 1]
     if #ARGV[a + 2] + #ARGV[a + 4] <= tonumber(ARGV[4]) then
       for j = 1, #f, 2 do rec[f[j]] = f[j + 1] end
       local parts = {}

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -49,7 +51,7 @@ func BenchmarkSingleTaskScripts(b *testing.B) {
 	key := func(i int) string { return fmt.Sprintf("%s-%d", p.Key(), i) }
 	submit := func(i int) string {
 		id := fmt.Sprintf("%032x", i)
-		q, err := tasks.NewSolveEnqueued(id, "", p, tasks.QueueInteractive, limits)
+		q, err := asynqdata.Solve(id, "", p, tasks.QueueInteractive, limits)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -59,7 +61,7 @@ func BenchmarkSingleTaskScripts(b *testing.B) {
 		return id
 	}
 	finish := func(i int, id string) {
-		st, err := s.Finish(ctx, []tasks.Transition{{ID: id, State: apitype.TaskStateCompleted, Result: result, Unstarted: true}}, []string{key(i)})
+		st, err := s.Finish(ctx, []worker.Transition{{ID: id, State: apitype.TaskStateCompleted, Result: result, Unstarted: true}}, []string{key(i)})
 		if err != nil || st[0] != apitype.TaskStatePending {
 			b.Fatalf("finish %s: %v %v", id, st, err)
 		}

@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
-// The store is the worker's gate for expensive runs (see tasks.Gate):
+// The store is the worker's gate for expensive runs (see worker.Gate):
 // one solve in flight per identical puzzle, and a cap per key on the runs
 // holding a slot. Each decision is one script, so two workers admitting
 // the same puzzle at the same moment see each other.
@@ -46,7 +46,7 @@ end
 // (it was told to wait a moment ago and asynq has not yet moved it to the
 // retry set, or it runs again now and will leave the set at its
 // admission); so does one that asynq retried for another reason (its
-// last error message is not a WaitError's, tasks.WaitMessage): asynq's
+// last error message is not a WaitError's, worker.WaitMessage): asynq's
 // recoverer retried it because its worker died after it was told to
 // wait, and the worker binary's leaseRecoveryDelay, which guards against
 // a late second retry by another recoverer (hibiken/asynq#717) and so a
@@ -63,7 +63,7 @@ end
 // was freed for the run) the run's member is also written to the parked
 // key's ":promoted" set, until its admission: a promoted run that then
 // takes no slot hands it on (passLua), and only such a run does. The
-// entry also reserves the slot for the run for one tasks.SolveLease
+// entry also reserves the slot for the run for one worker.SolveLease
 // (reserved, which every admission adds to the owner's live slots), and
 // the task goes to the head of its pending list (RPUSH: asynq takes from
 // that end, as its own requeue of an interrupted task does), not the
@@ -80,8 +80,8 @@ end
 // counts the reservations of the owner's promoted runs other than that
 // member's.
 var promoteLua = `
-local wait_msg = [==[` + tasks.WaitMessage + `]==]
-local reserve_ms = ` + strconv.FormatInt(tasks.SolveLease.Milliseconds(), 10) + `
+local wait_msg = [==[` + worker.WaitMessage + `]==]
+local reserve_ms = ` + strconv.FormatInt(worker.SolveLease.Milliseconds(), 10) + `
 local function reserved(pk, member, now)
   local mk = pk .. ':promoted'
   local from = now - reserve_ms
@@ -163,7 +163,7 @@ end
 `
 
 // admitScript decides what one run of an expensive single task does
-// (tasks.Verdict), in this order:
+// (worker.Verdict), in this order:
 //
 //  1. A task that has not ended becomes a waiter of its solve (and its
 //     record keeps the solve's key, for cancels). A task that has ended
@@ -201,7 +201,7 @@ end
 // ARGV[4] the owner's cap of slots (0: none)
 // ARGV[5] record TTL, seconds (the waiters hash lives as long)
 // ARGV[6] now, Unix milliseconds (started_at)
-// ARGV[7] the solve's key (tasks.SolveRun.Solve)
+// ARGV[7] the solve's key (worker.SolveRun.Solve)
 // ARGV[8] task key prefix (keys.task(""))
 // ARGV[9] the run's parked member (parkedMember; "" never parks)
 // ARGV[10] now, Unix nanoseconds (for promoteLua)
@@ -211,48 +211,46 @@ end
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
 // {"wait", waits so far}, {"hit", result} or {"skip", ""}.
 var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + passLua + `
-local function unpark()
-  if ARGV[9] ~= '' then
-    redis.call('ZREM', KEYS[6], ARGV[9])
-    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
+local function unpark(pk, member)
+  if member ~= '' then
+    redis.call('ZREM', pk, member)
+    redis.call('ZREM', pk .. ':promoted', member)
   end
 end
-local function pass_on() pass(KEYS[5], KEYS[6], ARGV[9], tonumber(ARGV[4]), ARGV[10]) end
-local function fill()
-  local cap = tonumber(ARGV[4])
-  if cap > 0 and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], '', clock()) < cap then
-    promote(KEYS[6], ARGV[10], true)
+local function fill(sk, pk, cap, now_ns)
+  if cap > 0 and redis.call('ZCARD', sk) + reserved(pk, '', clock()) < cap then
+    promote(pk, now_ns, true)
   end
 end
+local cap = tonumber(ARGV[4])
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
-local function start()
+local function start(task, now_ms)
   if not runnable then return end
   local f = {'attempts', (tonumber(rec[2]) or 0) + 1, 'state', 'active'}
-  if not rec[3] then f[5] = 'started_at'; f[6] = ARGV[6] end
-  redis.call('HSET', KEYS[1], unpack(f))
+  if not rec[3] then f[5] = 'started_at'; f[6] = now_ms end
+  redis.call('HSET', task, unpack(f))
 end
 if runnable then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
   redis.call('EXPIRE', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'solve', ARGV[7])
 elseif live(KEYS[4], ARGV[8]) == 0 then
-  pass_on()
+  pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10])
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
-if hit then pass_on(); return {'hit', hit} end
+if hit then pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10]); return {'hit', hit} end
 local lead = redis.call('GET', KEYS[3])
 if lead and lead ~= ARGV[1] then
-  pass_on()
-  start()
+  pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10])
+  start(KEYS[1], ARGV[6])
   if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
   return {'joined', lead}
 end
 local now = clock()
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-local cap = tonumber(ARGV[4])
 if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], ARGV[9], now) >= cap then
   local w = 0
   if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
@@ -263,13 +261,13 @@ if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD'
   end
   return {'wait', tostring(w)}
 end
-unpark()
+unpark(KEYS[6], ARGV[9])
 local lease = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[5], lease)
 redis.call('SET', KEYS[3], ARGV[1], 'PX', lease)
-start()
-fill()
+start(KEYS[1], ARGV[6])
+fill(KEYS[5], KEYS[6], cap, ARGV[10])
 return {'run', ''}
 `)
 
@@ -326,6 +324,7 @@ return mine
 // ARGV[10..13] owner affixes (keys.ownerAffixes)
 // ARGV[14] result TTL, seconds
 // ARGV[15] now, Unix nanoseconds (for promoteLua)
+// ARGV[16] the prefix of a task's event (TaskEventKey(""))
 //
 // KEYS[6] the owner's parked runs: the freed slot goes to the first
 // (promoteLua)
@@ -362,7 +361,7 @@ for i = 1, #w, 2 do
     end
     if ARGV[7] == '1' then f[#f + 1] = 'cached'; f[#f + 1] = '1' end
     redis.call('HSET', tk, unpack(f))
-    redis.call('PUBLISH', ARGV[8], 't:' .. id)
+    redis.call('PUBLISH', ARGV[8], ARGV[16] .. id)
     n = n + 1
     if owner ~= '' then
       if not ends[owner] then ends[owner] = {}; owners[#owners + 1] = owner end
@@ -440,11 +439,11 @@ return 1
 `)
 
 // The store is the worker's gate for expensive runs.
-var _ tasks.Gate = (*Store)(nil)
+var _ worker.Gate = (*Store)(nil)
 
 func leaseMS(d time.Duration) int64 { return d.Milliseconds() }
 
-// alone is tasks.SlotRun.Alone as admitSlotScript reads it.
+// alone is worker.SlotRun.Alone as admitSlotScript reads it.
 func alone(b bool) string {
 	if b {
 		return "1"
@@ -458,23 +457,23 @@ func nowNS(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
 
 // Admit decides what a run of an expensive single task does, in one
 // round trip (admitScript).
-func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Admission, error) {
+func (s *Store) Admit(ctx context.Context, r worker.SolveRun, cap int) (worker.Admission, error) {
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve),
 		s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)}
 	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
 		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())).StringSlice()
 	if err != nil || len(v) != 2 {
-		return tasks.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
+		return worker.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
-	a := tasks.Admission{Verdict: tasks.Verdict(v[0])}
+	a := worker.Admission{Verdict: worker.Verdict(v[0])}
 	switch a.Verdict {
-	case tasks.VerdictHit:
+	case worker.VerdictHit:
 		a.Result = json.RawMessage(v[1])
-	case tasks.VerdictJoined:
+	case worker.VerdictJoined:
 		a.Lead = v[1]
-	case tasks.VerdictWait:
+	case worker.VerdictWait:
 		a.Waits, _ = strconv.Atoi(v[1])
-	case tasks.VerdictRun, tasks.VerdictSkip:
+	case worker.VerdictRun, worker.VerdictSkip:
 	default:
 		return a, fmt.Errorf("store: admit %s: unknown verdict %q", r.ID, v[0])
 	}
@@ -482,7 +481,7 @@ func (s *Store) Admit(ctx context.Context, r tasks.SolveRun, cap int) (tasks.Adm
 }
 
 // RenewSolve extends a run's slot and solve (renewSolveScript).
-func (s *Store) RenewSolve(ctx context.Context, r tasks.SolveRun) error {
+func (s *Store) RenewSolve(ctx context.Context, r worker.SolveRun) error {
 	err := renewSolveScript.Run(ctx, s.rdb, []string{s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
 		r.ID, leaseMS(r.LeaseOrDefault())).Err()
 	if err != nil {
@@ -493,7 +492,7 @@ func (s *Store) RenewSolve(ctx context.Context, r tasks.SolveRun) error {
 
 // FinishSolve ends every task waiting on r's solve with t's outcome
 // (finishSolveScript).
-func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Transition) (int, error) {
+func (s *Store) FinishSolve(ctx context.Context, r worker.SolveRun, t worker.Transition) (int, error) {
 	cached := "0"
 	if t.Cached {
 		cached = "1"
@@ -502,7 +501,7 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}
 	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
 	args = append(args, s.k.ownerAffixes()...)
-	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()))
+	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()), TaskEventKey(""))
 	n, err := finishSolveScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
@@ -512,7 +511,7 @@ func (s *Store) FinishSolve(ctx context.Context, r tasks.SolveRun, t tasks.Trans
 
 // ReleaseSolve gives up a canceled run unless a task joined it meanwhile
 // (releaseSolveScript).
-func (s *Store) ReleaseSolve(ctx context.Context, r tasks.SolveRun) (int, error) {
+func (s *Store) ReleaseSolve(ctx context.Context, r worker.SolveRun) (int, error) {
 	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner),
 		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}, r.ID, s.k.task(""), nowNS(s.now())).Int()
 	if err != nil {
@@ -578,11 +577,12 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // ARGV[5] the parked sets' TTL, seconds
 // ARGV[6] now, Unix nanoseconds (for promoteLua)
 // ARGV[7] "1" to run even behind an identical solve in flight
-// (tasks.SlotRun.Alone: a last delivery must not wait); such a run leads
+// (worker.SlotRun.Alone: a last delivery must not wait); such a run leads
 // the solve only if no other item does
 //
 // Hit and joined take no slot: they hand on the one the run may have
-// been promoted into (passLua).
+// been promoted into (passLua). Every verdict but joined takes the run
+// out of the solve's parked items, where an earlier wait left it.
 //
 // Returns {verdict, n}: {"run", 0} when the run took its slot and leads;
 // {"joined", ms} when it waits for an identical solve, ms being how long
@@ -591,21 +591,25 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // place} when it waits for a slot, place in the owner's line (1: the next
 // to be promoted).
 var admitSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
-local function pass_on() pass(KEYS[1], KEYS[2], ARGV[4], tonumber(ARGV[3]), ARGV[6]) end
-if redis.call('EXISTS', KEYS[6]) == 1 then pass_on(); return {'hit', 0} end
+local cap = tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  pass(KEYS[1], KEYS[2], ARGV[4], cap, ARGV[6])
+  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
+  return {'hit', 0}
+end
 local now = clock()
 local lead = redis.call('GET', KEYS[4])
 if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1])) then
-  pass_on()
+  pass(KEYS[1], KEYS[2], ARGV[4], cap, ARGV[6])
   if ARGV[4] == '' then return {'joined', 0} end
   redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[5], ARGV[5])
   return {'joined', now - tonumber(redis.call('ZSCORE', KEYS[5], ARGV[4]))}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local cap = tonumber(ARGV[3])
 if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], ARGV[4], now) >= cap then
   if ARGV[4] == '' then return {'wait', 1} end
+  redis.call('ZREM', KEYS[5], ARGV[4])
   redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[5])
   redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
@@ -666,46 +670,55 @@ return p
 `)
 
 // passSlotScript is passLua for a batch item's run that takes no slot
-// after all (tasks.Gate.PassSlot). When the run found its answer cached
-// (r.Solve set), it also moves up to 64 more of the batch items waiting
-// for that solve back onto their queue: a solve's end moves 64, and each
-// copy that comes back to the cached answer moves more, so that many
-// copies follow one solve within a few rounds rather than each waiting
-// out its own delay.
+// after all (worker.Gate.PassSlot). With a solve named, the run also
+// leaves that solve's parked items: an earlier delivery whose worker died
+// before asynq moved it to the retry set stays in the set otherwise
+// (promoteLua keeps members whose asynq state is active). When the
+// solve's answer is cached it also moves up to 64 more of the batch
+// items waiting for that solve back onto their queue: a solve's end
+// moves 64, and each copy that comes back to the cached answer moves
+// more, so that many copies follow one solve within a few rounds rather
+// than each waiting out its own delay.
 //
 // KEYS[1] the owner's slots
 // KEYS[2] the owner's parked runs
 // KEYS[3] the batch items waiting for the solve (keys.solveParked), or
 // KEYS[2] again when the run names no solve
+// KEYS[4] the puzzle's cache entry, or KEYS[2] again when the run names
+// no solve
 // ARGV[1] the run's parked member (parkedMember; "" for none)
 // ARGV[2] the owner's cap of slots (0: none)
 // ARGV[3] now, Unix nanoseconds
-// ARGV[4] "1" when KEYS[3] names a solve's waiting items
+// ARGV[4] "1" when KEYS[3] and KEYS[4] name a solve's waiting items and
+// its cache entry
 //
 // Returns 1 when a parked run of the owner was promoted.
 var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
 local p = pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
-if ARGV[4] == '1' then promote_all(KEYS[3], ARGV[3]) end
+if ARGV[4] == '1' then
+  if ARGV[1] ~= '' then redis.call('ZREM', KEYS[3], ARGV[1]) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then promote_all(KEYS[3], ARGV[3]) end
+end
 return p
 `)
 
 // AdmitSlot decides what a run of an expensive batch item does
 // (admitSlotScript).
-func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.SlotAdmission, error) {
+func (s *Store) AdmitSlot(ctx context.Context, r worker.SlotRun, cap int) (worker.SlotAdmission, error) {
 	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
 		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
 		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now()), alone(r.Alone)).Slice()
 	if err != nil || len(v) != 2 {
-		return tasks.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
+		return worker.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
 	verdict, _ := v[0].(string)
 	n, _ := v[1].(int64)
-	a := tasks.SlotAdmission{Verdict: tasks.Verdict(verdict)}
+	a := worker.SlotAdmission{Verdict: worker.Verdict(verdict)}
 	switch a.Verdict {
-	case tasks.VerdictRun, tasks.VerdictHit:
-	case tasks.VerdictJoined:
+	case worker.VerdictRun, worker.VerdictHit:
+	case worker.VerdictJoined:
 		a.Waited = time.Duration(n) * time.Millisecond
-	case tasks.VerdictWait:
+	case worker.VerdictWait:
 		a.Place = int(n)
 	default:
 		return a, fmt.Errorf("store: admit slot %s: unknown verdict %q", r.Slot, verdict)
@@ -714,7 +727,7 @@ func (s *Store) AdmitSlot(ctx context.Context, r tasks.SlotRun, cap int) (tasks.
 }
 
 // RenewSlot extends r's slot (renewSlotScript).
-func (s *Store) RenewSlot(ctx context.Context, r tasks.SlotRun) error {
+func (s *Store) RenewSlot(ctx context.Context, r worker.SlotRun) error {
 	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.solveItemLead(r.Solve)}, r.Slot,
 		leaseMS(r.LeaseOrDefault())).Err(); err != nil {
 		return fmt.Errorf("store: renew slot %s: %w", r.Slot, err)
@@ -724,7 +737,7 @@ func (s *Store) RenewSlot(ctx context.Context, r tasks.SlotRun) error {
 
 // ReleaseSlot frees r's slot and promotes the owner's longest-parked run
 // (releaseSlotScript).
-func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
+func (s *Store) ReleaseSlot(ctx context.Context, r worker.SlotRun) error {
 	err := releaseSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
 		s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve)}, r.Slot, nowNS(s.now())).Err()
 	if err != nil {
@@ -735,13 +748,13 @@ func (s *Store) ReleaseSlot(ctx context.Context, r tasks.SlotRun) error {
 
 // PassSlot takes r out of r.Owner's parked runs and, while the owner
 // holds fewer than cap slots, promotes its longest-parked run in r's
-// place; with r.Solve set it also moves more of the items waiting for
-// that solve (passSlotScript).
-func (s *Store) PassSlot(ctx context.Context, r tasks.SlotRun, cap int) error {
-	keys := []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner)}
+// place; with r.Solve set r also leaves that solve's parked items, and
+// more of them move when r.CacheKey holds its answer (passSlotScript).
+func (s *Store) PassSlot(ctx context.Context, r worker.SlotRun, cap int) error {
+	keys := []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner)}
 	joined := "0"
 	if r.Solve != "" {
-		keys[2], joined = s.k.solveParked(r.Solve), "1"
+		keys[2], keys[3], joined = s.k.solveParked(r.Solve), s.k.cache(r.CacheKey), "1"
 	}
 	err := passSlotScript.Run(ctx, s.rdb, keys, parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now()), joined).Err()
 	if err != nil {

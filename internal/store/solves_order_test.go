@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // lineFixture is one key's line of parked runs on a store whose key
@@ -40,18 +40,18 @@ func newLine(t *testing.T) *lineFixture {
 func (f *lineFixture) asynqKey(suffix string) string { return "asynq:{" + f.queue + "}:" + suffix }
 
 // item is a batch item's run of owner "k1" under the fixture's queue.
-func (f *lineFixture) item(id string) tasks.SlotRun {
-	return tasks.SlotRun{Slot: "item-" + id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: f.queue, AsynqID: id}
+func (f *lineFixture) item(id string) worker.SlotRun {
+	return worker.SlotRun{Slot: "item-" + id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: f.queue, AsynqID: id}
 }
 
 // single is a pending single task's run of owner "k1" under the
 // fixture's queue (its record submitted).
-func (f *lineFixture) single(id string) tasks.SolveRun {
+func (f *lineFixture) single(id string) worker.SolveRun {
 	f.t.Helper()
 	if _, _, err := f.s.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: "sweep", Owner: "k1", CacheKey: "c-" + id}, 0); err != nil {
 		f.t.Fatal(err)
 	}
-	return tasks.SolveRun{ID: id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: f.queue, AsynqID: id}
+	return worker.SolveRun{ID: id, Owner: "k1", Solve: "s-" + id, CacheKey: "c-" + id, Queue: f.queue, AsynqID: id}
 }
 
 // retried writes asynq task id as asynq's processor leaves one whose
@@ -75,10 +75,10 @@ func (f *lineFixture) retried(id string, err error) {
 // asynq task as asynq's retry of its WaitError leaves it.
 func (f *lineFixture) park(id string, cap int) {
 	f.t.Helper()
-	if a, err := f.s.AdmitSlot(f.ctx, f.item(id), cap); err != nil || a.Verdict != tasks.VerdictWait {
+	if a, err := f.s.AdmitSlot(f.ctx, f.item(id), cap); err != nil || a.Verdict != worker.VerdictWait {
 		f.t.Fatalf("park %s: %+v, %v", id, a, err)
 	}
-	f.retried(id, &tasks.WaitError{In: time.Hour})
+	f.retried(id, &worker.WaitError{In: time.Hour})
 }
 
 func (f *lineFixture) state(id string) string {
@@ -86,10 +86,10 @@ func (f *lineFixture) state(id string) string {
 }
 
 // hold takes one of k1's slots for a run without an asynq task.
-func (f *lineFixture) hold(slot string, cap int) tasks.SlotRun {
+func (f *lineFixture) hold(slot string, cap int) worker.SlotRun {
 	f.t.Helper()
-	r := tasks.SlotRun{Slot: slot, Owner: "k1"}
-	if a, err := f.s.AdmitSlot(f.ctx, r, cap); err != nil || a.Verdict != tasks.VerdictRun {
+	r := worker.SlotRun{Slot: slot, Owner: "k1"}
+	if a, err := f.s.AdmitSlot(f.ctx, r, cap); err != nil || a.Verdict != worker.VerdictRun {
 		f.t.Fatalf("take k1's slot %s: %+v, %v", slot, a, err)
 	}
 	return r
@@ -137,7 +137,7 @@ func TestPromotedRunKeepsItsSlot(t *testing.T) {
 					t.Fatalf("round %d: asynq takes %s next, not the promoted %s", i, next, id)
 				}
 				f.rdb.RPop(f.ctx, f.asynqKey("pending"))
-				var v tasks.Verdict
+				var v worker.Verdict
 				if fresh == "single task" {
 					a, err := f.s.Admit(f.ctx, f.single(fmt.Sprint("fresh", i)), 1)
 					if err != nil {
@@ -145,16 +145,16 @@ func TestPromotedRunKeepsItsSlot(t *testing.T) {
 					}
 					v = a.Verdict
 				} else {
-					a, err := f.s.AdmitSlot(f.ctx, tasks.SlotRun{Slot: fmt.Sprint("fresh", i), Owner: "k1", Solve: "f", CacheKey: "f"}, 1)
+					a, err := f.s.AdmitSlot(f.ctx, worker.SlotRun{Slot: fmt.Sprint("fresh", i), Owner: "k1", Solve: "f", CacheKey: "f"}, 1)
 					if err != nil {
 						t.Fatal(err)
 					}
 					v = a.Verdict
 				}
-				if v != tasks.VerdictWait {
+				if v != worker.VerdictWait {
 					t.Fatalf("round %d: a fresh run took the slot freed for %s: %s", i, id, v)
 				}
-				if a, err := f.s.AdmitSlot(f.ctx, f.item(id), 1); err != nil || a.Verdict != tasks.VerdictRun {
+				if a, err := f.s.AdmitSlot(f.ctx, f.item(id), 1); err != nil || a.Verdict != worker.VerdictRun {
 					t.Fatalf("round %d: the promoted %s: %+v, %v", i, id, a, err)
 				}
 				holder = f.item(id)
@@ -182,21 +182,21 @@ func TestPromotionReservationLapses(t *testing.T) {
 	if st := f.state("p0"); st != "pending" {
 		t.Fatalf("p0 not promoted: %s", st)
 	}
-	fresh := tasks.SlotRun{Slot: "fresh", Owner: "k1", Solve: "f", CacheKey: "f"}
-	if a, err := f.s.AdmitSlot(f.ctx, fresh, 1); err != nil || a.Verdict != tasks.VerdictWait {
+	fresh := worker.SlotRun{Slot: "fresh", Owner: "k1", Solve: "f", CacheKey: "f"}
+	if a, err := f.s.AdmitSlot(f.ctx, fresh, 1); err != nil || a.Verdict != worker.VerdictWait {
 		t.Fatalf("while p0's reservation lasts: %+v, %v", a, err)
 	}
 	mk := f.prefix + "owner:k1:parked:promoted"
-	at := time.Now().Add(-tasks.SolveLease - time.Second).UnixMilli()
+	at := time.Now().Add(-worker.SolveLease - time.Second).UnixMilli()
 	if err := f.rdb.ZScore(f.ctx, mk, f.queue+"\tp0").Err(); err != nil {
 		t.Fatalf("p0's promotion is not recorded in %s: %v", mk, err)
 	}
 	f.rdb.ZAdd(f.ctx, mk, redis.Z{Score: float64(at), Member: f.queue + "\tp0"})
-	if a, err := f.s.AdmitSlot(f.ctx, fresh, 1); err != nil || a.Verdict != tasks.VerdictRun {
+	if a, err := f.s.AdmitSlot(f.ctx, fresh, 1); err != nil || a.Verdict != worker.VerdictRun {
 		t.Fatalf("after p0's reservation lapsed: %+v, %v", a, err)
 	}
 	// p0, late, parks again.
-	if a, err := f.s.AdmitSlot(f.ctx, f.item("p0"), 1); err != nil || a.Verdict != tasks.VerdictWait || a.Place != 1 {
+	if a, err := f.s.AdmitSlot(f.ctx, f.item("p0"), 1); err != nil || a.Verdict != worker.VerdictWait || a.Place != 1 {
 		t.Fatalf("p0 after its reservation lapsed: %+v, %v", a, err)
 	}
 }
@@ -216,13 +216,13 @@ func TestRaisedCapFillsFromTheLine(t *testing.T) {
 			t.Parallel()
 			f := newLine(t)
 			f.hold("other", 1)
-			var r0 tasks.SolveRun
+			var r0 worker.SolveRun
 			if first == "single task" {
 				r0 = f.single("p0")
-				if a, err := f.s.Admit(f.ctx, r0, 1); err != nil || a.Verdict != tasks.VerdictWait {
+				if a, err := f.s.Admit(f.ctx, r0, 1); err != nil || a.Verdict != worker.VerdictWait {
 					t.Fatalf("park p0: %+v, %v", a, err)
 				}
-				f.retried("p0", &tasks.WaitError{In: time.Hour})
+				f.retried("p0", &worker.WaitError{In: time.Hour})
 			} else {
 				f.park("p0", 1)
 			}
@@ -233,16 +233,16 @@ func TestRaisedCapFillsFromTheLine(t *testing.T) {
 			f.rdb.ZRem(f.ctx, f.asynqKey("retry"), "p0")
 			f.rdb.HSet(f.ctx, f.asynqKey("t:p0"), "state", "active")
 			if first == "single task" {
-				if a, err := f.s.Admit(f.ctx, r0, 3); err != nil || a.Verdict != tasks.VerdictRun {
+				if a, err := f.s.Admit(f.ctx, r0, 3); err != nil || a.Verdict != worker.VerdictRun {
 					t.Fatalf("p0 under the raised cap: %+v, %v", a, err)
 				}
-			} else if a, err := f.s.AdmitSlot(f.ctx, f.item("p0"), 3); err != nil || a.Verdict != tasks.VerdictRun {
+			} else if a, err := f.s.AdmitSlot(f.ctx, f.item("p0"), 3); err != nil || a.Verdict != worker.VerdictRun {
 				t.Fatalf("p0 under the raised cap: %+v, %v", a, err)
 			}
 			if got := []string{f.state("p1"), f.state("p2")}; got[0] != "pending" || got[1] != "retry" {
 				t.Fatalf("after p0's admission p1, p2 are %v; want p1 promoted into the third slot, p2 not", got)
 			}
-			if a, err := f.s.AdmitSlot(f.ctx, f.item("p1"), 3); err != nil || a.Verdict != tasks.VerdictRun {
+			if a, err := f.s.AdmitSlot(f.ctx, f.item("p1"), 3); err != nil || a.Verdict != worker.VerdictRun {
 				t.Fatalf("p1: %+v, %v", a, err)
 			}
 			if st := f.state("p2"); st != "retry" {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // gateFixture is a store with single tasks submitted under owners, and the
@@ -46,7 +46,7 @@ func newGate(t *testing.T) *gateFixture {
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("probe-%d", i)
 		f.submit(id, "")
-		if _, _, err := s.Start(ctx, []tasks.Transition{{ID: id}}, nil); err != nil {
+		if _, _, err := s.Start(ctx, []worker.Transition{{ID: id}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Cancel(ctx, id, ""); err != nil {
@@ -66,15 +66,15 @@ func newGate(t *testing.T) *gateFixture {
 // submit records a pending single task of owner (under a cache key of
 // its own, so that the submission never hits) and returns its run on
 // solve and cache key "k".
-func (f *gateFixture) submit(id, owner string) tasks.SolveRun {
+func (f *gateFixture) submit(id, owner string) worker.SolveRun {
 	f.t.Helper()
 	if _, _, err := f.s.SubmitTask(f.ctx, store.NewTask{ID: id, Kind: "sliding", Owner: owner, CacheKey: "own-" + id}, 0); err != nil {
 		f.t.Fatal(err)
 	}
-	return tasks.SolveRun{ID: id, Owner: owner, Solve: "k", CacheKey: "k"}
+	return worker.SolveRun{ID: id, Owner: owner, Solve: "k", CacheKey: "k"}
 }
 
-func (f *gateFixture) admit(r tasks.SolveRun, limit int, want tasks.Verdict) tasks.Admission {
+func (f *gateFixture) admit(r worker.SolveRun, limit int, want worker.Verdict) worker.Admission {
 	f.t.Helper()
 	a, err := f.s.Admit(f.ctx, r, limit)
 	if err != nil {
@@ -124,8 +124,8 @@ func (f *gateFixture) pending(owner string) int {
 
 var answer = json.RawMessage(`{"moves":80}`)
 
-func completed(r tasks.SolveRun) tasks.Transition {
-	return tasks.Transition{ID: r.ID, Owner: r.Owner, State: apitype.TaskStateCompleted, Result: answer}
+func completed(r worker.SolveRun) worker.Transition {
+	return worker.Transition{ID: r.ID, Owner: r.Owner, State: apitype.TaskStateCompleted, Result: answer}
 }
 
 // TestGateJoin: identical tasks of several owners share one run, which
@@ -135,12 +135,12 @@ func TestGateJoin(t *testing.T) {
 	t.Parallel()
 	f := newGate(t)
 	a, b, c := f.submit("a", "o1"), f.submit("b", "o2"), f.submit("c", "o1")
-	f.admit(a, 0, tasks.VerdictRun)
-	if j := f.admit(b, 0, tasks.VerdictJoined); j.Lead != "a" {
+	f.admit(a, 0, worker.VerdictRun)
+	if j := f.admit(b, 0, worker.VerdictJoined); j.Lead != "a" {
 		t.Errorf("b joined %q, want a", j.Lead)
 	}
-	f.admit(c, 0, tasks.VerdictJoined)
-	f.admit(a, 0, tasks.VerdictRun) // a's redelivery takes its own solve over
+	f.admit(c, 0, worker.VerdictJoined)
+	f.admit(a, 0, worker.VerdictRun) // a's redelivery takes its own solve over
 	if st := f.state("b"); st.State != apitype.TaskStateActive || st.Attempts != 1 {
 		t.Errorf("joined b: %+v, want active after one attempt", st)
 	}
@@ -161,14 +161,14 @@ func TestGateJoin(t *testing.T) {
 	}
 	// The answer is cached: the next identical task is answered from it.
 	d := f.submit("d", "o1")
-	if h := f.admit(d, 0, tasks.VerdictHit); string(h.Result) != string(answer) {
+	if h := f.admit(d, 0, worker.VerdictHit); string(h.Result) != string(answer) {
 		t.Errorf("hit %s, want %s", h.Result, answer)
 	}
 	// A task that ended, with nothing waiting on its puzzle, is skipped.
-	if n, err := f.s.FinishSolve(f.ctx, d, tasks.Transition{ID: "d", State: apitype.TaskStateCompleted, Result: answer, Cached: true}); err != nil || n != 1 {
+	if n, err := f.s.FinishSolve(f.ctx, d, worker.Transition{ID: "d", State: apitype.TaskStateCompleted, Result: answer, Cached: true}); err != nil || n != 1 {
 		t.Fatalf("finish from cache: %d %v", n, err)
 	}
-	f.admit(d, 0, tasks.VerdictSkip)
+	f.admit(d, 0, worker.VerdictSkip)
 }
 
 // TestGateFailureShared: a failed solve fails every task that joined it,
@@ -177,9 +177,9 @@ func TestGateFailureShared(t *testing.T) {
 	t.Parallel()
 	f := newGate(t)
 	a, b := f.submit("a", "o1"), f.submit("b", "o2")
-	f.admit(a, 0, tasks.VerdictRun)
-	f.admit(b, 0, tasks.VerdictJoined)
-	fail := tasks.Transition{ID: "a", Owner: "o1", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "too slow"}
+	f.admit(a, 0, worker.VerdictRun)
+	f.admit(b, 0, worker.VerdictJoined)
+	fail := worker.Transition{ID: "a", Owner: "o1", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "too slow"}
 	if n, err := f.s.FinishSolve(f.ctx, a, fail); err != nil || n != 2 {
 		t.Fatalf("finish: %d %v", n, err)
 	}
@@ -189,7 +189,7 @@ func TestGateFailureShared(t *testing.T) {
 		}
 	}
 	// Nothing was cached: the next one runs.
-	f.admit(f.submit("c", "o1"), 0, tasks.VerdictRun)
+	f.admit(f.submit("c", "o1"), 0, worker.VerdictRun)
 }
 
 // TestGateCancel: canceling the leading task keeps the solve running for
@@ -200,8 +200,8 @@ func TestGateCancel(t *testing.T) {
 	t.Parallel()
 	f := newGate(t)
 	a, b := f.submit("a", "o1"), f.submit("b", "o2")
-	f.admit(a, 1, tasks.VerdictRun)
-	f.admit(b, 1, tasks.VerdictJoined)
+	f.admit(a, 1, worker.VerdictRun)
+	f.admit(b, 1, worker.VerdictJoined)
 	if _, err := f.s.Cancel(f.ctx, "a", "o1"); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestGateCancel(t *testing.T) {
 	}
 	// c joins before the stopped run releases: the solve is still owed.
 	c := f.submit("c", "o2")
-	f.admit(c, 1, tasks.VerdictJoined)
+	f.admit(c, 1, worker.VerdictJoined)
 	if n, err := f.s.ReleaseSolve(f.ctx, a); err != nil || n != 1 {
 		t.Fatalf("release with c waiting: %d %v, want 1", n, err)
 	}
@@ -239,7 +239,7 @@ func TestGateCancel(t *testing.T) {
 	d := f.submit("d", "o1")
 	d.Solve = "k2"
 	d.CacheKey = "k2"
-	f.admit(d, 1, tasks.VerdictRun)
+	f.admit(d, 1, worker.VerdictRun)
 	if _, err := f.s.Cancel(f.ctx, "d", "o1"); err != nil {
 		t.Fatal(err)
 	}
@@ -261,14 +261,14 @@ func TestGateWorkerDied(t *testing.T) {
 	f := newGate(t)
 	a, b := f.submit("a", "o1"), f.submit("b", "o2")
 	a.Lease, b.Lease = 2*time.Second, 2*time.Second
-	f.admit(a, 0, tasks.VerdictRun)
-	f.admit(b, 0, tasks.VerdictJoined)
+	f.admit(a, 0, worker.VerdictRun)
+	f.admit(b, 0, worker.VerdictJoined)
 	// a's worker dies; the lease ends.
 	time.Sleep(2200 * time.Millisecond)
 	c := f.submit("c", "o1")
 	c.Lease = time.Minute
-	f.admit(c, 0, tasks.VerdictRun)
-	if j := f.admit(a, 0, tasks.VerdictJoined); j.Lead != "c" {
+	f.admit(c, 0, worker.VerdictRun)
+	if j := f.admit(a, 0, worker.VerdictJoined); j.Lead != "c" {
 		t.Errorf("a's redelivery joined %q, want c", j.Lead)
 	}
 	if n, err := f.s.FinishSolve(f.ctx, c, completed(c)); err != nil || n != 3 {
@@ -279,12 +279,12 @@ func TestGateWorkerDied(t *testing.T) {
 	// redelivery runs for b2.
 	a2, b2 := f.submit("a2", "o1"), f.submit("b2", "o2")
 	a2.Solve, b2.Solve, a2.CacheKey, b2.CacheKey = "k3", "k3", "k3", "k3"
-	f.admit(a2, 0, tasks.VerdictRun)
-	f.admit(b2, 0, tasks.VerdictJoined)
+	f.admit(a2, 0, worker.VerdictRun)
+	f.admit(b2, 0, worker.VerdictJoined)
 	if _, err := f.s.Cancel(f.ctx, "a2", "o1"); err != nil {
 		t.Fatal(err)
 	}
-	f.admit(a2, 0, tasks.VerdictRun)
+	f.admit(a2, 0, worker.VerdictRun)
 	if n, err := f.s.FinishSolve(f.ctx, a2, completed(a2)); err != nil || n != 1 {
 		t.Fatalf("finish by the canceled lead: %d %v, want b2", n, err)
 	}
@@ -299,34 +299,34 @@ func TestGateWorkerDied(t *testing.T) {
 func TestGateCap(t *testing.T) {
 	t.Parallel()
 	f := newGate(t)
-	run := func(id, owner, key string, lease time.Duration) tasks.SolveRun {
+	run := func(id, owner, key string, lease time.Duration) worker.SolveRun {
 		r := f.submit(id, owner)
 		r.Solve, r.CacheKey, r.Lease = key, key, lease
 		return r
 	}
 	x1, x2, x3 := run("x1", "o1", "k1", time.Minute), run("x2", "o1", "k2", 2*time.Second), run("x3", "o1", "k3", time.Minute)
-	f.admit(x1, 2, tasks.VerdictRun)
-	f.admit(x2, 2, tasks.VerdictRun)
-	f.admit(run("j", "o1", "k1", time.Minute), 2, tasks.VerdictJoined)
-	if w := f.admit(x3, 2, tasks.VerdictWait); w.Waits != 1 {
+	f.admit(x1, 2, worker.VerdictRun)
+	f.admit(x2, 2, worker.VerdictRun)
+	f.admit(run("j", "o1", "k1", time.Minute), 2, worker.VerdictJoined)
+	if w := f.admit(x3, 2, worker.VerdictWait); w.Waits != 1 {
 		t.Errorf("first wait counted %d", w.Waits)
 	}
-	if w := f.admit(x3, 2, tasks.VerdictWait); w.Waits != 2 {
+	if w := f.admit(x3, 2, worker.VerdictWait); w.Waits != 2 {
 		t.Errorf("second wait counted %d", w.Waits)
 	}
 	if st := f.state("x3"); st.State != apitype.TaskStatePending || st.Attempts != 0 {
 		t.Errorf("waiting x3: %+v, want pending, no attempt", st)
 	}
-	f.admit(run("y", "o2", "k4", time.Minute), 2, tasks.VerdictRun)
-	f.admit(x1, 2, tasks.VerdictRun) // a run holding a slot keeps it
+	f.admit(run("y", "o2", "k4", time.Minute), 2, worker.VerdictRun)
+	f.admit(x1, 2, worker.VerdictRun) // a run holding a slot keeps it
 	if _, err := f.s.FinishSolve(f.ctx, x1, completed(x1)); err != nil {
 		t.Fatal(err)
 	}
-	f.admit(x3, 2, tasks.VerdictRun)
+	f.admit(x3, 2, worker.VerdictRun)
 	x4 := run("x4", "o1", "k5", time.Minute)
-	f.admit(x4, 2, tasks.VerdictWait)
+	f.admit(x4, 2, worker.VerdictWait)
 	time.Sleep(2200 * time.Millisecond) // x2's worker died: its lease ends
-	f.admit(x4, 2, tasks.VerdictRun)
+	f.admit(x4, 2, worker.VerdictRun)
 	if n, err := f.s.Running(f.ctx, "o1"); err != nil || n != 2 {
 		t.Errorf("o1 holds %d slots (%v), want 2", n, err)
 	}

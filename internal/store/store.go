@@ -18,7 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // ErrNotFound is returned for a task or batch that does not exist (or has
@@ -64,7 +65,7 @@ type NewTask struct {
 	CacheKey string
 	// Enqueue is the task SubmitTask puts on asynq's queue with a new
 	// pending record (single tasks only).
-	Enqueue tasks.Enqueued
+	Enqueue asynqdata.Enqueued
 }
 
 // Batch is a batch record with its counts per state.
@@ -123,6 +124,12 @@ type Options struct {
 	TaskTTL time.Duration
 	// ResultTTL is how long cached results live.
 	ResultTTL time.Duration
+	// AckReplicas is how many replicas must confirm a write that a 2xx
+	// or a task's ack promises (REDIS_ACK_REPLICAS); 0 confirms none.
+	AckReplicas int
+	// AckTimeout bounds the wait for those confirmations
+	// (REDIS_ACK_TIMEOUT).
+	AckTimeout time.Duration
 }
 
 // Store reads and writes puzzleq's records.
@@ -131,7 +138,10 @@ type Store struct {
 	k         keys
 	taskTTL   time.Duration
 	resultTTL time.Duration
-	now       func() time.Time
+	// ackReplicas and ackTimeout are Options.AckReplicas and AckTimeout.
+	ackReplicas int
+	ackTimeout  time.Duration
+	now         func() time.Time
 	// queuesAdded holds the queues SubmitTask has added to asynq's set
 	// of queues, which it then adds no more.
 	queuesAdded sync.Map
@@ -147,11 +157,57 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	if o.TaskTTL <= 0 || o.ResultTTL <= 0 {
 		panic(fmt.Sprintf("store: TaskTTL and ResultTTL must be positive, got %s and %s", o.TaskTTL, o.ResultTTL))
 	}
-	return &Store{rdb: rdb, k: keys{o.Prefix}, taskTTL: o.TaskTTL, resultTTL: o.ResultTTL, now: time.Now}
+	return &Store{rdb: rdb, k: keys{o.Prefix}, taskTTL: o.TaskTTL, resultTTL: o.ResultTTL,
+		ackReplicas: o.AckReplicas, ackTimeout: o.AckTimeout, now: time.Now}
 }
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+// ErrRefusesWrites is what CheckWrites returns, wrapped with Redis's own
+// error, when Redis answers but refuses writes: at maxmemory under the
+// noeviction policy (OOM), a read-only replica, or a persistence failure
+// that stops writes (MISCONF).
+var ErrRefusesWrites = errors.New("redis refuses writes")
+
+// readinessTTL is how long the readiness probe's key lives: it is
+// rewritten at every probe, and gone soon after the last.
+const readinessTTL = 10 * time.Second
+
+// CheckWrites writes the readiness key, so a Redis that answers reads
+// and refuses writes is told apart from one that accepts both: the
+// readiness probes of both binaries call it.
+func (s *Store) CheckWrites(ctx context.Context) error {
+	err := s.rdb.Set(ctx, s.k.readiness(), "1", readinessTTL).Err()
+	if err == nil {
+		return nil
+	}
+	if RefusesWrites(err) {
+		return fmt.Errorf("%w: %w", ErrRefusesWrites, err)
+	}
+	return fmt.Errorf("store: readiness write: %w", err)
+}
+
+// RefusesWrites reports whether err is Redis refusing a write while it
+// answers: OOM (at maxmemory under noeviction), READONLY (a replica, as
+// during a failover) or MISCONF (a failed snapshot stops writes). Each
+// ends by itself or by an operator's hand, not by backing off for long.
+func RefusesWrites(err error) bool {
+	if errors.Is(err, ErrRefusesWrites) {
+		return true
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"OOM ", "READONLY ", "MISCONF "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -280,7 +336,7 @@ func decodeBatch(id string, m map[string]string) *Batch {
 }
 
 // The store is what the worker's handler needs.
-var _ tasks.Store = (*Store)(nil)
+var _ worker.Store = (*Store)(nil)
 
 // maxPerScript bounds how many tasks one startManyScript or
 // finishManyScript call moves, so one call never blocks Redis for long.
@@ -289,7 +345,7 @@ const maxPerScript = 500
 // scriptGroups splits ts into runs for the many-scripts: tasks of one
 // owner, at most maxPerScript of them. Each group lists indexes into ts
 // in their original order.
-func scriptGroups(ts []tasks.Transition) [][]int {
+func scriptGroups(ts []worker.Transition) [][]int {
 	var (
 		order []string
 		byKey = map[string][]int{}
@@ -316,10 +372,10 @@ func scriptGroups(ts []tasks.Transition) [][]int {
 // Start marks tasks active and looks their answers up in the cache, in one
 // round trip: one startManyScript call per owner and at most maxPerScript
 // tasks. cacheKeys[i] is task i's cache key ("" when unknown). It returns
-// each task's state before the call ("" for a record that no longer
-// exists) and its cached result (nil on a miss). Only the tasks whose
+// each task's state before the call ("" for a record that is
+// gone) and its cached result (nil on a miss). Only the tasks whose
 // previous state was pending or active should run.
-func (s *Store) Start(ctx context.Context, ts []tasks.Transition, cacheKeys []string) ([]apitype.TaskState, []json.RawMessage, error) {
+func (s *Store) Start(ctx context.Context, ts []worker.Transition, cacheKeys []string) ([]apitype.TaskState, []json.RawMessage, error) {
 	now := ms(s.now())
 	groups := scriptGroups(ts)
 	cmds := make([]*redis.Cmd, len(groups))
@@ -378,7 +434,7 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 		copy(keys[2:], s.k.owner(t.Owner))
 	}
 	if len(q.Msg) > 0 {
-		copy(keys[6:], []string{s.k.asynqTask(q.Queue, q.ID), s.k.asynqPending(q.Queue), s.k.asynqQueues()})
+		copy(keys[6:], []string{asynqdata.TaskKey(q.Queue, q.ID), asynqdata.PendingKey(q.Queue), asynqdata.QueuesKey})
 	}
 	publish := q.Queue
 	if _, ok := s.queuesAdded.Load(q.Queue); ok {
@@ -387,8 +443,9 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 	// One command, not a pipeline of one: Script.Run falls back to EVAL
 	// on NOSCRIPT by itself, and go-redis's pipeline path (its command
 	// slice, error stamping, pipeline hooks) costs more per call than a
-	// command's, on every submission and cache hit (issue 12).
-	res, err := submitScript.Run(ctx, s.rdb, keys,
+	// command's, on every submission and cache hit. With acks on, the
+	// confirmation goes in the same round trip (runConfirmed).
+	res, err := s.runConfirmed(ctx, submitScript, keys,
 		ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, quota, t.ID,
 		q.Msg, now.UnixNano(), publish).Slice()
 	if err != nil {
@@ -416,13 +473,13 @@ func (s *Store) SubmitTask(ctx context.Context, t NewTask, quota int) (json.RawM
 // SubmitCached records a single submission answered from the cache, in
 // one round trip and without the asynq message, quota keys or
 // admission that SubmitTask carries: the API's path for a puzzle whose
-// answer it saw cached (issue 12). On a hit the record is the one
+// answer it saw cached. On a hit the record is the one
 // SubmitTask writes for a hit; on a miss (the entry expired since) it
 // writes nothing and returns a nil result, and the caller submits with
 // SubmitTask. t.Enqueue is not used.
 func (s *Store) SubmitCached(ctx context.Context, t NewTask) (json.RawMessage, time.Time, error) {
 	now := s.now()
-	res, err := submitHitScript.Run(ctx, s.rdb, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), s.k.ownerTasks(t.Owner)},
+	res, err := s.runConfirmed(ctx, submitHitScript, []string{s.k.task(t.ID), s.k.cache(t.CacheKey), s.k.ownerTasks(t.Owner)},
 		ms(now), int64(s.taskTTL/time.Second), t.Kind, t.Owner, t.CacheKey, t.ID).Slice()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: submit cached task %s: %w", t.ID, err)
@@ -445,12 +502,13 @@ const maxEventRecord = 16 << 10
 
 // Finish moves tasks to terminal states in one round trip (one
 // finishManyScript call per owner and at most maxPerScript
-// tasks), caching the results of completed tasks under cacheKeys[i] when
+// tasks, and with acks on the confirmation: the states with
+// ErrNotReplicated when it fails), caching the results of completed tasks under cacheKeys[i] when
 // it is non-empty. It returns each task's state before the call: pending
 // or active means this call ended it; anything else means it had already
 // ended (a duplicate delivery or a cancel that won) and nothing was
 // counted.
-func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []string) ([]apitype.TaskState, error) {
+func (s *Store) Finish(ctx context.Context, ts []worker.Transition, cacheKeys []string) ([]apitype.TaskState, error) {
 	now := ms(s.now())
 	groups := scriptGroups(ts)
 	call := func(idx []int) ([]string, []any) {
@@ -461,9 +519,9 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 			ok, owned = s.k.owner(first.Owner), "1"
 		}
 		keys := make([]string, 0, 3+2*len(idx))
-		args := make([]any, 0, 5+8*len(idx))
+		args := make([]any, 0, 6+8*len(idx))
 		keys = append(keys, ok...)
-		args = append(args, now, owned, s.k.events(), maxEventRecord, s.resultTTL.Milliseconds())
+		args = append(args, now, owned, s.k.events(), maxEventRecord, s.resultTTL.Milliseconds(), TaskEventKey(""))
 		for _, i := range idx {
 			t := ts[i]
 			tk, ck := s.k.task(t.ID), ""
@@ -480,21 +538,26 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		return keys, args
 	}
 	cmds := make([]*redis.Cmd, len(groups))
-	var err error
+	var err, unconfirmed error
 	if len(groups) == 1 {
 		// One call, the common case (a single task's end): one command,
 		// not a pipeline of one, as in SubmitTask. Script.Run falls back
 		// to EVAL on NOSCRIPT by itself.
 		keys, args := call(groups[0])
-		cmds[0] = finishManyScript.Run(ctx, s.rdb, keys, args...)
+		cmds[0], unconfirmed = s.runThenConfirm(ctx, finishManyScript, keys, args...)
 		err = cmds[0].Err()
 	} else {
+		var w *redis.IntCmd
 		err = s.pipelineScripts(ctx, func(p redis.Pipeliner) {
 			for g, idx := range groups {
 				keys, args := call(idx)
 				cmds[g] = finishManyScript.EvalSha(ctx, p, keys, args...)
 			}
+			w = s.queueConfirm(ctx, p)
 		})
+		if err == nil {
+			unconfirmed = s.confirmed(w)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: finish: %w", err)
@@ -508,6 +571,11 @@ func (s *Store) Finish(ctx context.Context, ts []tasks.Transition, cacheKeys []s
 		for j, i := range groups[g] {
 			states[i] = apitype.TaskState(v[j])
 		}
+	}
+	if unconfirmed != nil {
+		// The scripts ran: the states say what they did, for the
+		// caller to count, beside the error.
+		return states, fmt.Errorf("store: finish: %w", unconfirmed)
 	}
 	return states, nil
 }
@@ -559,7 +627,7 @@ func (s *Store) pipelineScripts(ctx context.Context, fill func(p redis.Pipeliner
 // workers, which stop a running solve. It returns the state before the
 // call. (A batch item is canceled by CancelItem.)
 func (s *Store) Cancel(ctx context.Context, id, owner string) (apitype.TaskState, error) {
-	prev, err := s.Finish(ctx, []tasks.Transition{{ID: id, Owner: owner, State: apitype.TaskStateCanceled,
+	prev, err := s.Finish(ctx, []worker.Transition{{ID: id, Owner: owner, State: apitype.TaskStateCanceled,
 		Code: apitype.CodeCanceled, Msg: "canceled by request"}}, nil)
 	if err != nil {
 		return "", err
@@ -572,56 +640,6 @@ func (s *Store) Cancel(ctx context.Context, id, owner string) (apitype.TaskState
 		}
 	}
 	return prev[0], nil
-}
-
-// CancelBatch cancels every item of a batch that has not ended. It marks
-// the batch canceled first (the feed then drops its units, and none of
-// them starts), then cancels each chunk's unended items with one script
-// call per chunk, cancelChunksPerTrip chunks to a round trip. It returns
-// how many items it canceled. owner is unused: the scripts read the
-// batch's owner from its record.
-//
-// It is safe to call again: a cancel cut off part way (a timeout, a lost
-// answer, a dead API) is finished by the next, which counts only what it
-// canceled itself, and a batch that a cancel ended answers 0. A batch that
-// ended without ever being canceled is ErrBatchEnded; one that does not
-// exist is ErrNotFound.
-func (s *Store) CancelBatch(ctx context.Context, batchID, owner string) (int, error) {
-	chunks, err := markCanceledScript.Run(ctx, s.rdb, []string{s.k.batch(batchID), s.k.backlog()}, ms(s.now()), batchID, backlogUnits).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: cancel batch: %w", err)
-	}
-	switch chunks {
-	case -1:
-		return 0, ErrNotFound
-	case -2:
-		return 0, ErrBatchEnded
-	}
-	n := 0
-	for first := 0; first < chunks; first += cancelChunksPerTrip {
-		last := min(chunks, first+cancelChunksPerTrip)
-		cmds := make([]*redis.Cmd, 0, last-first)
-		err := s.pipelineScripts(ctx, func(p redis.Pipeliner) {
-			cmds = cmds[:0]
-			for j := first; j < last; j++ {
-				cmds = append(cmds, cancelItemsScript.EvalSha(ctx, p,
-					[]string{s.k.batch(batchID), s.k.batchReq(batchID), s.k.batchRes(batchID, j)},
-					s.cancelArgs(batchID, j, "batch canceled by request")...))
-			}
-		}, cancelItemsScript)
-		if err != nil {
-			return n, fmt.Errorf("store: cancel batch: %w", err)
-		}
-		for _, c := range cmds {
-			v, err := c.StringSlice()
-			if err != nil || len(v) == 0 {
-				return n, fmt.Errorf("store: cancel batch chunk: %v", err)
-			}
-			k, _ := strconv.Atoi(v[0])
-			n += k
-		}
-	}
-	return n, nil
 }
 
 // CachedResults looks up results by cache key; a miss is nil.

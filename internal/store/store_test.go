@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/store"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // One redis-server serves the package; every test gets its own prefix.
@@ -62,22 +63,22 @@ func TestTaskLifecycle(t *testing.T) {
 	if err != nil || got.State != apitype.TaskStatePending || got.Kind != "sliding" || got.CreatedAt.IsZero() {
 		t.Fatalf("after create: %+v, %v", got, err)
 	}
-	prev, _, err := s.Start(ctx, []tasks.Transition{{ID: "a"}}, nil)
+	prev, _, err := s.Start(ctx, []worker.Transition{{ID: "a"}}, nil)
 	if err != nil || prev[0] != apitype.TaskStatePending {
 		t.Fatalf("start: %v %v", prev, err)
 	}
 	// A redelivery starts again: still runnable, attempts counted.
-	prev, _, _ = s.Start(ctx, []tasks.Transition{{ID: "a"}}, nil)
+	prev, _, _ = s.Start(ctx, []worker.Transition{{ID: "a"}}, nil)
 	if prev[0] != apitype.TaskStateActive {
 		t.Fatalf("second start: %v", prev)
 	}
 	res := json.RawMessage(`{"moves":3}`)
-	prev, err = s.Finish(ctx, []tasks.Transition{{ID: "a", State: apitype.TaskStateCompleted, Result: res}}, []string{"k1"})
+	prev, err = s.Finish(ctx, []worker.Transition{{ID: "a", State: apitype.TaskStateCompleted, Result: res}}, []string{"k1"})
 	if err != nil || prev[0] != apitype.TaskStateActive {
 		t.Fatalf("finish: %v %v", prev, err)
 	}
 	// Finishing twice changes nothing and reports the terminal state.
-	prev, _ = s.Finish(ctx, []tasks.Transition{{ID: "a", State: apitype.TaskStateFailed, Code: "internal"}}, nil)
+	prev, _ = s.Finish(ctx, []worker.Transition{{ID: "a", State: apitype.TaskStateFailed, Code: "internal"}}, nil)
 	if prev[0] != apitype.TaskStateCompleted {
 		t.Fatalf("second finish: %v", prev)
 	}
@@ -93,7 +94,7 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Fatalf("missing task: %v", err)
 	}
 	// Starting a task that has ended must not make it runnable again.
-	prev, _, _ = s.Start(ctx, []tasks.Transition{{ID: "a"}, {ID: "nope"}}, nil)
+	prev, _, _ = s.Start(ctx, []worker.Transition{{ID: "a"}, {ID: "nope"}}, nil)
 	if prev[0] != apitype.TaskStateCompleted || prev[1] != "" {
 		t.Fatalf("start after end: %v", prev)
 	}
@@ -115,7 +116,7 @@ func TestCancelAnnouncesRunningTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.Start(ctx, []tasks.Transition{{ID: "running"}}, nil)
+	s.Start(ctx, []worker.Transition{{ID: "running"}}, nil)
 	fired, release := hub.Wait(store.TaskEventKey("running"))
 	defer release()
 
@@ -157,14 +158,14 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "x", Kind: "fill"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Start(ctx, []tasks.Transition{{ID: "x"}}, nil); err != nil {
+	if _, _, err := s.Start(ctx, []worker.Transition{{ID: "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// SCRIPT FLUSH is what a restarted Redis looks like to EVALSHA.
 	if err := r.Client(t).ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	prev, err := s.Finish(ctx, []tasks.Transition{{ID: "x", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}}, nil)
+	prev, err := s.Finish(ctx, []worker.Transition{{ID: "x", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`)}}, nil)
 	if err != nil || prev[0] != apitype.TaskStateActive {
 		t.Fatalf("finish after script flush: %v %v", prev, err)
 	}
@@ -178,7 +179,7 @@ func TestScriptsSurviveRedisRestart(t *testing.T) {
 	if err := r.Client(t).ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	prev, err = s.Finish(ctx, []tasks.Transition{
+	prev, err = s.Finish(ctx, []worker.Transition{
 		{ID: "y", Owner: "owner-y", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{}`), Unstarted: true},
 		{ID: "z", Owner: "owner-z", State: apitype.TaskStateFailed, Code: apitype.CodeInternal, Msg: "m", Unstarted: true},
 	}, nil)
@@ -240,11 +241,11 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 		t.Fatalf("a refused task was recorded: %v", err)
 	}
 	// Finish s1: its result is cached and alice's slot comes back.
-	states, hits, err := s.Start(ctx, []tasks.Transition{{ID: "s1", Owner: "alice"}}, []string{"ck"})
+	states, hits, err := s.Start(ctx, []worker.Transition{{ID: "s1", Owner: "alice"}}, []string{"ck"})
 	if err != nil || states[0] != apitype.TaskStatePending || hits[0] != nil {
 		t.Fatalf("start: %v %s %v", states, hits, err)
 	}
-	s.Finish(ctx, []tasks.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"})
+	s.Finish(ctx, []worker.Transition{{ID: "s1", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"})
 	if n, _ := s.Pending(ctx, "alice"); n != 1 {
 		t.Fatalf("pending after a completion: %d", n)
 	}
@@ -259,7 +260,7 @@ func TestSubmitTaskOneRoundTrip(t *testing.T) {
 	}
 	// A worker starting a task whose answer is cached learns it at once.
 	s.SubmitTask(ctx, store.NewTask{ID: "s5", Kind: "sliding", CacheKey: "other"}, 0)
-	_, hits, _ = s.Start(ctx, []tasks.Transition{{ID: "s5"}}, []string{"ck"})
+	_, hits, _ = s.Start(ctx, []worker.Transition{{ID: "s5"}}, []string{"ck"})
 	if string(hits[0]) != `{"moves":1}` {
 		t.Fatalf("start did not return the cached result: %s", hits[0])
 	}
@@ -280,26 +281,26 @@ func TestFinishEventCarriesRecord(t *testing.T) {
 	big := json.RawMessage(`"` + strings.Repeat("x", 20<<10) + `"`)
 	cases := []struct {
 		name string
-		tr   tasks.Transition
+		tr   worker.Transition
 		// carried says whether the event holds the record.
 		carried bool
 	}{
-		{"completed", tasks.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
-		{"failed", tasks.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
-		{"awkward bytes", tasks.Transition{ID: "odd", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "12:ab 3:x\\\"é\u2028\x00\n:"}, true},
-		{"large result", tasks.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
+		{"completed", worker.Transition{ID: "ok", Owner: "alice", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2,"path":"a\/b"}`)}, true},
+		{"failed", worker.Transition{ID: "bad", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" long"}, true},
+		{"awkward bytes", worker.Transition{ID: "odd", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "12:ab 3:x\\\"é\u2028\x00\n:"}, true},
+		{"large result", worker.Transition{ID: "big", State: apitype.TaskStateCompleted, Result: big}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: tc.tr.ID, Kind: "sliding", Owner: tc.tr.Owner, CacheKey: "k" + tc.tr.ID}, 0); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.Start(ctx, []tasks.Transition{{ID: tc.tr.ID}}, nil); err != nil {
+			if _, _, err := s.Start(ctx, []worker.Transition{{ID: tc.tr.ID}}, nil); err != nil {
 				t.Fatal(err)
 			}
 			w, release := hub.Subscribe(store.TaskEventKey(tc.tr.ID))
 			defer release()
-			if _, err := s.Finish(ctx, []tasks.Transition{tc.tr}, nil); err != nil {
+			if _, err := s.Finish(ctx, []worker.Transition{tc.tr}, nil); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -332,14 +333,16 @@ func TestSubmitTaskEnqueues(t *testing.T) {
 	s, ctx := newStore(t)
 	rdb := sharedServer(t).Client(t)
 	queue := fmt.Sprintf("q%d", time.Now().UnixNano()) // asynq's keys take no prefix
-	enq := func(id string) tasks.Enqueued { return tasks.Enqueued{ID: id, Queue: queue, Msg: []byte("msg-" + id)} }
+	enq := func(id string) asynqdata.Enqueued {
+		return asynqdata.Enqueued{ID: id, Queue: queue, Msg: []byte("msg-" + id)}
+	}
 	pending := "asynq:{" + queue + "}:pending"
 
 	// A hit queues nothing, and the queue is not yet asynq's.
 	if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: "seed", Kind: "sliding", CacheKey: "ck"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Finish(ctx, []tasks.Transition{{ID: "seed", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"}); err != nil {
+	if _, err := s.Finish(ctx, []worker.Transition{{ID: "seed", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":1}`)}}, []string{"ck"}); err != nil {
 		t.Fatal(err)
 	}
 	if hit, _, err := s.SubmitTask(ctx, store.NewTask{ID: "hit", Kind: "sliding", CacheKey: "ck", Enqueue: enq("hit")}, 0); err != nil || hit == nil {
@@ -408,8 +411,8 @@ func TestFinishCachesWithoutShortening(t *testing.T) {
 			if _, _, err := s.SubmitTask(ctx, store.NewTask{ID: id, Kind: "sliding", CacheKey: ck}, 0); err != nil {
 				t.Fatal(err)
 			}
-			tr := tasks.Transition{ID: id, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`), Unstarted: true}
-			if _, err := s.Finish(ctx, []tasks.Transition{tr}, []string{ck}); err != nil {
+			tr := worker.Transition{ID: id, State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":3}`), Unstarted: true}
+			if _, err := s.Finish(ctx, []worker.Transition{tr}, []string{ck}); err != nil {
 				t.Fatal(err)
 			}
 			v, err := rdb.Get(ctx, prefix+"cache:"+ck).Result()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -23,7 +24,7 @@ func TestSubmitCachedMatchesSubmitTask(t *testing.T) {
 	if err := rdb.Set(ctx, s.k.cache("ck"), result, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg := tasks.Enqueued{ID: "", Queue: tasks.QueueInteractive, Msg: []byte("not empty: a miss would enqueue")}
+	msg := asynqdata.Enqueued{ID: "", Queue: tasks.QueueInteractive, Msg: []byte("not empty: a miss would enqueue")}
 	for _, owner := range []string{"", "alice"} {
 		// An old index member, which a "0" ID's submission trims.
 		if err := rdb.ZAdd(ctx, s.k.ownerTasks(owner), redisZ(clock.Add(-2*time.Hour), "old")).Err(); err != nil {
@@ -58,7 +59,7 @@ func TestSubmitCachedMatchesSubmitTask(t *testing.T) {
 				t.Fatalf("index TTL %s", ttl)
 			}
 			// A hit enqueues nothing and counts no quota either way.
-			if n := rdb.Exists(ctx, s.k.asynqTask(tasks.QueueInteractive, a), s.k.asynqPending(tasks.QueueInteractive)).Val(); n != 0 {
+			if n := rdb.Exists(ctx, asynqdata.TaskKey(tasks.QueueInteractive, a), asynqdata.PendingKey(tasks.QueueInteractive)).Val(); n != 0 {
 				t.Fatalf("a hit left %d asynq keys", n)
 			}
 			clock = clock.Add(time.Millisecond)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/redistest"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -159,14 +160,14 @@ if ended > 0 then
   redis.call('HSET', rk, unpack(hs))
   redis.call('HDEL', rk, unpack(hd))
   redis.call('PEXPIREAT', rk, exp)
-  settle(KEYS[1], ARGV[7], owner, j, delta, ended, ARGV[6], ARGV[5])
+  settle(KEYS[1], ARGV[7], owner, {ARGV[1], ARGV[2], ARGV[3], ARGV[4]}, j, delta, ended, ARGV[6], ARGV[5], 'c:' .. ARGV[7] .. ':', 'b:' .. ARGV[7])
 end
 return ended
 `)
 }
 
 // legacyStartUnit is StartUnit as it was before e422c62.
-func (s *Store) legacyStartUnit(ctx context.Context, sc *redis.Script, ref tasks.UnitRef) (*tasks.UnitWork, error) {
+func (s *Store) legacyStartUnit(ctx context.Context, sc *redis.Script, ref tasks.UnitRef) (*worker.UnitWork, error) {
 	_, n, err := tasks.ParseUnit(ref.Unit)
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ func (s *Store) legacyStartUnit(ctx context.Context, sc *redis.Script, ref tasks
 	if err != nil {
 		return nil, fmt.Errorf("legacy start unit %s: %w", ref.TaskID(), err)
 	}
-	w := &tasks.UnitWork{}
+	w := &worker.UnitWork{}
 	if len(v) == 0 {
 		return w, nil
 	}
@@ -186,13 +187,13 @@ func (s *Store) legacyStartUnit(ctx context.Context, sc *redis.Script, ref tasks
 		if err != nil {
 			return nil, fmt.Errorf("legacy start unit %s: bad index %q", ref.TaskID(), v[i])
 		}
-		w.Items = append(w.Items, tasks.UnitItem{Index: idx, Request: []byte(v[i+1])})
+		w.Items = append(w.Items, worker.UnitItem{Index: idx, Request: []byte(v[i+1])})
 	}
 	return w, nil
 }
 
 // legacyFinishUnit is FinishUnit as it was before e422c62.
-func (s *Store) legacyFinishUnit(ctx context.Context, sc *redis.Script, ref tasks.UnitRef, outs []tasks.ItemOutcome) (int, error) {
+func (s *Store) legacyFinishUnit(ctx context.Context, sc *redis.Script, ref tasks.UnitRef, outs []worker.ItemOutcome) (int, error) {
 	if len(outs) > maxOutcomesPerCall {
 		n, err := s.legacyFinishUnit(ctx, sc, ref, outs[:maxOutcomesPerCall])
 		if err != nil {
@@ -251,8 +252,8 @@ func (s *Store) legacyFinishUnit(ctx context.Context, sc *redis.Script, ref task
 type unitSide struct {
 	name   string
 	s      *Store
-	start  func(context.Context, tasks.UnitRef) (*tasks.UnitWork, error)
-	finish func(context.Context, tasks.UnitRef, []tasks.ItemOutcome) (int, error)
+	start  func(context.Context, tasks.UnitRef) (*worker.UnitWork, error)
+	finish func(context.Context, tasks.UnitRef, []worker.ItemOutcome) (int, error)
 	events *redis.PubSub
 }
 
@@ -275,102 +276,6 @@ func (u *unitSide) drainEvents(t *testing.T, ctx context.Context, step int) []st
 			return got
 		}
 		got = append(got, m.Payload)
-	}
-}
-
-// dumpKeys returns every key of s's prefix with its type, whether it has
-// a TTL and its whole value, as sorted lines, with the prefix cut from
-// the key names and the batch's expiry (Redis's clock at the commit, the
-// one value the two stores cannot share) replaced by EXP.
-func dumpKeys(t *testing.T, ctx context.Context, s *Store, exp string) []string {
-	t.Helper()
-	rdb := s.rdb
-	keys, err := rdb.Keys(ctx, s.k.prefix+"*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, k := range keys {
-		typ := rdb.Type(ctx, k).Val()
-		var val string
-		switch typ {
-		case "string":
-			val = rdb.Get(ctx, k).Val()
-		case "hash":
-			h := rdb.HGetAll(ctx, k).Val()
-			fs := make([]string, 0, len(h))
-			for f, v := range h {
-				fs = append(fs, strconv.Quote(f)+"="+strconv.Quote(v))
-			}
-			slices.Sort(fs)
-			val = strings.Join(fs, " ")
-		case "zset":
-			for _, z := range rdb.ZRangeWithScores(ctx, k, 0, -1).Val() {
-				val += fmt.Sprintf("%v@%s ", z.Member, strconv.FormatFloat(z.Score, 'f', -1, 64))
-			}
-		case "list":
-			val = strings.Join(rdb.LRange(ctx, k, 0, -1).Val(), " ")
-		default:
-			val = "?"
-		}
-		ttl := "persist"
-		if rdb.PTTL(ctx, k).Val() > 0 {
-			ttl = "ttl"
-		}
-		if exp != "" {
-			val = strings.ReplaceAll(val, exp, "EXP")
-		}
-		out = append(out, fmt.Sprintf("%s %s %s %s", strings.TrimPrefix(k, s.k.prefix), typ, ttl, val))
-	}
-	slices.Sort(out)
-	return out
-}
-
-// checkUnitInvariants holds a batch's counts and its owner's quota to
-// its entries and markers (jobs_scripts.go's invariants): an item with an
-// entry has ended in the entry's state; one without, active while its
-// unit's marker exists, else pending.
-func checkUnitInvariants(t *testing.T, ctx context.Context, s *Store, id, owner string) {
-	t.Helper()
-	rdb := s.rdb
-	bh := rdb.HGetAll(ctx, s.k.batch(id)).Val()
-	if len(bh) == 0 {
-		return
-	}
-	total, _ := strconv.Atoi(bh["total"])
-	stride, _ := strconv.Atoi(bh["stride"])
-	want := map[string]int{}
-	for j := 0; j*stride < total; j++ {
-		m := rdb.HGet(ctx, s.k.batchReq(id), "m"+strconv.Itoa(j)).Val()
-		res := rdb.HGetAll(ctx, s.k.batchRes(id, j)).Val()
-		for k := range len(m) {
-			e, ended := res[strconv.Itoa(k)]
-			switch {
-			case ended:
-				var h itemEntry
-				if err := json.Unmarshal([]byte(e), &h); err != nil {
-					t.Fatalf("item %d: entry %q: %v", j*stride+k, e, err)
-				}
-				want[string(h.State)]++
-				want["ended"]++
-			case res[markerField(m[k], k)] != "":
-				want["active"]++
-			default:
-				want["pending"]++
-			}
-		}
-	}
-	for _, f := range []string{"pending", "active", "completed", "failed", "canceled", "ended"} {
-		if got, _ := strconv.Atoi(bh[f]); got != want[f] {
-			t.Errorf("%s: %s counts %d, its entries and markers %d (%v)", id, f, got, want[f], bh)
-		}
-	}
-	open := total - want["ended"]
-	if got, _ := rdb.HGet(ctx, s.k.ownerOpen(owner), id).Int(); got != open {
-		t.Errorf("%s: the quota counts %d of its items open, %d have not ended", id, got, open)
-	}
-	if got, _ := rdb.Get(ctx, s.k.ownerPending(owner)).Int(); got != open {
-		t.Errorf("%s: the owner's pending counter is %d, %d items have not ended", id, got, open)
 	}
 }
 
@@ -443,23 +348,23 @@ func newUnitTwins(t *testing.T, stride, total int, isOwn func(int) bool) *unitTw
 		// redelivery or a cancel then tries, and declines, the fast path.
 		marks := map[string]string{}
 		u := &unitSide{name: name, s: s,
-			start: func(ctx context.Context, r tasks.UnitRef) (*tasks.UnitWork, error) {
+			start: func(ctx context.Context, r tasks.UnitRef) (*worker.UnitWork, error) {
 				w, err := s.StartUnit(ctx, r)
 				if err == nil && marks[r.Unit] == "" {
 					marks[r.Unit] = w.Mark
 				}
 				return w, err
 			},
-			finish: func(ctx context.Context, r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+			finish: func(ctx context.Context, r tasks.UnitRef, o []worker.ItemOutcome) (int, error) {
 				mark := marks[r.Unit]
 				delete(marks, r.Unit)
 				return s.FinishUnit(ctx, r, mark, o)
 			}}
 		if legacy {
-			u.start = func(ctx context.Context, r tasks.UnitRef) (*tasks.UnitWork, error) {
+			u.start = func(ctx context.Context, r tasks.UnitRef) (*worker.UnitWork, error) {
 				return s.legacyStartUnit(ctx, lstart, r)
 			}
-			u.finish = func(ctx context.Context, r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+			u.finish = func(ctx context.Context, r tasks.UnitRef, o []worker.ItemOutcome) (int, error) {
 				return s.legacyFinishUnit(ctx, lfinish, r, o)
 			}
 		}
@@ -527,7 +432,7 @@ func (tw *unitTwins) start(r tasks.UnitRef) func(*unitSide) (string, error) {
 }
 
 // finish finishes unit r with outs and answers how many items ended.
-func (tw *unitTwins) finish(r tasks.UnitRef, outs ...tasks.ItemOutcome) func(*unitSide) (string, error) {
+func (tw *unitTwins) finish(r tasks.UnitRef, outs ...worker.ItemOutcome) func(*unitSide) (string, error) {
 	return func(u *unitSide) (string, error) {
 		n, err := u.finish(context.Background(), r, outs)
 		return fmt.Sprintf("ended %d", n), err
@@ -627,17 +532,17 @@ func (tw *unitTwins) run(t *testing.T, steps []unitStep) {
 }
 
 // outDone is item i completed with a small inline result.
-func outDone(i int) tasks.ItemOutcome {
-	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d,"path":"LURD"}`, i))}
+func outDone(i int) worker.ItemOutcome {
+	return worker.ItemOutcome{Index: i, State: apitype.TaskStateCompleted, Result: json.RawMessage(fmt.Sprintf(`{"moves":%d,"path":"LURD"}`, i))}
 }
 
 // outFailed is item i failed, with a message encoding/json escapes.
-func outFailed(i int) tasks.ItemOutcome {
-	return tasks.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" <long> é\u2028\x01"}
+func outFailed(i int) worker.ItemOutcome {
+	return worker.ItemOutcome{Index: i, State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "took \"too\" <long> é\u2028\x01"}
 }
 
 // outWith is o changed by f.
-func outWith(o tasks.ItemOutcome, f func(*tasks.ItemOutcome)) tasks.ItemOutcome { f(&o); return o }
+func outWith(o worker.ItemOutcome, f func(*worker.ItemOutcome)) worker.ItemOutcome { f(&o); return o }
 
 // TestUnitScriptsMatchLegacy holds the unit scripts to the legacy ones
 // through a batch whose chunks have own items among their cheap ones (one
@@ -669,17 +574,17 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 		{"an active cheap item and a pending own one are canceled", nil, tw.cancel(9, 13)},
 		{"chunk 1 finishes: every outcome, duplicates and indices not its own", nil, tw.finish(chunk(1),
 			outDone(8), outFailed(8), outDone(9),
-			outWith(outDone(11), func(o *tasks.ItemOutcome) { o.CacheKey = "kA" }),
-			outWith(outDone(12), func(o *tasks.ItemOutcome) { o.CacheKey, o.Cached = "kA", true }),
+			outWith(outDone(11), func(o *worker.ItemOutcome) { o.CacheKey = "kA" }),
+			outWith(outDone(12), func(o *worker.ItemOutcome) { o.CacheKey, o.Cached = "kA", true }),
 			outFailed(14),
-			outWith(outDone(15), func(o *tasks.ItemOutcome) { o.CacheKey, o.Result = "kB", nil }),
+			outWith(outDone(15), func(o *worker.ItemOutcome) { o.CacheKey, o.Result = "kB", nil }),
 			outDone(3), outDone(10), outDone(16))},
 		{"chunk 1 is delivered after it finished", nil, tw.start(chunk(1))},
 		{"the all-own chunk 2 starts fresh", func() bool { return !exists(2) }, tw.start(chunk(2))},
 		{"the all-own chunk 2 finishes an own item", nil, tw.finish(chunk(2), outDone(16))},
 		{"own item 10 starts, with progress", nil, tw.start(own(10))},
 		{"own item 10 finishes, stored once, and another index", nil, tw.finish(own(10),
-			outWith(outDone(10), func(o *tasks.ItemOutcome) { o.CacheKey = `k"C<` }), outDone(11))},
+			outWith(outDone(10), func(o *worker.ItemOutcome) { o.CacheKey = `k"C<` }), outDone(11))},
 		{"own item 17 finishes without a start", nil, tw.finish(own(17), outFailed(17))},
 		{"own item 5 starts and yields", nil, inTurn(tw.start(own(5)), func(u *unitSide) (string, error) {
 			return "", u.s.YieldUnit(ctx, own(5))
@@ -688,7 +593,7 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 			return "", u.s.YieldUnit(ctx, own(5))
 		})},
 		{"own item 5 finishes cached, inline", nil, tw.finish(own(5),
-			outWith(outDone(5), func(o *tasks.ItemOutcome) { o.Cached = true }))},
+			outWith(outDone(5), func(o *worker.ItemOutcome) { o.Cached = true }))},
 		{"chunk 0 and own item 2 finish", nil, inTurn(
 			tw.finish(chunk(0), outDone(0), outFailed(1), outDone(3), outDone(4), outDone(6), outDone(7)),
 			tw.finish(own(2), outFailed(2)))},
@@ -732,8 +637,8 @@ func TestUnitScriptsMatchLegacy(t *testing.T) {
 func TestUnitScriptsMatchLegacyWideChunk(t *testing.T) {
 	const stride, total = maxStride, 2*maxStride + 77
 	tw := newUnitTwins(t, stride, total, func(i int) bool { return i%97 == 5 })
-	cheap := func(j, from, to int, out func(int) tasks.ItemOutcome) []tasks.ItemOutcome {
-		var outs []tasks.ItemOutcome
+	cheap := func(j, from, to int, out func(int) worker.ItemOutcome) []worker.ItemOutcome {
+		var outs []worker.ItemOutcome
 		for i := j*stride + from; i < min(total, j*stride+to); i++ {
 			if i%97 != 5 {
 				outs = append(outs, out(i))
@@ -741,18 +646,18 @@ func TestUnitScriptsMatchLegacyWideChunk(t *testing.T) {
 		}
 		return outs
 	}
-	mixed := func(i int) tasks.ItemOutcome {
+	mixed := func(i int) worker.ItemOutcome {
 		switch i % 5 {
 		case 1:
 			return outFailed(i)
 		case 2:
-			return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.CacheKey, o.Cached = "w"+strconv.Itoa(i%3), i%2 == 0 })
+			return outWith(outDone(i), func(o *worker.ItemOutcome) { o.CacheKey, o.Cached = "w"+strconv.Itoa(i%3), i%2 == 0 })
 		}
 		return outDone(i)
 	}
 	// plain outcomes store nothing in the cache, which finishChunkScript
 	// is for.
-	plain := func(i int) tasks.ItemOutcome {
+	plain := func(i int) worker.ItemOutcome {
 		if i%5 == 1 {
 			return outFailed(i)
 		}
@@ -798,18 +703,18 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 			tw := newUnitTwins(t, stride, total, isOwn)
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(seed, 0))
-			outcome := func(i int) tasks.ItemOutcome {
+			outcome := func(i int) worker.ItemOutcome {
 				switch rng.IntN(7) {
 				case 0, 6:
 					return outFailed(i)
 				case 1:
-					return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.CacheKey = "r" + strconv.Itoa(rng.IntN(3)) })
+					return outWith(outDone(i), func(o *worker.ItemOutcome) { o.CacheKey = "r" + strconv.Itoa(rng.IntN(3)) })
 				case 2:
-					return outWith(outDone(i), func(o *tasks.ItemOutcome) {
+					return outWith(outDone(i), func(o *worker.ItemOutcome) {
 						o.CacheKey, o.Cached = "r"+strconv.Itoa(rng.IntN(3)), true
 					})
 				case 3:
-					return outWith(outDone(i), func(o *tasks.ItemOutcome) { o.Cached = true })
+					return outWith(outDone(i), func(o *worker.ItemOutcome) { o.Cached = true })
 				}
 				return outDone(i)
 			}
@@ -836,7 +741,7 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 				case r < 36:
 					st = unitStep{fmt.Sprintf("start x%d", own), nil, tw.start(tw.own(own))}
 				case r < 60:
-					var outs []tasks.ItemOutcome
+					var outs []worker.ItemOutcome
 					for x := j * stride; x < min(total, (j+1)*stride); x++ {
 						if rng.IntN(3) > 0 {
 							outs = append(outs, outcome(x))
@@ -847,7 +752,7 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 					}
 					st = unitStep{fmt.Sprintf("finish c%d with %d outcomes", j, len(outs)), nil, tw.finish(tw.chunk(j), outs...)}
 				case r < 72:
-					outs := []tasks.ItemOutcome{outcome(own)}
+					outs := []worker.ItemOutcome{outcome(own)}
 					if rng.IntN(4) == 0 {
 						outs = append(outs, outcome(i))
 					}
@@ -896,8 +801,7 @@ func TestUnitScriptsMatchLegacyRandomRuns(t *testing.T) {
 // one shared process: two batches of 8,192 8-puzzles in 512-item chunks
 // (CHUNK_SIZE's default) on one server, one started and finished by the
 // legacy scripts and one by the current ones, each phase's EVALSHA usec
-// (INFO commandstats) per item logged as FIGURES (BENCHMARKS.md, "Per-item
-// string work out of Redis"). The figures are read, not asserted (the
+// (INFO commandstats) per item logged as FIGURES. The figures are read, not asserted (the
 // machine is shared); what is asserted is that both sides ran and ended
 // every item.
 func TestUnitScriptCostPerItem(t *testing.T) {
@@ -929,8 +833,8 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 		return 0
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
-	run := func(name string, start func(tasks.UnitRef) (*tasks.UnitWork, error),
-		finish func(tasks.UnitRef, []tasks.ItemOutcome) (int, error)) {
+	run := func(name string, start func(tasks.UnitRef) (*worker.UnitWork, error),
+		finish func(tasks.UnitRef, []worker.ItemOutcome) (int, error)) {
 		id := fmt.Sprintf("%032x", rng.Uint64())
 		w := s.NewBatchWriter(id, stride)
 		for range n {
@@ -943,7 +847,7 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 		if err := s.CommitBatch(ctx, w, CommitBatch{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		var works []*tasks.UnitWork
+		var works []*worker.UnitWork
 		u0 := evalUsec()
 		for j := range n / stride {
 			wk, err := start(tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j)})
@@ -955,9 +859,9 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 		u1 := evalUsec()
 		ended := 0
 		for j, wk := range works {
-			outs := make([]tasks.ItemOutcome, len(wk.Items))
+			outs := make([]worker.ItemOutcome, len(wk.Items))
 			for i, it := range wk.Items {
-				outs[i] = tasks.ItemOutcome{Index: it.Index, State: apitype.TaskStateCompleted, Result: result}
+				outs[i] = worker.ItemOutcome{Index: it.Index, State: apitype.TaskStateCompleted, Result: result}
 			}
 			e, err := finish(tasks.UnitRef{BatchID: id, Unit: tasks.ChunkUnit(j)}, outs)
 			if err != nil {
@@ -973,20 +877,20 @@ func TestUnitScriptCostPerItem(t *testing.T) {
 			name, float64(u1-u0)/n, float64(u2-u1)/n, n, stride)
 	}
 	for range 2 { // alternated, so that both see the same machine
-		run("legacy", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.legacyStartUnit(ctx, oldStart, r) },
-			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+		run("legacy", func(r tasks.UnitRef) (*worker.UnitWork, error) { return s.legacyStartUnit(ctx, oldStart, r) },
+			func(r tasks.UnitRef, o []worker.ItemOutcome) (int, error) {
 				return s.legacyFinishUnit(ctx, oldFinish, r, o)
 			})
-		run("current, general finish", func(r tasks.UnitRef) (*tasks.UnitWork, error) { return s.StartUnit(ctx, r) },
-			func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) { return s.FinishUnit(ctx, r, "", o) })
+		run("current, general finish", func(r tasks.UnitRef) (*worker.UnitWork, error) { return s.StartUnit(ctx, r) },
+			func(r tasks.UnitRef, o []worker.ItemOutcome) (int, error) { return s.FinishUnit(ctx, r, "", o) })
 		marks := map[string]string{}
-		run("current, fast finish", func(r tasks.UnitRef) (*tasks.UnitWork, error) {
+		run("current, fast finish", func(r tasks.UnitRef) (*worker.UnitWork, error) {
 			w, err := s.StartUnit(ctx, r)
 			if err == nil {
 				marks[r.Unit] = w.Mark
 			}
 			return w, err
-		}, func(r tasks.UnitRef, o []tasks.ItemOutcome) (int, error) {
+		}, func(r tasks.UnitRef, o []worker.ItemOutcome) (int, error) {
 			return s.FinishUnit(ctx, r, marks[r.Unit], o)
 		})
 	}
@@ -1011,7 +915,7 @@ func TestFinishChunkDeclinesAnotherChunksMark(t *testing.T) {
 	if err != nil || w1.Mark == "" {
 		t.Fatalf("start chunk 1: mark %q, %v", w1.Mark, err)
 	}
-	n, err := s.FinishUnit(ctx, tw.chunk(0), w1.Mark, []tasks.ItemOutcome{outDone(5)})
+	n, err := s.FinishUnit(ctx, tw.chunk(0), w1.Mark, []worker.ItemOutcome{outDone(5)})
 	if err != nil || n != 0 {
 		t.Fatalf("chunk 0 finished with chunk 1's mark and item 5: ended %d, %v; want 0", n, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -82,11 +83,11 @@ func (s *Store) UnwatchWebhook(ctx context.Context, ref string) error {
 }
 
 // DueWebhooks looks at up to limit watched refs from offset (in the order
-// they were watched) and returns those whose record has ended, for the
-// caller to enqueue and then AckWebhook. Refs whose record is gone (it
+// they were watched) and returns those whose record has ended, with the
+// record's owner, for the caller to enqueue and then AckWebhook. Refs whose record is gone (it
 // expired, or was never made) are dropped. next is the offset to look
 // from next time: 0 once the end of the set was reached.
-func (s *Store) DueWebhooks(ctx context.Context, offset, limit int) (due []string, next int, err error) {
+func (s *Store) DueWebhooks(ctx context.Context, offset, limit int) (due []tasks.WebhookPayload, next int, err error) {
 	zs, err := s.rdb.ZRangeWithScores(ctx, s.k.webhookWatch(), int64(offset), int64(offset+limit-1)).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: due webhooks: %w", err)
@@ -103,9 +104,9 @@ func (s *Store) DueWebhooks(ctx context.Context, offset, limit int) (due []strin
 			case !ok:
 				cmds[i] = nil
 			case batch:
-				cmds[i] = p.HMGet(ctx, s.k.batch(id), "total", "ended")
+				cmds[i] = p.HMGet(ctx, s.k.batch(id), "total", "ended", "owner")
 			default:
-				cmds[i] = p.HMGet(ctx, s.k.task(id), "state")
+				cmds[i] = p.HMGet(ctx, s.k.task(id), "state", "owner")
 			}
 		}
 		return nil
@@ -127,14 +128,15 @@ func (s *Store) DueWebhooks(ctx context.Context, offset, limit int) (due []strin
 			}
 			continue
 		}
-		if len(v) == 2 {
+		owner, _ := v[len(v)-1].(string)
+		if len(v) == 3 {
 			total, _ := strconv.Atoi(fmt.Sprint(v[0]))
 			ended, _ := strconv.Atoi(fmt.Sprint(v[1]))
 			if ended >= total {
-				due = append(due, ref)
+				due = append(due, tasks.WebhookPayload{Ref: ref, Owner: owner})
 			}
 		} else if apitype.TaskState(fmt.Sprint(v[0])).Terminal() {
-			due = append(due, ref)
+			due = append(due, tasks.WebhookPayload{Ref: ref, Owner: owner})
 		}
 	}
 	if len(drop) > 0 {
@@ -149,19 +151,87 @@ func (s *Store) DueWebhooks(ctx context.Context, offset, limit int) (due []strin
 	return due, next, nil
 }
 
-// AckWebhook unwatches refs whose delivery is enqueued.
-func (s *Store) AckWebhook(ctx context.Context, refs ...string) error {
-	if len(refs) == 0 {
+// AckWebhook unwatches webhooks whose delivery is enqueued and adds each
+// to its key's delivery backlog (keys.webhookBacklog), in one
+// transaction; acking one twice changes nothing.
+func (s *Store) AckWebhook(ctx context.Context, due ...tasks.WebhookPayload) error {
+	if len(due) == 0 {
 		return nil
 	}
-	m := make([]any, len(refs))
-	for i, r := range refs {
-		m[i] = r
-	}
-	if err := s.rdb.ZRem(ctx, s.k.webhookWatch(), m...).Err(); err != nil {
+	now := float64(ms(s.now()))
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, d := range due {
+			p.ZAddNX(ctx, s.k.webhookBacklog(d.Owner), redis.Z{Score: now, Member: d.Ref})
+			p.PExpire(ctx, s.k.webhookBacklog(d.Owner), s.webhookBacklogAge())
+			p.SAdd(ctx, s.k.webhookBacklogKeys(), d.Owner)
+			p.ZRem(ctx, s.k.webhookWatch(), d.Ref)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("store: ack webhooks: %w", err)
 	}
 	return nil
+}
+
+// webhookBacklogAge is how long a ref stays in its key's backlog at most:
+// as long as its webhook hash, after which a delivery finds nothing to
+// deliver. A ref whose delivery ended without EndWebhook (its task was
+// deleted from asynq) leaves the count then.
+func (s *Store) webhookBacklogAge() time.Duration { return s.taskTTL + time.Minute }
+
+// EndWebhook takes ref out of owner's delivery backlog: it was delivered,
+// or is given up, or has nothing left to deliver.
+func (s *Store) EndWebhook(ctx context.Context, owner, ref string) error {
+	if err := s.rdb.ZRem(ctx, s.k.webhookBacklog(owner), ref).Err(); err != nil {
+		return fmt.Errorf("store: end webhook %s: %w", ref, err)
+	}
+	return nil
+}
+
+// webhookBacklogScript counts one key's delivery backlog, first dropping
+// refs older than the backlog's age, and forgets the key when none is
+// left, atomically with AckWebhook's additions.
+//
+// KEYS[1] the key's backlog (keys.webhookBacklog)
+// KEYS[2] the set of keys with a backlog (keys.webhookBacklogKeys)
+// ARGV[1] the key's name (its member of KEYS[2])
+// ARGV[2] the oldest score kept, Unix ms
+//
+// Returns the count.
+var webhookBacklogScript = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+local n = redis.call('ZCARD', KEYS[1])
+if n == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
+return n
+`)
+
+// maxBacklogKeys bounds how many keys WebhookBacklog reports: the keys
+// are the operator's API keys, so the bound is never met in practice.
+const maxBacklogKeys = 1000
+
+// WebhookBacklog returns each API key's delivery backlog: the webhooks
+// enqueued and neither delivered nor given up (keys with none are left
+// out).
+func (s *Store) WebhookBacklog(ctx context.Context) (map[string]int64, error) {
+	owners, err := s.rdb.SRandMemberN(ctx, s.k.webhookBacklogKeys(), maxBacklogKeys).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: webhook backlog: %w", err)
+	}
+	oldest := strconv.FormatInt(ms(s.now().Add(-s.webhookBacklogAge())), 10)
+	// One call per key, not a pipeline: Run loads the script again after
+	// a Redis restart, and the keys are few.
+	m := make(map[string]int64, len(owners))
+	for _, o := range owners {
+		n, err := webhookBacklogScript.Run(ctx, s.rdb, []string{s.k.webhookBacklog(o), s.k.webhookBacklogKeys()}, o, oldest).Int64()
+		if err != nil {
+			return nil, fmt.Errorf("store: webhook backlog of %q: %w", o, err)
+		}
+		if n > 0 {
+			m[o] = n
+		}
+	}
+	return m, nil
 }
 
 // Watched reports how many webhooks wait for their record to end, for
@@ -193,12 +263,12 @@ func webhookOf(m map[string]string) *apitype.Webhook {
 }
 
 // WebhookDelivery returns what to POST for ref: its URL, the event, and
-// whether an attempt was delivered already. tasks.ErrWebhookGone when the
+// whether an attempt was delivered already. worker.ErrWebhookGone when the
 // webhook or its record is gone.
 func (s *Store) WebhookDelivery(ctx context.Context, ref string) (string, *apitype.WebhookEvent, bool, error) {
 	batch, id, ok := parseRef(ref)
 	if !ok {
-		return "", nil, false, tasks.ErrWebhookGone
+		return "", nil, false, worker.ErrWebhookGone
 	}
 	ev := &apitype.WebhookEvent{Timestamp: s.now().UTC()}
 	var (
@@ -218,7 +288,7 @@ func (s *Store) WebhookDelivery(ctx context.Context, ref string) (string, *apity
 		}
 	}
 	if errors.Is(err, ErrNotFound) || (err == nil && w == nil) {
-		return "", nil, false, tasks.ErrWebhookGone
+		return "", nil, false, worker.ErrWebhookGone
 	}
 	if err != nil {
 		return "", nil, false, err
@@ -232,7 +302,7 @@ func (s *Store) WebhookDelivery(ctx context.Context, ref string) (string, *apity
 // RecordWebhookAttempt counts a delivery attempt of ref's webhook with
 // its outcome: the HTTP status (0 when none came) and an error message
 // ("" when it was delivered).
-func (s *Store) RecordWebhookAttempt(ctx context.Context, ref string, a tasks.WebhookAttempt) error {
+func (s *Store) RecordWebhookAttempt(ctx context.Context, ref string, a worker.WebhookAttempt) error {
 	wk := s.k.webhook(ref)
 	now := ms(s.now())
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {

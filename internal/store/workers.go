@@ -9,20 +9,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // Workers' heartbeats and the tasks they hold, for fast recovery of a dead
-// worker's tasks (tasks.Heartbeat, internal/api's Watchdog).
+// worker's tasks (worker.Heartbeat, internal/api's Watchdog).
 
 // Beat records worker's heartbeat at at (Unix ms) in one round trip: the
 // score in the workers set, every running task (run token -> task) and
 // the removal of the run tokens that ended. The held hash expires ttl
 // after this write.
-func (s *Store) Beat(ctx context.Context, worker string, at int64, running map[string]tasks.HeldTask, ended []string, ttl time.Duration) error {
-	held := s.k.workerHeld(worker)
+func (s *Store) Beat(ctx context.Context, workerID string, at int64, running map[string]worker.HeldTask, ended []string, ttl time.Duration) error {
+	held := s.k.workerHeld(workerID)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, s.k.workers(), redis.Z{Score: float64(at), Member: worker})
+		p.ZAdd(ctx, s.k.workers(), redis.Z{Score: float64(at), Member: workerID})
 		if len(ended) > 0 {
 			p.HDel(ctx, held, ended...)
 		}
@@ -38,20 +39,20 @@ func (s *Store) Beat(ctx context.Context, worker string, at int64, running map[s
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: heartbeat of %s: %w", worker, err)
+		return fmt.Errorf("store: heartbeat of %s: %w", workerID, err)
 	}
 	return nil
 }
 
 // Hold records tasks worker has started (run token -> task) in one round
 // trip: one HSET of them all and the held hash's PEXPIRE, without the
-// beat (tasks.Heartbeat's flusher writes them behind the tasks, many at
+// beat (worker.Heartbeat's flusher writes them behind the tasks, many at
 // once).
-func (s *Store) Hold(ctx context.Context, worker string, started map[string]tasks.HeldTask, ttl time.Duration) error {
+func (s *Store) Hold(ctx context.Context, workerID string, started map[string]worker.HeldTask, ttl time.Duration) error {
 	if len(started) == 0 {
 		return nil
 	}
-	held := s.k.workerHeld(worker)
+	held := s.k.workerHeld(workerID)
 	f := make([]any, 0, 2*len(started))
 	for run, t := range started {
 		b, _ := json.Marshal(t)
@@ -63,49 +64,49 @@ func (s *Store) Hold(ctx context.Context, worker string, started map[string]task
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: hold %d tasks on %s: %w", len(started), worker, err)
+		return fmt.Errorf("store: hold %d tasks on %s: %w", len(started), workerID, err)
 	}
 	return nil
 }
 
 // Leave removes worker's heartbeat and its held tasks.
-func (s *Store) Leave(ctx context.Context, worker string) error {
+func (s *Store) Leave(ctx context.Context, workerID string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, s.k.workers(), worker)
-		p.Del(ctx, s.k.workerHeld(worker))
+		p.ZRem(ctx, s.k.workers(), workerID)
+		p.Del(ctx, s.k.workerHeld(workerID))
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: leave %s: %w", worker, err)
+		return fmt.Errorf("store: leave %s: %w", workerID, err)
 	}
 	return nil
 }
 
 // Workers returns every worker's last heartbeat.
-func (s *Store) Workers(ctx context.Context) ([]tasks.WorkerBeat, error) {
+func (s *Store) Workers(ctx context.Context) ([]worker.WorkerBeat, error) {
 	zs, err := s.rdb.ZRangeWithScores(ctx, s.k.workers(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: workers: %w", err)
 	}
-	out := make([]tasks.WorkerBeat, len(zs))
+	out := make([]worker.WorkerBeat, len(zs))
 	for i, z := range zs {
 		m, _ := z.Member.(string)
-		out[i] = tasks.WorkerBeat{Worker: m, At: int64(z.Score)}
+		out[i] = worker.WorkerBeat{Worker: m, At: int64(z.Score)}
 	}
 	return out, nil
 }
 
 // Held returns the tasks worker holds, each once. A field that does not
 // decode is skipped: it names nothing a watchdog could re-drive.
-func (s *Store) Held(ctx context.Context, worker string) ([]tasks.HeldTask, error) {
-	m, err := s.rdb.HGetAll(ctx, s.k.workerHeld(worker)).Result()
+func (s *Store) Held(ctx context.Context, workerID string) ([]worker.HeldTask, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k.workerHeld(workerID)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("store: tasks held by %s: %w", worker, err)
+		return nil, fmt.Errorf("store: tasks held by %s: %w", workerID, err)
 	}
-	seen := make(map[tasks.HeldTask]bool, len(m))
-	out := make([]tasks.HeldTask, 0, len(m))
+	seen := make(map[worker.HeldTask]bool, len(m))
+	out := make([]worker.HeldTask, 0, len(m))
 	for _, v := range m {
-		var t tasks.HeldTask
+		var t worker.HeldTask
 		if json.Unmarshal([]byte(v), &t) != nil || t.ID == "" || t.Queue == "" || seen[t] {
 			continue
 		}
@@ -133,13 +134,95 @@ redis.call('DEL', KEYS[2])
 return 1
 `)
 
-// Reap removes worker, seen last beating at at, once its tasks are
+// Reap removes workerID, seen last beating at at, once its tasks are
 // re-driven. It reports false when the worker beat since: it is alive,
 // and its next beat rewrote what it runs.
-func (s *Store) Reap(ctx context.Context, worker string, at int64) (bool, error) {
-	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(worker)}, worker, strconv.FormatInt(at, 10)).Int()
+func (s *Store) Reap(ctx context.Context, workerID string, at int64) (bool, error) {
+	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(workerID)}, workerID, strconv.FormatInt(at, 10)).Int()
 	if err != nil {
-		return false, fmt.Errorf("store: reap %s: %w", worker, err)
+		return false, fmt.Errorf("store: reap %s: %w", workerID, err)
 	}
 	return n == 1, nil
+}
+
+// HeldByAll returns every task that any of workers holds, each once, in
+// one pipelined round trip (an HGETALL per worker).
+func (s *Store) HeldByAll(ctx context.Context, workerIDs []string) ([]worker.HeldTask, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(workerIDs))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range workerIDs {
+			cmds[i] = p.HGetAll(ctx, s.k.workerHeld(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: tasks held by %d workers: %w", len(workerIDs), err)
+	}
+	seen := map[worker.HeldTask]bool{}
+	var out []worker.HeldTask
+	for _, c := range cmds {
+		for _, v := range c.Val() {
+			var t worker.HeldTask
+			if json.Unmarshal([]byte(v), &t) != nil || t.ID == "" || t.Queue == "" || seen[t] {
+				continue
+			}
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Active returns the tasks asynq lists as running on queues, with their
+// leases (asynqdata.Active).
+func (s *Store) Active(ctx context.Context, queues []string) ([]asynqdata.ActiveTask, error) {
+	ts, err := asynqdata.Active(ctx, s.rdb, queues...)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return ts, nil
+}
+
+// MarkRedriven records that a copy of each of ts was queued at at, and
+// forgets the marks older than keep, in one round trip.
+func (s *Store) MarkRedriven(ctx context.Context, ts []worker.HeldTask, at time.Time, keep time.Duration) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	zs := make([]redis.Z, 0, len(ts))
+	for _, t := range ts {
+		if m := parkedMember(t.Queue, t.ID); m != "" {
+			zs = append(zs, redis.Z{Score: float64(at.UnixMilli()), Member: m})
+		}
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, s.k.redriven(), zs...)
+		p.ZRemRangeByScore(ctx, s.k.redriven(), "-inf", "("+strconv.FormatInt(at.Add(-keep).UnixMilli(), 10))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark %d re-driven tasks: %w", len(ts), err)
+	}
+	return nil
+}
+
+// Redriven reports, for each of ts, whether MarkRedriven marked it at or
+// after since.
+func (s *Store) Redriven(ctx context.Context, ts []worker.HeldTask, since time.Time) ([]bool, error) {
+	out := make([]bool, len(ts))
+	if len(ts) == 0 {
+		return out, nil
+	}
+	ms := make([]string, len(ts))
+	for i, t := range ts {
+		ms[i] = parkedMember(t.Queue, t.ID)
+	}
+	scores, err := s.rdb.ZMScore(ctx, s.k.redriven(), ms...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: read the re-driven marks of %d tasks: %w", len(ts), err)
+	}
+	for i, sc := range scores {
+		out[i] = sc != 0 && int64(sc) >= since.UnixMilli()
+	}
+	return out, nil
 }

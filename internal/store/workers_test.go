@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -15,26 +16,26 @@ import (
 func TestWorkerHeartbeats(t *testing.T) {
 	t.Parallel()
 	s, ctx := newStore(t)
-	a := tasks.HeldTask{Queue: tasks.QueueInteractive, ID: "t1"}
-	b := tasks.HeldTask{Queue: tasks.QueueBulk, ID: "b1:c0"}
+	a := worker.HeldTask{Queue: tasks.QueueInteractive, ID: "t1"}
+	b := worker.HeldTask{Queue: tasks.QueueBulk, ID: "b1:c0"}
 	if err := s.Beat(ctx, "w1", 1000, nil, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Hold(ctx, "w1", map[string]tasks.HeldTask{"1": a}, time.Minute); err != nil {
+	if err := s.Hold(ctx, "w1", map[string]worker.HeldTask{"1": a}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// The same task under a second run token (a redelivery to the same
 	// worker) is listed once.
-	if err := s.Beat(ctx, "w1", 2000, map[string]tasks.HeldTask{"1": a, "2": b, "3": a}, nil, time.Minute); err != nil {
+	if err := s.Beat(ctx, "w1", 2000, map[string]worker.HeldTask{"1": a, "2": b, "3": a}, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	held := func(w string) []tasks.HeldTask {
+	held := func(w string) []worker.HeldTask {
 		t.Helper()
 		h, err := s.Held(ctx, w)
 		if err != nil {
 			t.Fatal(err)
 		}
-		slices.SortFunc(h, func(x, y tasks.HeldTask) int {
+		slices.SortFunc(h, func(x, y worker.HeldTask) int {
 			if x.ID < y.ID {
 				return -1
 			}
@@ -42,21 +43,21 @@ func TestWorkerHeartbeats(t *testing.T) {
 		})
 		return h
 	}
-	if got := held("w1"); !slices.Equal(got, []tasks.HeldTask{b, a}) {
+	if got := held("w1"); !slices.Equal(got, []worker.HeldTask{b, a}) {
 		t.Fatalf("held %v, want %v and %v", got, b, a)
 	}
 	// Ended run tokens go with the next beat.
-	if err := s.Beat(ctx, "w1", 3000, map[string]tasks.HeldTask{"2": b}, []string{"1", "3"}, time.Minute); err != nil {
+	if err := s.Beat(ctx, "w1", 3000, map[string]worker.HeldTask{"2": b}, []string{"1", "3"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if got := held("w1"); !slices.Equal(got, []tasks.HeldTask{b}) {
+	if got := held("w1"); !slices.Equal(got, []worker.HeldTask{b}) {
 		t.Fatalf("held after the ended tokens went %v, want %v", got, b)
 	}
 	if err := s.Beat(ctx, "w2", 5000, nil, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	ws, err := s.Workers(ctx)
-	if err != nil || !slices.Equal(ws, []tasks.WorkerBeat{{Worker: "w1", At: 3000}, {Worker: "w2", At: 5000}}) {
+	if err != nil || !slices.Equal(ws, []worker.WorkerBeat{{Worker: "w1", At: 3000}, {Worker: "w2", At: 5000}}) {
 		t.Fatalf("workers %v %v", ws, err)
 	}
 
@@ -74,16 +75,16 @@ func TestWorkerHeartbeats(t *testing.T) {
 		t.Fatal("reaped twice")
 	}
 	// It was only frozen: its next beat lists it and its tasks again.
-	if err := s.Beat(ctx, "w1", 9000, map[string]tasks.HeldTask{"2": b}, nil, time.Minute); err != nil {
+	if err := s.Beat(ctx, "w1", 9000, map[string]worker.HeldTask{"2": b}, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if got := held("w1"); !slices.Equal(got, []tasks.HeldTask{b}) {
+	if got := held("w1"); !slices.Equal(got, []worker.HeldTask{b}) {
 		t.Fatalf("held after coming back %v, want %v", got, b)
 	}
 	if err := s.Leave(ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if ws, _ := s.Workers(ctx); !slices.Equal(ws, []tasks.WorkerBeat{{Worker: "w2", At: 5000}}) {
+	if ws, _ := s.Workers(ctx); !slices.Equal(ws, []worker.WorkerBeat{{Worker: "w2", At: 5000}}) {
 		t.Fatalf("workers after w1 left: %v", ws)
 	}
 	if got := held("w1"); len(got) != 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 var (
@@ -46,11 +48,11 @@ func measure(b *testing.B, cells int, f func()) {
 	b.ReportAllocs()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c0 := threadCPU()
+	c0 := testgen.ThreadCPU()
 	for b.Loop() {
 		f()
 	}
-	cpu := float64(threadCPU() - c0)
+	cpu := float64(testgen.ThreadCPU() - c0)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*cells), "ns/cell")
 	b.ReportMetric(cpu/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(cpu/float64(b.N*cells), "cpu-ns/cell")
@@ -110,15 +112,15 @@ func BenchmarkSpeedup(b *testing.B) {
 	var oursWall, refWall, oursCPU, refCPU time.Duration
 	const k = 100
 	for b.Loop() {
-		w0, c0 := time.Now(), threadCPU()
+		w0, c0 := time.Now(), testgen.ThreadCPU()
 		for range k {
 			if _, err := Solve(ctx, p, Options{}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		w1, c1 := time.Now(), threadCPU()
+		w1, c1 := time.Now(), testgen.ThreadCPU()
 		referenceSolve(p.GameBoard, p.Table, false)
-		w2, c2 := time.Now(), threadCPU()
+		w2, c2 := time.Now(), testgen.ThreadCPU()
 		oursWall += w1.Sub(w0)
 		oursCPU += c1 - c0
 		refWall += w2.Sub(w1)

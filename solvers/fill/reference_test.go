@@ -154,14 +154,15 @@ func checkResult(p Puzzle, opts Options, res Result) error {
 	usedP, usedH := map[int]bool{}, map[int]bool{}
 	total := 0
 	for k, pl := range res.Placements {
-		if len(pl.Piece) == 0 || len(pl.Piece) != len(pl.Hole) {
+		piece, hole := widen(pl.Piece), widen(pl.Hole)
+		if len(piece) == 0 || len(piece) != len(hole) {
 			return fmt.Errorf("placement %d: %d piece cells, %d hole cells", k, len(pl.Piece), len(pl.Hole))
 		}
-		pid, err := groupOf(pl.Piece, pieceID, pieceSize)
+		pid, err := groupOf(piece, pieceID, pieceSize)
 		if err != nil {
 			return fmt.Errorf("placement %d piece: %v", k, err)
 		}
-		hid, err := groupOf(pl.Hole, holeID, holeSize)
+		hid, err := groupOf(hole, holeID, holeSize)
 		if err != nil {
 			return fmt.Errorf("placement %d hole: %v", k, err)
 		}
@@ -175,21 +176,30 @@ func checkResult(p Puzzle, opts Options, res Result) error {
 		if pl.Rotation%90 != 0 || pl.Rotation < 0 || pl.Rotation > 270 {
 			return fmt.Errorf("placement %d: rotation %d", k, pl.Rotation)
 		}
-		moved := refApply(pl.Piece, pl.Flipped, pl.Rotation/90)
+		moved := refApply(piece, pl.Flipped, pl.Rotation/90)
 		// moved is normalised; the translation is fixed by the first cell.
-		dr, dc := pl.Hole[0][0]-moved[0][0], pl.Hole[0][1]-moved[0][1]
+		dr, dc := hole[0][0]-moved[0][0], hole[0][1]-moved[0][1]
 		for i := range moved {
-			if moved[i][0]+dr != pl.Hole[i][0] || moved[i][1]+dc != pl.Hole[i][1] {
-				return fmt.Errorf("placement %d: piece cell %v goes to %v, not %v", k, pl.Piece[i],
-					[2]int{moved[i][0] + dr, moved[i][1] + dc}, pl.Hole[i])
+			if moved[i][0]+dr != hole[i][0] || moved[i][1]+dc != hole[i][1] {
+				return fmt.Errorf("placement %d: piece cell %v goes to %v, not %v", k, piece[i],
+					[2]int{moved[i][0] + dr, moved[i][1] + dc}, hole[i])
 			}
 		}
-		total += len(pl.Hole)
+		total += len(hole)
 	}
 	if total != res.Filled {
 		return fmt.Errorf("placements fill %d cells, Filled is %d", total, res.Filled)
 	}
 	return nil
+}
+
+// widen converts a placement's cells to the checker's [2]int.
+func widen(cells [][2]int32) [][2]int {
+	out := make([][2]int, len(cells))
+	for i, c := range cells {
+		out[i] = [2]int{int(c[0]), int(c[1])}
+	}
+	return out
 }
 
 // refApply normalises cells, mirrors them left-to-right when flip, then

@@ -113,17 +113,20 @@ type comp struct {
 	start, n         int32 // cells[start : start+n], row-major first cell first
 	minr, minc, h, w int32 // bounding box
 	t                uint8 // transformation onto the class's canonical form
-	next             int32 // holes: next hole of the same class, or -1
-	match            int32 // holes: the piece placed into it, or -1
+	// class and rank: the group's class and how many groups of the same
+	// kind (holes or pieces) came before it in that class.
+	class, rank int32
 }
 
 // class is a set of congruent holes. The first hole is the representative:
 // rep's cells under transformation rep.t are the canonical form.
 type class struct {
-	hash       uint64
-	n, h, w    int32
-	rep        int32
-	tail, free int32 // last hole of the list; first hole still empty (-1: none)
+	hash    uint64
+	n, h, w int32
+	rep     int32
+	holes   int32 // holes in the class
+	pieces  int32 // pieces placed so far (at most holes)
+	base    int32 // the class's first entry in solver.slots
 }
 
 // key identifies a canonical form up to hash collisions.
@@ -146,6 +149,7 @@ type solver struct {
 	small          []smallSlot // exact table of the small classes
 	sshift         uint
 	labelled       []int32 // holes whose cells carry labels, cleared after the solve
+	places         []slot  // one per hole, grouped by class, in rank order
 	dirty          bool    // board or table may hold 1s: clear them before reuse
 	forms          [2][formSize]formEntry
 }
@@ -162,6 +166,16 @@ const (
 type formEntry struct {
 	raw, canon uint64
 	t          uint8
+}
+
+// slot is what result needs about the hole a piece goes into, written
+// by place: the hole's side of the affine map
+// and where the placement and its cells go in the result.
+type slot struct {
+	minr, minc int32 // the hole's bounding box corner
+	t          uint8 // the hole's transformation onto the canonical form
+	k          int32 // index of the placement
+	off        int32 // first cell pair in the result's cell buffer
 }
 
 // smallSlot is one slot of the table of small classes: the canonical
@@ -327,7 +341,6 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			comps = append(comps, comp{
 				start: int32(start), n: int32(n - start),
 				minr: int32(r), minc: int32(minc), h: int32(maxr) - int32(r) + 1, w: int32(maxc-minc) + 1,
-				next: -1, match: -1,
 			})
 		}
 	}
@@ -407,7 +420,7 @@ func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, bt 
 	for ; s.slots[slot] >= 0; slot = (slot + 1) & mask {
 		ci := s.slots[slot]
 		cl := &s.classes[ci]
-		if cl.hash != k.hash || cl.n != k.n || skipFull && cl.free < 0 {
+		if cl.hash != k.hash || cl.n != k.n || skipFull && cl.pieces >= cl.holes {
 			continue
 		}
 		if oh, ow := dims(bt, c.h, c.w); oh == cl.h && ow == cl.w && s.verify(c, cells, bt, cl) {
@@ -613,14 +626,12 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			h.t = t
 			slot := s.findSmall(key)
 			if s.small[slot].key != 0 {
-				ci := s.small[slot].ci
-				cl := &s.classes[ci]
-				s.holes[cl.tail].next = int32(i)
-				cl.tail = int32(i)
+				s.join(h, s.small[slot].ci)
 				continue
 			}
 			s.small[slot] = smallSlot{key: key, ci: int32(len(s.classes))}
-			s.classes = append(s.classes, class{rep: int32(i), tail: int32(i), free: int32(i)})
+			s.classes = append(s.classes, class{rep: int32(i)})
+			s.join(h, int32(len(s.classes)-1))
 			continue
 		}
 		if len(s.slots) == 0 {
@@ -640,29 +651,44 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 			oh, ow := dims(t, h.h, h.w)
 			s.labelHole(i)
 			s.slots[slot] = int32(len(s.classes))
-			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: oh, w: ow, rep: int32(i), tail: int32(i), free: int32(i)})
+			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: oh, w: ow, rep: int32(i)})
+			s.join(h, int32(len(s.classes)-1))
 			continue
 		}
 		h.t = ft
-		cl := &s.classes[ci]
-		s.holes[cl.tail].next = int32(i)
-		cl.tail = int32(i)
+		s.join(h, ci)
+	}
+	base := int32(0)
+	for ci := range s.classes {
+		s.classes[ci].base = base
+		base += s.classes[ci].holes
 	}
 	return nil
 }
 
-// match gives each piece, in order, the first empty hole of its class.
+// join puts hole h into class ci, after the class's earlier holes.
+func (s *solver) join(h *comp, ci int32) {
+	cl := &s.classes[ci]
+	h.class, h.rank = ci, cl.holes
+	cl.holes++
+}
+
+// match gives each piece, in order, the first empty hole of its class:
+// the k-th piece of a class goes into the class's k-th hole. It only
+// records the piece's class and rank (rank -1: not placed), in order, so
+// that no hole is read here; place and result pair them up.
 func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err error) {
 	for i := range s.pieces {
 		if i&1023 == 1023 && isDone(done) {
 			return 0, 0, doneError{}
 		}
 		p := &s.pieces[i]
+		p.rank = -1
 		var ci int32
 		if s.isSmall(p) {
 			key, t := s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
 			e := s.small[s.findSmall(key)]
-			if e.key == 0 || s.classes[e.ci].free < 0 {
+			if e.key == 0 || s.classes[e.ci].pieces >= s.classes[e.ci].holes {
 				continue
 			}
 			ci = e.ci
@@ -679,48 +705,68 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 			p.t = t
 		}
 		cl := &s.classes[ci]
-		h := &s.holes[cl.free]
-		h.match = int32(i)
-		cl.free = h.next
+		p.class, p.rank = ci, cl.pieces
+		cl.pieces++
 		filled += int(p.n)
 		placed++
 	}
 	return filled, placed, nil
 }
 
-// result lists the placements in hole order. All cell pairs share one
-// backing array, so the result costs three allocations.
-func (s *solver) result(filled, placed int) Result {
-	res := Result{Filled: filled, Placements: make([]Placement, placed)}
-	buf := make([][2]int, 2*filled)
-	k := 0
-	for hi := range s.holes {
-		h := &s.holes[hi]
-		if h.match < 0 {
+// place walks the holes in order and, for each that gets a piece (its
+// rank is below the number of pieces of its class), numbers the
+// placement, reserves its cells in the result and writes both, with the
+// hole's corner and transformation, to the hole's slot in s.places. The slots of a
+// class are contiguous and in rank order, so both this pass and the
+// pieces' pass in result read and write a few sequential streams, one per
+// class, instead of one random hole per piece.
+func (s *solver) place() {
+	s.places = grow(s.places, len(s.holes))
+	k, off := int32(0), int32(0)
+	for i := range s.holes {
+		h := &s.holes[i]
+		cl := &s.classes[h.class]
+		if h.rank >= cl.pieces {
 			continue
 		}
-		p := &s.pieces[h.match]
-		g := composeT[inverseT[h.t]][p.t]
+		s.places[cl.base+h.rank] = slot{minr: h.minr, minc: h.minc, t: h.t, k: k, off: off}
+		k++
+		off += 2 * h.n
+	}
+}
+
+// result lists the placements in hole order. All cell pairs share one
+// backing array, so the result costs three allocations. It walks the
+// pieces in order and writes each placed piece where place said.
+func (s *solver) result(filled, placed int) Result {
+	s.place()
+	res := Result{Filled: filled, Placements: make([]Placement, placed)}
+	buf := make([][2]int32, 2*filled)
+	for i := range s.pieces {
+		p := &s.pieces[i]
+		if p.rank < 0 {
+			continue
+		}
+		sl := &s.places[s.classes[p.class].base+p.rank]
+		g := composeT[inverseT[sl.t]][p.t]
 		// Hole cell = K + L·(r, c): the linear part of g and, folded into
 		// K, its translation and both boxes' corners. No branch on g,
 		// which varies from placement to placement.
 		l, o := lins[g], offsets[g]
-		kr := h.minr + o.xh*(p.h-1) + o.xw*(p.w-1) - l.xr*p.minr - l.xc*p.minc
-		kc := h.minc + o.yh*(p.h-1) + o.yw*(p.w-1) - l.yr*p.minr - l.yc*p.minc
-		n := int(p.n)
-		pc, hc := buf[:n:n], buf[n:2*n:2*n]
-		buf = buf[2*n:]
+		kr := sl.minr + o.xh*(p.h-1) + o.xw*(p.w-1) - l.xr*p.minr - l.xc*p.minc
+		kc := sl.minc + o.yh*(p.h-1) + o.yw*(p.w-1) - l.yr*p.minr - l.yc*p.minc
+		n := p.n
+		pc, hc := buf[sl.off:sl.off+n:sl.off+n], buf[sl.off+n:sl.off+2*n:sl.off+2*n]
 		for j, v := range s.pcells[p.start : p.start+p.n] {
 			r, c := int32(v>>16), int32(v&0xffff)
-			pc[j] = [2]int{int(r), int(c)}
-			hc[j] = [2]int{int(kr + l.xr*r + l.xc*c), int(kc + l.yr*r + l.yc*c)}
+			pc[j] = [2]int32{r, c}
+			hc[j] = [2]int32{kr + l.xr*r + l.xc*c, kc + l.yr*r + l.yc*c}
 		}
 		// Field by field: assigning a whole Placement is a typed copy
 		// with a bulk write barrier, which cost as much as the cells.
-		pl := &res.Placements[k]
+		pl := &res.Placements[sl.k]
 		pl.Piece, pl.Hole = pc, hc
 		pl.Rotation, pl.Flipped = int(g&3)*90, g >= 4
-		k++
 	}
 	return res
 }

@@ -26,10 +26,11 @@ type Result struct {
 // Placement says which piece went into which hole and how. Piece[i] lands
 // on Hole[i]: a checker can verify the placement cell by cell.
 type Placement struct {
-	// Piece is the piece's cells in the table, as [row, col].
-	Piece [][2]int `json:"piece"`
+	// Piece is the piece's cells in the table, as [row, col]. Coordinates
+	// are below MaxSide, and int32 halves the memory of a large result.
+	Piece [][2]int32 `json:"piece"`
 	// Hole is the hole's cells in the game board, as [row, col].
-	Hole [][2]int `json:"hole"`
+	Hole [][2]int32 `json:"hole"`
 	// Rotation is the clockwise rotation applied to the piece, in degrees:
 	// 0, 90, 180 or 270. When Flipped is set the piece is mirrored
 	// left-to-right first.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 // BenchmarkQuery compares one query by the table (Solve, through the
@@ -20,7 +22,7 @@ func BenchmarkQuery(b *testing.B) {
 	b.Run("table", func(b *testing.B) {
 		tableFor(3, 3)
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := int64(testgen.ProcessCPU())
 		for b.Loop() {
 			for i, board := range boards {
 				res, err := Solve(ctx, Puzzle{Board: board}, Options{})
@@ -30,11 +32,11 @@ func BenchmarkQuery(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(boards)), "ns/board")
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N*len(boards)), "cpu-ns/board")
+		b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N*len(boards)), "cpu-ns/board")
 	})
 	b.Run("reference", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := int64(testgen.ProcessCPU())
 		for b.Loop() {
 			for i, board := range boards {
 				if got := referenceBFS(board); got != moves[i] {
@@ -43,7 +45,7 @@ func BenchmarkQuery(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(boards)), "ns/board")
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N*len(boards)), "cpu-ns/board")
+		b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N*len(boards)), "cpu-ns/board")
 	})
 }
 
@@ -70,11 +72,11 @@ func BenchmarkTableBuild(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%d", s[0], s[1]), func(b *testing.B) {
 			b.ReportAllocs()
 			var t *table
-			cpu0 := processCPU()
+			cpu0 := int64(testgen.ProcessCPU())
 			for b.Loop() {
 				t = buildTable(s[0], s[1])
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(len(t.dist)), "table-B")
 			b.ReportMetric(float64(len(t.dist)), "states")
 		})

@@ -82,6 +82,16 @@
 // checked, written atomically; reading the 4×4 files back takes under
 // 10 ms).
 //
+// 4×4 has a second, larger table set: Korf and Felner's 7-8 partition,
+// {1..8} (the top two rows) and {9..15}, with 518,918,400 and 57,657,600
+// entries (259 MB and 29 MB at four bits each; the 8-tile build needs
+// 1.3 GB of scratch and minutes of CPU). It is built once into a
+// directory (BuildTables, puzzlectl pdb build), verified by SHA-256
+// (VerifyTables) and memory-mapped read-only (UseTables), so every
+// process of a host shares one copy through the page cache and a process
+// start reads nothing; without its files 4×4 uses 6-6-3. ActiveTables
+// says which set is in use.
+//
 // On 4×4 the search also uses the board reflected along the main
 // diagonal: cell (r, c) becomes (c, r) and tile v, whose goal cell is
 // (gr, gc), becomes the tile whose goal cell is (gc, gr). That map sends
@@ -89,10 +99,11 @@
 // diagonal) and each move to a move, so a board and its reflection are
 // exactly as far from the goal, and the databases' value for the reflected
 // board is a lower bound for the board itself. h is the larger of the two
-// sums, which is still admissible. The lookup is useful because the 6-6-3
-// partition is not mapped onto itself by the reflection (the reflected
-// groups are {1,2,3,4,6,7}, {8,10,11,12,14,15}, {5,9,13}), so the second
-// sum measures different tile interactions; with a partition that the
+// sums, which is still admissible. The lookup is useful because neither
+// partition is mapped onto itself by the reflection (the reflected 6-6-3
+// groups are {1,2,3,4,6,7}, {8,10,11,12,14,15}, {5,9,13}; the 7-8 groups
+// become the two left columns and the two right ones), so the second sum
+// measures different tile interactions; with a partition that the
 // reflection maps onto itself the two sums would always be equal.
 //
 // # Encoding

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 // Flags of the 4×4 benchmarks (go test -bench Korf -args -sliding.table).
@@ -63,14 +65,14 @@ func BenchmarkKorf100(b *testing.B) {
 	var rows []row
 	for b.Loop() {
 		total, rows = 0, rows[:0]
-		c0 := processCPU()
+		c0 := int64(testgen.ProcessCPU())
 		for _, in := range all {
-			c1 := processCPU()
+			c1 := int64(testgen.ProcessCPU())
 			n := solveInstance(b, h, in.board, in.optimal)
 			total += n
-			rows = append(rows, row{in.id, in.optimal, n, time.Duration(processCPU() - c1)})
+			rows = append(rows, row{in.id, in.optimal, n, time.Duration(int64(testgen.ProcessCPU()) - c1)})
 		}
-		cpu = processCPU() - c0
+		cpu = int64(testgen.ProcessCPU()) - c0
 	}
 	b.ReportMetric(float64(total), "nodes/op")
 	b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
@@ -102,15 +104,15 @@ func BenchmarkManhattanVsPDB(b *testing.B) {
 	var mdNodes, pdNodes, mdCPU, pdCPU int64
 	for b.Loop() {
 		mdNodes, pdNodes = 0, 0
-		c0 := processCPU()
+		c0 := int64(testgen.ProcessCPU())
 		for _, in := range easy {
 			mdNodes += solveInstance(b, md, in.board, in.optimal)
 		}
-		c1 := processCPU()
+		c1 := int64(testgen.ProcessCPU())
 		for _, in := range easy {
 			pdNodes += solveInstance(b, pd, in.board, in.optimal)
 		}
-		c2 := processCPU()
+		c2 := int64(testgen.ProcessCPU())
 		mdCPU, pdCPU = c1-c0, c2-c1
 	}
 	var want int64
@@ -140,9 +142,9 @@ func BenchmarkHardest80(b *testing.B) {
 	}
 	var nodes, cpu int64
 	for b.Loop() {
-		c0 := processCPU()
+		c0 := int64(testgen.ProcessCPU())
 		nodes = solveInstance(b, h, hardest80(), 80)
-		cpu = processCPU() - c0
+		cpu = int64(testgen.ProcessCPU()) - c0
 	}
 	b.ReportMetric(float64(nodes), "nodes/op")
 	b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
@@ -155,7 +157,7 @@ func BenchmarkPDBBuild(b *testing.B) {
 	for _, s := range searchShapes {
 		b.Run(fmt.Sprintf("%dx%d", s.rows, s.cols), func(b *testing.B) {
 			var size int64
-			cpu0 := processCPU()
+			cpu0 := int64(testgen.ProcessCPU())
 			for b.Loop() {
 				size = 0
 				for _, g := range s.groups {
@@ -166,7 +168,7 @@ func BenchmarkPDBBuild(b *testing.B) {
 					size += int64(len(p.data))
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/1e9/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/1e9/float64(b.N), "cpu-s/op")
 			b.ReportMetric(float64(size), "table-B")
 		})
 	}
@@ -186,7 +188,7 @@ func BenchmarkPDBLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cpu0 := processCPU()
+	cpu0 := int64(testgen.ProcessCPU())
 	for b.Loop() {
 		for _, p := range h.groups {
 			if _, ok := readPDB(dir, 4, 4, p.tiles); !ok {
@@ -194,7 +196,7 @@ func BenchmarkPDBLoad(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(int64(testgen.ProcessCPU())-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkKorf100NoReflect is BenchmarkKorf100 without the reflected
@@ -210,12 +212,69 @@ func BenchmarkKorf100NoReflect(b *testing.B) {
 	var total, cpu int64
 	for b.Loop() {
 		total = 0
-		c0 := processCPU()
+		c0 := int64(testgen.ProcessCPU())
 		for _, in := range all {
 			total += solveInstance(b, plain, in.board, in.optimal)
 		}
-		cpu = processCPU() - c0
+		cpu = int64(testgen.ProcessCPU()) - c0
 	}
 	b.ReportMetric(float64(total), "nodes/op")
 	b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
+}
+
+// BenchmarkTableSets solves Korf's 100 with each 4×4 table set, 6-6-3
+// then 7-8 (mapped from $PUZZLEQ_PDB78_DIR, skipped without it), so that
+// -count N alternates the two in one run:
+//
+//	PUZZLEQ_PDB78_DIR=DIR GOMAXPROCS=1 go test -run '^$' -bench TableSets -benchtime 1x -count 5 ./solvers/sliding/
+//
+// nodes/op and cpu-s/op are per 100 instances. With -sliding.hard80 the
+// 80-move board is solved too, once per set.
+func BenchmarkTableSets(b *testing.B) {
+	all := loadKorf(b)
+	h663, err := heuristicFor(context.Background(), 4, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sets := []struct {
+		name string
+		h    func(b *testing.B) *heuristic
+	}{
+		{"663", func(*testing.B) *heuristic { return h663 }},
+		{"78", func(b *testing.B) *heuristic { return use78(b) }},
+	}
+	for _, s := range sets {
+		b.Run("korf100/"+s.name, func(b *testing.B) {
+			h := s.h(b)
+			var total, cpu int64
+			for b.Loop() {
+				total = 0
+				c0 := testgen.ProcessCPU()
+				for _, in := range all {
+					total += solveInstance(b, h, in.board, in.optimal)
+				}
+				cpu = int64(testgen.ProcessCPU() - c0)
+			}
+			b.ReportMetric(float64(total), "nodes/op")
+			b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
+			b.ReportMetric(float64(total)/(float64(cpu)/1e9)/1e6, "Mnodes/cpu-s")
+		})
+	}
+	if !*hard80 {
+		return
+	}
+	for _, s := range sets {
+		b.Run("hard80/"+s.name, func(b *testing.B) {
+			h := s.h(b)
+			var nodes, cpu int64
+			for b.Loop() {
+				c0 := testgen.ProcessCPU()
+				nodes = solveInstance(b, h, hardest80(), 80)
+				cpu = int64(testgen.ProcessCPU() - c0)
+			}
+			b.ReportMetric(float64(nodes), "nodes/op")
+			b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
+			b.ReportMetric(float64(nodes)/(float64(cpu)/1e9)/1e6, "Mnodes/cpu-s")
+		})
+	}
 }

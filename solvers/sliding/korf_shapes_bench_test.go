@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
@@ -29,9 +30,9 @@ func BenchmarkRandomShapes(b *testing.B) {
 				for range boards {
 					board := randomWalk(rng, s[0], s[1], 1000)
 					p, z := pack(board)
-					c0 := processCPU()
+					c0 := int64(testgen.ProcessCPU())
 					path, n, err := solveSearch(context.Background(), p, z, s[0], s[1], Options{MaxNodes: 300_000_000})
-					cpu += processCPU() - c0
+					cpu += int64(testgen.ProcessCPU()) - c0
 					nodes += n
 					if errors.Is(err, solvers.ErrBudgetExceeded) {
 						over++

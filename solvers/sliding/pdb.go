@@ -35,6 +35,7 @@ type pdb struct {
 	rows, cols, n int
 	tiles         []uint8 // pattern tiles, in rank order
 	data          []uint8 // (moves - md)/2 by rank, four bits each
+	mapped        []byte  // the file mapping data lies in (mapPDB), else nil
 }
 
 // maxExcess is the largest (moves - md)/2 that four bits hold.

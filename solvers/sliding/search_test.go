@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/solvers"
 )
 
@@ -570,7 +571,7 @@ func TestPreload(t *testing.T) {
 		t.Skip("builds every database; slow under -race")
 	}
 	dir := t.TempDir()
-	t0, c0 := time.Now(), processCPU()
+	t0, c0 := time.Now(), int64(testgen.ProcessCPU())
 	if err := Preload(t.Context(), dir); err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +579,7 @@ func TestPreload(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	t.Logf("Preload: %v wall, %v CPU (builds not yet done by other tests); "+
 		"peak RSS %.1f MiB, heap in use %.1f MiB, PDBMemory %.1f MiB",
-		time.Since(t0), time.Duration(processCPU()-c0), float64(processMaxRSS())/(1<<20),
+		time.Since(t0), time.Duration(int64(testgen.ProcessCPU())-c0), float64(testgen.ProcessMaxRSS())/(1<<20),
 		float64(ms.HeapInuse)/(1<<20), float64(PDBMemory())/(1<<20))
 	for _, s := range searchShapes {
 		for _, g := range s.groups {

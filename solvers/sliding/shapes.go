@@ -122,6 +122,11 @@ func UseCacheDir(dir string) { cacheDir.Store(&dir) }
 // heuristicFor returns the heuristic of a searched shape (rows <= cols),
 // loading or building it on first use (see UseCacheDir).
 func heuristicFor(ctx context.Context, rows, cols int) (*heuristic, error) {
+	if rows == 4 && cols == 4 {
+		if h := mapped78.Load(); h != nil {
+			return h, nil
+		}
+	}
 	s := shapeFor(rows, cols)
 	dir := ""
 	if d := cacheDir.Load(); d != nil {
@@ -168,6 +173,9 @@ func (s *shapePDBs) save(dir string, h *heuristic) error {
 // background) and the I/O errors met, in which case the databases are
 // still usable in memory.
 //
+// When UseTables has mapped the 7-8 tables, 4×4's 6-6-3 databases are
+// skipped (built on first use if UseTables(dir, Set663) is called later).
+//
 // Building everything takes about 9 s of CPU (6.5 s of it for the two
 // six-tile 4×4 databases), loading it from files a
 // few tens of milliseconds; PDBMemory reports the memory held (7.6 MiB).
@@ -176,6 +184,9 @@ func Preload(ctx context.Context, dir string) error {
 	for _, s := range searchShapes {
 		if err := ctx.Err(); err != nil {
 			return err // start nothing more
+		}
+		if s.rows == 4 && s.cols == 4 && mapped78.Load() != nil {
+			continue // 4×4 uses the mapped 7-8 tables
 		}
 		s.start(dir)
 		h, err := s.wait(ctx)

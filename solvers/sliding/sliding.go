@@ -17,12 +17,14 @@ const minSide = 2
 // DefaultMaxNodes is the node budget used when Options.MaxNodes is 0. It
 // applies only to boards solved by search (more than 9 cells); boards of
 // up to 9 cells are answered from a precomputed distance table and ignore
-// the budget. At 12 to 15 M nodes per CPU-second it is 13 to 17 s of CPU:
-// 30 times what the hardest of Korf's 100 random 4×4 instances needs (6 M
-// nodes) and far above random boards of the other shapes (5 M on average
-// for 2×8), but not enough for the very hardest 4×4 boards: an 80-move
-// board needs 1.1 G nodes, about 85 s, and a caller that wants those
-// must raise MaxNodes.
+// the budget. With the 7-8 tables (UseTables) the 80-move board, among
+// the hardest 4×4 positions, needs 12 M nodes, so the budget is 16 times
+// the worst 4×4 board and bounds a runaway search at 20 to 30 s of CPU
+// (7 to 10 M nodes per CPU-second). With 6-6-3 it is 30 times the
+// hardest of Korf's 100 random instances (6 M nodes) and far above random
+// boards of the other shapes (5 M on average for 2×8), but not enough
+// for the very hardest 4×4 boards (1.1 G nodes for the 80-move one); a
+// caller on 6-6-3 that wants those must raise MaxNodes.
 const DefaultMaxNodes int64 = 200_000_000
 
 // Validate checks that p is a well-formed board of a supported size. It

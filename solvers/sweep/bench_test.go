@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/internal/testgen"
 )
 
 // ablations switch off one technique at a time; "ours" has them all.
@@ -19,6 +21,8 @@ var ablations = []struct {
 	{"no-symmetry", tuning{noSymmetry: true}},
 	{"no-ordering", tuning{noOrdering: true}},
 	{"always-flood", tuning{alwaysFlood: true}},
+	{"no-parity", tuning{noParity: true}},
+	{"no-blocks", tuning{noBlocks: true}},
 }
 
 // ablationBudget keeps an ablation from running for hours: a board over
@@ -37,7 +41,7 @@ func BenchmarkCorpus(b *testing.B) {
 			over := 0
 			var slowest time.Duration
 			slowName := ""
-			cpu0 := cpuTime()
+			cpu0 := testgen.ProcessCPU()
 			for i := 0; i < b.N; i++ {
 				nodes, over, slowest = 0, 0, 0
 				for _, cb := range boards {
@@ -57,7 +61,7 @@ func BenchmarkCorpus(b *testing.B) {
 					}
 				}
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((testgen.ProcessCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(nodes), "nodes/op")
 			b.ReportMetric(float64(over), "over-budget")
 			b.ReportMetric(float64(slowest.Microseconds())/1000, "slowest-ms")
@@ -67,7 +71,7 @@ func BenchmarkCorpus(b *testing.B) {
 	b.Run("reference", func(b *testing.B) {
 		var slowest time.Duration
 		slowName := ""
-		cpu0 := cpuTime()
+		cpu0 := testgen.ProcessCPU()
 		for i := 0; i < b.N; i++ {
 			for _, cb := range boards {
 				t0 := time.Now()
@@ -79,7 +83,7 @@ func BenchmarkCorpus(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((testgen.ProcessCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		b.ReportMetric(float64(slowest.Microseconds())/1000, "slowest-ms")
 		b.Logf("slowest board %s: %v", slowName, slowest)
 	})

@@ -27,12 +27,16 @@ var (
 const corpusDir = "testdata/corpus"
 
 // corpusSets names the corpus files, in the order benchmarks report them.
-var corpusSets = []string{"random", "hard", "heavy", "built", "open"}
+var corpusSets = []string{"random", "hard", "heavy", "built", "open", "hard30"}
 
 // refGenNodes caps the reference per board during generation: a few
 // seconds of plain search on this hardware, so the whole corpus stays a
 // couple of minutes for the reference benchmark.
 const refGenNodes = 40_000_000
+
+// refHard30Nodes caps the reference on the "hard30" set: up to about a
+// minute of plain search per board.
+const refHard30Nodes = 600_000_000
 
 // refHeavyNodes is the cap for the "heavy" set, which exists to hold
 // boards that take the reference seconds (at most about 15 here).
@@ -126,6 +130,21 @@ func TestGenerateCorpus(t *testing.T) {
 			n, m := 5+rng.Intn(26), 5+rng.Intn(26)
 			return builtBoard(rng, randomBoard(rng, n, m, 0.1*rng.Float64()))
 		}},
+		// 30x30 boards that take the reference seconds to a minute: in
+		// turn boards without dead ends (hardBoard), plain random boards
+		// and boards built from a random game (so solvable, with long
+		// corridors). At most a quarter may be decided before any search
+		// (by the parity or dead-end rule); the rest make our search
+		// work. hard30.ref keeps the reference's nodes and time.
+		"hard30": {12, 20_000_000, func(rng *rand.Rand) []string {
+			switch rng.Intn(3) {
+			case 0:
+				return hardBoard(rng, 30, 30, 0.07+0.1*rng.Float64())
+			case 1:
+				return randomBoard(rng, 30, 30, 0.06+0.12*rng.Float64())
+			}
+			return builtBoard(rng, randomBoard(rng, 30, 30, 0.04*rng.Float64()))
+		}},
 		"open": {10, 0, func(rng *rand.Rand) []string {
 			n, m := 2+rng.Intn(29), 2+rng.Intn(29)
 			if rng.Intn(3) == 0 {
@@ -134,7 +153,7 @@ func TestGenerateCorpus(t *testing.T) {
 			return randomBoard(rng, n, m, 0.03*rng.Float64())
 		}},
 	}
-	seeds := map[string]int64{"random": 1000, "hard": 1001, "built": 1002, "open": 1003, "heavy": 1004}
+	seeds := map[string]int64{"random": 1000, "hard": 1001, "built": 1002, "open": 1003, "heavy": 1004, "hard30": 1005}
 	for _, set := range corpusSets {
 		if *genSet != "" && set != *genSet {
 			continue
@@ -150,10 +169,21 @@ func TestGenerateCorpus(t *testing.T) {
 			deadline = time.Now().Add(400 * time.Second)
 			limit = refHeavyNodes
 		}
+		var refLog bytes.Buffer
+		rootDecided := 0
+		if set == "hard30" {
+			deadline = time.Now().Add(900 * time.Second)
+			limit = refHard30Nodes
+		}
 		for tries := 0; len(ps) < g.want && tries < 5000 && time.Now().Before(deadline); tries++ {
 			b := g.make(rng)
 			if Validate(Puzzle{Board: b}) != nil {
 				continue
+			}
+			if set == "hard30" && rootDecided >= g.want/4 {
+				if _, n, _ := solveCount(context.Background(), Puzzle{Board: b}, Options{}, tuning{}); n == 0 {
+					continue
+				}
 			}
 			t0 := time.Now()
 			want, nodes, ok := refSolveNodes(b, limit)
@@ -167,7 +197,7 @@ func TestGenerateCorpus(t *testing.T) {
 			if nodes < g.minNodes {
 				continue
 			}
-			if want < 0 && countMinus(rs) >= g.want/2 && set != "heavy" {
+			if want < 0 && countMinus(rs) >= g.want/2 && set != "heavy" && set != "hard30" {
 				continue
 			}
 			got, err := Solve(context.Background(), Puzzle{Board: b}, Options{})
@@ -175,6 +205,10 @@ func TestGenerateCorpus(t *testing.T) {
 				t.Fatalf("solver disagrees with reference on\n%s\ngot %v %v want %d", strings.Join(b, "\n"), got.Moves, err, want)
 			}
 			total += el
+			if _, n, _ := solveCount(context.Background(), Puzzle{Board: b}, Options{}, tuning{}); n == 0 {
+				rootDecided++
+			}
+			fmt.Fprintf(&refLog, "Case %d: %d nodes %d time %.2fs\n", len(ps)+1, want, nodes, el.Seconds())
 			ps = append(ps, Puzzle{Board: b})
 			rs = append(rs, Result{Moves: want})
 			t.Logf("%s %d: %dx%d answer %d reference %v", set, len(ps), len(b), len(b[0]), want, el)
@@ -191,6 +225,12 @@ func TestGenerateCorpus(t *testing.T) {
 		}
 		if err := os.WriteFile(filepath.Join(corpusDir, set+".ans"), ans.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
+		}
+		if set == "hard30" {
+			fmt.Fprintf(&refLog, "total: %.1fs\n", total.Seconds())
+			if err := os.WriteFile(filepath.Join(corpusDir, set+".ref"), refLog.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		t.Logf("%s: %d boards, reference total %v", set, len(ps), total)
 	}

@@ -32,28 +32,50 @@
 //     row at a time. The fill is skipped after a roll whose free side
 //     neighbours all lie in one run of one adjacent row or column: the
 //     region was connected before the roll and any path through the
-//     rolled segment can detour along that run, so it still is.
+//     rolled segment can detour along that run, so it still is. After
+//     any other roll the region is still connected iff the segment's
+//     side cells are all in one component, so the fill starts at one of
+//     them and stops as soon as it has reached the others.
 //
 //  2. Dead ends. Every xi except the last has two path neighbours, both
 //     open. So at most one unvisited cell may have fewer than two open
 //     neighbours, and it must be where the game ends. At the root this is
 //     the classic degree-1 rule: with more than two dead-end cells the
-//     answer is -1, and with two the start must be one of them (the
-//     other cells are cut by this check at once).
+//     answer is -1 before any search, and with two the start must be
+//     one of them.
 //
 //  3. Stop cells (the lower bound). If an unvisited cell has no pair of
 //     opposite open neighbours (up and down, or left and right), the ball
 //     cannot roll straight through it, so some roll ends there. Different
 //     rolls end on different cells, so at least that many more rolls are
-//     needed, and at least one while any cell is unvisited.
+//     needed, and at least one while any cell is unvisited. Until a
+//     first game is found there is nothing to bound, so only the dead
+//     ends are counted, and the count stops at the second.
 //
-//  4. Symmetry. A reflection or rotation of the rectangle that maps the
+//  4. Parity. Colour the cells like a chessboard: a game's cells
+//     alternate colours, so when one colour has one cell more the game
+//     starts on it, and when it has more than one more there is no game.
+//     The colour counts never change this verdict later in the game, so
+//     it only prunes start cells.
+//
+//  5. Blocks. A graph with a Hamiltonian path has a block-cut tree that
+//     is a path, and the path starts and ends in its two end blocks. So
+//     once per board a depth-first search finds the blocks of the empty
+//     cells (blocks.go): if the tree branches there is no game, and
+//     otherwise only cells of the end blocks that are not cut vertices
+//     are tried as starts.
+//
+//  6. Symmetry. A reflection or rotation of the rectangle that maps the
 //     empty cells onto themselves maps any game onto a game of the same
 //     length, so one start cell per orbit is enough.
 //
-//  5. Ordering. Dead-end start cells are tried first (a complete game
+//  7. Ordering. Dead-end start cells are tried first (a complete game
 //     starts or ends at each of them), then cells that are stop cells
 //     from the start, so that a good bound is found early.
+//
+// The dead-end count also covers the ball's free neighbours whose only
+// other open neighbour is one free cell: each must be the next roll's
+// first cell or the game's last, and only one can be first.
 //
 // The search is exact: it returns the same number of moves as plain
 // backtracking from every start cell (reference_test.go checks this on

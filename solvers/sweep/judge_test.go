@@ -236,7 +236,7 @@ func TestBudget(t *testing.T) {
 	}
 }
 
-var unpruned = tuning{noConnectivity: true, noDeadEnds: true, noBound: true}
+var unpruned = tuning{noConnectivity: true, noDeadEnds: true, noBound: true, noParity: true, noBlocks: true}
 
 func slowBoard() Puzzle {
 	return Puzzle{Board: hardBoard(rand.New(rand.NewSource(1)), 30, 30, 0.1)}

@@ -47,6 +47,21 @@ func refSolveNodes(board []string, maxNodes int64) (moves int, nodes int64, ok b
 	return r.best, r.nodes, true
 }
 
+// refFrom is the reference's search from the one start cell (i, j).
+func refFrom(board []string, i, j int) int {
+	r := &refState{n: len(board), m: len(board[0]), best: -1}
+	r.seen = make([][]bool, r.n)
+	for a := range board {
+		r.seen[a] = make([]bool, r.m)
+		for b := 0; b < r.m; b++ {
+			r.seen[a][b] = board[a][b] == '*'
+		}
+	}
+	r.seen[i][j] = true
+	r.roll(i, j, 0)
+	return r.best
+}
+
 type refState struct {
 	n, m     int
 	seen     [][]bool
@@ -243,7 +258,7 @@ func TestMatchesReferenceOnTraps(t *testing.T) {
 // preserve the optimum on its own.
 func TestMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewSource(9944))
-	tunings := []tuning{{}, {noConnectivity: true}, {noDeadEnds: true}, {noBound: true}, {noSymmetry: true}, {noOrdering: true}, {alwaysFlood: true}}
+	tunings := []tuning{{}, {noConnectivity: true}, {noDeadEnds: true}, {noBound: true}, {noSymmetry: true}, {noOrdering: true}, {alwaysFlood: true}, {noParity: true}, {noBlocks: true}}
 	count := 2400
 	if testing.Short() {
 		count = 300
@@ -337,5 +352,54 @@ func TestSymmetricBoards(t *testing.T) {
 	}
 	if symmetric < 200 {
 		t.Fatalf("only %d boards had a symmetry", symmetric)
+	}
+}
+
+// TestBlocksMatchReference targets the block-cut tree analysis: on random
+// boards with narrow passages it must restrict the start cells, or find
+// no game, on many of them, and the answers must still be the
+// reference's.
+func TestBlocksMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewSource(35))
+	count := 1500
+	if testing.Short() {
+		count = 300
+	}
+	restricted, refused := 0, 0
+	for k := 0; k < count; k++ {
+		board := randomBoard(rng, 2+rng.Intn(5), 2+rng.Intn(6), 0.1+0.2*rng.Float64())
+		s := newSearcher(context.Background(), Puzzle{Board: board}, Options{}, tuning{})
+		if want, _ := refSolve(board, 0); want >= 0 {
+			// A solvable board is connected, which blockStarts needs.
+			starts, restrict, ok := s.blockStarts(new(blockScratch))
+			if !ok {
+				t.Fatalf("board %q has answer %d but the blocks say no game", board, want)
+			}
+			if restrict {
+				restricted++
+				res, err := Solve(context.Background(), Puzzle{Board: board}, Options{})
+				if err != nil || res.Moves != want {
+					t.Fatalf("board %q: got %d (%v), reference %d", board, res.Moves, err, want)
+				}
+				// No complete game starts on a cell the analysis left out.
+				for i := range board {
+					for j := range board[i] {
+						if board[i][j] == '.' && starts[i+1]>>j&1 == 0 {
+							if got := refFrom(board, i, j); got >= 0 {
+								t.Fatalf("board %q: a %d-roll game starts at (%d, %d), which the blocks excluded", board, got, i, j)
+							}
+						}
+					}
+				}
+			}
+		} else if _, _, ok := s.blockStarts(new(blockScratch)); !ok {
+			refused++
+		}
+		checkAgainstReference(t, board, tuning{})
+		checkAgainstReference(t, board, tuning{noBlocks: true})
+	}
+	t.Logf("%d boards: starts restricted on %d solvable ones, no game found by the blocks on %d", count, restricted, refused)
+	if restricted < count/20 || refused < count/20 {
+		t.Fatalf("the analysis restricted %d and refused %d of %d boards: too few to test it", restricted, refused, count)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // Measured on 30x30 boards, a node costs 0.2-0.8µs of CPU (the most
 // when every node floods), so 30 million nodes is at most about 25 s of
 // CPU: under a minute even when a shared core runs at half speed. The
-// hardest board in testdata/corpus needs about 33 thousand nodes and the
+// hardest board in testdata/corpus needs about 58 thousand nodes and the
 // 30x30 boards of BenchmarkLarge under 100 thousand each, so the margin
 // is over two orders of magnitude.
 const DefaultMaxNodes = 30_000_000
@@ -33,6 +33,8 @@ type tuning struct {
 	noSymmetry     bool // try every start cell, even symmetric ones
 	noOrdering     bool // try start cells in row-major order
 	alwaysFlood    bool // run the flood fill even after rolls that cannot split the region
+	noParity       bool // try start cells of both colours of the chessboard
+	noBlocks       bool // skip the block-cut tree analysis of the board
 }
 
 // Solve returns the fewest rolls that visit every empty cell of p, the
@@ -84,6 +86,11 @@ const stride = 32
 
 const noAnswer = 1 << 30
 
+// chess[i&1] holds the "black" cells of bitset row i, those with an even
+// (row+col) where row = i-1: odd columns in even rows i, even columns in
+// odd ones.
+var chess = [2]uint64{0xaaaaaaaaaaaaaaaa, 0x5555555555555555}
+
 type searcher struct {
 	ctx       context.Context
 	t         tuning
@@ -91,6 +98,7 @@ type searcher struct {
 	empty     int
 	free      [MaxSide + 2]uint64 // unvisited empty cells, row r at index r+1, column c at bit c
 	comp      [MaxSide + 2]uint64 // scratch for the flood fill
+	tgt       [MaxSide + 2]uint64 // scratch: the side cells a split test must find joined
 	stack     []flood             // scratch for the flood fill, reused
 	left      int                 // unvisited empty cells
 	path      []byte
@@ -153,6 +161,64 @@ func (s *searcher) run() {
 				}
 			}
 			groups[g] = append(groups[g], r*stride+c)
+		}
+	}
+	// A cell with at most one empty neighbour is an end of every complete
+	// game (the dead-end rule at the root), so with more than two of them
+	// there is no game, and with two the start is one of them.
+	if !s.t.noDeadEnds && !s.t.noOrdering {
+		switch {
+		case len(groups[0]) > 2:
+			return
+		case len(groups[0]) == 2:
+			groups[1], groups[2] = nil, nil
+		}
+	}
+	// Colour the board like a chessboard. A game is a simple path over
+	// every empty cell, alternating colours, so it starts on the colour
+	// that has one cell more, and with more than one extra there is none.
+	var black int
+	for i := 1; i <= s.n; i++ {
+		black += bits.OnesCount64(s.board[i] & chess[i&1])
+	}
+	white := s.empty - black
+	if !s.t.noParity {
+		switch {
+		case black > white+1 || white > black+1:
+			return
+		case black != white:
+			major := 0 // the colour (row+col)&1 of the majority
+			if white > black {
+				major = 1
+			}
+			for g := range groups {
+				kept := groups[g][:0]
+				for _, cell := range groups[g] {
+					if (cell/stride+cell%stride)&1 == major {
+						kept = append(kept, cell)
+					}
+				}
+				groups[g] = kept
+			}
+		}
+	}
+	if !s.t.noBlocks {
+		b := blockPool.Get().(*blockScratch)
+		starts, restrict, ok := s.blockStarts(b)
+		blockPool.Put(b)
+		if !ok {
+			return
+		}
+		if restrict {
+			for g := range groups {
+				kept := groups[g][:0]
+				for _, cell := range groups[g] {
+					if starts[cell/stride+1]>>(cell%stride)&1 != 0 {
+						kept = append(kept, cell)
+					}
+				}
+				groups[g] = kept
+			}
 		}
 	}
 	syms := s.symmetries()
@@ -231,7 +297,7 @@ func (s *searcher) tryStart(cell int) {
 	s.left = s.empty - 1
 	s.path = s.path[:0]
 	s.start = cell
-	s.dfs(r+1, c, 0, true)
+	s.dfs(r+1, c, 0, seg{kind: segFull})
 }
 
 // poll enforces the node budget exactly and looks at ctx every pollEvery
@@ -249,11 +315,27 @@ func (s *searcher) poll() bool {
 	return true
 }
 
+// seg is what a node knows about the roll that led to it, for the
+// connectivity test: nothing (the root: flood everything), that the roll
+// cannot have split the free cells, or the rolled segment, whose side
+// cells must still be joined.
+type seg struct {
+	kind   uint8
+	idx    int    // segRow: row index; segCol: column
+	lo, hi int    // segCol: row indices of the segment
+	mask   uint64 // segRow: the segment's bits
+}
+
+const (
+	segFull uint8 = iota // flood the whole free set
+	segKept              // the roll kept the free cells connected
+	segRow               // a horizontal segment
+	segCol               // a vertical segment
+)
+
 // dfs explores every game continuing from the ball at row index ri (row
-// ri-1) and column c after moves rolls. flood is false when the last
-// roll provably kept the free cells connected, so the flood fill can be
-// skipped.
-func (s *searcher) dfs(ri, c, moves int, flood bool) {
+// ri-1) and column c after moves rolls; sg describes the last roll.
+func (s *searcher) dfs(ri, c, moves int, sg seg) {
 	s.nodes++
 	if s.nodes >= s.nextPoll && !s.poll() {
 		return
@@ -267,7 +349,7 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 		}
 		return
 	}
-	if !s.hopeful(ri, c, moves, flood || s.t.alwaysFlood) {
+	if !s.hopeful(ri, c, moves, sg) {
 		return
 	}
 	bit := uint64(1) << c
@@ -281,7 +363,7 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 		r++
 		s.left -= ri - r
 		s.path = append(s.path, 'U')
-		s.dfs(r, c, moves+1, !s.colKeepsConnected(r, ri-1, c))
+		s.dfs(r, c, moves+1, s.colSeg(r, ri-1, c))
 		s.path = s.path[:len(s.path)-1]
 		s.left += ri - r
 		for k := r; k < ri; k++ {
@@ -301,7 +383,7 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 		r--
 		s.left -= r - ri
 		s.path = append(s.path, 'D')
-		s.dfs(r, c, moves+1, !s.colKeepsConnected(ri+1, r, c))
+		s.dfs(r, c, moves+1, s.colSeg(ri+1, r, c))
 		s.path = s.path[:len(s.path)-1]
 		s.left += r - ri
 		for k := ri + 1; k <= r; k++ {
@@ -325,7 +407,7 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 		s.free[ri] &^= mask
 		s.left -= c - lo
 		s.path = append(s.path, 'L')
-		s.dfs(ri, lo, moves+1, !s.rowKeepsConnected(ri, mask))
+		s.dfs(ri, lo, moves+1, s.rowSeg(ri, mask))
 		s.path = s.path[:len(s.path)-1]
 		s.left += c - lo
 		s.free[ri] |= mask
@@ -342,7 +424,7 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 		s.free[ri] &^= mask
 		s.left -= hi - 1 - c
 		s.path = append(s.path, 'R')
-		s.dfs(ri, hi-1, moves+1, !s.rowKeepsConnected(ri, mask))
+		s.dfs(ri, hi-1, moves+1, s.rowSeg(ri, mask))
 		s.path = s.path[:len(s.path)-1]
 		s.left += hi - 1 - c
 		s.free[ri] |= mask
@@ -366,7 +448,15 @@ func (s *searcher) dfs(ri, c, moves int, flood bool) {
 //     cannot roll straight through it, so some roll ends there. Rolls end
 //     on distinct cells, so the game needs at least as many more rolls as
 //     there are such cells, and at least one.
-func (s *searcher) hopeful(ri, c, moves int, flood bool) bool {
+func (s *searcher) hopeful(ri, c, moves int, sg seg) bool {
+	if s.best == noAnswer || s.t.noBound {
+		// No bound to test yet: only the dead ends matter, and the
+		// count can stop at the second.
+		if !s.t.noDeadEnds && s.deadEnds(ri, c)+s.besideBall(ri, c) > 1 {
+			return false
+		}
+		return s.joined(ri, c, sg)
+	}
 	ball := uint64(1) << c
 	s.free[ri] |= ball
 	stops, deadEnds := 0, 0
@@ -386,7 +476,7 @@ func (s *searcher) hopeful(ri, c, moves int, flood bool) bool {
 		deadEnds += bits.OnesCount64(free &^ two)
 	}
 	s.free[ri] &^= ball
-	if !s.t.noDeadEnds && deadEnds > 1 {
+	if !s.t.noDeadEnds && deadEnds+s.besideBall(ri, c) > 1 {
 		return false
 	}
 	if !s.t.noBound {
@@ -397,10 +487,73 @@ func (s *searcher) hopeful(ri, c, moves int, flood bool) bool {
 			return false
 		}
 	}
-	if flood && !s.t.noConnectivity && !s.connected(ri, c) {
-		return false
+	return s.joined(ri, c, sg)
+}
+
+// deadEnds counts the free cells with fewer than two open neighbours, as
+// hopeful does, but stops at two.
+func (s *searcher) deadEnds(ri, c int) int {
+	ball := uint64(1) << c
+	s.free[ri] |= ball
+	deadEnds := 0
+	for i := 1; i <= s.n && deadEnds < 2; i++ {
+		a := s.free[i]
+		free := a
+		if i == ri {
+			free &^= ball
+		}
+		if free == 0 {
+			continue
+		}
+		up, down, l, r := s.free[i-1], s.free[i+1], a<<1, a>>1
+		two := up&down | l&r | (up|down)&(l|r)
+		deadEnds += bits.OnesCount64(free &^ two)
 	}
-	return true
+	s.free[ri] &^= ball
+	return deadEnds
+}
+
+// besideBall counts the ball's free neighbours whose only open
+// neighbours are the ball and one free cell, less one. Such a cell w
+// needs both of them on the path unless the game ends at w, so it is
+// either the first cell of the next roll or the game's last cell. Only
+// one cell is first, so all but one of them must be last, like the
+// dead ends: the sum with the dead ends may be at most one.
+func (s *searcher) besideBall(ri, c int) int {
+	bit := uint64(1) << c
+	k := 0
+	if s.free[ri-1]&bit != 0 && s.freeNeighbours(ri-1, c) == 1 {
+		k++
+	}
+	if s.free[ri+1]&bit != 0 && s.freeNeighbours(ri+1, c) == 1 {
+		k++
+	}
+	if c > 0 && s.free[ri]&(bit>>1) != 0 && s.freeNeighbours(ri, c-1) == 1 {
+		k++
+	}
+	if s.free[ri]&(bit<<1) != 0 && s.freeNeighbours(ri, c+1) == 1 {
+		k++
+	}
+	return max(k-1, 0)
+}
+
+// freeNeighbours counts the free neighbours of the cell at row index ri,
+// column c.
+func (s *searcher) freeNeighbours(ri, c int) int {
+	bit := uint64(1) << c
+	n := int(s.free[ri-1]>>c&1 + s.free[ri+1]>>c&1)
+	return n + bits.OnesCount64(s.free[ri]&(bit<<1|bit>>1))
+}
+
+// joined applies the connectivity test that sg calls for.
+func (s *searcher) joined(ri, c int, sg seg) bool {
+	if s.t.noConnectivity || sg.kind == segKept && !s.t.alwaysFlood {
+		return true
+	}
+	if sg.kind == segFull || s.t.alwaysFlood {
+		return s.connected(ri, c)
+	}
+	return s.sideJoined(&sg)
 }
 
 // Skipping the flood fill. Every expanded node has its free cells
@@ -412,6 +565,23 @@ func (s *searcher) hopeful(ri, c, moves int, flood bool) bool {
 // in one run of one neighbouring row (or column), any path in F through S
 // can be rerouted along that run, so F\S stays connected and flooding it
 // would find nothing. Otherwise the flood decides.
+
+// rowSeg describes a horizontal roll over mask in row index ri, after
+// it, for the child's connectivity test.
+func (s *searcher) rowSeg(ri int, mask uint64) seg {
+	if s.rowKeepsConnected(ri, mask) {
+		return seg{kind: segKept}
+	}
+	return seg{kind: segRow, idx: ri, mask: mask}
+}
+
+// colSeg describes a vertical roll over row indices lo..hi of column c.
+func (s *searcher) colSeg(lo, hi, c int) seg {
+	if s.colKeepsConnected(lo, hi, c) {
+		return seg{kind: segKept}
+	}
+	return seg{kind: segCol, idx: c, lo: lo, hi: hi}
+}
 
 // rowKeepsConnected applies that test to a horizontal segment mask in
 // row index ri, after the roll.
@@ -484,6 +654,84 @@ func (s *searcher) connected(ri, c int) bool {
 	}
 	s.stack = stack
 	return cnt == s.left
+}
+
+// sideJoined is the connectivity test after a roll over segment sg that
+// the local test could not settle. The free set F was connected before
+// the roll, so F\S is connected iff S's side cells (its free
+// neighbours, which lie beside it) are all in one component of F\S: any
+// path of F through S enters and leaves S at side cells and can be
+// rerouted between them. So the flood starts at one side cell and stops
+// as soon as it has reached all of them, which is usually long before it
+// has covered F. Unlike connected it does not ask whether the ball has
+// a free neighbour; when it has none it has no roll either, so the node
+// ends with no child in both cases, and node counts agree with flooding
+// everything (TestFloodSkipLosesNothing).
+func (s *searcher) sideJoined(sg *seg) bool {
+	tgt := &s.tgt
+	need := 0
+	var sr int
+	var seed uint64
+	if sg.kind == segRow {
+		i := sg.idx
+		u, d := s.free[i-1]&sg.mask, s.free[i+1]&sg.mask
+		tgt[i-1], tgt[i+1] = u, d
+		need = bits.OnesCount64(u) + bits.OnesCount64(d)
+		if u != 0 {
+			sr, seed = i-1, u&-u
+		} else {
+			sr, seed = i+1, d&-d
+		}
+	} else {
+		side := uint64(1)<<(sg.idx+1) | uint64(1)<<sg.idx>>1
+		for k := sg.lo; k <= sg.hi; k++ {
+			t := s.free[k] & side
+			tgt[k] = t
+			if t != 0 {
+				if need == 0 {
+					sr, seed = k, t&-t
+				}
+				need += bits.OnesCount64(t)
+			}
+		}
+	}
+	ok := need == 0 || s.floodTo(sr, seed, need)
+	if sg.kind == segRow {
+		tgt[sg.idx-1], tgt[sg.idx+1] = 0, 0
+	} else {
+		for k := sg.lo; k <= sg.hi; k++ {
+			tgt[k] = 0
+		}
+	}
+	return ok
+}
+
+// floodTo floods the free cells from seed in row index sr, as connected
+// does, and reports whether it reaches need cells of s.tgt.
+func (s *searcher) floodTo(sr int, seed uint64, need int) bool {
+	comp, tgt := &s.comp, &s.tgt
+	for i := 0; i <= s.n+1; i++ {
+		comp[i] = 0
+	}
+	stack := s.stack[:0]
+	add := rowFill(s.free[sr], seed)
+	comp[sr] = add
+	need -= bits.OnesCount64(add & tgt[sr])
+	stack = append(stack, flood{sr, add})
+	for len(stack) > 0 && need > 0 {
+		top := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, j := range [2]int{top.row - 1, top.row + 1} {
+			if g := top.bits & s.free[j] &^ comp[j]; g != 0 {
+				add := rowFill(s.free[j], g)
+				comp[j] |= add
+				need -= bits.OnesCount64(add & tgt[j])
+				stack = append(stack, flood{j, add})
+			}
+		}
+	}
+	s.stack = stack[:0]
+	return need <= 0
 }
 
 type flood struct {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/internal/testgen"
@@ -322,7 +323,7 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 			if err != nil || len(m) == 0 {
 				continue
 			}
-			if n, err := c.rdb.LLen(ctx, tasks.PendingListKey(tasks.QueueBulk)).Result(); err == nil && n > 0 {
+			if n, err := c.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk)).Result(); err == nil && n > 0 {
 				c.api.Signal(t, syscall.SIGKILL)
 				id, _, _ := strings.Cut(m[0], "/")
 				recorded <- id

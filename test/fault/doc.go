@@ -4,7 +4,7 @@
 // cmd/worker, runs them as real processes against a real redis-server, and
 // injects the faults production will see: a worker killed with SIGKILL, a
 // worker stopped with SIGTERM under load, Redis killed and restarted from
-// its AOF, duplicate task delivery, a 100,000-task load and a storm of
+// its AOF, Redis stalled right after an enqueue, duplicate task delivery, a 100,000-task load and a storm of
 // long polls. Every scenario checks the final state of every task against
 // the local solver. Faults aimed at running work come while every worker
 // slot runs a 15-puzzle of known length (hard_test.go), and the scenario
@@ -21,5 +21,5 @@
 // run, passed cases' too (which component re-drove a task, say), set
 // PUZZLEQ_KEEP_LOGS to a directory (stacktest.KeepLogsEnv).
 //
-// RELIABILITY.md at the repository root records what it measured.
+// docs/guarantees.md states what it holds and what it measures.
 package fault

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -196,11 +197,11 @@ func (c *cluster) signal(t *testing.T, ctx context.Context, aID, bID string) sig
 	if _, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		feed = p.ZCard(ctx, "pq:feed")
 		backlog = p.ZCard(ctx, "pq:backlog")
-		pending = p.LLen(ctx, tasks.PendingListKey(tasks.QueueBulk))
+		pending = p.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk))
 		feeding = p.ZCard(ctx, "pq:feeding")
 		unmoved = p.LLen(ctx, "pq:batch:"+aID+":units")
 		counts = p.HMGet(ctx, "pq:batch:"+aID, "pending", "completed", "failed", "canceled")
-		bPos = p.LPos(ctx, tasks.PendingListKey(tasks.QueueBulk), bID+":c0", redis.LPosArgs{})
+		bPos = p.LPos(ctx, asynqdata.PendingKey(tasks.QueueBulk), bID+":c0", redis.LPosArgs{})
 		return nil
 	}); err != nil && err != redis.Nil {
 		t.Fatal(err)

@@ -47,8 +47,8 @@ const (
 // another key's 8-puzzles, submitted with POST ?wait=, must all complete
 // promptly. Their p50 and p99 are logged as FIGURES; the bound asserted
 // is loose (every one within 5 s), since this 2-core machine runs the
-// three solves and other scenarios beside them (BENCHMARKS.md has the
-// figures of a quiet run). The solves take minutes, so the scenario then
+// three solves and other scenarios beside them (docs/performance.md has
+// the figures of a quiet run). The solves take minutes, so the scenario then
 // cancels every flood task and checks that the solves stop and the slots
 // are freed.
 func testFlood(t *testing.T) {
@@ -399,7 +399,7 @@ const joinKillBound = 30 * time.Second
 // killed with SIGKILL. Its heartbeat record names the lead's asynq task
 // alone: a copy's delivery returned when it joined, and its record waits
 // on the solve (pq:solve:<key>:waiters), not on a worker. The watchdog
-// re-drives the lead's task (tasks.RedriveTask: a new asynq ID, the same
+// re-drives the lead's task (recovery.RedriveTask: a new asynq ID, the same
 // record), and that copy starts within recoveryBound of the kill and takes
 // the solve over while the dead run's lease still lasts (a record never
 // joins itself); its finish completes all four records with the optimal

@@ -147,20 +147,26 @@ type clusterOpts struct {
 
 // newCluster starts Redis, the API and opts.workers workers.
 // freezeRedis stops redis-server with SIGSTOP (a hung Redis: connections
-// are accepted and nothing answers) and returns thaw, which sends SIGCONT
-// once; later calls do nothing, so a test both defers it and calls it
-// where the freeze should end, and a failing test never leaves Redis
-// frozen.
+// are accepted and nothing answers) and returns thaw (freezeServer).
 func (c *cluster) freezeRedis(t *testing.T) (thaw func()) {
 	t.Helper()
-	if err := c.redis.Signal(syscall.SIGSTOP); err != nil {
+	return freezeServer(t, c.redis)
+}
+
+// freezeServer stops s with SIGSTOP and returns thaw, which sends SIGCONT
+// once; later calls do nothing, so a test both defers it and calls it
+// where the freeze should end, and a failing test never leaves the
+// server frozen.
+func freezeServer(t *testing.T, s *redistest.Server) (thaw func()) {
+	t.Helper()
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	thawed := false
 	return func() {
 		if !thawed {
 			thawed = true
-			if err := c.redis.Signal(syscall.SIGCONT); err != nil {
+			if err := s.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
 		}

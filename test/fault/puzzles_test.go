@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers/sweep"
 )
@@ -37,40 +36,9 @@ func solveLocal(t *testing.T, req string) []byte {
 	return compact(res)
 }
 
-// eightPuzzles returns n distinct solvable 3x3 sliding requests (there are
-// 181,440), drawn with seed.
-func eightPuzzles(n int, seed int64) []string {
-	rng := rand.New(rand.NewSource(seed))
-	seen := make(map[[9]int8]bool, n)
-	out := make([]string, 0, n)
-	for len(out) < n {
-		var b [9]int8
-		for i, v := range rng.Perm(9) {
-			b[i] = int8(v)
-		}
-		if !solvable(b) || seen[b] {
-			continue
-		}
-		seen[b] = true
-		out = append(out, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
-			b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
-	}
-	return out
-}
-
-// solvable reports whether a 3x3 board (0 the blank) can reach the goal:
-// its tiles have an even number of inversions.
-func solvable(b [9]int8) bool {
-	inv := 0
-	for i := 0; i < 9; i++ {
-		for j := i + 1; j < 9; j++ {
-			if b[i] != 0 && b[j] != 0 && b[i] > b[j] {
-				inv++
-			}
-		}
-	}
-	return inv%2 == 0
-}
+// eightPuzzles returns n distinct solvable 3x3 sliding requests, drawn
+// with seed.
+func eightPuzzles(n int, seed int64) []string { return testgen.EightPuzzles(n, seed) }
 
 // slowSweeps returns the 8 rotations and reflections of
 // internal/app/testdata/slow_sweep.txt, the slowest of 3,000 random open

@@ -18,11 +18,13 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/recovery"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // Issue 13's recovery: a worker killed with SIGKILL has its tasks
-// re-driven by the API's watchdog within seconds (tasks.Heartbeat,
+// re-driven by the API's watchdog within seconds (worker.Heartbeat,
 // api.Watchdog), and a worker frozen with SIGSTOP neither fails a task
 // for the wall time it lost nor changes anything when it comes back.
 
@@ -34,7 +36,7 @@ const recoveryBound = 10 * time.Second
 // heldBy reads the tasks a worker process records as running
 // (pq:worker:<id>:held; the ID names the process's pid) and returns its
 // worker ID with them.
-func (c *cluster) heldBy(t *testing.T, p *proc) (string, []tasks.HeldTask) {
+func (c *cluster) heldBy(t *testing.T, p *proc) (string, []worker.HeldTask) {
 	t.Helper()
 	ctx := context.Background()
 	var keys []string
@@ -52,10 +54,10 @@ func (c *cluster) heldBy(t *testing.T, p *proc) (string, []tasks.HeldTask) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []tasks.HeldTask
-	seen := map[tasks.HeldTask]bool{}
+	var out []worker.HeldTask
+	seen := map[worker.HeldTask]bool{}
 	for _, v := range m {
-		var ht tasks.HeldTask
+		var ht worker.HeldTask
 		if err := json.Unmarshal([]byte(v), &ht); err != nil {
 			t.Fatalf("held entry %q of %s: %v", v, keys[0], err)
 		}
@@ -179,7 +181,7 @@ func testWorkerCrash(t *testing.T, waiting func()) {
 	if !pollUntil(60*time.Second, 50*time.Millisecond, func() bool {
 		if redriveAt == 0 {
 			for _, og := range origs {
-				if !copies[og.id] && !c.gone(t, tasks.RedriveQueue(og.queue), tasks.RedriveID(og.id, victimID)) {
+				if !copies[og.id] && !c.gone(t, recovery.RedriveQueue(og.queue), recovery.RedriveID(og.id, victimID)) {
 					copies[og.id] = true
 				}
 			}

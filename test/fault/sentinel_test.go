@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"maps"
@@ -30,7 +31,7 @@ const sentinelMaster = "pq"
 // active on the new master; only asynq's lease (30 s) and its recoverer
 // (every minute) find it, and our retry then waits leaseRecoveryDelay
 // (5 s): 60-125 s of crash recovery (internal/app/worker.go,
-// RELIABILITY.md). ci33 waited 90 s and found one such unit's 16 items
+// docs/guarantees.md). ci33 waited 90 s and found one such unit's 16 items
 // still pending; 150 s covers the documented bound.
 const failoverRecovery = 150 * time.Second
 
@@ -52,17 +53,35 @@ const failoverRecovery = 150 * time.Second
 // window, so no task finishes on the master in a state the replica never
 // sees (it would then be recovered only by asynq's 30 s lease and 1 min
 // recoverer, issue 13's watchdog).
+//
+// LaggingAcked is Lagging with REDIS_ACK_REPLICAS=1 and two replicas (so
+// that one is left to confirm writes after the other's promotion), both
+// links held: the same requests made during the hold answer 503 within
+// REDIS_ACK_TIMEOUT plus 0.5 s instead of 2xx, none hangs, and nothing
+// acknowledged is lost. Lagging, with acks off, is the contrast.
 func TestSentinelFailover(t *testing.T) {
-	t.Run("Replicated", func(t *testing.T) { timed(t); testSentinelFailover(t, false) })
-	t.Run("Lagging", func(t *testing.T) { timed(t); testSentinelFailover(t, true) })
+	t.Run("Replicated", func(t *testing.T) { timed(t); testSentinelFailover(t, false, false) })
+	t.Run("Lagging", func(t *testing.T) { timed(t); testSentinelFailover(t, true, false) })
+	t.Run("LaggingAcked", func(t *testing.T) { timed(t); testSentinelFailover(t, true, true) })
 }
 
-func testSentinelFailover(t *testing.T, lagging bool) {
+func testSentinelFailover(t *testing.T, lagging, acked bool) {
 	ctx := t.Context()
 	master := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "everysec")
-	link := startLinkProxy(t, master.Addr)
-	replica := redistest.Start(t, append(redistest.ReplicaOf(link.Addr()), "--appendonly", "yes", "--appendfsync", "everysec")...)
-	waitReplicaLinked(t, replica, 10*time.Second)
+	nReplicas := 1
+	if acked {
+		nReplicas = 2
+	}
+	var (
+		links    []*linkProxy
+		replicas []*redistest.Server
+	)
+	for range nReplicas {
+		link := startLinkProxy(t, master.Addr)
+		replica := redistest.Start(t, append(redistest.ReplicaOf(link.Addr()), "--appendonly", "yes", "--appendfsync", "everysec")...)
+		waitReplicaLinked(t, replica, 10*time.Second)
+		links, replicas = append(links, link), append(replicas, replica)
+	}
 	var sentinels []*redistest.Server
 	var addrs []string
 	for range 3 {
@@ -70,16 +89,23 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 		sentinels = append(sentinels, s)
 		addrs = append(addrs, s.Addr)
 	}
-	redistest.WaitSentinels(t, sentinelMaster, 1, 20*time.Second, sentinels...)
+	redistest.WaitSentinels(t, sentinelMaster, nReplicas, 20*time.Second, sentinels...)
 	rdb := redistest.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
 
 	const reqTimeout = 2 * time.Second
+	apiEnv := map[string]string{"CHUNK_SIZE": "16", "REQUEST_TIMEOUT": reqTimeout.String()}
+	workerEnv := map[string]string{"WORKER_CONCURRENCY": "2"}
+	if acked {
+		for _, m := range []map[string]string{apiEnv, workerEnv} {
+			m["REDIS_ACK_REPLICAS"], m["REDIS_ACK_TIMEOUT"] = "1", ackTimeout.String()
+		}
+	}
 	c := newCluster(t, clusterOpts{
 		redis: master, rdb: rdb,
 		redisEnv: map[string]string{"REDIS_SENTINELS": strings.Join(addrs, ","), "REDIS_MASTER_NAME": sentinelMaster},
-		api:      map[string]string{"CHUNK_SIZE": "16", "REQUEST_TIMEOUT": reqTimeout.String()},
-		worker:   map[string]string{"WORKER_CONCURRENCY": "2"},
+		api:      apiEnv,
+		worker:   workerEnv,
 		workers:  2,
 	})
 	o := newOracle()
@@ -92,19 +118,26 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	// unreplicated are the tasks acknowledged while the replica's link
 	// was held: the ones replication may lose.
 	unreplicated := newWorkload()
+	var refused []time.Duration // acked: the held requests' 503s
 	if lagging {
 		sub.stop()
 		sub.acked.verify(t, c, o, 60*time.Second)
 		for _, w := range c.workers {
 			w.Signal(t, syscall.SIGSTOP)
 		}
-		waitReplicated(t, master, replica, 10*time.Second)
-		link.Hold()
-		for i := range 3 {
-			unreplicated.addBatch(c, slidings[15000+20*i:15020+20*i])
+		for i, replica := range replicas {
+			waitReplicated(t, master, replica, 10*time.Second)
+			links[i].Hold()
 		}
-		unreplicated.addTask(c, slidings[15100])
-		sub.adopt(unreplicated)
+		if acked {
+			refused = refuseUnconfirmed(t, c, append(batchBodies(slidings[15000:15060], 20), []byte(slidings[15100])))
+		} else {
+			for i := range 3 {
+				unreplicated.addBatch(c, slidings[15000+20*i:15020+20*i])
+			}
+			unreplicated.addTask(c, slidings[15100])
+			sub.adopt(unreplicated)
+		}
 	}
 	sub.mu.Lock()
 	ackedBefore := len(sub.acked.reqs)
@@ -120,9 +153,11 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	var promotedAt time.Time
 	if !pollUntil(30*time.Second, 20*time.Millisecond, func() bool {
 		a, err := redistest.MasterAddr(ctx, sentinels[0], sentinelMaster)
-		if err == nil && a == replica.Addr {
-			promotedAt = time.Now()
-			return true
+		for _, replica := range replicas {
+			if err == nil && a == replica.Addr {
+				promotedAt = time.Now()
+				return true
+			}
 		}
 		return false
 	}) {
@@ -160,15 +195,15 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	// Account for every acknowledged task by ID: the lagging run's
 	// first submitter's (verified before the kill, and replicated), the
 	// unreplicated ones and the second submitter's.
-	acked, ackedAt := newWorkload(), map[string]time.Time{}
+	ackedReqs, ackedAt := newWorkload(), map[string]time.Time{}
 	for _, w := range []*workload{first.acked, unreplicated, sub.acked} {
-		maps.Copy(acked.reqs, w.reqs)
-		maps.Copy(acked.batches, w.batches)
+		maps.Copy(ackedReqs.reqs, w.reqs)
+		maps.Copy(ackedReqs.batches, w.batches)
 	}
 	maps.Copy(ackedAt, first.at)
 	maps.Copy(ackedAt, sub.at)
 	var lostBatches []string
-	for id, n := range acked.batches {
+	for id, n := range ackedReqs.batches {
 		code, _, err := c.do("GET", "/v1/batches/"+id+"?limit=1", nil)
 		if err == nil && code == http.StatusNotFound {
 			lostBatches = append(lostBatches, id)
@@ -179,10 +214,10 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 		}
 		c.checkBatch(id, n)
 	}
-	recs := c.waitTasks(acked.ids(), failoverRecovery)
+	recs := c.waitTasks(ackedReqs.ids(), failoverRecovery)
 	var lost, lostAfter, stuck []string
 	present := map[string]string{}
-	for _, id := range acked.ids() {
+	for _, id := range ackedReqs.ids() {
 		tr, ok := recs[id]
 		switch {
 		case !ok && ackedAt[id].After(promotedAt):
@@ -192,14 +227,14 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 		case !tr.State.Terminal():
 			stuck = append(stuck, id+" ("+string(tr.State)+")")
 		default:
-			present[id] = acked.reqs[id]
+			present[id] = ackedReqs.reqs[id]
 		}
 	}
 	sort.Strings(lost)
 	sort.Strings(lostBatches)
 	if len(lost) > 0 || len(lostBatches) > 0 {
 		// Not silently: acknowledged by the old master, not yet on the
-		// replica when it died (asynchronous replication, RELIABILITY.md).
+		// replica when it died (asynchronous replication, docs/guarantees.md).
 		t.Logf("sentinel failover: LOST %d acknowledged task records %v, %d batches %v (acknowledged before the kill, not replicated)",
 			len(lost), lost, len(lostBatches), lostBatches)
 	}
@@ -209,7 +244,10 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	if len(stuck) > 0 {
 		t.Errorf("%d acknowledged tasks never ended: %v", len(stuck), stuck)
 	}
-	if lagging {
+	if acked && (len(lost) > 0 || len(lostBatches) > 0) {
+		t.Errorf("with REDIS_ACK_REPLICAS=1, %d acknowledged tasks and %d batches were lost", len(lost), len(lostBatches))
+	}
+	if lagging && !acked {
 		// Exactly what was acknowledged while the link was held is lost.
 		for id := range unreplicated.reqs {
 			if _, ok := recs[id]; ok {
@@ -226,8 +264,8 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 	if err != nil || len(role) == 0 || role[0] != "master" {
 		t.Errorf("the new master's ROLE: %v %v", role, err)
 	}
-	t.Logf("sentinel failover (lagging=%v): FIGURES acked=%d (%d before the kill) completed=%d lost=%d lost_batches=%d kill_to_promotion=%v promotion_to_first_ack=%v kill_to_first_ack=%v statuses_after=%v slowest_batch_answer=%v slowest_failed_submit=%v",
-		lagging, len(acked.reqs), ackedBefore, len(present), len(lost), len(lostBatches), promotedAt.Sub(killedAt).Round(time.Millisecond),
+	t.Logf("sentinel failover (lagging=%v acked=%v): FIGURES refused_while_held=%v acked=%d (%d before the kill) completed=%d lost=%d lost_batches=%d kill_to_promotion=%v promotion_to_first_ack=%v kill_to_first_ack=%v statuses_after=%v slowest_batch_answer=%v slowest_failed_submit=%v",
+		lagging, acked, roundAll(refused), len(ackedReqs.reqs), ackedBefore, len(present), len(lost), len(lostBatches), promotedAt.Sub(killedAt).Round(time.Millisecond),
 		resumedAt.Sub(promotedAt).Round(time.Millisecond), resumedAt.Sub(killedAt).Round(time.Millisecond),
 		sub.statuses, sub.slowest.Round(time.Millisecond), sub.worst.Round(time.Millisecond))
 	for code, n := range sub.statuses {
@@ -235,6 +273,53 @@ func testSentinelFailover(t *testing.T, lagging bool) {
 			t.Errorf("the submitter got status %d %d times; only 200, 202 and 503 are acceptable (0: no answer)", code, n)
 		}
 	}
+}
+
+// refuseUnconfirmed sends each body (a batch's or a single task's) once
+// while no replica can confirm a write, and checks that each answers 503
+// with Retry-After within ackBound; it returns how long each took.
+func refuseUnconfirmed(t *testing.T, c *cluster, bodies [][]byte) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for _, b := range bodies {
+		path := "/v1/tasks"
+		if bytes.HasPrefix(b, []byte(`{"tasks":`)) {
+			path = "/v1/batches"
+		}
+		start := time.Now()
+		req, _ := http.NewRequest("POST", c.api.URL()+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.http.Do(req)
+		d := time.Since(start)
+		took = append(took, d)
+		if err != nil {
+			t.Errorf("POST %s while replication was held: %v after %v", path, err, d)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || d > ackBound {
+			t.Errorf("POST %s while replication was held: %d (Retry-After %q) after %v, want 503 with Retry-After within %v",
+				path, resp.StatusCode, resp.Header.Get("Retry-After"), d, ackBound)
+		}
+	}
+	return took
+}
+
+// batchBodies cuts reqs into JSON batch bodies of n each.
+func batchBodies(reqs []string, n int) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(reqs); i += n {
+		out = append(out, batchBody(reqs[i:min(i+n, len(reqs))]))
+	}
+	return out
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
 }
 
 // waitReplicaLinked waits until the replica has synced with its master,

@@ -6,17 +6,19 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/internal/webhook"
 	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/webhook"
 )
 
 const faultWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -227,5 +229,208 @@ func TestWebhookWorkerKilledMidDelivery(t *testing.T) {
 	t.Logf("FIGURES webhook worker killed: delivery attempted again %v after SIGKILL of its worker (attempts %d), delivered", again.Round(time.Millisecond), attempts.Load())
 	if again > 15*time.Second {
 		t.Errorf("the delivery came again %v after the kill: asynq's lease recovery, not the watchdog's re-drive", again)
+	}
+}
+
+// The two keys of the webhook sharing scenario.
+const (
+	hookOwnerA, hookKeyA = "hooks-a", "hooks-a-secret-key-0123"
+	hookOwnerB, hookKeyB = "hooks-b", "hooks-b-secret-key-4567"
+)
+
+// blackhole is a TCP listener that accepts connections, reads whatever
+// comes and never answers: a receiver that does not answer. It counts
+// the connections open now.
+type blackhole struct {
+	ln   net.Listener
+	open atomic.Int64
+	all  atomic.Int64
+	wg   sync.WaitGroup
+}
+
+func newBlackhole(t *testing.T) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	var mu sync.Mutex
+	var conns []net.Conn
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, cn)
+			mu.Unlock()
+			b.open.Add(1)
+			b.all.Add(1)
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				defer b.open.Add(-1)
+				_, _ = io.Copy(io.Discard, cn) // until the worker gives up
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, cn := range conns {
+			cn.Close()
+		}
+		mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) url() string { return "http://" + b.ln.Addr().String() + "/hook" }
+
+// TestWebhookSlotsSharedBetweenKeys: key A's 40 one-item batches name a
+// receiver that accepts the connection and never answers, so each of
+// their deliveries would hold a slot for WEBHOOK_TIMEOUT (10 s, the
+// default) and be retried. Alone, A's deliveries take every slot of both
+// workers (2 × 4). Key B's one-item batches, submitted one after another
+// while A's hang, get their webhook within 2 s of the batch ending: B's
+// delivery is taken off the queue by the webhook server's spare goroutine
+// and takes a slot from A (the key holding most) at once. Before, B's
+// waited for one of A's to time out, 38-48 s with A's retries in line.
+func TestWebhookSlotsSharedBetweenKeys(t *testing.T) {
+	hole := newBlackhole(t)
+	var mu sync.Mutex
+	arrived := map[string]time.Time{} // B's batch ID -> arrival
+	var sigErrs []error
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		now := time.Now()
+		var ev apitype.WebhookEvent
+		var batch apitype.Batch
+		err := webhook.Verify(faultWebhookSecret, r.Header, b, now)
+		if err == nil {
+			err = json.Unmarshal(b, &ev)
+		}
+		if err == nil {
+			err = json.Unmarshal(ev.Data, &batch)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			sigErrs = append(sigErrs, err)
+			return
+		}
+		if _, dup := arrived[batch.ID]; !dup {
+			arrived[batch.ID] = now
+		}
+	}))
+	defer rcv.Close()
+	hooks := map[string]string{"WEBHOOK_SECRET": faultWebhookSecret, "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
+	api := map[string]string{"OUTBOX_INTERVAL": "50ms", "API_KEYS": hookOwnerA + ":" + hookKeyA + "," + hookOwnerB + ":" + hookKeyB,
+		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"}
+	maps.Copy(api, hooks)
+	worker := map[string]string{"WEBHOOK_CONCURRENCY": "4"}
+	maps.Copy(worker, hooks)
+	c := newCluster(t, clusterOpts{api: api, worker: worker, workers: 2})
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	base := c.api.URL()
+	reqs := eightPuzzles(60, 94)
+
+	// bRound submits one of B's one-item batches and returns the time
+	// from its end (done_at) to its webhook's arrival.
+	bRound := func(i int) time.Duration {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"webhook": rcv.URL + "/b", "tasks": []json.RawMessage{json.RawMessage(reqs[40+i])}})
+		id := submitAs(t, hc, base, hookKeyB, body, "application/json")
+		var at time.Time
+		if !pollUntil(60*time.Second, 2*time.Millisecond, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			at = arrived[id]
+			return !at.IsZero()
+		}) {
+			t.Fatalf("B's webhook %d (batch %s) did not arrive within 60 s; the blackhole holds %d", i, id, hole.open.Load())
+		}
+		b := batchStateAs(t, hc, base, hookKeyB, id)
+		if b.DoneAt == nil {
+			t.Fatalf("B's batch %s delivered its webhook but is not done: %+v", id, b.Counts)
+		}
+		return at.Sub(*b.DoneAt)
+	}
+
+	// B alone first: the delay with nothing in the way.
+	var alone []time.Duration
+	for i := range 5 {
+		alone = append(alone, bRound(i))
+	}
+
+	// A's 40 one-item batches with the receiver that never answers.
+	for i := range 40 {
+		body, _ := json.Marshal(map[string]any{"webhook": hole.url(), "tasks": []json.RawMessage{json.RawMessage(reqs[i])}})
+		submitAs(t, hc, base, hookKeyA, body, "application/json")
+	}
+	if !pollUntil(30*time.Second, 10*time.Millisecond, func() bool { return hole.open.Load() >= 8 }) {
+		t.Fatalf("A's deliveries hold %d connections to the receiver that never answers, want every slot (8)", hole.open.Load())
+	}
+	time.Sleep(500 * time.Millisecond) // A's waiting deliveries go round the retry set
+	heldAlone := hole.open.Load()
+
+	// B's batches while A's deliveries hang, spread over more than a
+	// delivery timeout so that A's retries are in line too.
+	var beside []time.Duration
+	for i := 5; i < 20; i++ {
+		beside = append(beside, bRound(i))
+		time.Sleep(700 * time.Millisecond)
+	}
+	heldAfter := hole.open.Load()
+
+	// The backlog per key, by name, on a worker's /metrics.
+	resp, err := http.Get(c.workers[0].URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var backlogA string
+	for _, line := range strings.Split(string(mb), "\n") {
+		if strings.HasPrefix(line, `puzzleq_webhook_backlog{key="`+hookOwnerA+`"}`) {
+			backlogA = strings.Fields(line)[1]
+		}
+		if strings.HasPrefix(line, `puzzleq_webhook_backlog{key="`+hookOwnerB+`"}`) {
+			t.Errorf("B's delivered webhooks still count in its backlog: %s", line)
+		}
+	}
+	if strings.Contains(string(mb), hookKeyA) || strings.Contains(string(mb), hookKeyB) {
+		t.Error("a key's secret is in the worker's /metrics")
+	}
+	if backlogA != "40" {
+		t.Errorf("puzzleq_webhook_backlog{key=%q} = %q, want 40", hookOwnerA, backlogA)
+	}
+
+	slices.Sort(alone)
+	sorted := slices.Clone(beside)
+	slices.Sort(sorted)
+	mu.Lock()
+	errs := sigErrs
+	mu.Unlock()
+	t.Logf("FIGURES webhook slots shared: B's webhook after its batch ended, alone: median %v max %v; beside A's 40 hanging (%d connections held before B, %d after, %d in all): median %v max %v",
+		alone[len(alone)/2].Round(time.Millisecond), alone[len(alone)-1].Round(time.Millisecond), heldAlone, heldAfter, hole.all.Load(),
+		sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+	if len(errs) > 0 {
+		t.Errorf("B's receiver got bad deliveries: %v", errs)
+	}
+	if m := sorted[len(sorted)-1]; m > 2*time.Second {
+		t.Errorf("B's webhook came %v after its batch ended beside A's hanging deliveries, want at most 2 s (all: %v)", m, beside)
+	}
+	if heldAlone < 8 {
+		t.Errorf("A alone held %d of the 8 delivery slots, want all", heldAlone)
+	}
+	if heldAfter < 4 {
+		t.Errorf("A held %d delivery slots after B's deliveries, want its share (4) or more", heldAfter)
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
+	"github.com/puzzleq/puzzleq/internal/recovery"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // TestWorkerPartition cuts a worker off from Redis (issue 13): the
@@ -68,11 +69,11 @@ func TestWorkerPartition(t *testing.T) {
 	// Cut once both slots hold a board that is still being solved.
 	var (
 		partID string
-		origs  []tasks.HeldTask
+		origs  []worker.HeldTask
 		held   []string // the items the originals carry
 	)
 	if !pollUntil(30*time.Second, 5*time.Millisecond, func() bool {
-		var hts []tasks.HeldTask
+		var hts []worker.HeldTask
 		partID, hts = c.heldBy(t, part)
 		if len(hts) != 2 {
 			return false
@@ -128,7 +129,7 @@ func TestWorkerPartition(t *testing.T) {
 		if redriveAt == 0 {
 			queued := 0
 			for _, og := range origs {
-				if !c.gone(t, tasks.RedriveQueue(og.Queue), tasks.RedriveID(og.ID, partID)) {
+				if !c.gone(t, recovery.RedriveQueue(og.Queue), recovery.RedriveID(og.ID, partID)) {
 					queued++
 				}
 			}

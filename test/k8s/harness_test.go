@@ -21,6 +21,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/internal/app"
+	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
 )
 
@@ -278,30 +279,7 @@ func compact(b []byte) []byte {
 }
 
 // eightPuzzles returns n distinct solvable 3x3 sliding requests.
-func eightPuzzles(n int, seed int64) []string {
-	rng := rand.New(rand.NewSource(seed))
-	seen := map[[9]int]bool{}
-	var out []string
-	for len(out) < n {
-		var b [9]int
-		copy(b[:], rng.Perm(9))
-		inv := 0
-		for i := 0; i < 9; i++ {
-			for j := i + 1; j < 9; j++ {
-				if b[i] != 0 && b[j] != 0 && b[i] > b[j] {
-					inv++
-				}
-			}
-		}
-		if inv%2 != 0 || seen[b] {
-			continue
-		}
-		seen[b] = true
-		out = append(out, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":[[%d,%d,%d],[%d,%d,%d],[%d,%d,%d]]}}`,
-			b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
-	}
-	return out
-}
+func eightPuzzles(n int, seed int64) []string { return testgen.EightPuzzles(n, seed) }
 
 // fifteenPuzzles returns n distinct 4x4 boards, each a random walk of
 // walk moves from the goal.
@@ -364,12 +342,12 @@ func slidingWalks(n, size, walk int, seed int64) []string {
 	return out
 }
 
-func raw(reqs []string) []json.RawMessage {
-	out := make([]json.RawMessage, len(reqs))
+func raw(reqs []string) client.BatchInput {
+	out := make([]client.Request, len(reqs))
 	for i, r := range reqs {
-		out[i] = json.RawMessage(r)
+		out[i] = client.RawRequest([]byte(r))
 	}
-	return out
+	return client.BatchOf(out...)
 }
 
 // waitBatch long-polls a batch until it is done or d passes.

@@ -87,7 +87,7 @@ func testDev(t *testing.T, o *oracle) {
 
 	reqs := eightPuzzles(10000, 3)
 	start := time.Now()
-	sub, err := c.SubmitBatch(context.Background(), raw(reqs), "")
+	sub, err := c.SubmitBatch(context.Background(), raw(reqs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func submitAndCheck(t *testing.T, c *client.Client, o *oracle, reqs []string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, r := range reqs {
-		task, err := c.Submit(ctx, []byte(r))
+		task, err := c.Submit(ctx, client.RawRequest([]byte(r)))
 		if err != nil {
 			t.Fatalf("submit %s: %v", r, err)
 		}
@@ -210,7 +210,7 @@ func testWorkerKilled(t *testing.T, o *oracle) {
 	reqs := append(fifteenPuzzles(1200, 200, runSeed+5), eightPuzzles(5000, 6)...)
 	o.prefetch(reqs)
 	start := time.Now()
-	sub, err := c.SubmitBatch(ctx, raw(reqs), "")
+	sub, err := c.SubmitBatch(ctx, raw(reqs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func testRollingRestart(t *testing.T, o *oracle) {
 				if i >= len(reqs) {
 					return
 				}
-				task, err := c.Submit(ctx, []byte(reqs[i]))
+				task, err := c.Submit(ctx, client.RawRequest([]byte(reqs[i])))
 				if err != nil {
 					fail("submit %d: %v", i, err)
 					continue

@@ -27,7 +27,7 @@ func testKEDA(t *testing.T, o *oracle) {
 	reqs := fifteenPuzzles(2500, 200, runSeed+8)
 	o.prefetch(reqs)
 	start := time.Now()
-	sub, err := c.SubmitBatch(context.Background(), raw(reqs), "")
+	sub, err := c.SubmitBatch(context.Background(), raw(reqs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ const app = {
   missing: new Set(), // endpoints this server lacks
   backoffUntil: 0, // no polls before this time (after a 429)
   gen: 0, // the polling loop's generation: a loop whose is old stops
+  item: null, // the item shown: {id, task, req, ended}
 };
 
 // api sends a request to this origin and returns {status, body, text}.
@@ -117,6 +118,7 @@ function showDash() {
   app.samples.clear();
   renderJobs();
   startPolling();
+  route();
 }
 
 async function signIn(ev) {
@@ -171,6 +173,7 @@ function startPolling() {
       $("global-error").textContent = "";
       await Promise.all([refreshJobs(), refreshStatus()]);
       if (app.selected) await refreshJob();
+      if (app.item) await refreshItem();
     } catch (e) {
       $("global-error").textContent = String(e);
     }
@@ -328,7 +331,11 @@ function renderJobs() {
   tb.replaceChildren();
   for (const b of app.batches.values()) {
     const link = el("a", { href: "#" + b.id, text: short(b.id), title: b.id });
-    link.addEventListener("click", (ev) => { ev.preventDefault(); selectJob(b.id); });
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      if (location.hash !== "#" + b.id) location.hash = "#" + b.id; // route selects it
+      else selectJob(b.id);
+    });
     const tr = el("tr", { "data-id": b.id, "data-done": String(!!b.done) },
       el("td", {}, link),
       el("td", { text: fmtTime(b.created_at) }),
@@ -576,13 +583,142 @@ function renderItems(rows, more) {
     else if (it.result !== undefined && it.result !== null) out = JSON.stringify(it.result);
     tb.append(el("tr", { "data-state": it.state, "data-id": it.id },
       el("td", { text: String(it.index) }),
-      el("td", { class: "mono", text: it.id }),
+      el("td", { class: "mono" }, el("a", { href: itemHash(it.id), text: it.id, title: "draw this item" })),
       el("td", { class: "custom-id", text: it.custom_id ?? "" }),
       el("td", { class: "state " + it.state, text: it.state }),
       el("td", { class: it.error ? "mono error" : "mono", text: out })));
   }
   $("items-note").textContent = more ? "showing the first " + rows.length + "; download for all" :
     rows.length + " item" + (rows.length === 1 ? "" : "s");
+}
+
+// ---- one item, drawn ----
+
+// An item's drawing has its own URL, /ui/#/items/<id>: route shows what
+// the URL's fragment names, an item or a batch (#<batch id>).
+const ITEM_HASH = "#/items/";
+
+function itemHash(id) {
+  return ITEM_HASH + encodeURIComponent(id);
+}
+
+function route() {
+  if ($("dash").hidden) return;
+  const hash = location.hash;
+  if (hash.startsWith(ITEM_HASH)) {
+    let id = hash.slice(ITEM_HASH.length);
+    try { id = decodeURIComponent(id); } catch (_) { /* a malformed escape: look it up as typed */ }
+    openItem(id);
+    return;
+  }
+  closeItem();
+  const id = hash.slice(1);
+  if (/^[0-9a-f]{32}$/.test(id) && id !== app.selected) selectJob(id);
+}
+
+function closeItem() {
+  app.item = null;
+  Draw.stop();
+  $("item").hidden = true;
+  $("drawing").replaceChildren();
+}
+
+// openItem reads a task (a batch item or a single task) and what it was
+// asked to solve, and draws it.
+async function openItem(id) {
+  if (app.item && app.item.id === id) return;
+  app.item = { id, task: null, req: null, noPuzzle: false, ended: false, busy: false };
+  Draw.stop();
+  $("item").hidden = false;
+  $("item").dataset.id = id;
+  $("item").removeAttribute("data-ready");
+  $("item-id").textContent = id;
+  $("item-meta").textContent = "loading…";
+  $("item-msg").textContent = "";
+  $("item-json").textContent = "";
+  $("drawing").replaceChildren();
+  const batch = id.includes("-") ? id.slice(0, id.lastIndexOf("-")) : "";
+  $("item-batch").textContent = batch ? "of batch " + short(batch) : "";
+  $("item-batch").href = batch ? "#" + batch : "#";
+  $("item-batch").hidden = !batch;
+  $("item").scrollIntoView({ block: "start" });
+  await refreshItem();
+}
+
+// itemWanted reports whether the open item has more to read: its end,
+// or a puzzle or task that a busy server (429, 503) did not give yet.
+function itemWanted(it) {
+  return !it.task || !it.ended || (!it.req && !it.noPuzzle);
+}
+
+async function refreshItem() {
+  const it = app.item;
+  if (!it || it.busy || !itemWanted(it)) return;
+  it.busy = true;
+  try {
+    await readItem(it);
+  } finally {
+    it.busy = false;
+  }
+}
+
+// readItem reads what the open item still needs, one request at a time:
+// a large fill's puzzle and result are megabytes each, and a server whose
+// memory for answers is taken answers 503 (the polling loop tries again).
+async function readItem(it) {
+  const path = "/v1/tasks/" + encodeURIComponent(it.id);
+  let redraw = false;
+  if (!it.req && !it.noPuzzle) {
+    const pr = await api("GET", path + "/puzzle");
+    if (app.item !== it) return;
+    if (pr.status === 200) {
+      it.req = pr.body;
+      redraw = true;
+      $("item-msg").textContent = "";
+    } else if (pr.status === 404 || (pr.status >= 400 && pr.status < 500 && pr.status !== 429)) {
+      it.noPuzzle = true; // not kept (a single task's), or gone
+      $("item-msg").textContent = "no drawing: " + (pr.body && pr.body.error ? pr.body.error.message : errText(pr));
+    } else {
+      $("item-msg").textContent = "the puzzle could not be read (" + errText(pr) + "); trying again";
+    }
+  }
+  if (!it.task || !it.ended) {
+    const tr = await api("GET", path);
+    if (app.item !== it) return;
+    if (tr.status === 404 || (tr.status !== 200 && !it.task && tr.status < 500 && tr.status !== 429)) {
+      it.ended = true;
+      it.noPuzzle = true; // nothing more to read
+      it.task = it.task || { state: "unknown" };
+      $("item-meta").textContent = "";
+      $("item-msg").textContent = tr.status === 404 ? "no such item or task (expired, or another key's)" : errText(tr);
+      $("drawing").replaceChildren();
+      $("item").dataset.ready = "error";
+      return;
+    }
+    if (tr.status === 200 && tr.body) {
+      const t = tr.body;
+      redraw = redraw || !it.task || it.task.state !== t.state;
+      it.task = t;
+      it.ended = ["completed", "failed", "canceled"].includes(t.state);
+      $("item-meta").textContent = [t.kind, t.state, t.custom_id ? "custom_id " + t.custom_id : "",
+        t.attempts ? t.attempts + " attempt" + (t.attempts === 1 ? "" : "s") : "", t.cached ? "from the cache" : "",
+        t.completed_at ? "ended " + fmtTime(t.completed_at) : ""].filter(Boolean).join(" · ");
+      $("item-json").textContent = t.error ? JSON.stringify(t.error, null, 1) : JSON.stringify(t.result);
+    } else if (!it.task) {
+      $("item-meta").textContent = "the item could not be read (" + errText(tr) + "); trying again";
+    }
+  }
+  if (!redraw || !it.task) return;
+  Draw.render($("drawing"), it.task, it.req);
+  // Ready once drawn with its puzzle, or once no puzzle is to come.
+  if (it.req || it.noPuzzle) $("item").dataset.ready = it.task.state;
+}
+
+async function openByID(ev) {
+  ev.preventDefault();
+  const id = $("open-id").value.trim();
+  if (!id) return;
+  location.hash = itemHash(id);
 }
 
 async function cancelJob() {
@@ -644,6 +780,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("cancel-btn").addEventListener("click", cancelJob);
   $("retry-btn").addEventListener("click", retryJob);
   $("state-filter").addEventListener("change", () => { app.itemsKey = ""; refreshJob(); });
-  const hash = location.hash.slice(1);
-  loadSession().then(() => { if (/^[0-9a-f]{32}$/.test(hash) && !$("dash").hidden) selectJob(hash); });
+  $("open-form").addEventListener("submit", openByID);
+  window.addEventListener("hashchange", route);
+  loadSession();
 });

@@ -1,5 +1,8 @@
-// Module keda builds KEDA's operator and metrics adapter for the test
-// cluster from the Go module proxy, with KEDA's own dependency graph.
+// Module keda builds KEDA's operator, metrics adapter and webhooks for the
+// test cluster from the Go module proxy, with KEDA's own dependency graph.
+// The driver builds them from a copy of the release with the redis scalers
+// only (../cluster/kedasrc.go), through a go.mod of its own that is this
+// one plus a replace.
 module github.com/puzzleq/puzzleq/test/k8s/tools/keda
 
 go 1.26.0

@@ -1,0 +1,7 @@
+module example.com/outside
+
+go 1.26.8
+
+require github.com/puzzleq/puzzleq v0.0.0
+
+replace github.com/puzzleq/puzzleq => ../../..

@@ -1,9 +1,0 @@
-//go:build !unix
-
-package sliding
-
-// processCPU is not measured on this platform; benchmarks then report a
-// cpu-ns/op of 0.
-func processCPU() int64 { return 0 }
-
-func processMaxRSS() int64 { return 0 }
