@@ -231,15 +231,20 @@ func (s *Server) readBody(c *gin.Context, limit int64) ([]byte, error) {
 // bodyError maps a failed body read to its answer.
 func (s *Server) bodyError(c *gin.Context, mb *meteredBody, err error) error {
 	var maxErr *http.MaxBytesError
+	// A context cancelled after the handler cut the body off (cutOff) was
+	// cancelled by that cut, as net/http's read of the connection failed
+	// on it, not by a client that went away: its client still waits for
+	// the answer.
+	gone := c.Request.Context().Err() != nil && !mb.cut.Load()
 	switch {
 	case errors.As(err, &maxErr):
 		return err
-	case errors.Is(mb.err, admission.ErrKeyShareFull) && c.Request.Context().Err() == nil:
+	case errors.Is(mb.err, admission.ErrKeyShareFull) && !gone:
 		// The key's own requests held its share until the deadline.
 		c.Header("Connection", "close")
 		c.Header("Retry-After", "1")
 		return errKeyShare
-	case mb.err != nil && c.Request.Context().Err() == nil:
+	case mb.err != nil && !gone:
 		// The pool stayed full: the client did nothing wrong.
 		c.Header("Connection", "close")
 		c.Header("Retry-After", "1")
