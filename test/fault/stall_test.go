@@ -23,7 +23,8 @@ import (
 //
 // Each run must complete within 15 s of SIGCONT, exactly once: the exact
 // answer, attempts 1, its batch counted exactly, the key's quota back to
-// 0 and the workers' puzzleq_tasks_total at one per task. Then the test
+// 0 and the workers' puzzleq_tasks_total at one per task (less those
+// whose finish the stall cut off, never more). Then the test
 // waits for asynq to recover and run every original (nothing left in the
 // queues) and checks again: no record, count or quota changed, and no
 // original was copied twice.
@@ -100,8 +101,18 @@ func TestRedisStallOrphans(t *testing.T) {
 			}
 		}
 		c.checkQuota(t, when)
-		if total := settledTasksTotal(t, len(w.reqs), c.workers...); total != len(w.reqs) {
-			t.Errorf("%s: the workers counted %d ended tasks, want exactly the %d submitted", when, total, len(w.reqs))
+		// A stall that swallows the reply to a worker's finish leaves the
+		// task ended in Redis but not counted by that worker, which heard
+		// nothing; the next delivery finds it ended and counts nothing
+		// either. So puzzleq_tasks_total may miss a task whose finish
+		// failed (the worker logs it), and never counts one twice.
+		missable := 0
+		for _, p := range c.workers {
+			missable += strings.Count(logText(p.LogPath), "tasks: finish ")
+		}
+		total := settledTasksTotal(t, len(w.reqs), c.workers...)
+		if total > len(w.reqs) || total < len(w.reqs)-missable {
+			t.Errorf("%s: the workers counted %d ended tasks, want the %d submitted (%d fewer at most: finishes that failed)", when, total, len(w.reqs), missable)
 		}
 		return recs
 	}
