@@ -574,46 +574,57 @@ func smallBuffers(t *testing.T, h http.Handler) (*httptest.Server, *http.Client)
 // cut: the deadline of a stream is on its progress, not its length.
 func TestSlowDownloadIsNotCut(t *testing.T) {
 	t.Parallel()
-	// REQUEST_TIMEOUT is long enough that a loaded machine (go test -race
-	// beside the rest of the suite on 2 cores) still writes each piece
-	// within it, and the client below is slow enough to take more than
-	// twice as long in all.
-	const timeout = time.Second
+	// REQUEST_TIMEOUT bounds each step of the stream: a Redis read of a
+	// piece, a write its client drains. A loaded machine (go test -race
+	// beside the rest of the suite on 2 cores) has starved one of those,
+	// or the client's read between them, past a second, so it is 3 s.
+	// The client's pace follows from it: 32 KiB every timeout/40, 4 MiB
+	// in 3.2 times the timeout at least, several times the buffers, so
+	// the server's writes wait on the reads all along.
+	const timeout = 3 * time.Second
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
-	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results, several times the buffers
+	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results
 	hs, client := smallBuffers(t, s.srv.Handler())
+	var wg sync.WaitGroup
 	for _, path := range []string{"/results", "/output"} {
-		req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
-		req.Header.Set("Authorization", "Bearer "+aliceKey)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got bytes.Buffer
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := resp.Body.Read(buf)
-			got.Write(buf[:n])
-			if err == io.EOF {
-				break
-			}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
+			req.Header.Set("Authorization", "Bearer "+aliceKey)
+			start := time.Now()
+			resp, err := client.Do(req)
 			if err != nil {
-				t.Fatalf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+				t.Errorf("%s: %v", path, err)
+				return
 			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		resp.Body.Close()
-		took := time.Since(start)
-		if took < 2*timeout {
-			// The client was not slow enough for the test to mean
-			// anything: the buffers took the whole answer.
-			t.Fatalf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
-		}
-		if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
-			t.Fatalf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
-		}
+			defer resp.Body.Close()
+			var got bytes.Buffer
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := resp.Body.Read(buf)
+				got.Write(buf[:n])
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Errorf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+					return
+				}
+				time.Sleep(timeout / 40)
+			}
+			took := time.Since(start)
+			if took < 2*timeout {
+				// The client was not slow enough for the test to mean
+				// anything: the buffers took the whole answer.
+				t.Errorf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
+			}
+			if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
+				t.Errorf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // TestStalledDownloadIsCut: a client that stops reading holds its piece
@@ -621,7 +632,10 @@ func TestSlowDownloadIsNotCut(t *testing.T) {
 // and gives its bytes back.
 func TestStalledDownloadIsCut(t *testing.T) {
 	t.Parallel()
-	const timeout = 300 * time.Millisecond
+	// The client must get the answer's head before the stalled stream
+	// is cut: a loaded machine has taken past 300 ms to, and the cut
+	// then came first (the request failed with EOF).
+	const timeout = time.Second
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
 	id := s.bigBatch(t, 16, 4, 256<<10)
 	hs, client := smallBuffers(t, s.srv.Handler())
@@ -637,8 +651,8 @@ func TestStalledDownloadIsCut(t *testing.T) {
 	}
 	// Read nothing more, and wait (bounded) for the server to give up.
 	for i := 0; s.srv.admit.InUse() != 0; i++ {
-		if i == 100 {
-			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.InUse())
+		if i == 200 {
+			t.Fatalf("the stalled stream still holds %d bytes of the pool after 10s, %v past its REQUEST_TIMEOUT", s.srv.admit.InUse(), 10*time.Second-timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
