@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -325,28 +326,35 @@ func TestKeyShareLeavesOtherKeysRoom(t *testing.T) {
 		keyShare   string
 		uploads    int // a's, each declaring sent+10 KiB
 		sent       int
+		held       int64 // of the pool, by a's uploads when b comes
 		wantB      int
 		wantNewerA int    // 0: not checked past being answered with an error
 		newerCode  string // of a's newer uploads
 	}{
-		{"share of half the pool", "1Mi", 3, 700 << 10, http.StatusAccepted, http.StatusTooManyRequests, apitype.CodeRateLimited},
+		// a's share less one read (32 KiB) that did not fit in it.
+		{"share of half the pool", "1Mi", 3, 700 << 10, 1<<20 - 32<<10, http.StatusAccepted, http.StatusTooManyRequests, apitype.CodeRateLimited},
 		// Here a's newer upload ends as its body's clock allows (408);
 		// what matters is b's answer.
-		{"share as large as the pool", "2Mi", 2, 1000 << 10, http.StatusServiceUnavailable, 0, ""},
+		{"share as large as the pool", "2Mi", 2, 1000 << 10, 2 * 1000 << 10, http.StatusServiceUnavailable, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB,
+			a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB, "OPERATOR_KEYS": "ops:" + opsKey,
 				"MAX_BYTES_IN_FLIGHT": "2Mi", "MAX_KEY_BYTES_IN_FLIGHT": tc.keyShare,
 				// 700 KiB at 256 KiB/s buys a's first upload 2.7 s past
 				// the grace, so it holds its bytes past b's answer.
 				"BODY_READ_TIMEOUT": grace.String(), "BODY_MIN_RATE": "256Ki",
 				"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
-			var ups []*slowUpload
-			for range tc.uploads {
+			// The first is the oldest holder: the server holds its bytes
+			// before the others come (a loaded machine has read a newer
+			// one first when they were 200 ms apart). b comes once a's
+			// uploads hold what they can.
+			ups := []*slowUpload{startStalledUpload(t, a.Addr(), keyA, tc.sent+10<<10, tc.sent)}
+			waitBytesInFlight(t, a.Addr(), int64(tc.sent))
+			for range tc.uploads - 1 {
 				ups = append(ups, startStalledUpload(t, a.Addr(), keyA, tc.sent+10<<10, tc.sent))
-				time.Sleep(200 * time.Millisecond) // in this order: the first is the oldest
 			}
+			waitBytesInFlight(t, a.Addr(), tc.held)
 
 			req, _ := http.NewRequest("POST", "http://"+a.Addr()+"/v1/batches", bytes.NewReader(eightPuzzles(20, 0)))
 			req.Header.Set("Authorization", "Bearer "+keyB)
@@ -412,19 +420,19 @@ func TestPoolRefusalIs503ForEveryBatchFormat(t *testing.T) {
 	t.Parallel()
 	const keyA, keyB = "a-key-0123456789abcdef", "b-key-0123456789abcdef"
 	const grace = 2 * time.Second
-	a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB,
+	a := admitAPI(t, map[string]string{"API_KEYS": "a:" + keyA + ",b:" + keyB, "OPERATOR_KEYS": "ops:" + opsKey,
 		"MAX_BYTES_IN_FLIGHT": "2Mi", "MAX_KEY_BYTES_IN_FLIGHT": "2Mi",
 		// 1000 KiB at 128 KiB/s holds a's uploads 7.8 s past the grace,
 		// well past b's answers, which come once they waited 1 s.
 		"BODY_READ_TIMEOUT": grace.String(), "BODY_MIN_RATE": "128Ki",
 		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000"})
+	var ups []*slowUpload
 	for range 2 {
-		startStalledUpload(t, a.Addr(), keyA, 1010<<10, 1000<<10)
-		time.Sleep(100 * time.Millisecond)
+		ups = append(ups, startStalledUpload(t, a.Addr(), keyA, 1010<<10, 1000<<10))
 	}
-	// The server has read both (they hold the pool for 7.8 s past the
-	// grace) before b comes, on a loaded machine too.
-	time.Sleep(time.Second)
+	// b comes once the server has read both, which hold the pool for
+	// 7.8 s past the grace: a loaded machine has taken over a second to.
+	waitBytesInFlight(t, a.Addr(), 2*1000<<10)
 	jsonBody := eightPuzzles(20, 0)
 	var env struct {
 		Tasks []json.RawMessage `json:"tasks"`
@@ -471,10 +479,50 @@ func TestPoolRefusalIs503ForEveryBatchFormat(t *testing.T) {
 				t.Errorf("b's %s batch: %d %s (Retry-After %q), want 503 unavailable with Retry-After",
 					f.ct, resp.StatusCode, body, resp.Header.Get("Retry-After"))
 			}
-			if took > 2*grace {
-				t.Errorf("b's %s batch answered after %v, want about its %v grace", f.ct, took, grace)
-			}
 		}()
 	}
 	wg.Wait()
+	// b was refused while a's uploads held the pool, not once they let
+	// go of it: they are answered only when their bodies' clock cuts
+	// them.
+	for i, u := range ups {
+		if u.answered() {
+			t.Errorf("a's upload %d was answered before b's batches were; b's answers prove nothing", i)
+		}
+	}
+}
+
+// waitBytesInFlight polls the API's puzzleq_api_bytes_in_flight until it
+// reaches at least want, so that a test goes on once the server holds the
+// bodies it was sent, not after a guess of how long reading them takes.
+// The API has opsKey among its OPERATOR_KEYS, which /metrics needs.
+func waitBytesInFlight(t *testing.T, addr string, want int64) {
+	t.Helper()
+	var got int64
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+opsKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %s", resp.Status)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "puzzleq_api_bytes_in_flight "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("puzzleq_api_bytes_in_flight %q: %v", v, err)
+				}
+				got = int64(f)
+			}
+		}
+		resp.Body.Close()
+		if got >= want {
+			return
+		}
+	}
+	t.Fatalf("the API held %d bytes after 15s, want at least %d", got, want)
 }

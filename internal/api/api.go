@@ -261,6 +261,12 @@ func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts O
 	}
 	s.idPrefix = hex.EncodeToString(p[:]) + "-"
 	s.engine = s.routes()
+	if reg != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "puzzleq_api_bytes_in_flight",
+			Help: "Bytes of request bodies and streamed results the API holds now, of MAX_BYTES_IN_FLIGHT.",
+		}, func() float64 { return float64(s.admit.InUse()) }))
+	}
 	return s
 }
 

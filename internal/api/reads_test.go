@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,8 +155,27 @@ func (s *readStack) do(t *testing.T, method, path, key string, hdr ...string) *h
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
-	s.srv.Handler().ServeHTTP(w, req)
+	s.serve(t, w, req)
 	return w
+}
+
+// serve serves req to w. A stream the handler cuts after its first byte
+// ends in panic(http.ErrAbortHandler), which net/http's server turns into
+// a closed connection; served straight to a recorder it would abort the
+// whole test binary, so it is recovered here and fails the test that
+// made the request, saying so, since a recorder's 200 and short body
+// would otherwise pass for a whole answer.
+func (s *readStack) serve(t *testing.T, w *httptest.ResponseRecorder, req *http.Request) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			if r != http.ErrAbortHandler {
+				panic(r)
+			}
+			t.Errorf("%s %s: the stream was cut after %d bytes (status %d)", req.Method, req.URL, w.Body.Len(), w.Code)
+		}
+	}()
+	s.srv.Handler().ServeHTTP(w, req)
 }
 
 // want checks a response's status, and returns its body decoded as T.
@@ -200,8 +220,8 @@ func (s *readStack) background(t *testing.T, path string) <-chan *httptest.Respo
 	req.Header.Set("Authorization", "Bearer "+aliceKey)
 	go func() {
 		w := httptest.NewRecorder()
-		s.srv.Handler().ServeHTTP(w, req)
-		ch <- w
+		defer func() { ch <- w }()
+		s.serve(t, w, req)
 	}()
 	return ch
 }
@@ -554,46 +574,58 @@ func smallBuffers(t *testing.T, h http.Handler) (*httptest.Server, *http.Client)
 // cut: the deadline of a stream is on its progress, not its length.
 func TestSlowDownloadIsNotCut(t *testing.T) {
 	t.Parallel()
-	// REQUEST_TIMEOUT is long enough that a loaded machine (go test -race
-	// beside the rest of the suite on 2 cores) still writes each piece
-	// within it, and the client below is slow enough to take more than
-	// twice as long in all.
-	const timeout = time.Second
+	// REQUEST_TIMEOUT bounds each step of the stream: a Redis read of a
+	// piece, a write its client drains. A loaded machine (go test -race
+	// beside the rest of the suite on 2 cores) has starved one of those,
+	// or the client's read between them, past 1 s (7 cuts in 45 runs)
+	// and past 3 s (1 in 10), so it is 5 s. The client's pace follows
+	// from it: 32 KiB every timeout/56, 4 MiB in 2.3 times the timeout
+	// at least, several times the buffers, so the server's writes wait
+	// on the reads all along.
+	const timeout = 5 * time.Second
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
-	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results, several times the buffers
+	id := s.bigBatch(t, 16, 4, 256<<10) // 4 MiB of results
 	hs, client := smallBuffers(t, s.srv.Handler())
+	var wg sync.WaitGroup
 	for _, path := range []string{"/results", "/output"} {
-		req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
-		req.Header.Set("Authorization", "Bearer "+aliceKey)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got bytes.Buffer
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := resp.Body.Read(buf)
-			got.Write(buf[:n])
-			if err == io.EOF {
-				break
-			}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("GET", hs.URL+"/v1/batches/"+id+path, nil)
+			req.Header.Set("Authorization", "Bearer "+aliceKey)
+			start := time.Now()
+			resp, err := client.Do(req)
 			if err != nil {
-				t.Fatalf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+				t.Errorf("%s: %v", path, err)
+				return
 			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		resp.Body.Close()
-		took := time.Since(start)
-		if took < 2*timeout {
-			// The client was not slow enough for the test to mean
-			// anything: the buffers took the whole answer.
-			t.Fatalf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
-		}
-		if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
-			t.Fatalf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
-		}
+			defer resp.Body.Close()
+			var got bytes.Buffer
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := resp.Body.Read(buf)
+				got.Write(buf[:n])
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Errorf("%s cut after %d bytes and %s: %v", path, got.Len(), time.Since(start), err)
+					return
+				}
+				time.Sleep(timeout / 56)
+			}
+			took := time.Since(start)
+			if took < 2*timeout {
+				// The client was not slow enough for the test to mean
+				// anything: the buffers took the whole answer.
+				t.Errorf("%s: the download took %s, less than twice REQUEST_TIMEOUT", path, took)
+			}
+			if n := strings.Count(got.String(), "\n"); resp.StatusCode != 200 || n != 16 {
+				t.Errorf("%s: %d with %d lines, want 200 with 16", path, resp.StatusCode, n)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // TestStalledDownloadIsCut: a client that stops reading holds its piece
@@ -601,7 +633,10 @@ func TestSlowDownloadIsNotCut(t *testing.T) {
 // and gives its bytes back.
 func TestStalledDownloadIsCut(t *testing.T) {
 	t.Parallel()
-	const timeout = 300 * time.Millisecond
+	// The client must get the answer's head before the stalled stream
+	// is cut: a loaded machine has taken past 300 ms to, and the cut
+	// then came first (the request failed with EOF).
+	const timeout = time.Second
 	s := newReadStack(t, func(o *Options) { o.RequestTimeout = timeout })
 	id := s.bigBatch(t, 16, 4, 256<<10)
 	hs, client := smallBuffers(t, s.srv.Handler())
@@ -617,8 +652,8 @@ func TestStalledDownloadIsCut(t *testing.T) {
 	}
 	// Read nothing more, and wait (bounded) for the server to give up.
 	for i := 0; s.srv.admit.InUse() != 0; i++ {
-		if i == 100 {
-			t.Fatalf("the stalled stream still holds %d bytes of the pool after 5s", s.srv.admit.InUse())
+		if i == 200 {
+			t.Fatalf("the stalled stream still holds %d bytes of the pool after 10s, %v past its REQUEST_TIMEOUT", s.srv.admit.InUse(), 10*time.Second-timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -690,8 +725,15 @@ func TestAcceptsGzip(t *testing.T) {
 // service. Once the key's other request ends the reads go through.
 func TestReadsOverTheKeyShare(t *testing.T) {
 	t.Parallel()
+	// REQUEST_TIMEOUT is also the bound on each step of a read's
+	// progress (a Redis read of a page, its JSON), which a loaded
+	// machine (go test -race of the whole module on 2 cores) has taken
+	// past 300 ms, cutting a read that had room. No figure here is
+	// timed: the refused reads wait it out at once, so it costs the test
+	// one REQUEST_TIMEOUT, not four.
+	const timeout = 2 * time.Second
 	s := newReadStack(t, func(o *Options) {
-		o.RequestTimeout = 300 * time.Millisecond
+		o.RequestTimeout = timeout
 		o.MaxBytesInFlight, o.MaxKeyBytesInFlight = 8<<20, 1<<20
 	})
 	// Four results of 200 KiB: past the page bound of 256 KiB after one.
@@ -706,11 +748,21 @@ func TestReadsOverTheKeyShare(t *testing.T) {
 	if err := held.Take(context.Background(), 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/v1/batches/" + id, "/v1/batches/" + id + "/items", "/v1/batches/" + id + "/results", "/v1/batches/" + id + "/output"} {
-		w := s.do(t, "GET", path, aliceKey)
+	paths := []string{"/v1/batches/" + id, "/v1/batches/" + id + "/items", "/v1/batches/" + id + "/results", "/v1/batches/" + id + "/output"}
+	answers := make([]*httptest.ResponseRecorder, len(paths))
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = s.do(t, "GET", path, aliceKey)
+		}()
+	}
+	wg.Wait()
+	for i, w := range answers {
 		wantError(t, w, http.StatusTooManyRequests, apitype.CodeRateLimited, "")
 		if w.Header().Get("Retry-After") == "" {
-			t.Errorf("GET %s: 429 without Retry-After", path)
+			t.Errorf("GET %s: 429 without Retry-After", paths[i])
 		}
 	}
 	held.Release()
