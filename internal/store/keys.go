@@ -204,6 +204,18 @@ func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + o
 // owner's other runs (promoteLua).
 func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
 
+// gateOwners is a sorted set of the API keys with expensive work (member
+// = the key's name, score 0): every key holding, reserving or parked for
+// a slot is in it, so that the scripts that share the slots (fairLua)
+// know whom they share between. A key with none of the three leaves it
+// at the next such script.
+func (k keys) gateOwners() string { return k.prefix + "gate:owners" }
+
+// gateWeights is a hash of the API keys' weights in the share of slots
+// (field = the key's name, value = its weight; 1 when absent), written by
+// the API at start from API_KEYS_FILE (Store.SetWeights).
+func (k keys) gateWeights() string { return k.prefix + "gate:weights" }
+
 // parkedMember is a run's member of ownerParked: its asynq queue and task
 // ID, tab-separated (neither holds a tab). "" when the run has no asynq
 // task (a test's direct call), which is never parked.

@@ -54,6 +54,13 @@ type SolveRun struct {
 	// Lease is how long the run's slot and solve last unrenewed; 0 means
 	// SolveLease.
 	Lease time.Duration
+	// Slots is the cluster's solver slots, which the keys with expensive
+	// work share by weight (see Gate); 0 turns the sharing off, leaving
+	// only the ceiling (a last delivery, tests).
+	Slots int
+	// Ceiling is the most slots one key may hold (MAX_EXPENSIVE_PER_KEY,
+	// 0: none), for the runs that a slot this run frees may go to.
+	Ceiling int
 	// Queue and AsynqID name the asynq task of this delivery (a
 	// watchdog's copy has an ID of its own), which a run told to wait
 	// parks under, so that the next run of its owner to free a slot
@@ -132,6 +139,13 @@ type SlotRun struct {
 	Solve, CacheKey string
 	// Lease is how long the slot lasts unrenewed; 0 means SolveLease.
 	Lease time.Duration
+	// Slots is the cluster's solver slots, which the keys with expensive
+	// work share by weight (see Gate); 0 turns the sharing off, leaving
+	// only the ceiling (a last delivery, tests).
+	Slots int
+	// Ceiling is the most slots one key may hold (MAX_EXPENSIVE_PER_KEY,
+	// 0: none), for the runs that a slot this run frees may go to.
+	Ceiling int
 	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
 	Queue, AsynqID string
 	// Alone runs r even when an identical solve is in flight, rather than
