@@ -544,7 +544,7 @@ func strings2(v any) []string {
 func (s *Store) Admit(ctx context.Context, r worker.SolveRun, cap int) (worker.Admission, error) {
 	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve)}
 	res, err := s.runFair(ctx, admitScript, keys, []any{r.ID, r.Owner, leaseMS(r.LeaseOrDefault()),
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())},
+		int64(s.taskTTL / time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())},
 		r.Owner, r.Slots, cap)
 	v := strings2(res)
 	if err != nil || len(v) != 2 {
@@ -812,7 +812,7 @@ return p
 // (admitSlotScript).
 func (s *Store) AdmitSlot(ctx context.Context, r worker.SlotRun, cap int) (worker.SlotAdmission, error) {
 	res, err := s.runFair(ctx, admitSlotScript, []string{s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
-		[]any{r.Slot, leaseMS(r.LeaseOrDefault()), r.Owner, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now()), alone(r.Alone)},
+		[]any{r.Slot, leaseMS(r.LeaseOrDefault()), r.Owner, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL / time.Second), nowNS(s.now()), alone(r.Alone)},
 		r.Owner, r.Slots, cap)
 	v, _ := res.([]any)
 	if err != nil || len(v) != 2 {
