@@ -43,8 +43,9 @@ import (
 //
 // KEYS[kb] the registered keys (keys.gateOwners)
 // KEYS[kb+1] the keys' weights (keys.gateWeights)
-// KEYS[kb+2i], KEYS[kb+2i+1] for i = 1..n: key i's slots
-// (keys.ownerRunning) and parked runs (keys.ownerParked)
+// KEYS[kb+3i-1], KEYS[kb+3i], KEYS[kb+3i+1] for i = 1..n: key i's
+// slots (keys.ownerRunning), parked runs (keys.ownerParked) and promoted
+// runs (keys.ownerPromoted)
 // ARGV[ab] S, the cluster's solver slots (0: no sharing)
 // ARGV[ab+1] the hard ceiling of slots per key (0: none)
 // ARGV[ab+2] n
@@ -69,7 +70,7 @@ local function fair_open(kb, ab)
   local G = {ok = KEYS[kb], wk = KEYS[kb + 1], S = tonumber(ARGV[ab]), cap = tonumber(ARGV[ab + 1]), list = {}, by = {}}
   local n = tonumber(ARGV[ab + 2])
   for i = 1, n do
-    local o = {name = ARGV[ab + 2 + i], sk = KEYS[kb + 2 * i], pk = KEYS[kb + 2 * i + 1], h = 0, r = 0, p = 0, w = 1, f = 0}
+    local o = {name = ARGV[ab + 2 + i], sk = KEYS[kb + 3 * i - 1], pk = KEYS[kb + 3 * i], mk = KEYS[kb + 3 * i + 1], h = 0, r = 0, p = 0, w = 1, f = 0}
     G.list[i] = o
     G.by[o.name] = o
   end
@@ -87,7 +88,7 @@ local function fair_count(G, now, keep)
   for _, o in ipairs(G.list) do
     redis.call('ZREMRANGEBYSCORE', o.sk, '-inf', now)
     o.h = redis.call('ZCARD', o.sk)
-    o.r = reserved(o.pk, '', now)
+    o.r = reserved(o.mk, '', now)
     o.p = redis.call('ZCARD', o.pk)
     o.w = tonumber(redis.call('HGET', G.wk, o.name)) or 1
     if o.w <= 0 then o.w = 1 end
@@ -145,7 +146,7 @@ local function fair_candidates(G)
 end
 local function fair_fill(G, now_ns)
   for _, o in ipairs(fair_candidates(G)) do
-    if promote(o.pk, now_ns, true) == 1 then return 1 end
+    if promote(o.pk, now_ns, o.mk) == 1 then return 1 end
   end
   return 0
 end
@@ -189,7 +190,7 @@ func (s *Store) runFair(ctx context.Context, sc *redis.Script, keys []string, ar
 		k := append(slices.Clip(keys), s.k.gateOwners(), s.k.gateWeights())
 		a := append(slices.Clip(args), slots, ceiling, len(names))
 		for _, n := range names {
-			k = append(k, s.k.ownerRunning(n), s.k.ownerParked(n))
+			k = append(k, s.k.ownerRunning(n), s.k.ownerParked(n), s.k.ownerPromoted(n))
 			a = append(a, n)
 		}
 		v, err := sc.Run(ctx, s.rdb, k, a...).Result()

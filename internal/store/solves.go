@@ -59,9 +59,9 @@ end
 // that is never promoted still runs when its retry delay ends.
 //
 // promote(parked key, now in Unix nanoseconds as asynq writes
-// pending_since, mark) returns 1 when it moved a run. With mark (a slot
-// was freed for the run) the run's member is also written to the parked
-// key's ":promoted" set, until its admission: a promoted run that then
+// pending_since, promoted key or nil) returns 1 when it moved a run. With
+// the owner's promoted key (keys.ownerPromoted: a slot was freed for the
+// run) the run's member is also written there, until its admission: a promoted run that then
 // takes no slot hands it on (passLua), and only such a run does. The
 // entry also reserves the slot for the run for one worker.SolveLease
 // (reserved, which every admission adds to the owner's live slots), and
@@ -72,18 +72,17 @@ end
 // run parks again, at the back of the line, at every release for as long
 // as the key's work keeps coming (TestPromotedRunKeepsItsSlot). A
 // reservation whose run never comes to its admission lapses like a dead
-// worker's slot (TestPromotionReservationLapses). A move without mark
+// worker's slot (TestPromotionReservationLapses). A move without it
 // (promote_all: a solve's waiting items) reserves nothing and goes to the
 // tail.
 //
-// reserved(parked key, a run's parked member or "", now in Unix ms)
+// reserved(promoted key, a run's parked member or "", now in Unix ms)
 // counts the reservations of the owner's promoted runs other than that
 // member's.
 var promoteLua = `
 local wait_msg = [==[` + worker.WaitMessage + `]==]
 local reserve_ms = ` + strconv.FormatInt(worker.SolveLease.Milliseconds(), 10) + `
-local function reserved(pk, member, now)
-  local mk = pk .. ':promoted'
+local function reserved(mk, member, now)
   local from = now - reserve_ms
   local n = redis.call('ZCOUNT', mk, from, '+inf')
   if member ~= '' then
@@ -92,7 +91,7 @@ local function reserved(pk, member, now)
   end
   return n
 end
-local function promote(pk, now_ns, mark)
+local function promote(pk, now_ns, mk)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
@@ -109,14 +108,13 @@ local function promote(pk, now_ns, mark)
     local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
     if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
     if waited and redis.call('ZREM', base .. 'retry', id) == 1 then
-      if mark then
+      if mk then
         redis.call('RPUSH', base .. 'pending', id)
       else
         redis.call('LPUSH', base .. 'pending', id)
       end
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
-      if mark then
-        local mk = pk .. ':promoted'
+      if mk then
         local t = redis.call('TIME')
         local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         redis.call('ZREMRANGEBYSCORE', mk, '-inf', ms - 3600000)
@@ -148,7 +146,7 @@ end
 // pass(G, owner, member, now_ns) is for a run that takes no slot after
 // all (its task or item ended, was canceled or cached while it was
 // parked; or it joined a solve in flight): it leaves its owner's parked
-// set and, if a freed slot promoted it (its member is in the ":promoted"
+// set and, if a freed slot promoted it (its member is in the owner's promoted
 // set, see promoteLua), gives the slot on. A run that came back by its
 // retry delay, or from a solve's parked set, hands on nothing: no slot
 // was freed for it. Without it such a run would end a chain of
@@ -177,9 +175,9 @@ local function give(G, owner, now_ns, freed)
   if G.S == 0 then
     if not freed then
       redis.call('ZREMRANGEBYSCORE', a.sk, '-inf', now)
-      if G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.pk, '', now) >= G.cap then return 0 end
+      if G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.mk, '', now) >= G.cap then return 0 end
     end
-    return promote(a.pk, now_ns, true)
+    return promote(a.pk, now_ns, a.mk)
   end
   fair_count(G, now, nil)
   shares(G, nil, 0)
@@ -189,7 +187,7 @@ local function pass(G, owner, member, now_ns)
   if member == '' then return 0 end
   local a = G.by[owner]
   redis.call('ZREM', a.pk, member)
-  if redis.call('ZREM', a.pk .. ':promoted', member) == 0 then return 0 end
+  if redis.call('ZREM', a.mk, member) == 0 then return 0 end
   return give(G, owner, now_ns, false)
 end
 local function may(G, owner, slot, member, now)
@@ -198,7 +196,7 @@ local function may(G, owner, slot, member, now)
   if redis.call('ZSCORE', a.sk, slot) then return true end
   local mine = 0
   if member ~= '' then
-    local at = redis.call('ZSCORE', a.pk .. ':promoted', member)
+    local at = redis.call('ZSCORE', a.mk, member)
     if at and tonumber(at) >= now - reserve_ms then mine = 1 end
   end
   a.r = a.r - mine
@@ -213,7 +211,7 @@ end
 local function refill(G, owner, now_ns, ran)
   local a = G.by[owner]
   if G.S == 0 then
-    if ran and G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.pk, '', clock()) < G.cap then promote(a.pk, now_ns, true) end
+    if ran and G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.mk, '', clock()) < G.cap then promote(a.pk, now_ns, a.mk) end
     return
   end
   fair_count(G, clock(), owner)
@@ -304,14 +302,14 @@ if not may(G, owner, ARGV[1], ARGV[8], now) then
     fair_register(G, owner)
     redis.call('ZADD', pk, 'NX', now, ARGV[8])
     redis.call('EXPIRE', pk, ARGV[4])
-    redis.call('ZREM', pk .. ':promoted', ARGV[8])
+    redis.call('ZREM', G.by[owner].mk, ARGV[8])
   end
   refill(G, owner, ARGV[9], false)
   return {'wait', tostring(w)}
 end
 if ARGV[8] ~= '' then
   redis.call('ZREM', pk, ARGV[8])
-  redis.call('ZREM', pk .. ':promoted', ARGV[8])
+  redis.call('ZREM', G.by[owner].mk, ARGV[8])
 end
 local lease = tonumber(ARGV[3])
 local sk = G.by[owner].sk
@@ -707,7 +705,7 @@ if not may(G, owner, ARGV[1], ARGV[4], now) then
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('ZADD', pk, 'NX', now, ARGV[4])
   redis.call('EXPIRE', pk, ARGV[5])
-  redis.call('ZREM', pk .. ':promoted', ARGV[4])
+  redis.call('ZREM', G.by[owner].mk, ARGV[4])
   refill(G, owner, ARGV[6], false)
   return {'wait', redis.call('ZRANK', pk, ARGV[4]) + 1}
 end
@@ -718,7 +716,7 @@ redis.call('PEXPIRE', sk, lease)
 if not lead or lead == ARGV[1] then redis.call('SET', KEYS[2], ARGV[1], 'PX', lease) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', pk, ARGV[4])
-  redis.call('ZREM', pk .. ':promoted', ARGV[4])
+  redis.call('ZREM', G.by[owner].mk, ARGV[4])
   redis.call('ZREM', KEYS[3], ARGV[4])
 end
 refill(G, owner, ARGV[6], true)
