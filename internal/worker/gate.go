@@ -18,12 +18,15 @@ import (
 //     task whose puzzle is being solved by another run joins that run: it
 //     is ended with the same result or failure when the solve ends, and
 //     its own delivery returns at once, so it holds no slot.
-//   - A cap per API key on expensive runs holding a slot, single tasks and
-//     batch items alike, so that one key's hard puzzles never take every
-//     slot. A run over the cap is not failed: it is parked and returns a
-//     WaitError, which asynq turns into a retry after WaitError.In without
-//     counting it as a failure (see IsWait); the next run of the key to
-//     free a slot moves it back onto its queue at once.
+//   - A fair share of the cluster's solver slots per API key, single
+//     tasks and batch items alike: the keys with expensive work share
+//     them by weighted max-min fairness, so a key alone may use every
+//     slot and competing keys get slots in proportion to their weights,
+//     with an optional hard ceiling per key. A run over its share is not
+//     failed: it is parked and returns a WaitError, which asynq turns
+//     into a retry after WaitError.In without counting it as a failure
+//     (see IsWait); a freed slot moves the parked run of the most
+//     under-served key back onto its queue at once.
 //
 // Both are leases in Redis that the running worker renews every
 // SolveLease/3. When a worker dies, any run of the same task record takes
@@ -175,12 +178,19 @@ type SlotAdmission struct {
 
 // Gate admits expensive runs; *store.Store satisfies it.
 //
-// A run over its owner's cap is parked: its asynq task waits out a retry
-// delay, and the next run of the same owner to free a slot (FinishSolve,
-// ReleaseSolve, ReleaseSlot) moves the longest-parked one back onto its
-// queue at once. So a capped key's work runs as fast as its slots free
-// up, and the retry delay matters only when no run frees one (a worker
-// died holding it, and its lease ran out).
+// With a run's Slots set (the cluster's solver slots, S), a run takes a
+// slot when one is free cluster-wide and its owner holds fewer than its
+// weighted max-min fair share of S between the keys with expensive work
+// (their demand: slots held and runs parked), and under the ceiling (the
+// cap argument; 0: none). A run that may not is parked: its asynq task
+// waits out a retry delay, and the run that frees a slot (FinishSolve,
+// ReleaseSolve, ReleaseSlot) or hands one on (PassSlot) moves the
+// longest-parked run of the key holding the fewest slots per unit of
+// weight among those under their share back onto its queue at once. So
+// waiting work runs as fast as slots free up, and the retry delay
+// matters only when no run frees one (a worker died holding it, and its
+// lease ran out). With Slots 0 only the ceiling holds a key back, and a
+// freed slot goes to its own key's longest-parked run.
 type Gate interface {
 	// Admit decides what a run does, and for VerdictRun takes its slot
 	// and its in-flight solve for SolveLease; cap is the owner's most
