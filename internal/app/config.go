@@ -392,14 +392,14 @@ type WorkerSettings struct {
 	// sees (which the watchdog does not take for a death) costs at most
 	// a restart of what ran. Default 5s; 0 never stops.
 	CutOffAfter time.Duration
-	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
-	// sweeps, sliding boards over 9 cells) of one API key that run at
-	// once, cluster-wide, so that one key's hard puzzles cannot hold
-	// every slot while cheap tasks of other keys wait behind them. A task
-	// over the cap is not failed: it waits and is retried (README,
-	// "Expensive work"). Default 0: half of the slots of the workers
-	// registered with asynq (the sum of their concurrency), at least 1,
-	// re-read every 10 s.
+	// MaxExpensivePerKey is a hard ceiling on the expensive tasks
+	// (puzzle.Cheap false: sweeps, sliding boards over 9 cells) of one
+	// API key that run at once, cluster-wide, for operators who want one.
+	// Without it (0, the default) a key's share follows the competition:
+	// the keys with expensive work share the slots of the workers
+	// registered with asynq by weight, and a key alone may use them all
+	// (README, "Expensive work"). A task over its share or the ceiling is
+	// not failed: it waits and is promoted when a slot frees.
 	MaxExpensivePerKey int
 }
 
@@ -414,7 +414,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
 	s.Duration(&w.CutOffAfter, "WORKER_CUTOFF_AFTER", "5s", "how long heartbeats may fail before the worker stops its running tasks (0: never)")
-	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
+	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "hard ceiling of one key's expensive tasks running at once (0: none; the keys share the slots by weight)")
 }
 
 func (w *WorkerSettings) validate() error {
@@ -472,14 +472,10 @@ func (w *WorkerSettings) concurrency() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// expensiveCap is the per-key cap of expensive runs: MAX_EXPENSIVE_PER_KEY,
-// or by default half of the cluster's slots (the concurrency of each
-// registered worker; this worker's own when none is known yet), at
-// least 1.
-func (w *WorkerSettings) expensiveCap(slots []int) int {
-	if w.MaxExpensivePerKey > 0 {
-		return w.MaxExpensivePerKey
-	}
+// clusterSlots is the solver slots that the keys with expensive work
+// share: the concurrency of each registered worker, or this worker's own
+// when none is known yet.
+func (w *WorkerSettings) clusterSlots(slots []int) int {
 	total := 0
 	for _, n := range slots {
 		total += n
@@ -487,7 +483,7 @@ func (w *WorkerSettings) expensiveCap(slots []int) int {
 	if total == 0 {
 		total = w.concurrency()
 	}
-	return max(1, total/2)
+	return total
 }
 
 func (w *WorkerSettings) weights() map[string]int {

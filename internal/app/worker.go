@@ -56,10 +56,13 @@ type Worker struct {
 	// 6-6-3, why; /readyz shows it.
 	pdbNote  atomic.Pointer[string]
 	ownsConn bool
-	// expCap is the per-key cap of expensive runs in force (see
-	// WorkerSettings.MaxExpensivePerKey); with the default it follows
-	// the cluster's slots (watchSlots).
+	// expCap is the hard ceiling of one key's expensive runs
+	// (WorkerSettings.MaxExpensivePerKey, 0: none).
 	expCap atomic.Int64
+	// solverSlots is the cluster's solver slots, which the keys with
+	// expensive work share by weight; it follows the workers registered
+	// with asynq (watchSlots).
+	solverSlots atomic.Int64
 }
 
 // NewWorker connects to Redis and binds the health listener. Run starts
@@ -95,15 +98,20 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	loadScripts(w.store, log)
 	m := worker.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "puzzleq_expensive_cap", Help: "Expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY).",
+		Name: "puzzleq_expensive_cap", Help: "Hard ceiling of the expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY; 0: none).",
 	}, func() float64 { return float64(w.expCap.Load()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "puzzleq_solver_slots", Help: "Solver slots of the cluster as this worker knows them, which the API keys with expensive work share by weight.",
+	}, func() float64 { return float64(w.solverSlots.Load()) }))
 	h := worker.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
 	// so it never runs dry while a batch waits.
 	h.SetFeed(w.store, cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
-	w.expCap.Store(int64(cfg.expensiveCap(nil)))
+	w.expCap.Store(int64(cfg.MaxExpensivePerKey))
+	w.solverSlots.Store(int64(cfg.clusterSlots(nil)))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
+	h.SetSlots(func() int { return int(w.solverSlots.Load()) })
 	w.mux = asynq.NewServeMux()
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
@@ -348,9 +356,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: start the webhook server: %w", err)
 	}
 	w.ready.Store(true)
-	if w.cfg.MaxExpensivePerKey == 0 {
-		go w.watchSlots(lctx)
-	}
+	go w.watchSlots(lctx)
 	httpErr := make(chan error, 1)
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
@@ -388,14 +394,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	return runErr
 }
 
-// slotsEvery is how often a worker with the default per-key cap re-reads
-// the cluster's slots: a few Redis commands per worker, and a cluster
+// slotsEvery is how often a worker re-reads the cluster's slots: a few Redis commands per worker, and a cluster
 // that scales follows within this long.
 const slotsEvery = 10 * time.Second
 
-// watchSlots keeps the per-key cap of expensive runs at half the slots of
+// watchSlots keeps the solver slots that the keys share at the slots of
 // the workers registered with asynq, until ctx ends. A failed read keeps
-// the cap in force.
+// the last count.
 func (w *Worker) watchSlots(ctx context.Context) {
 	insp := asynq.NewInspectorFromRedisClient(w.rdb)
 	// Workers of a new deployment start within moments of each other, so
@@ -411,8 +416,8 @@ func (w *Worker) watchSlots(ctx context.Context) {
 					slots = append(slots, s.Concurrency)
 				}
 			}
-			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
-				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(slots))
+			if c := int64(w.cfg.clusterSlots(slots)); c != w.solverSlots.Swap(c) {
+				w.log.Info("solver slots shared by the keys with expensive work", "solver_slots", c, "workers", len(slots))
 			}
 		}
 		select {

@@ -196,13 +196,26 @@ func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + o
 // that frees a slot moves the longest-waiting of them from asynq's retry
 // set back onto its queue at once (promoteLua), so a capped key's work
 // goes on as fast as its slots allow rather than at its retry delay.
-// Beside it, ownerParked(owner)+":promoted" holds the members a freed slot
-// promoted, scored by the Unix millisecond of the promotion, until their
-// admission (scripts name it from this key): one which then takes no
-// slot hands the slot on (passLua), and for a SolveLease after its
-// promotion the slot is reserved for it, counted against the cap of the
-// owner's other runs (promoteLua).
 func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
+
+// ownerPromoted is a sorted set of the members of ownerParked that a
+// freed slot promoted, scored by the Unix millisecond of the promotion,
+// until their admission: one which then takes no slot hands the slot on
+// (passLua), and for a SolveLease after its promotion the slot is
+// reserved for it, counted as held by its owner (promoteLua).
+func (k keys) ownerPromoted(owner string) string { return k.ownerParked(owner) + ":promoted" }
+
+// gateOwners is a sorted set of the API keys with expensive work (member
+// = the key's name, score 0): every key holding, reserving or parked for
+// a slot is in it, so that the scripts that share the slots (fairLua)
+// know whom they share between. A key with none of the three leaves it
+// at the next such script.
+func (k keys) gateOwners() string { return k.prefix + "gate:owners" }
+
+// gateWeights is a hash of the API keys' weights in the share of slots
+// (field = the key's name, value = its weight; 1 when absent), written by
+// the API at start from API_KEYS_FILE (Store.SetWeights).
+func (k keys) gateWeights() string { return k.prefix + "gate:weights" }
 
 // parkedMember is a run's member of ownerParked: its asynq queue and task
 // ID, tab-separated (neither holds a tab). "" when the run has no asynq
