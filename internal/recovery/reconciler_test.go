@@ -14,13 +14,13 @@ import (
 // The reconciler's tests run it on a real Redis against a real asynq
 // queue, with batches staged through the store (feedStack, stack_test.go).
 
-// queued lists the task IDs waiting on the bulk queue, failing on one
-// queued twice.
+// queued lists the task IDs waiting on the cheap lane's bulk queue, where
+// the chunks' units of cheap items go, failing on one queued twice.
 func (s *feedStack) queued(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	for page := 1; ; page++ {
-		ts, err := s.insp.ListPendingTasks(tasks.QueueBulk, asynq.Page(page), asynq.PageSize(100))
+		ts, err := s.insp.ListPendingTasks(tasks.QueueCheapBulk, asynq.Page(page), asynq.PageSize(100))
 		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 			t.Fatal(err)
 		}
@@ -48,11 +48,11 @@ func TestReconcilerReenqueuesStaleUnits(t *testing.T) {
 	s := newFeedStack(t)
 	ctx := context.Background()
 	id := s.stage(t, 6, 2)
-	refs, err := s.st.Feed(ctx, tasks.QueueBulk, 64, 64)
+	refs, err := s.st.Feed(ctx, tasks.QueueCheapBulk, 64, 64)
 	if err != nil || len(refs) != 3 {
 		t.Fatalf("feed: %v %v, want the batch's 3 units", refs, err)
 	}
-	u0, err := tasks.NewUnitTask(refs[0], tasks.QueueBulk)
+	u0, err := tasks.NewUnitTask(refs[0], tasks.QueueCheapBulk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestReconcilerFeedsACommittedBatch(t *testing.T) {
 		if !q[tid] {
 			t.Fatalf("unit c%d, first in the feed, not queued: %v", j, q)
 		}
-		if err := s.insp.DeleteTask(tasks.QueueBulk, tid); err != nil {
+		if err := s.insp.DeleteTask(tasks.QueueCheapBulk, tid); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,10 +1,12 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -115,22 +117,44 @@ func units(refs []tasks.UnitRef) []string {
 	return out
 }
 
-// feedAll takes every unit from the feed (no asynq queue: depth is
-// large), in as many Feed calls as it takes.
+// feedAll takes every unit from both feeds (no asynq queue: depth is
+// large), in as many Feed calls as it takes, and returns them in fair
+// order (their scores in the feeds): each call takes the cheap lane's
+// units and the solvers' of one window.
 func (e *env) feedAll(t *testing.T) []tasks.UnitRef {
 	t.Helper()
 	var all []tasks.UnitRef
 	for range 1000 {
+		score := map[string]float64{}
+		for _, f := range []string{"feed", "feed:cheap"} {
+			for _, z := range e.rdb.ZRangeWithScores(e.ctx, e.prefix+f, 0, -1).Val() {
+				score[z.Member.(string)] = z.Score
+			}
+		}
+		cheapRefs, err := e.s.FeedCheap(e.ctx, "nonec-"+e.prefix, 1<<30, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
 		refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
+		refs = append(refs, cheapRefs...)
+		// A unit a refill moved in this call was in no feed before it;
+		// it comes after those that were, as its score does.
+		at := func(r tasks.UnitRef) float64 {
+			if s, ok := score[r.Member()]; ok {
+				return s
+			}
+			return math.Inf(1)
+		}
+		slices.SortStableFunc(refs, func(a, b tasks.UnitRef) int { return cmp.Compare(at(a), at(b)) })
 		all = append(all, refs...)
-		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 {
+		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed:cheap").Val() == 0 {
 			return all
 		}
 	}
-	t.Fatal("the feed did not drain in 1000 calls")
+	t.Fatal("the feeds did not drain in 1000 calls")
 	return nil
 }
 
@@ -677,7 +701,7 @@ func TestCancelBatch(t *testing.T) {
 	}
 	items[5] = own(`{}`)
 	e.commit(t, store.CommitBatch{ID: id, Owner: "bob"}, 4, items)
-	fed, err := e.s.Feed(e.ctx, "none", 100, 1)
+	fed, err := e.s.FeedCheap(e.ctx, "none", 100, 1)
 	if err != nil || len(fed) != 1 || fed[0].Unit != "c0" {
 		t.Fatalf("fed %v %v", fed, err)
 	}
@@ -784,14 +808,21 @@ func TestCommandsPerItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	trips := 0
-	for {
-		refs, err := s.Feed(ctx, "none", 100, 100)
+	for cheapLane := false; ; cheapLane = !cheapLane {
+		feed := s.Feed
+		if cheapLane {
+			feed = s.FeedCheap
+		}
+		refs, err := feed(ctx, "none", 100, 100)
 		trips++
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(refs) == 0 {
-			break
+			if cheapLane && rdb.ZCard(ctx, "pq:feed").Val()+rdb.ZCard(ctx, "pq:feed:cheap").Val() == 0 {
+				break
+			}
+			continue
 		}
 		// Onto a queue the feed does not measure, as if workers had
 		// taken them off at once.

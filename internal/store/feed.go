@@ -47,12 +47,17 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 // unit then makes one feed of several units every few units, not a feed,
 // an enqueue and an acknowledgement per unit.
 func (s *Store) FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]tasks.UnitRef, error) {
+	return s.feedInto(ctx, s.feedFor(queue), queue, low, depth, max)
+}
+
+// feedInto is FeedBelow from the feed fk.
+func (s *Store) feedInto(ctx context.Context, fk, queue string, low, depth, max int) ([]tasks.UnitRef, error) {
 	if max <= 0 || depth <= 0 || low <= 0 {
 		return nil, nil
 	}
 	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
-		[]string{s.feedFor(queue), s.k.feeding(), s.k.feedVT(), asynqdata.PendingKey(queue), s.k.backlog(),
+		[]string{fk, s.k.feeding(), s.k.feedVT(), asynqdata.PendingKey(queue), s.k.backlog(),
 			s.k.feed(), s.k.cheapFeed()},
 		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth)).StringSlice()
 	if err != nil {
