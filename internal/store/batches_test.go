@@ -1333,3 +1333,79 @@ func TestEnqueueFedOverAsynqStates(t *testing.T) {
 		t.Errorf("the once-running unit: %+v %v, want pending", info, err)
 	}
 }
+
+// TestUnitsTakeTheirLanes: a batch's chunk units of cheap items go to the
+// cheap lane's feed and its items' own units to the solvers' feed, window
+// after window, and each lane drains its feed alone: the cheap lane gets
+// every chunk unit while the solvers' feed is never fed (searches filling
+// the bulk queue), then the solvers' lane gets every own unit. An
+// abandoned commit takes its units out of both feeds.
+func TestUnitsTakeTheirLanes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	const n = 2600 // 1,300 chunks of a cheap and an own item: 2,600 units, three windows
+	items := make([]store.StagedItem, n)
+	for i := range items {
+		items[i] = cheap(`{}`)
+		if i%2 == 1 {
+			items[i] = own(`{}`)
+		}
+	}
+	id := bid("lanes")
+	e.commit(t, store.CommitBatch{ID: id, Owner: "l"}, 2, items)
+	drain := func(feed func(context.Context, string, int, int) ([]tasks.UnitRef, error), queue string) []tasks.UnitRef {
+		var all []tasks.UnitRef
+		for range 100 {
+			refs, err := feed(e.ctx, queue, 1<<30, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(refs) == 0 {
+				return all
+			}
+			all = append(all, refs...)
+		}
+		t.Fatal("a feed did not drain in 100 calls")
+		return nil
+	}
+	chunks := drain(e.s.FeedCheap, "lane-c-"+e.prefix)
+	if len(chunks) != n/2 {
+		t.Fatalf("the cheap lane got %d units, want the %d chunks' units", len(chunks), n/2)
+	}
+	for j, r := range chunks {
+		if r.Unit != tasks.ChunkUnit(j) || tasks.UnitQueue(r.Unit) != tasks.QueueCheapBulk {
+			t.Fatalf("cheap lane unit %d is %s, want %s", j, r.Unit, tasks.ChunkUnit(j))
+		}
+	}
+	owns := drain(e.s.Feed, "lane-x-"+e.prefix)
+	if len(owns) != n/2 {
+		t.Fatalf("the solvers' lane got %d units, want the %d own units", len(owns), n/2)
+	}
+	for k, r := range owns {
+		if r.Unit != tasks.OwnUnit(2*k+1) || tasks.UnitQueue(r.Unit) != tasks.QueueBulk {
+			t.Fatalf("solvers' lane unit %d is %s, want %s", k, r.Unit, tasks.OwnUnit(2*k+1))
+		}
+	}
+	for _, f := range []string{"feed", "feed:cheap"} {
+		if left := e.rdb.ZCard(e.ctx, e.prefix+f).Val(); left != 0 {
+			t.Fatalf("%s holds %d members once both lanes drained", f, left)
+		}
+	}
+
+	// An abandoned commit of a mixed batch leaves neither feed holding
+	// its units or its refill marks.
+	aid := bid("lanes-abandon")
+	cb := store.CommitBatch{ID: aid, Owner: "a"}
+	w := e.stage(t, aid, 2, items)
+	if err := e.s.CommitBatch(e.ctx, w, cb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.s.AbandonCommit(e.ctx, w, cb); err != nil || got != store.BatchAbandoned {
+		t.Fatalf("abandon: %d %v", got, err)
+	}
+	for _, f := range []string{"feed", "feed:cheap"} {
+		if left := e.rdb.ZCard(e.ctx, e.prefix+f).Val(); left != 0 {
+			t.Fatalf("%s holds %d members of an abandoned batch", f, left)
+		}
+	}
+}
