@@ -349,7 +349,8 @@ type WorkerSettings struct {
 	// QueueWeights are asynq's queue priorities. Default
 	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
 	// Webhook deliveries are not among them: they have slots of their own
-	// (WebhookConcurrency).
+	// (WebhookConcurrency), and so has the cheap lane (CheapConcurrency),
+	// whose two queues take the interactive and bulk weights.
 	QueueWeights string
 	// WebhookConcurrency is how many webhook deliveries a worker runs at
 	// once, on slots of their own apart from Concurrency's: a delivery
