@@ -1409,3 +1409,46 @@ func TestUnitsTakeTheirLanes(t *testing.T) {
 		}
 	}
 }
+
+// TestCheapLaneFairness: in the cheap lane as in the solvers', a key's
+// chunks sent after another key's 1,500 come out within the next feeds,
+// not after them, though the solvers' feed never moves; and a batch of
+// cheap items leaves no refill mark in the solvers' feed, whose feeds
+// would otherwise move its windows ahead of the cheap lane.
+func TestCheapLaneFairness(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	big := make([]store.StagedItem, 1500)
+	for i := range big {
+		big[i] = cheap(`{}`)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("ca"), Owner: "ca"}, 1, big)
+	if n := e.rdb.ZCard(e.ctx, e.prefix+"feed").Val(); n != 0 {
+		t.Fatalf("a batch of cheap items put %d members in the solvers' feed", n)
+	}
+	queue := "cq-" + e.prefix
+	if first, err := e.s.FeedCheap(e.ctx, queue, 10, 10); err != nil || len(first) != 10 {
+		t.Fatalf("first feed: %d %v", len(first), err)
+	}
+	// The solvers' lane feeds too, as workers do after each unit; it
+	// has nothing, and must move nothing.
+	if refs, err := e.s.Feed(e.ctx, "q-"+e.prefix, 10, 10); err != nil || len(refs) != 0 {
+		t.Fatalf("the solvers' feed gave %v %v", refs, err)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("cb"), Owner: "cb"}, 1, []store.StagedItem{cheap(`{}`), cheap(`{}`), cheap(`{}`)})
+	seen := 0
+	for range 2 {
+		refs, err := e.s.FeedCheap(e.ctx, queue, 1000, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs {
+			if r.BatchID == bid("cb") {
+				seen++
+			}
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("only %d of cb's 3 chunks came out in the 10 units after it was sent", seen)
+	}
+}

@@ -57,7 +57,7 @@ func (s *Store) feedInto(ctx context.Context, fk, queue string, low, depth, max 
 	}
 	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
-		[]string{fk, s.k.feeding(), s.k.feedVT(), asynqdata.PendingKey(queue), s.k.backlog(),
+		[]string{fk, s.k.feeding(), s.laneVT(fk == s.k.cheapFeed()), asynqdata.PendingKey(queue), s.k.backlog(),
 			s.k.feed(), s.k.cheapFeed()},
 		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth)).StringSlice()
 	if err != nil {
@@ -73,6 +73,16 @@ func (s *Store) feedFor(queue string) string {
 		return s.k.cheapFeed()
 	}
 	return s.k.feed()
+}
+
+// laneVT is the virtual time of the cheap lane's feed when cheap is true,
+// of the solvers' otherwise: a batch whose units all run in the cheap
+// lane starts where that lane's feed is (docs/batches.md, Fairness).
+func (s *Store) laneVT(cheap bool) string {
+	if cheap {
+		return s.k.cheapFeedVT()
+	}
+	return s.k.feedVT()
 }
 
 // parseMembers reads feed members; one that cannot be read (never written
@@ -168,9 +178,10 @@ func (s *Store) StaleFed(ctx context.Context, before time.Time, limit int) ([]ta
 // refill(list, feed, cfeed, batch, base, moved, units, w) pops up to w
 // units from the batch's list into the feeds, a chunk's shared unit of
 // cheap items into the cheap lane's feed cfeed and an item's own unit
-// into feed (lane), puts the next refill mark in both feeds when units
-// remain, so that neither lane waits on the other to move the batch on,
-// and returns how many units have moved.
+// into feed (lane), puts the next refill mark, when units remain, in each
+// feed that took units of this window, so that the lane that reaches the
+// window's middle first moves the batch on and neither waits on the
+// other, and returns how many units have moved.
 // backlogLua keeps the backlog (keys.backlog): one member per
 // backlogUnits units of a batch not yet fed, so that its cardinality,
 // which is all KEDA's redis scaler can read, counts every waiting unit
@@ -208,7 +219,7 @@ end
 const feedLua = backlogLua + laneLua + `
 local function refill(list, feed, cfeed, batch, base, moved, units, w)
   local take = math.min(w, units - moved)
-  local done = 0
+  local done, inFeed, inCheap = 0, false, false
   while done < take do
     local ms = redis.call('LPOP', list, math.min(1000, take - done))
     if not ms then break end
@@ -219,14 +230,14 @@ local function refill(list, feed, cfeed, batch, base, moved, units, w)
       t[#t + 1] = string.format('%d', base + moved + done + i)
       t[#t + 1] = ms[i]
     end
-    if #z > 0 then redis.call('ZADD', feed, unpack(z)) end
-    if #c > 0 then redis.call('ZADD', cfeed, unpack(c)) end
+    if #z > 0 then redis.call('ZADD', feed, unpack(z)); inFeed = true end
+    if #c > 0 then redis.call('ZADD', cfeed, unpack(c)); inCheap = true end
     done = done + #ms
   end
   if done > 0 and moved + done < units then
     local at = string.format('%d.5', base + moved + math.ceil(done / 2))
-    redis.call('ZADD', feed, at, batch .. '/+')
-    redis.call('ZADD', cfeed, at, batch .. '/+')
+    if inFeed then redis.call('ZADD', feed, at, batch .. '/+') end
+    if inCheap then redis.call('ZADD', cfeed, at, batch .. '/+') end
   end
   return moved + done
 end
@@ -303,8 +314,8 @@ return #members
 //
 // KEYS[1] the feed taken from: KEYS[6] or KEYS[7]
 // KEYS[2] feeding
-// KEYS[3] feed:vt, set to the last score taken when KEYS[1] is the
-// solvers' feed
+// KEYS[3] the taken feed's virtual time (feed:vt or feed:cheap:vt), set
+// to the last score taken
 // KEYS[4] the queue's asynq pending list
 // KEYS[5] backlog
 // KEYS[6] the solvers' feed
@@ -377,7 +388,7 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
   end
   if #z > 0 then redis.call('ZADD', KEYS[2], unpack(z)) end
 end
-if last and KEYS[1] == KEYS[6] then redis.call('SET', KEYS[3], last) end
+if last then redis.call('SET', KEYS[3], last) end
 local per = tonumber(ARGV[9])
 for id, k in pairs(fedBy) do
   local bk = ARGV[4] .. id

@@ -130,9 +130,13 @@ func (k keys) feeding() string { return k.prefix + "feeding" }
 // waiting work, not only the feed's current window.
 func (k keys) backlog() string { return k.prefix + "backlog" }
 
-// feedVT is a string holding the score of the last unit taken from feed
-// (the solvers' feed: a new owner's batch starts there in both feeds).
+// feedVT is a string holding the score of the last unit taken from feed:
+// a new owner's batch starts there, unless all its units are cheap.
 func (k keys) feedVT() string { return k.prefix + "feed:vt" }
+
+// cheapFeedVT is feedVT of cheapFeed: a new owner's batch of cheap items
+// only starts there.
+func (k keys) cheapFeedVT() string { return k.prefix + "feed:cheap:vt" }
 
 // workers is a sorted set of the workers that heartbeat, scored by the
 // time each wrote with its last beat (Unix ms, by its own clock): the

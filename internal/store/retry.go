@@ -80,7 +80,8 @@ return n
 // KEYS[2] res hash of the chunk
 // KEYS[3] feed
 // KEYS[4] the owner's virtual time
-// KEYS[5] feed:vt
+// KEYS[5] the virtual time the units start from: feed:vt, or the cheap
+// lane's when the chunk's unit alone is fed
 // KEYS[6] backlog
 // KEYS[7] batch req hash
 // KEYS[8] the cheap lane's feed, which takes the chunk's unit (the own
@@ -262,6 +263,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 			return done, err
 		}
 		var cheap time.Duration
+		owns := false
 		args := append([]any{}, s.k.ownerAffixes()...)
 		args = append(args, b.ID, "", backlogUnits, j)
 		for _, ci := range infos {
@@ -271,6 +273,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 			own := ""
 			if ci.own {
 				own = tasks.UnitRef{BatchID: b.ID, Unit: tasks.OwnUnit(ci.Index), Timeout: timeout(ci.Kind, true) + unitMargin}.Member()
+				owns = true
 			} else {
 				cheap += timeout(ci.Kind, false)
 			}
@@ -281,7 +284,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 		}
 		args[5] = tasks.UnitRef{BatchID: b.ID, Unit: tasks.ChunkUnit(j), Timeout: cheap + unitMargin}.Member()
 		k, err := retryChunkScript.Run(ctx, s.rdb, []string{bk, s.k.batchRes(b.ID, j), s.k.feed(),
-			s.k.ownerVT(b.Owner), s.k.feedVT(), s.k.backlog(), s.k.batchReq(b.ID), s.k.cheapFeed()}, args...).Int()
+			s.k.ownerVT(b.Owner), s.laneVT(!owns), s.k.backlog(), s.k.batchReq(b.ID), s.k.cheapFeed()}, args...).Int()
 		if err != nil {
 			return done, fmt.Errorf("store: retry batch %s chunk %d: %w", b.ID, j, err)
 		}

@@ -35,7 +35,8 @@ import (
 //
 // KEYS[8] feed
 // KEYS[9] the owner's virtual time
-// KEYS[10] feed:vt
+// KEYS[10] the virtual time the batch starts from: feed:vt, or the cheap
+// lane's when every unit of the batch runs there (keys.cheapFeedVT)
 // KEYS[11] backlog
 // KEYS[12] the owner's batch index (keys.ownerBatches)
 // KEYS[13] the cheap lane's feed
@@ -134,7 +135,7 @@ local b = redis.call('HMGET', KEYS[1], 'units', 'chunks', 'base', 'moved')
 local units, chunks = tonumber(b[1]) or 0, tonumber(b[2]) or 0
 local base, moved = tonumber(b[3]) or 0, tonumber(b[4]) or 0
 local mark = ARGV[1] .. '/+'
-if moved < units and not (redis.call('ZSCORE', KEYS[8], mark) and redis.call('ZSCORE', KEYS[11], mark)) then return -1 end
+if moved < units and not (redis.call('ZSCORE', KEYS[8], mark) or redis.call('ZSCORE', KEYS[11], mark)) then return -1 end
 local mine, pre = {[KEYS[8]] = {}, [KEYS[11]] = {}}, ARGV[1] .. '/'
 local found = 0
 if moved > 0 then
@@ -238,6 +239,7 @@ type BatchWriter struct {
 
 	total int // items added
 	units int // units staged or buffered
+	owns  int // own units staged or buffered: the batch uses the solvers' lane
 	// kindSet holds the kinds of the items added, for the batch record.
 	kindSet map[puzzle.Kind]bool
 
@@ -307,6 +309,7 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
+		w.owns++
 	} else {
 		w.lines = append(w.lines, it.Request...)
 		w.kinds = append(w.kinds, kb)
@@ -504,7 +507,7 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 		return err
 	}
 	_, claim := s.claimOf(cb)
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT(), s.k.backlog(), s.k.ownerBatches(cb.Owner),
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.laneVT(w.owns == 0), s.k.backlog(), s.k.ownerBatches(cb.Owner),
 		s.k.cheapFeed())
 	chunks := (w.total + w.stride - 1) / w.stride
 	// With acks on, the confirmation goes in the same round trip: the
