@@ -11,6 +11,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -348,7 +349,8 @@ type WorkerSettings struct {
 	// QueueWeights are asynq's queue priorities. Default
 	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
 	// Webhook deliveries are not among them: they have slots of their own
-	// (WebhookConcurrency).
+	// (WebhookConcurrency), and so has the cheap lane (CheapConcurrency),
+	// whose two queues take the interactive and bulk weights.
 	QueueWeights string
 	// WebhookConcurrency is how many webhook deliveries a worker runs at
 	// once, on slots of their own apart from Concurrency's: a delivery
@@ -356,6 +358,14 @@ type WorkerSettings struct {
 	// receiver that never answers must not hold the solvers' slots.
 	// Default 4.
 	WebhookConcurrency int
+	// CheapConcurrency is how many cheap tasks (single sliding boards of
+	// up to 9 cells and fills, and batch units of such items) a worker
+	// runs at once, on slots of their own apart from Concurrency's, so
+	// that cheap work never waits behind searches that hold every solver
+	// slot. A cheap item takes microseconds, so a few slots carry a
+	// worker's share of them (docs/operations.md gives the measurement).
+	// Default 2.
+	CheapConcurrency int
 	// PDBDir holds the 15-puzzle's pattern databases: the 7-8 files
 	// built by puzzlectl pdb build, mapped read-only (shared through the
 	// page cache by every worker of the node), and the 6-6-3 ones (7.6
@@ -408,6 +418,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
 	s.Int(&w.WebhookConcurrency, "WEBHOOK_CONCURRENCY", "4", "webhook deliveries run at once, on slots of their own")
+	s.Int(&w.CheapConcurrency, "CHEAP_CONCURRENCY", "2", "cheap tasks (boards of up to 9 cells, fills) run at once, on slots of their own")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.String(&w.PDBSet, "PDB_SET", "78", "15-puzzle table set: 78 (mapped from PDB_DIR, else 663) or 663")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
@@ -452,6 +463,12 @@ func (w *WorkerSettings) validate() error {
 		if q == tasks.QueueWebhooks {
 			return fmt.Errorf("QUEUE_WEIGHTS: queue %q has slots of its own; set WEBHOOK_CONCURRENCY instead", q)
 		}
+		if slices.Contains(tasks.CheapQueues, q) {
+			return fmt.Errorf("QUEUE_WEIGHTS: queue %q has slots of its own; set CHEAP_CONCURRENCY instead", q)
+		}
+	}
+	if w.CheapConcurrency < 1 || w.CheapConcurrency > 256 {
+		return fmt.Errorf("CHEAP_CONCURRENCY: must be between 1 and 256, got %d", w.CheapConcurrency)
 	}
 	if w.WebhookConcurrency < 1 || w.WebhookConcurrency > 256 {
 		return fmt.Errorf("WEBHOOK_CONCURRENCY: must be between 1 and 256, got %d", w.WebhookConcurrency)
@@ -489,6 +506,14 @@ func (w *WorkerSettings) clusterSlots(slots []int) int {
 func (w *WorkerSettings) weights() map[string]int {
 	qw, _ := envflag.ParseWeights(w.QueueWeights)
 	return qw
+}
+
+// cheapWeights are the cheap lane's queue priorities: its singles and
+// its batch units weigh what the interactive and bulk queues do in
+// QUEUE_WEIGHTS.
+func (w *WorkerSettings) cheapWeights() map[string]int {
+	qw := w.weights()
+	return map[string]int{tasks.QueueCheap: qw[tasks.QueueInteractive], tasks.QueueCheapBulk: qw[tasks.QueueBulk]}
 }
 
 // WorkerConfig configures cmd/worker.

@@ -30,8 +30,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Worker is a running cmd/worker: an asynq server with puzzleq's handler,
-// another that delivers webhooks on slots of their own, a listener for
+// Worker is a running cmd/worker: an asynq server with puzzleq's handler
+// on the solver slots, another with the same handler on the cheap lane's
+// slots, another that delivers webhooks on slots of their own, a listener for
 // cancellations, and a health and metrics server.
 type Worker struct {
 	cfg   WorkerConfig
@@ -43,8 +44,12 @@ type Worker struct {
 	// whSrv and whMux deliver webhooks on slots of their own
 	// (WEBHOOK_CONCURRENCY), so deliveries that wait on slow receivers
 	// never hold a solver's slot.
-	whSrv    *asynq.Server
-	whMux    *asynq.ServeMux
+	whSrv *asynq.Server
+	whMux *asynq.ServeMux
+	// cheapSrv runs the cheap lane (tasks.CheapQueues) on slots of its
+	// own (CHEAP_CONCURRENCY) with the solvers' handler, so cheap work
+	// never waits behind searches that hold every solver slot.
+	cheapSrv *asynq.Server
 	cancels  *worker.Cancels
 	beat     *worker.Heartbeat
 	reg      *prometheus.Registry
@@ -128,27 +133,34 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 			log.Warn("redis health check failed", "err", err)
 		}
 	}
-	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:       cfg.concurrency(),
-		Queues:            cfg.weights(),
-		TaskCheckInterval: cfg.TaskCheckInterval,
-		// Move retried tasks back to pending every second, not every 5 s:
-		// crash and outage recovery goes through the retry set.
-		DelayedTaskCheckInterval: time.Second,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		ErrorHandler:             h.ErrorHandler(),
-		// An expensive task over its key's cap waits: asynq runs it again
-		// after the wait, and it counts as neither a retry nor a failure.
-		// So does a task whose writes the replicas did not confirm: it is
-		// done, and runs again only to confirm it.
-		IsFailure: func(err error) bool {
-			_, wait := worker.IsWait(err)
-			return !wait && !errors.Is(err, worker.ErrNotReplicated)
-		},
-		RetryDelayFunc:  retryDelay,
-		Logger:          asynqLogger{log.With(libraryKey, "asynq")},
-		HealthCheckFunc: healthCheck,
-	})
+	solverConfig := func(concurrency int, queues map[string]int, log *slog.Logger) asynq.Config {
+		return asynq.Config{
+			Concurrency:       concurrency,
+			Queues:            queues,
+			TaskCheckInterval: cfg.TaskCheckInterval,
+			// Move retried tasks back to pending every second, not every
+			// 5 s: crash and outage recovery goes through the retry set.
+			DelayedTaskCheckInterval: time.Second,
+			ShutdownTimeout:          cfg.ShutdownTimeout,
+			ErrorHandler:             h.ErrorHandler(),
+			// An expensive task over its key's cap waits: asynq runs it
+			// again after the wait, and it counts as neither a retry nor a
+			// failure. So does a task whose writes the replicas did not
+			// confirm: it is done, and runs again only to confirm it.
+			IsFailure: func(err error) bool {
+				_, wait := worker.IsWait(err)
+				return !wait && !errors.Is(err, worker.ErrNotReplicated)
+			},
+			RetryDelayFunc:  retryDelay,
+			Logger:          asynqLogger{log},
+			HealthCheckFunc: healthCheck,
+		}
+	}
+	w.srv = asynq.NewServerFromRedisClient(rdb, solverConfig(cfg.concurrency(), cfg.weights(), log.With(libraryKey, "asynq")))
+	// The cheap lane's server runs the same handler on the cheap queues:
+	// its tasks never take a solver's slot, nor wait for one.
+	w.cheapSrv = asynq.NewServerFromRedisClient(rdb, solverConfig(cfg.CheapConcurrency, cfg.cheapWeights(),
+		log.With(libraryKey, "asynq", "component", "cheap")))
 	// The deliveries' own server. The heartbeat records them too, so a
 	// worker that dies mid-delivery has it re-driven as soon as a task.
 	w.whMux = asynq.NewServeMux()
@@ -355,6 +367,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.srv.Shutdown()
 		return fmt.Errorf("worker: start the webhook server: %w", err)
 	}
+	if err := w.cheapSrv.Start(w.mux); err != nil {
+		w.srv.Shutdown()
+		w.whSrv.Shutdown()
+		return fmt.Errorf("worker: start the cheap lane's server: %w", err)
+	}
 	w.ready.Store(true)
 	go w.watchSlots(lctx)
 	httpErr := make(chan error, 1)
@@ -362,7 +379,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
 	}
 	w.log.Info("worker started", "worker_id", w.beat.ID(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
-		"webhook_concurrency", w.cfg.WebhookConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
+		"webhook_concurrency", w.cfg.WebhookConcurrency, "cheap_concurrency", w.cfg.CheapConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
 	// A health server that stops takes the worker down with an error, so
 	// the process exits non-zero and is restarted: without it the kubelet
@@ -484,13 +501,14 @@ func (w *Worker) preload(ctx context.Context) {
 		"duration_ms", time.Since(start).Milliseconds(), "memory_bytes", sliding.PDBMemory())
 }
 
-// shutdownServers shuts both asynq servers down at once, so that the
+// shutdownServers shuts the asynq servers down at once, so that the
 // worker's shutdown takes at most one ShutdownTimeout, which the pod's
 // grace period is sized for.
 func (w *Worker) shutdownServers() {
 	var wg sync.WaitGroup
 	wg.Go(w.srv.Shutdown)
 	wg.Go(w.whSrv.Shutdown)
+	wg.Go(w.cheapSrv.Shutdown)
 	wg.Wait()
 }
 

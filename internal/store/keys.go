@@ -108,9 +108,15 @@ func (k keys) batchRes(id string, j int) string { return k.batchResBase(id) + st
 // compute the chunk from the batch's stride and append it.
 func (k keys) batchResBase(id string) string { return k.prefix + "batch:" + id + ":res:" }
 
-// feed is a sorted set of the units waiting to be enqueued, scored by
-// virtual time for fairness between owners.
+// feed is a sorted set of the units waiting to be enqueued on the bulk
+// queue (the solver slots'), scored by virtual time for fairness between
+// owners.
 func (k keys) feed() string { return k.prefix + "feed" }
+
+// cheapFeed is feed's twin for the cheap lane: the chunks' shared units
+// of cheap items, waiting to be enqueued on tasks.QueueCheapBulk, scored
+// on the same virtual time.
+func (k keys) cheapFeed() string { return k.prefix + "feed:cheap" }
 
 // feeding is a sorted set of the units taken from feed and being
 // enqueued, scored by when they were taken (Unix ms), so the reconciler
@@ -124,8 +130,13 @@ func (k keys) feeding() string { return k.prefix + "feeding" }
 // waiting work, not only the feed's current window.
 func (k keys) backlog() string { return k.prefix + "backlog" }
 
-// feedVT is a string holding the score of the last unit taken from feed.
+// feedVT is a string holding the score of the last unit taken from feed:
+// a new owner's batch starts there, unless all its units are cheap.
 func (k keys) feedVT() string { return k.prefix + "feed:vt" }
+
+// cheapFeedVT is feedVT of cheapFeed: a new owner's batch of cheap items
+// only starts there.
+func (k keys) cheapFeedVT() string { return k.prefix + "feed:cheap:vt" }
 
 // workers is a sorted set of the workers that heartbeat, scored by the
 // time each wrote with its last beat (Unix ms, by its own clock): the

@@ -222,7 +222,7 @@ func (c *cluster) unfed(t *testing.T, batchID string) int {
 // countUnfed is unfed for goroutines other than the test's.
 func (c *cluster) countUnfed(batchID string) (int, error) {
 	n := 0
-	for _, set := range []string{"pq:feed", "pq:feeding"} {
+	for _, set := range []string{"pq:feed", "pq:feed:cheap", "pq:feeding"} {
 		iter := c.rdb.ZScan(context.Background(), set, 0, batchID+"/*", 1000).Iterator()
 		for iter.Next(context.Background()) {
 			n++
@@ -323,7 +323,7 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 			if err != nil || len(m) == 0 {
 				continue
 			}
-			if n, err := c.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk)).Result(); err == nil && n > 0 {
+			if n, err := c.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueCheapBulk)).Result(); err == nil && n > 0 {
 				c.api.Signal(t, syscall.SIGKILL)
 				id, _, _ := strings.Cut(m[0], "/")
 				recorded <- id

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -273,10 +274,14 @@ func (c *cluster) unitItems(ti *asynq.TaskInfo) []string {
 	return ids
 }
 
-// activeTasks lists asynq's active tasks of both queues.
+// solveQueues are the queues of solves: the solver slots' and the cheap
+// lane's.
+var solveQueues = slices.Concat(tasks.Queues, tasks.CheapQueues)
+
+// activeTasks lists asynq's active tasks of every queue of solves.
 func (c *cluster) activeTasks() []*asynq.TaskInfo {
 	var out []*asynq.TaskInfo
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		ts, err := c.insp.ListActiveTasks(q, asynq.PageSize(1000))
 		if err == nil {
 			out = append(out, ts...)
@@ -288,7 +293,7 @@ func (c *cluster) activeTasks() []*asynq.TaskInfo {
 // queued counts tasks waiting in asynq (pending, retry, scheduled).
 func (c *cluster) queued() int {
 	n := 0
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		if qi, err := c.insp.GetQueueInfo(q); err == nil {
 			n += qi.Pending + qi.Retry + qi.Scheduled
 		}

@@ -430,7 +430,7 @@ func hardNames(active []*asynq.TaskInfo, hard map[string]hard15) []string {
 // describeQueues renders asynq's queue sizes.
 func (c *cluster) describeQueues() string {
 	var parts []string
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		qi, err := c.insp.GetQueueInfo(q)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s: %v", q, err))
