@@ -433,7 +433,8 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 func testWorkerKilledMidChunk(t *testing.T) {
 	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "64", "RATE_LIMIT_BURST": "1000"}
 	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
-		worker: map[string]string{"WORKER_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
+		// Fills are cheap: their chunks run on the cheap lane's slots.
+		worker: map[string]string{"CHEAP_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
 	reqs := testgen.Fills(256, 120, 5)
