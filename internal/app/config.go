@@ -489,20 +489,6 @@ func (w *WorkerSettings) concurrency() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// clusterSlots is the solver slots that the keys with expensive work
-// share: the concurrency of each registered worker, or this worker's own
-// when none is known yet.
-func (w *WorkerSettings) clusterSlots(slots []int) int {
-	total := 0
-	for _, n := range slots {
-		total += n
-	}
-	if total == 0 {
-		total = w.concurrency()
-	}
-	return total
-}
-
 func (w *WorkerSettings) weights() map[string]int {
 	qw, _ := envflag.ParseWeights(w.QueueWeights)
 	return qw

@@ -52,25 +52,3 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
-
-// TestClusterSlots: the slots of the registered workers, else this
-// worker's own.
-func TestClusterSlots(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		own   int
-		slots []int
-		want  int
-	}{
-		{2, []int{2, 2, 2}, 6},
-		{2, nil, 2},
-		{8, nil, 8},
-		{1, []int{1}, 1},
-		{2, []int{8, 1}, 9},
-	} {
-		w := WorkerSettings{Concurrency: tc.own}
-		if got := w.clusterSlots(tc.slots); got != tc.want {
-			t.Errorf("own %d, cluster %v: %d slots, want %d", tc.own, tc.slots, got, tc.want)
-		}
-	}
-}

@@ -64,9 +64,10 @@ type Worker struct {
 	// expCap is the hard ceiling of one key's expensive runs
 	// (WorkerSettings.MaxExpensivePerKey, 0: none).
 	expCap atomic.Int64
-	// solverSlots is the cluster's solver slots, which the keys with
-	// expensive work share by weight; it follows the workers registered
-	// with asynq (watchSlots).
+	// solverSlots is the cluster's solver slots as the last heartbeat
+	// found them (Store.RegisterSlots), for the metric and as the
+	// sharing's S while Redis has no worker's entry: the scripts that
+	// decide read S from Redis itself.
 	solverSlots atomic.Int64
 }
 
@@ -114,7 +115,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	h.SetFeed(w.store, cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
 	w.expCap.Store(int64(cfg.MaxExpensivePerKey))
-	w.solverSlots.Store(int64(cfg.clusterSlots(nil)))
+	w.solverSlots.Store(int64(cfg.concurrency()))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
 	h.SetSlots(func() int { return int(w.solverSlots.Load()) })
 	w.mux = asynq.NewServeMux()
@@ -123,6 +124,15 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// them if this process dies (worker.Heartbeat).
 	w.beat = worker.NewHeartbeat(w.store, worker.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
+	// Each beat, the first before any task is fetched, records this
+	// worker's solver slots, so the keys share the cluster's slots from
+	// the moment a worker starts; the webhook and cheap lanes' slots are
+	// not among them.
+	w.beat.SetSlots(w.store, cfg.concurrency(), func(total int) {
+		if c := int64(total); c != w.solverSlots.Swap(c) {
+			log.Info("solver slots shared by the keys with expensive work", "solver_slots", c)
+		}
+	})
 	w.mux.Use(w.beat.Middleware())
 	if cfg.RedisAckReplicas > 0 {
 		w.mux.Use(confirmMiddleware(w.store))
@@ -373,7 +383,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: start the cheap lane's server: %w", err)
 	}
 	w.ready.Store(true)
-	go w.watchSlots(lctx)
 	httpErr := make(chan error, 1)
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
@@ -409,41 +418,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return runErr
-}
-
-// slotsEvery is how often a worker re-reads the cluster's slots: a few Redis commands per worker, and a cluster
-// that scales follows within this long.
-const slotsEvery = 10 * time.Second
-
-// watchSlots keeps the solver slots that the keys share at the slots of
-// the workers registered with asynq, until ctx ends. A failed read keeps
-// the last count.
-func (w *Worker) watchSlots(ctx context.Context) {
-	insp := asynq.NewInspectorFromRedisClient(w.rdb)
-	// Workers of a new deployment start within moments of each other, so
-	// the first reads come sooner: after 1, 2 and 4 s.
-	wait := time.Second
-	for {
-		if servers, err := insp.Servers(); err != nil {
-			w.log.Warn("read the cluster's worker slots", "err", err)
-		} else {
-			slots := make([]int, 0, len(servers))
-			for _, s := range servers {
-				if tasks.SolvesOn(s.Queues) { // not a webhook server's
-					slots = append(slots, s.Concurrency)
-				}
-			}
-			if c := int64(w.cfg.clusterSlots(slots)); c != w.solverSlots.Swap(c) {
-				w.log.Info("solver slots shared by the keys with expensive work", "solver_slots", c, "workers", len(slots))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, slotsEvery)
-	}
 }
 
 // readyBody is /readyz's answer when ready: apitype.Status plus the

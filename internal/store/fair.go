@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,7 +18,9 @@ import (
 // finishSolveScript, releaseSolveScript, releaseSlotScript,
 // passSlotScript), so that two workers never both take the last slot.
 //
-// With S the cluster's solver slots (worker.SolveRun.Slots) and K the keys
+// With S the cluster's solver slots (the live entries of keys.gateSlots,
+// which every worker writes at start and with each heartbeat, read in
+// the script that decides) and K the keys
 // registered in keys.gateOwners (every key holding, reserving or parked
 // for a slot), each key's demand is what it holds, reserves and has
 // parked (at most the hard ceiling, when one is set), and its fair share
@@ -27,9 +32,15 @@ import (
 // A slot that frees, or that a promoted run hands on, goes to the parked
 // run of the key that then holds the fewest slots per unit of weight
 // among the keys under their share (ties: the key whose run has waited
-// longest), promoted onto its queue at once (promoteLua). S = 0 turns the
-// sharing off: a run then counts only against its own key's ceiling, and
-// a freed slot goes to its own key's longest-parked run.
+// longest), promoted onto its queue at once (promoteLua). A run that
+// asks with worker.SolveRun.Slots 0 turns the sharing off (a task's last
+// delivery, which must not wait): it then counts only against its own
+// key's ceiling, and a freed slot goes to its own key's longest-parked
+// run. Otherwise its Slots is S only while no worker's entry is live (a
+// Redis that lost its data, before the next beats; direct calls in
+// tests): the cluster's size comes from Redis at the moment of the
+// decision, so workers that start together, or that KEDA adds, count at
+// once rather than when each worker next looks.
 //
 // Each of those scripts names every key's slots and parked runs in KEYS:
 // the caller passes the keys it last saw registered (fairOwners) and
@@ -43,17 +54,21 @@ import (
 //
 // KEYS[kb] the registered keys (keys.gateOwners)
 // KEYS[kb+1] the keys' weights (keys.gateWeights)
-// KEYS[kb+3i-1], KEYS[kb+3i], KEYS[kb+3i+1] for i = 1..n: key i's
+// KEYS[kb+2] the workers' solver slots (keys.gateSlots)
+// KEYS[kb+3i], KEYS[kb+3i+1], KEYS[kb+3i+2] for i = 1..n: key i's
 // slots (keys.ownerRunning), parked runs (keys.ownerParked) and promoted
 // runs (keys.ownerPromoted)
-// ARGV[ab] S, the cluster's solver slots (0: no sharing)
+// ARGV[ab] 0 for no sharing; otherwise S while no worker's entry in
+// keys.gateSlots is live
 // ARGV[ab+1] the hard ceiling of slots per key (0: none)
 // ARGV[ab+2] n
 // ARGV[ab+2+i] for i = 1..n: key i's name (the run's own key among them)
 //
 // fair_open(kb, ab) returns the state G, or nil and the registered keys
 // when one of them is missing from the n (the script must then write
-// nothing and return stale(reg)). fair_count(G, now, keep) counts each key's
+// nothing and return stale(reg)); G.S is live_slots' sum, or ARGV[ab]
+// when it is 0. live_slots(hk, now) sums the live entries of
+// keys.gateSlots and removes the expired ones. fair_count(G, now, keep) counts each key's
 // live slots h, reservations r (promoteLua's reserved), parked runs p and
 // weight w, and unregisters a key other than keep with none of the three. shares(G, a,
 // extra) sets each key's fair share f, counting extra more runs for key a
@@ -66,17 +81,35 @@ local function stale(reg)
   for i = 1, #reg do out[#out + 1] = reg[i] end
   return out
 end
+local function live_slots(hk, now)
+  local e = redis.call('HGETALL', hk)
+  local n = 0
+  for i = 1, #e, 2 do
+    local c = string.find(e[i + 1], ':', 1, true)
+    local s, exp = 0, 0
+    if c then
+      s = tonumber(string.sub(e[i + 1], 1, c - 1)) or 0
+      exp = tonumber(string.sub(e[i + 1], c + 1)) or 0
+    end
+    if exp > now then n = n + s else redis.call('HDEL', hk, e[i]) end
+  end
+  return n
+end
 local function fair_open(kb, ab)
-  local G = {ok = KEYS[kb], wk = KEYS[kb + 1], S = tonumber(ARGV[ab]), cap = tonumber(ARGV[ab + 1]), list = {}, by = {}}
+  local G = {ok = KEYS[kb], wk = KEYS[kb + 1], hk = KEYS[kb + 2], S = tonumber(ARGV[ab]), cap = tonumber(ARGV[ab + 1]), list = {}, by = {}}
   local n = tonumber(ARGV[ab + 2])
   for i = 1, n do
-    local o = {name = ARGV[ab + 2 + i], sk = KEYS[kb + 3 * i - 1], pk = KEYS[kb + 3 * i], mk = KEYS[kb + 3 * i + 1], h = 0, r = 0, p = 0, w = 1, f = 0}
+    local o = {name = ARGV[ab + 2 + i], sk = KEYS[kb + 3 * i], pk = KEYS[kb + 3 * i + 1], mk = KEYS[kb + 3 * i + 2], h = 0, r = 0, p = 0, w = 1, f = 0}
     G.list[i] = o
     G.by[o.name] = o
   end
   local reg = redis.call('ZRANGE', G.ok, 0, -1)
   for i = 1, #reg do
     if not G.by[reg[i]] then return nil, reg end
+  end
+  if G.S > 0 then
+    local live = live_slots(G.hk, clock())
+    if live > 0 then G.S = live end
   end
   return G
 end
@@ -182,12 +215,13 @@ const fairTries = 8
 
 // runFair runs a sharing script (fairLua) with its own keys and args,
 // then the sharing's part: the keys of every registered key and of
-// owner, S and the ceiling. A stale answer reruns it with the keys it
+// owner, slots (0: no sharing; otherwise S while no worker is
+// registered) and the ceiling. A stale answer reruns it with the keys it
 // names.
 func (s *Store) runFair(ctx context.Context, sc *redis.Script, keys []string, args []any, owner string, slots, ceiling int) (any, error) {
 	for range fairTries {
 		names := s.fair.get(owner)
-		k := append(slices.Clip(keys), s.k.gateOwners(), s.k.gateWeights())
+		k := append(slices.Clip(keys), s.k.gateOwners(), s.k.gateWeights(), s.k.gateSlots())
 		a := append(slices.Clip(args), slots, ceiling, len(names))
 		for _, n := range names {
 			k = append(k, s.k.ownerRunning(n), s.k.ownerParked(n), s.k.ownerPromoted(n))
@@ -210,6 +244,78 @@ func (s *Store) runFair(ctx context.Context, sc *redis.Script, keys []string, ar
 		return v, nil
 	}
 	return nil, fmt.Errorf("store: the keys with expensive work kept changing over %d tries", fairTries)
+}
+
+// registerSlotsScript writes a worker's entry in keys.gateSlots: its
+// solver slots, live until ttl from now by Redis's clock. When S grows
+// by it (the worker is new, or its entry had expired), parked runs are
+// promoted at once, one per slot gained while a key under its share has
+// one (fair_fill): otherwise they wait for the next admission or their
+// retry delay beside the new slots.
+//
+// KEYS[1..] the sharing's keys (fairLua, kb = 1)
+// ARGV[1] the worker's ID
+// ARGV[2] its solver slots
+// ARGV[3] ttl, milliseconds
+// ARGV[4] now, Unix nanoseconds (for promoteLua)
+// ARGV[5..] the sharing's arguments (fairLua, ab = 5; its S is 0)
+//
+// Returns S with the worker's entry, or stale (fairLua).
+var registerSlotsScript = redis.NewScript(quotaLua + promoteLua + fairLua + `
+local G, reg = fair_open(1, 5)
+if not G then return stale(reg) end
+local now = clock()
+local before = live_slots(G.hk, now)
+redis.call('HSET', G.hk, ARGV[1], string.format('%d:%d', tonumber(ARGV[2]), now + tonumber(ARGV[3])))
+G.S = live_slots(G.hk, now)
+for _ = 1, G.S - before do
+  fair_count(G, now, nil)
+  shares(G, nil, 0)
+  if fair_fill(G, ARGV[4]) == 0 then break end
+end
+return G.S
+`)
+
+// RegisterSlots records that worker runs slots solver slots, for ttl
+// unless written again, and returns the cluster's solver slots S with
+// them (registerSlotsScript): a worker calls it at start and with every
+// heartbeat, and Leave (or the watchdog's Reap) removes the entry.
+func (s *Store) RegisterSlots(ctx context.Context, workerID string, slots int, ttl time.Duration) (int, error) {
+	if slots <= 0 || ttl <= 0 {
+		return 0, fmt.Errorf("store: register %d solver slots of %s for %s: both must be positive", slots, workerID, ttl)
+	}
+	res, err := s.runFair(ctx, registerSlotsScript, nil, []any{workerID, slots, ttl.Milliseconds(), nowNS(s.now())}, "", 0, 0)
+	n, ok := res.(int64)
+	if err == nil && !ok {
+		err = fmt.Errorf("reply %v", res)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: register the solver slots of %s: %w", workerID, err)
+	}
+	return int(n), nil
+}
+
+// ClusterSlots returns the solver slots of the workers registered now
+// (RegisterSlots' live entries), for tests and operators.
+func (s *Store) ClusterSlots(ctx context.Context) (int, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k.gateSlots()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: cluster slots: %w", err)
+	}
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: cluster slots: %w", err)
+	}
+	total := 0
+	for _, v := range m {
+		n, exp, ok := strings.Cut(v, ":")
+		slots, err1 := strconv.Atoi(n)
+		at, err2 := strconv.ParseInt(exp, 10, 64)
+		if ok && err1 == nil && err2 == nil && at > now.UnixMilli() {
+			total += slots
+		}
+	}
+	return total, nil
 }
 
 // SetWeights records each API key's weight in the share of solver slots

@@ -228,6 +228,13 @@ func (k keys) gateOwners() string { return k.prefix + "gate:owners" }
 // the API at start from API_KEYS_FILE (Store.SetWeights).
 func (k keys) gateWeights() string { return k.prefix + "gate:weights" }
 
+// gateSlots is a hash of the workers' solver slots (field = the worker's
+// ID, value = "<solver slots>:<expiry, Unix ms by Redis's clock>"),
+// written by each worker at start and with every heartbeat
+// (Store.RegisterSlots) and removed when it leaves or is reaped: the
+// scripts that share the slots (fairLua) sum its live entries as S.
+func (k keys) gateSlots() string { return k.prefix + "gate:slots" }
+
 // parkedMember is a run's member of ownerParked: its asynq queue and task
 // ID, tab-separated (neither holds a tab). "" when the run has no asynq
 // task (a test's direct call), which is never parked.
