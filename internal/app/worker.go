@@ -107,7 +107,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		Name: "puzzleq_expensive_cap", Help: "Hard ceiling of the expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY; 0: none).",
 	}, func() float64 { return float64(w.expCap.Load()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "puzzleq_solver_slots", Help: "Solver slots of the cluster as this worker knows them, which the API keys with expensive work share by weight.",
+		Name: "puzzleq_solver_slots", Help: "Solver slots of the cluster as this worker's last heartbeat found them recorded in Redis, which the API keys with expensive work share by weight.",
 	}, func() float64 { return float64(w.solverSlots.Load()) }))
 	h := worker.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
