@@ -389,7 +389,8 @@ type WorkerSettings struct {
 	// HeartbeatInterval is how often the worker writes its heartbeat and
 	// the tasks it runs to Redis, where the API's watchdog notices a
 	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
-	// Each beat is one pipelined round trip. Default 500ms.
+	// Each beat is one pipelined round trip, and one script that records
+	// the worker's solver slots (worker.Heartbeat.SetSlots). Default 500ms.
 	HeartbeatInterval time.Duration
 	// CutOffAfter is how long the worker's heartbeats may fail before it
 	// stops the tasks it runs. The API's watchdog re-drives the tasks of
