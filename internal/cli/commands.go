@@ -29,11 +29,7 @@ canceled.`,
   puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b --wait -o json`,
 		Args: exactArgs(1, "a task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("table")
 			if err != nil {
 				return err
 			}
@@ -66,11 +62,7 @@ cancelling one that completed or failed is an error (status 1).`,
 		Example: `  puzzlectl cancel 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
 		Args:    exactArgs(1, "a task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("table")
 			if err != nil {
 				return err
 			}
@@ -100,11 +92,7 @@ runs the failed and canceled tasks again, with the same IDs.`,
   puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("table")
 			if err != nil {
 				return err
 			}

@@ -317,11 +317,7 @@ func newBatchCancelCmd(g *globals) *cobra.Command {
 		Example: `  puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args:    exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("table")
 			if err != nil {
 				return err
 			}
@@ -350,11 +346,7 @@ every one is retried.) Follow them with "puzzlectl batch BATCH --watch" or
 		Example: `  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args:    exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("table")
 			if err != nil {
 				return err
 			}

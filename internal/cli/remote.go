@@ -106,6 +106,17 @@ func (g *globals) close() {
 	}
 }
 
+// remote is the output format (outputFormat) and the API client (client)
+// of a command that talks to the API.
+func (g *globals) remote(def string) (string, *client.Client, error) {
+	format, err := g.outputFormat(def)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := g.client()
+	return format, c, err
+}
+
 // outputFormat returns the -o value, def when unset.
 func (g *globals) outputFormat(def string) (string, error) {
 	switch g.output {

@@ -83,11 +83,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if parallel < 1 {
 				return usagef("--parallel must be at least 1, got %d", parallel)
 			}
-			format, err := g.outputFormat("json")
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			format, c, err := g.remote("json")
 			if err != nil {
 				return err
 			}
