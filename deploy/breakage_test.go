@@ -149,11 +149,11 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, "API_KEYS_FILE /tmp/keys.json is not a file of a mounted Secret"},
 		{"KEDA list of a queue that is not ours", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			dig(find(o, "ScaledObject", "worker"), "spec", "triggers", 1, "metadata").(map[string]any)["listName"] = "asynq:bulk:pending"
-		}, "triggers on lists [asynq:bulk:pending asynq:{bulk}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog], want each queue's pending list and retry set, and the backlog [asynq:{bulk}:pending asynq:{bulk}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog]"},
+		}, "triggers on lists [asynq:bulk:pending asynq:{bulk}:retry asynq:{cheap-bulk}:pending asynq:{cheap-bulk}:retry asynq:{cheap}:pending asynq:{cheap}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog], want each queue's pending list and retry set, and the backlog [asynq:{bulk}:pending asynq:{bulk}:retry asynq:{cheap-bulk}:pending asynq:{cheap-bulk}:retry asynq:{cheap}:pending asynq:{cheap}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog]"},
 		{"KEDA blind to the backlog", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			so := dig(find(o, "ScaledObject", "worker"), "spec").(map[string]any)
 			so["triggers"] = append(so["triggers"].([]any)[:2], so["triggers"].([]any)[3:]...)
-		}, "want each queue's pending list and retry set, and the backlog [asynq:{bulk}:pending asynq:{bulk}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog]"},
+		}, "want each queue's pending list and retry set, and the backlog [asynq:{bulk}:pending asynq:{bulk}:retry asynq:{cheap-bulk}:pending asynq:{cheap-bulk}:retry asynq:{cheap}:pending asynq:{cheap}:retry asynq:{interactive}:pending asynq:{interactive}:retry pq:backlog]"},
 		{"KEDA blind to parked work", "deploy/k8s/overlays/prod", func(o []map[string]any) {
 			so := dig(find(o, "ScaledObject", "worker"), "spec").(map[string]any)
 			so["triggers"] = so["triggers"].([]any)[:3]

@@ -4,5 +4,5 @@
 // and check them against the code: probe paths against the routes the
 // binaries serve, environment variables against the Config each binary
 // reads, grace periods against the shutdown timeouts, queue keys against
-// tasks.Queues.
+// tasks.Queues and tasks.CheapQueues.
 package deploy

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func newFacts(t *testing.T) *facts {
 	defer rdb.Close()
 	c := asynq.NewClientFromRedisClient(rdb)
 	defer c.Close()
-	for _, q := range tasks.Queues {
+	for _, q := range slices.Concat(tasks.Queues, tasks.CheapQueues) {
 		if _, err := c.Enqueue(asynq.NewTask("deploy:probe", nil), asynq.Queue(q)); err != nil {
 			t.Fatal(err)
 		}

@@ -34,8 +34,43 @@ const (
 	QueueBulk        = "bulk"
 )
 
-// Queues lists every queue a worker must serve.
+// The cheap lane's queues. Cheap work (puzzle.Parsed.Cheap: sliding
+// boards of up to 9 cells, fills) goes here: a single task to QueueCheap,
+// a batch's shared unit of a chunk's cheap items to QueueCheapBulk. Every
+// worker serves them from an asynq server of its own, on
+// CHEAP_CONCURRENCY slots, so that cheap work never waits behind searches
+// that hold every solver slot. Singles are served before bulk units, as
+// on the solver queues.
+const (
+	QueueCheap     = "cheap"
+	QueueCheapBulk = "cheap-bulk"
+)
+
+// Queues lists every queue a worker serves on its solver slots.
 var Queues = []string{QueueInteractive, QueueBulk}
+
+// CheapQueues lists every queue a worker serves on its cheap slots.
+var CheapQueues = []string{QueueCheap, QueueCheapBulk}
+
+// SingleQueue is the queue a single task of p goes to: the cheap lane's
+// when p is cheap, the interactive one otherwise.
+func SingleQueue(p *puzzle.Parsed) string {
+	if p.Cheap() {
+		return QueueCheap
+	}
+	return QueueInteractive
+}
+
+// UnitQueue is the queue a batch unit goes to: a chunk's shared unit
+// holds only cheap items (internal/ingest puts every expensive item in a
+// unit of its own) and runs in the cheap lane; an item's own unit runs on
+// the solver slots.
+func UnitQueue(unit string) string {
+	if chunk, _, err := ParseUnit(unit); err == nil && chunk {
+		return QueueCheapBulk
+	}
+	return QueueBulk
+}
 
 // TypeFor returns the single-task type for a kind. An unknown kind is an
 // error wrapping puzzle.ErrUnknownKind, never a default type.

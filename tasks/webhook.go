@@ -19,10 +19,10 @@ const TypeWebhook = "webhook:deliver"
 // answers held every solver slot while the deliveries shared them.
 const QueueWebhooks = "webhooks"
 
-// SolvesOn reports whether an asynq server that serves queues runs
-// solves: a worker's webhook server does not, and its slots are no
-// solver's (the per-key cap of expensive work and GET /v1/status count
-// solver slots only).
+// SolvesOn reports whether an asynq server that serves queues has
+// solver slots: a worker's webhook server and its cheap lane's server
+// (CheapQueues) do not, and their slots are no solver's (the per-key cap
+// of expensive work and GET /v1/status count solver slots only).
 func SolvesOn(queues map[string]int) bool {
 	for _, q := range Queues {
 		if queues[q] > 0 {

@@ -27,6 +27,7 @@ type options struct {
 	server        string
 	workers       int
 	concurrency   int
+	cheapConc     int
 	checkInterval time.Duration
 	singleN       int
 	clients       int
@@ -55,6 +56,7 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.server, "server", "", "base URL of a running API on 127.0.0.1 (default: start our own stack)")
 	fs.IntVar(&o.workers, "workers", 1, "in-process workers to start")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrency of each worker (0: GOMAXPROCS)")
+	fs.IntVar(&o.cheapConc, "cheap-concurrency", 0, "CHEAP_CONCURRENCY of each worker: slots of the cheap lane, where 8-puzzles run (0: the worker's default)")
 	fs.DurationVar(&o.checkInterval, "task-check-interval", 20*time.Millisecond, "TASK_CHECK_INTERVAL of the workers")
 	fs.IntVar(&o.singleN, "single-n", 200, "sequential tasks of the single scenario")
 	fs.IntVar(&o.clients, "clients", 32, "concurrent clients of throughput, raw-asynq, pipeline-floor and cache")
@@ -102,6 +104,8 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-workers: must be 1..64")
 	case o.concurrency < 0 || o.concurrency > 1024:
 		return nil, fmt.Errorf("-concurrency: must be 0..1024")
+	case o.cheapConc < 0 || o.cheapConc > 256:
+		return nil, fmt.Errorf("-cheap-concurrency: must be 0..256")
 	case o.singleN < 1 || o.singleN > 100000:
 		return nil, fmt.Errorf("-single-n: must be 1..100000")
 	case o.clients < 1 || o.clients > 1024:

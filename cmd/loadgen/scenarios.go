@@ -565,7 +565,7 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 	st.StopWorkers()
 	defer func() {
 		st.StopWorkers()
-		if err := startWorkers(st, lg.o.workers, lg.o.concurrency, lg.o.checkInterval); err != nil && r.FirstError == "" {
+		if err := startWorkers(st, lg.o.workers, lg.o.concurrency, lg.o.cheapConc, lg.o.checkInterval); err != nil && r.FirstError == "" {
 			r.FirstError = "restart workers: " + err.Error()
 		}
 	}()
@@ -592,7 +592,7 @@ func (lg *loadgen) pickup(ctx context.Context) (*Result, error) {
 	start := time.Now()
 	for _, iv := range lg.o.pickup {
 		st.StopWorkers()
-		if err := startWorkers(st, 1, lg.o.concurrency, iv); err != nil {
+		if err := startWorkers(st, 1, lg.o.concurrency, lg.o.cheapConc, iv); err != nil {
 			return nil, err
 		}
 		rate, cpu, err := idleRate()

@@ -23,6 +23,10 @@ type APIKey struct {
 	RatePerSecond int    `json:"rate_per_second,omitempty"`
 	Burst         int    `json:"burst,omitempty"`
 	MaxPending    int    `json:"max_pending,omitempty"`
+	// Weight is the key's weight in the share of solver slots between
+	// the keys with expensive work (0 means 1): a key of weight 3 gets
+	// three times the slots of a key of weight 1 while both wait.
+	Weight int `json:"weight,omitempty"`
 	// Role is RoleTenant ("" too) or RoleOperator. The two are disjoint:
 	// a tenant key opens /v1 only, an operator key the operator routes
 	// only, so a leaked tenant key never shows the queue dashboard (every

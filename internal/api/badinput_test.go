@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 const corpusDir = "../../testdata/badinput"
@@ -138,7 +140,7 @@ func TestBadInputCorpus(t *testing.T) {
 	if n := s.Records(); n != 0 {
 		t.Errorf("rejected requests left %d records", n)
 	}
-	for _, queue := range []string{"interactive", "bulk"} {
+	for _, queue := range slices.Concat(tasks.Queues, tasks.CheapQueues) {
 		if q := s.Queued(queue); q != 0 {
 			t.Errorf("rejected requests enqueued %d tasks on %s", q, queue)
 		}

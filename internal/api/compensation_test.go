@@ -284,7 +284,7 @@ func TestCreateTaskRecordsAndQueuesTogether(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &tr); err != nil {
 		t.Fatal(err)
 	}
-	info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo(tasks.QueueInteractive, tr.ID)
+	info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo(tasks.QueueCheap, tr.ID)
 	if err != nil || info.State != asynq.TaskStatePending || info.Type != tasks.TypeSliding || info.MaxRetry != 10 {
 		t.Fatalf("queued task %+v, %v", info, err)
 	}

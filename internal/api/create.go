@@ -263,17 +263,20 @@ func (s *Server) replayBatch(c *gin.Context, id string) {
 	}
 }
 
-// feedAfterCommit moves units from the feed onto the bulk queue right
-// after a commit, so that a new batch starts without waiting for a worker
-// or the reconciler. The client leaving does not stop it, and a failure
-// is only logged: the batch is accepted, and the others feed it.
+// feedAfterCommit moves units from the feeds onto the bulk queues (the
+// solvers' and the cheap lane's) right after a commit, so that a new
+// batch starts without waiting for a worker or the reconciler. The
+// client leaving does not stop it, and a failure is only logged: the
+// batch is accepted, and the others feed it.
 func (s *Server) feedAfterCommit(ctx context.Context, batchID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
 	defer cancel()
-	n, err := worker.FeedQueue(ctx, s.store, tasks.QueueBulk, s.opts.FeedDepth, s.opts.FeedDepth)
-	if err != nil {
-		s.log.Warn("feeding the bulk queue after a commit was interrupted; workers and the reconciler feed the rest",
-			"batch_id", batchID, "fed", n, "err", err)
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		n, err := worker.FeedQueue(ctx, s.store, q, s.opts.FeedDepth, s.opts.FeedDepth)
+		if err != nil {
+			s.log.Warn("feeding a bulk queue after a commit was interrupted; workers and the reconciler feed the rest",
+				"batch_id", batchID, "queue", q, "fed", n, "err", err)
+		}
 	}
 }
 
@@ -332,7 +335,7 @@ func (s *Server) createTask(c *gin.Context) {
 		}
 		s.hits.forget(key)
 	}
-	q, err := asynqdata.Solve(id, owner, p, tasks.QueueInteractive, s.opts.Limits)
+	q, err := asynqdata.Solve(id, owner, p, tasks.SingleQueue(p), s.opts.Limits)
 	if err != nil {
 		fail(c, err)
 		return

@@ -88,7 +88,7 @@ func TestCacheHitHint(t *testing.T) {
 	if queued.State != apitype.TaskStatePending || s.srv.hits.has(key) {
 		t.Fatalf("after the entry expired: %+v, hint kept %v", queued, s.srv.hits.has(key))
 	}
-	if _, err := s.insp.GetTaskInfo(tasks.QueueInteractive, queued.ID); err != nil {
+	if _, err := s.insp.GetTaskInfo(tasks.QueueCheap, queued.ID); err != nil {
 		t.Fatalf("the hinted miss is not on asynq's queue: %v", err)
 	}
 }

@@ -188,8 +188,9 @@ func counts(b *store.Batch) apitype.Counts {
 		Canceled: b.Counts[apitype.TaskStateCanceled]}
 }
 
-// queues are the queues GET /v1/status reports.
-var queues = []string{tasks.QueueInteractive, tasks.QueueBulk}
+// queues are the queues GET /v1/status reports: the solvers' and the
+// cheap lane's.
+var queues = append(append([]string{}, tasks.Queues...), tasks.CheapQueues...)
 
 // status answers GET /v1/status: the live workers (asynq's server
 // heartbeats), their slots, the queues' depths and the oldest waiting
@@ -210,7 +211,7 @@ func (s *Server) status(c *gin.Context) {
 			continue // "stopped": shutting down, taking nothing new
 		}
 		if !tasks.SolvesOn(sv.Queues) {
-			continue // a worker's webhook server: its slots solve nothing
+			continue // a worker's webhook or cheap lane server: no solver slots
 		}
 		w := apitype.WorkerStatus{ID: sv.ID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
 			StartedAt: timePtr(sv.Started.UTC()), Running: map[string]int{}}

@@ -156,7 +156,7 @@ func TestListsRetryAndStatus(t *testing.T) {
 		if it.State != apitype.TaskStateFailed || it.CustomID == nil || *it.CustomID != "bad" || it.Attempts != 1 {
 			t.Fatalf("the retried item: %+v", it)
 		}
-		if st := getAs[apitype.ServiceStatus](t, s, "alice-key-0123456789", "/v1/status", 200); st.WorkersAlive != 1 || st.Slots < 1 || len(st.Queues) != 2 {
+		if st := getAs[apitype.ServiceStatus](t, s, "alice-key-0123456789", "/v1/status", 200); st.WorkersAlive != 1 || st.Slots < 1 || len(st.Queues) != 4 {
 			t.Fatalf("status: %+v", st)
 		}
 	})

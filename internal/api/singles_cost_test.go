@@ -180,7 +180,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 				// the task before it): the request now waits for the
 				// event. LLEN is the test's, and not counted.
 				for n := 0; ; n++ {
-					queued, err := plain.LLen(ctx, "asynq:{interactive}:pending").Result()
+					queued, err := plain.LLen(ctx, "asynq:{"+tasks.QueueCheap+"}:pending").Result()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -193,7 +193,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 					time.Sleep(100 * time.Microsecond)
 				}
 				_, c1 := commandCalls(t, plain)
-				queued, err := insp.ListPendingTasks(tasks.QueueInteractive)
+				queued, err := insp.ListPendingTasks(tasks.QueueCheap)
 				if err != nil || len(queued) != 1 {
 					select {
 					case w := <-answer:
@@ -202,7 +202,7 @@ func TestCommandsPerSingleTask(t *testing.T) {
 						t.Fatalf("queued %v, %v; want the one task", queued, err)
 					}
 				}
-				if err := insp.DeleteTask(tasks.QueueInteractive, queued[0].ID); err != nil {
+				if err := insp.DeleteTask(tasks.QueueCheap, queued[0].ID); err != nil {
 					t.Fatal(err)
 				}
 				_, c2 := commandCalls(t, plain)

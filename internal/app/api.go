@@ -86,8 +86,9 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, cfg.storeOptions())
 	loadScripts(a.store, log)
+	setWeights(a.store, cfg.keys, log)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		queueCollector(a.rdb), backlogCollector{a.store})
+		queueCollector(a.rdb), backlogCollector{a.store}, slotsCollector{a.store})
 
 	if a.embedded != nil {
 		wcfg := WorkerConfig{Common: cfg.Common, WorkerSettings: cfg.WorkerSettings, ShutdownTimeout: cfg.ShutdownTimeout}

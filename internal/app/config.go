@@ -11,6 +11,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -348,7 +349,8 @@ type WorkerSettings struct {
 	// QueueWeights are asynq's queue priorities. Default
 	// "interactive=6,bulk=1": singles are picked 6 times as often as bulk.
 	// Webhook deliveries are not among them: they have slots of their own
-	// (WebhookConcurrency).
+	// (WebhookConcurrency), and so has the cheap lane (CheapConcurrency),
+	// whose two queues take the interactive and bulk weights.
 	QueueWeights string
 	// WebhookConcurrency is how many webhook deliveries a worker runs at
 	// once, on slots of their own apart from Concurrency's: a delivery
@@ -356,6 +358,14 @@ type WorkerSettings struct {
 	// receiver that never answers must not hold the solvers' slots.
 	// Default 4.
 	WebhookConcurrency int
+	// CheapConcurrency is how many cheap tasks (single sliding boards of
+	// up to 9 cells and fills, and batch units of such items) a worker
+	// runs at once, on slots of their own apart from Concurrency's, so
+	// that cheap work never waits behind searches that hold every solver
+	// slot. A cheap item takes microseconds, so a few slots carry a
+	// worker's share of them (docs/operations.md gives the measurement).
+	// Default 2.
+	CheapConcurrency int
 	// PDBDir holds the 15-puzzle's pattern databases: the 7-8 files
 	// built by puzzlectl pdb build, mapped read-only (shared through the
 	// page cache by every worker of the node), and the 6-6-3 ones (7.6
@@ -379,7 +389,8 @@ type WorkerSettings struct {
 	// HeartbeatInterval is how often the worker writes its heartbeat and
 	// the tasks it runs to Redis, where the API's watchdog notices a
 	// worker that stopped (WORKER_DEAD_AFTER) and re-drives its tasks.
-	// Each beat is one pipelined round trip. Default 500ms.
+	// Each beat is one pipelined round trip, and one script that records
+	// the worker's solver slots (worker.Heartbeat.SetSlots). Default 500ms.
 	HeartbeatInterval time.Duration
 	// CutOffAfter is how long the worker's heartbeats may fail before it
 	// stops the tasks it runs. The API's watchdog re-drives the tasks of
@@ -392,14 +403,14 @@ type WorkerSettings struct {
 	// sees (which the watchdog does not take for a death) costs at most
 	// a restart of what ran. Default 5s; 0 never stops.
 	CutOffAfter time.Duration
-	// MaxExpensivePerKey caps the expensive tasks (puzzle.Cheap false:
-	// sweeps, sliding boards over 9 cells) of one API key that run at
-	// once, cluster-wide, so that one key's hard puzzles cannot hold
-	// every slot while cheap tasks of other keys wait behind them. A task
-	// over the cap is not failed: it waits and is retried (README,
-	// "Expensive work"). Default 0: half of the slots of the workers
-	// registered with asynq (the sum of their concurrency), at least 1,
-	// re-read every 10 s.
+	// MaxExpensivePerKey is a hard ceiling on the expensive tasks
+	// (puzzle.Cheap false: sweeps, sliding boards over 9 cells) of one
+	// API key that run at once, cluster-wide, for operators who want one.
+	// Without it (0, the default) a key's share follows the competition:
+	// the keys with expensive work share the slots of the workers
+	// registered with asynq by weight, and a key alone may use them all
+	// (README, "Expensive work"). A task over its share or the ceiling is
+	// not failed: it waits and is promoted when a slot frees.
 	MaxExpensivePerKey int
 }
 
@@ -408,13 +419,14 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Duration(&w.TaskCheckInterval, "TASK_CHECK_INTERVAL", "20ms", "poll interval of an idle worker")
 	s.String(&w.QueueWeights, "QUEUE_WEIGHTS", "interactive=6,bulk=1", "queue priorities, queue=weight pairs")
 	s.Int(&w.WebhookConcurrency, "WEBHOOK_CONCURRENCY", "4", "webhook deliveries run at once, on slots of their own")
+	s.Int(&w.CheapConcurrency, "CHEAP_CONCURRENCY", "2", "cheap tasks (boards of up to 9 cells, fills) run at once, on slots of their own")
 	s.String(&w.PDBDir, "PDB_DIR", "", "directory caching the 15-puzzle pattern databases (empty: memory only)")
 	s.String(&w.PDBSet, "PDB_SET", "78", "15-puzzle table set: 78 (mapped from PDB_DIR, else 663) or 663")
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
 	s.Duration(&w.CutOffAfter, "WORKER_CUTOFF_AFTER", "5s", "how long heartbeats may fail before the worker stops its running tasks (0: never)")
-	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "expensive tasks of one key running at once (0: half the cluster's worker slots)")
+	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "hard ceiling of one key's expensive tasks running at once (0: none; the keys share the slots by weight)")
 }
 
 func (w *WorkerSettings) validate() error {
@@ -452,6 +464,12 @@ func (w *WorkerSettings) validate() error {
 		if q == tasks.QueueWebhooks {
 			return fmt.Errorf("QUEUE_WEIGHTS: queue %q has slots of its own; set WEBHOOK_CONCURRENCY instead", q)
 		}
+		if slices.Contains(tasks.CheapQueues, q) {
+			return fmt.Errorf("QUEUE_WEIGHTS: queue %q has slots of its own; set CHEAP_CONCURRENCY instead", q)
+		}
+	}
+	if w.CheapConcurrency < 1 || w.CheapConcurrency > 256 {
+		return fmt.Errorf("CHEAP_CONCURRENCY: must be between 1 and 256, got %d", w.CheapConcurrency)
 	}
 	if w.WebhookConcurrency < 1 || w.WebhookConcurrency > 256 {
 		return fmt.Errorf("WEBHOOK_CONCURRENCY: must be between 1 and 256, got %d", w.WebhookConcurrency)
@@ -472,27 +490,17 @@ func (w *WorkerSettings) concurrency() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// expensiveCap is the per-key cap of expensive runs: MAX_EXPENSIVE_PER_KEY,
-// or by default half of the cluster's slots (the concurrency of each
-// registered worker; this worker's own when none is known yet), at
-// least 1.
-func (w *WorkerSettings) expensiveCap(slots []int) int {
-	if w.MaxExpensivePerKey > 0 {
-		return w.MaxExpensivePerKey
-	}
-	total := 0
-	for _, n := range slots {
-		total += n
-	}
-	if total == 0 {
-		total = w.concurrency()
-	}
-	return max(1, total/2)
-}
-
 func (w *WorkerSettings) weights() map[string]int {
 	qw, _ := envflag.ParseWeights(w.QueueWeights)
 	return qw
+}
+
+// cheapWeights are the cheap lane's queue priorities: its singles and
+// its batch units weigh what the interactive and bulk queues do in
+// QUEUE_WEIGHTS.
+func (w *WorkerSettings) cheapWeights() map[string]int {
+	qw := w.weights()
+	return map[string]int{tasks.QueueCheap: qw[tasks.QueueInteractive], tasks.QueueCheapBulk: qw[tasks.QueueBulk]}
 }
 
 // WorkerConfig configures cmd/worker.

@@ -21,9 +21,27 @@ var keyName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // failed-authentication limit. A short key is a typo or a placeholder.
 const MinKeyBytes = 16
 
+// MaxKeyWeight bounds a key's weight in the share of solver slots: a
+// larger ratio between two keys would leave the lighter one no slot of
+// any cluster this runs on.
+const MaxKeyWeight = 1000
+
+// keyWeights is each key's weight in the share of solver slots, as the
+// store records it (store.SetWeights): the tenant keys' weights, 1 when
+// unset.
+func keyWeights(keys []api.APIKey) map[string]int {
+	w := make(map[string]int, len(keys))
+	for _, k := range keys {
+		if !k.IsOperator() {
+			w[k.Name] = max(k.Weight, 1)
+		}
+	}
+	return w
+}
+
 // loadKeys reads API_KEYS and OPERATOR_KEYS ("name:key,name:key") and
 // API_KEYS_FILE (a JSON list of {"name", "key", "rate_per_second",
-// "burst", "max_pending", "role"}, with exact names, none repeated and no
+// "burst", "max_pending", "role", "weight"}, with exact names, none repeated and no
 // others). Names are unique across all three, every key is at least
 // MinKeyBytes long, and no two names share one secret: the server could
 // not tell them apart, and would credit one's work to the other. Errors
@@ -59,7 +77,7 @@ func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 		// was taken for "key", and the last of two "key"s won.
 		var fileKeys []api.APIKey
 		if err := puzzle.DecodeStrict(b, &fileKeys); err != nil {
-			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending, role}: %s", keysFileError(err))
+			return nil, fmt.Errorf("API_KEYS_FILE: expected a JSON list of {name, key, rate_per_second, burst, max_pending, role, weight}: %s", keysFileError(err))
 		}
 		for _, k := range fileKeys {
 			keys = append(keys, k)
@@ -90,6 +108,9 @@ func (c *APIConfig) loadKeys() ([]api.APIKey, error) {
 		}
 		if k.RatePerSecond < 0 || k.Burst < 0 || k.MaxPending < 0 {
 			return nil, fmt.Errorf("%s: %s has a negative limit", from[i], k.Name)
+		}
+		if k.Weight < 0 || k.Weight > MaxKeyWeight {
+			return nil, fmt.Errorf("%s: %s has weight %d; want 1 to %d (0 or none: 1)", from[i], k.Name, k.Weight, MaxKeyWeight)
 		}
 		names[k.Name] = true
 		secrets[k.Key] = k.Name

@@ -108,3 +108,32 @@ func TestKeysRefusedAtStart(t *testing.T) {
 		t.Errorf("roles %q, want %q", got, want)
 	}
 }
+
+// TestKeyWeights: a key's weight in the share of solver slots comes from
+// API_KEYS_FILE, 1 when unset; a negative weight or one over
+// MaxKeyWeight stops the API at start, and operator keys, which run no
+// work, have none.
+func TestKeyWeights(t *testing.T) {
+	t.Parallel()
+	load := func(body string) ([]api.APIKey, error) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "keys.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return (&APIConfig{APIKeysFile: f}).loadKeys()
+	}
+	keys, err := load(`[{"name":"a","key":"a-secret-0123456789"},{"name":"b","key":"b-secret-0123456789","weight":3},` +
+		`{"name":"op","key":"o-secret-0123456789","role":"operator"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keyWeights(keys), map[string]int{"a": 1, "b": 3}; !reflect.DeepEqual(got, want) {
+		t.Errorf("weights %v, want %v", got, want)
+	}
+	for _, w := range []string{"-1", "1001"} {
+		if _, err := load(`[{"name":"a","key":"a-secret-0123456789","weight":` + w + `}]`); err == nil || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("weight %s: %v, want an error naming the weight", w, err)
+		}
+	}
+}

@@ -52,26 +52,3 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
-
-// TestExpensiveCap: MAX_EXPENSIVE_PER_KEY when set, else half the slots
-// of the registered workers, else half of this worker's own, at least 1.
-func TestExpensiveCap(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		set, own int
-		slots    []int
-		want     int
-	}{
-		{0, 2, []int{2, 2, 2}, 3},
-		{0, 2, nil, 1},
-		{0, 8, nil, 4},
-		{0, 1, []int{1}, 1},
-		{0, 2, []int{8, 1}, 4},
-		{5, 2, []int{2, 2, 2}, 5},
-	} {
-		w := WorkerSettings{MaxExpensivePerKey: tc.set, Concurrency: tc.own}
-		if got := w.expensiveCap(tc.slots); got != tc.want {
-			t.Errorf("MAX_EXPENSIVE_PER_KEY=%d, own %d, cluster %v: cap %d, want %d", tc.set, tc.own, tc.slots, got, tc.want)
-		}
-	}
-}

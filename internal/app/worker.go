@@ -30,8 +30,9 @@ import (
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// Worker is a running cmd/worker: an asynq server with puzzleq's handler,
-// another that delivers webhooks on slots of their own, a listener for
+// Worker is a running cmd/worker: an asynq server with puzzleq's handler
+// on the solver slots, another with the same handler on the cheap lane's
+// slots, another that delivers webhooks on slots of their own, a listener for
 // cancellations, and a health and metrics server.
 type Worker struct {
 	cfg   WorkerConfig
@@ -43,8 +44,12 @@ type Worker struct {
 	// whSrv and whMux deliver webhooks on slots of their own
 	// (WEBHOOK_CONCURRENCY), so deliveries that wait on slow receivers
 	// never hold a solver's slot.
-	whSrv    *asynq.Server
-	whMux    *asynq.ServeMux
+	whSrv *asynq.Server
+	whMux *asynq.ServeMux
+	// cheapSrv runs the cheap lane (tasks.CheapQueues) on slots of its
+	// own (CHEAP_CONCURRENCY) with the solvers' handler, so cheap work
+	// never waits behind searches that hold every solver slot.
+	cheapSrv *asynq.Server
 	cancels  *worker.Cancels
 	beat     *worker.Heartbeat
 	reg      *prometheus.Registry
@@ -56,10 +61,14 @@ type Worker struct {
 	// 6-6-3, why; /readyz shows it.
 	pdbNote  atomic.Pointer[string]
 	ownsConn bool
-	// expCap is the per-key cap of expensive runs in force (see
-	// WorkerSettings.MaxExpensivePerKey); with the default it follows
-	// the cluster's slots (watchSlots).
+	// expCap is the hard ceiling of one key's expensive runs
+	// (WorkerSettings.MaxExpensivePerKey, 0: none).
 	expCap atomic.Int64
+	// solverSlots is the cluster's solver slots as the last heartbeat
+	// found them (Store.RegisterSlots), for the metric and as the
+	// sharing's S while Redis has no worker's entry: the scripts that
+	// decide read S from Redis itself.
+	solverSlots atomic.Int64
 }
 
 // NewWorker connects to Redis and binds the health listener. Run starts
@@ -95,21 +104,35 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	loadScripts(w.store, log)
 	m := worker.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "puzzleq_expensive_cap", Help: "Expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY).",
+		Name: "puzzleq_expensive_cap", Help: "Hard ceiling of the expensive tasks one API key may run at once, cluster-wide, as this worker enforces it (MAX_EXPENSIVE_PER_KEY; 0: none).",
 	}, func() float64 { return float64(w.expCap.Load()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "puzzleq_solver_slots", Help: "Solver slots of the cluster as this worker's last heartbeat found them recorded in Redis, which the API keys with expensive work share by weight.",
+	}, func() float64 { return float64(w.solverSlots.Load()) }))
 	h := worker.NewHandler(w.store, w.cancels, cfg.Limits(), m, log)
 	// A worker that finishes a unit refills the bulk queue from the feed,
 	// so it never runs dry while a batch waits.
 	h.SetFeed(w.store, cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
-	w.expCap.Store(int64(cfg.expensiveCap(nil)))
+	w.expCap.Store(int64(cfg.MaxExpensivePerKey))
+	w.solverSlots.Store(int64(cfg.concurrency()))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
+	h.SetSlots(func() int { return int(w.solverSlots.Load()) })
 	w.mux = asynq.NewServeMux()
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
 	// them if this process dies (worker.Heartbeat).
 	w.beat = worker.NewHeartbeat(w.store, worker.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
+	// Each beat, the first before any task is fetched, records this
+	// worker's solver slots, so the keys share the cluster's slots from
+	// the moment a worker starts; the webhook and cheap lanes' slots are
+	// not among them.
+	w.beat.SetSlots(w.store, cfg.concurrency(), func(total int) {
+		if c := int64(total); c != w.solverSlots.Swap(c) {
+			log.Info("solver slots shared by the keys with expensive work", "solver_slots", c)
+		}
+	})
 	w.mux.Use(w.beat.Middleware())
 	if cfg.RedisAckReplicas > 0 {
 		w.mux.Use(confirmMiddleware(w.store))
@@ -120,27 +143,34 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 			log.Warn("redis health check failed", "err", err)
 		}
 	}
-	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:       cfg.concurrency(),
-		Queues:            cfg.weights(),
-		TaskCheckInterval: cfg.TaskCheckInterval,
-		// Move retried tasks back to pending every second, not every 5 s:
-		// crash and outage recovery goes through the retry set.
-		DelayedTaskCheckInterval: time.Second,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		ErrorHandler:             h.ErrorHandler(),
-		// An expensive task over its key's cap waits: asynq runs it again
-		// after the wait, and it counts as neither a retry nor a failure.
-		// So does a task whose writes the replicas did not confirm: it is
-		// done, and runs again only to confirm it.
-		IsFailure: func(err error) bool {
-			_, wait := worker.IsWait(err)
-			return !wait && !errors.Is(err, worker.ErrNotReplicated)
-		},
-		RetryDelayFunc:  retryDelay,
-		Logger:          asynqLogger{log.With(libraryKey, "asynq")},
-		HealthCheckFunc: healthCheck,
-	})
+	solverConfig := func(concurrency int, queues map[string]int, log *slog.Logger) asynq.Config {
+		return asynq.Config{
+			Concurrency:       concurrency,
+			Queues:            queues,
+			TaskCheckInterval: cfg.TaskCheckInterval,
+			// Move retried tasks back to pending every second, not every
+			// 5 s: crash and outage recovery goes through the retry set.
+			DelayedTaskCheckInterval: time.Second,
+			ShutdownTimeout:          cfg.ShutdownTimeout,
+			ErrorHandler:             h.ErrorHandler(),
+			// An expensive task over its key's cap waits: asynq runs it
+			// again after the wait, and it counts as neither a retry nor a
+			// failure. So does a task whose writes the replicas did not
+			// confirm: it is done, and runs again only to confirm it.
+			IsFailure: func(err error) bool {
+				_, wait := worker.IsWait(err)
+				return !wait && !errors.Is(err, worker.ErrNotReplicated)
+			},
+			RetryDelayFunc:  retryDelay,
+			Logger:          asynqLogger{log},
+			HealthCheckFunc: healthCheck,
+		}
+	}
+	w.srv = asynq.NewServerFromRedisClient(rdb, solverConfig(cfg.concurrency(), cfg.weights(), log.With(libraryKey, "asynq")))
+	// The cheap lane's server runs the same handler on the cheap queues:
+	// its tasks never take a solver's slot, nor wait for one.
+	w.cheapSrv = asynq.NewServerFromRedisClient(rdb, solverConfig(cfg.CheapConcurrency, cfg.cheapWeights(),
+		log.With(libraryKey, "asynq", "component", "cheap")))
 	// The deliveries' own server. The heartbeat records them too, so a
 	// worker that dies mid-delivery has it re-driven as soon as a task.
 	w.whMux = asynq.NewServeMux()
@@ -347,16 +377,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.srv.Shutdown()
 		return fmt.Errorf("worker: start the webhook server: %w", err)
 	}
-	w.ready.Store(true)
-	if w.cfg.MaxExpensivePerKey == 0 {
-		go w.watchSlots(lctx)
+	if err := w.cheapSrv.Start(w.mux); err != nil {
+		w.srv.Shutdown()
+		w.whSrv.Shutdown()
+		return fmt.Errorf("worker: start the cheap lane's server: %w", err)
 	}
+	w.ready.Store(true)
 	httpErr := make(chan error, 1)
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
 	}
 	w.log.Info("worker started", "worker_id", w.beat.ID(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
-		"webhook_concurrency", w.cfg.WebhookConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
+		"webhook_concurrency", w.cfg.WebhookConcurrency, "cheap_concurrency", w.cfg.CheapConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
 	// A health server that stops takes the worker down with an error, so
 	// the process exits non-zero and is restarted: without it the kubelet
@@ -386,42 +418,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return runErr
-}
-
-// slotsEvery is how often a worker with the default per-key cap re-reads
-// the cluster's slots: a few Redis commands per worker, and a cluster
-// that scales follows within this long.
-const slotsEvery = 10 * time.Second
-
-// watchSlots keeps the per-key cap of expensive runs at half the slots of
-// the workers registered with asynq, until ctx ends. A failed read keeps
-// the cap in force.
-func (w *Worker) watchSlots(ctx context.Context) {
-	insp := asynq.NewInspectorFromRedisClient(w.rdb)
-	// Workers of a new deployment start within moments of each other, so
-	// the first reads come sooner: after 1, 2 and 4 s.
-	wait := time.Second
-	for {
-		if servers, err := insp.Servers(); err != nil {
-			w.log.Warn("read the cluster's worker slots", "err", err)
-		} else {
-			slots := make([]int, 0, len(servers))
-			for _, s := range servers {
-				if tasks.SolvesOn(s.Queues) { // not a webhook server's
-					slots = append(slots, s.Concurrency)
-				}
-			}
-			if c := int64(w.cfg.expensiveCap(slots)); c != w.expCap.Swap(c) {
-				w.log.Info("per-key cap of expensive tasks", "max_expensive_per_key", c, "workers", len(slots))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, slotsEvery)
-	}
 }
 
 // readyBody is /readyz's answer when ready: apitype.Status plus the
@@ -479,13 +475,14 @@ func (w *Worker) preload(ctx context.Context) {
 		"duration_ms", time.Since(start).Milliseconds(), "memory_bytes", sliding.PDBMemory())
 }
 
-// shutdownServers shuts both asynq servers down at once, so that the
+// shutdownServers shuts the asynq servers down at once, so that the
 // worker's shutdown takes at most one ShutdownTimeout, which the pod's
 // grace period is sized for.
 func (w *Worker) shutdownServers() {
 	var wg sync.WaitGroup
 	wg.Go(w.srv.Shutdown)
 	wg.Go(w.whSrv.Shutdown)
+	wg.Go(w.cheapSrv.Shutdown)
 	wg.Wait()
 }
 

@@ -160,7 +160,9 @@ func TestInspectorReadsWhatTheStoreWrites(t *testing.T) {
 	}
 	check(t, ti, want.Type(), want.Payload(), tasks.QueueInteractive, l.TaskTimeout(p.Kind()))
 
-	// Batch units, enqueued by enqueueFedScript.
+	// Batch units, enqueued by enqueueFedScript: a chunk of 8-puzzles is
+	// cheap, so its unit goes to the cheap lane's bulk queue.
+	lane := tasks.QueueCheapBulk
 	w := st.NewBatchWriter("fedbatch", 1)
 	for i := range 2 {
 		if err := w.Add(ctx, store.StagedItem{Kind: puzzle.KindSliding, Request: p.Payload(), CustomID: fmt.Sprint(i), Timeout: time.Minute}); err != nil {
@@ -173,25 +175,25 @@ func TestInspectorReadsWhatTheStoreWrites(t *testing.T) {
 	if err := st.CommitBatch(ctx, w, store.CommitBatch{ID: "fedbatch", Owner: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	refs, err := st.Feed(ctx, tasks.QueueBulk, 64, 64)
+	refs, err := st.Feed(ctx, lane, 64, 64)
 	if err != nil || len(refs) == 0 {
 		t.Fatalf("feed: %v %v", refs, err)
 	}
-	if n, err := st.EnqueueFed(ctx, tasks.QueueBulk, refs); err != nil || n != len(refs) {
+	if n, err := st.EnqueueFed(ctx, lane, refs); err != nil || n != len(refs) {
 		t.Fatalf("EnqueueFed: %d of %d, %v", n, len(refs), err)
 	}
 	for _, r := range refs {
-		want, err := tasks.NewUnitTask(r, tasks.QueueBulk)
+		want, err := tasks.NewUnitTask(r, lane)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ti, err := insp.GetTaskInfo(tasks.QueueBulk, r.TaskID())
+		ti, err := insp.GetTaskInfo(lane, r.TaskID())
 		if err != nil {
 			t.Fatalf("asynq does not find unit %s: %v", r.TaskID(), err)
 		}
-		check(t, ti, tasks.TypeUnit, want.Payload(), tasks.QueueBulk, r.Timeout)
+		check(t, ti, tasks.TypeUnit, want.Payload(), lane, r.Timeout)
 	}
-	pending, err := insp.ListPendingTasks(tasks.QueueBulk)
+	pending, err := insp.ListPendingTasks(lane)
 	if err != nil || len(pending) != len(refs) {
 		t.Fatalf("asynq lists %d pending units (%v), want %d", len(pending), err, len(refs))
 	}
@@ -203,8 +205,8 @@ func TestInspectorReadsWhatTheStoreWrites(t *testing.T) {
 	for _, q := range queues {
 		seen[q] = true
 	}
-	if !seen[tasks.QueueInteractive] || !seen[tasks.QueueBulk] {
-		t.Errorf("asynq lists queues %v, want %s and %s", queues, tasks.QueueInteractive, tasks.QueueBulk)
+	if !seen[tasks.QueueInteractive] || !seen[lane] {
+		t.Errorf("asynq lists queues %v, want %s and %s", queues, tasks.QueueInteractive, lane)
 	}
 }
 

@@ -209,7 +209,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		if err != nil || !ok {
 			return total, err
 		}
-		n, err := r.store.EnqueueFed(ctx, tasks.QueueBulk, stale)
+		n, err := r.enqueueStale(ctx, stale)
 		total += n
 		if err != nil {
 			return total, err
@@ -221,16 +221,43 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	// Then top the queue up. Feed stops by itself once the queue holds
-	// FeedDepth units; the bound keeps a pass finite while workers drain
-	// the queue as fast as it is fed.
-	for fed := 0; fed < r.opts.FeedDepth; {
-		n, err := worker.FeedQueue(ctx, r.store, tasks.QueueBulk, r.opts.FeedDepth, r.opts.FeedDepth)
+	// Then top the queues up, the cheap lane's and the solvers'. Feed
+	// stops by itself once a queue holds FeedDepth units; the bound keeps
+	// a pass finite while workers drain the queue as fast as it is fed.
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		for fed := 0; fed < r.opts.FeedDepth; {
+			n, err := worker.FeedQueue(ctx, r.store, q, r.opts.FeedDepth, r.opts.FeedDepth)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n == 0 {
+				break
+			}
+			fed += n
+		}
+	}
+	return total, nil
+}
+
+// enqueueStale enqueues units whose feeder died, each on its lane's bulk
+// queue (tasks.UnitQueue), and returns how many it acknowledged.
+func (r *Reconciler) enqueueStale(ctx context.Context, stale []tasks.UnitRef) (int, error) {
+	byQueue := map[string][]tasks.UnitRef{}
+	for _, u := range stale {
+		q := tasks.UnitQueue(u.Unit)
+		byQueue[q] = append(byQueue[q], u)
+	}
+	total := 0
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		if len(byQueue[q]) == 0 {
+			continue
+		}
+		n, err := r.store.EnqueueFed(ctx, q, byQueue[q])
 		total += n
-		if err != nil || n == 0 {
+		if err != nil {
 			return total, err
 		}
-		fed += n
 	}
 	return total, nil
 }

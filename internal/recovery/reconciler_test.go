@@ -8,19 +8,21 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // The reconciler's tests run it on a real Redis against a real asynq
 // queue, with batches staged through the store (feedStack, stack_test.go).
 
-// queued lists the task IDs waiting on the bulk queue, failing on one
-// queued twice.
+// queued lists the task IDs waiting on the cheap lane's bulk queue, where
+// the chunks' units of cheap items go, failing on one queued twice.
 func (s *feedStack) queued(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	for page := 1; ; page++ {
-		ts, err := s.insp.ListPendingTasks(tasks.QueueBulk, asynq.Page(page), asynq.PageSize(100))
+		ts, err := s.insp.ListPendingTasks(tasks.QueueCheapBulk, asynq.Page(page), asynq.PageSize(100))
 		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 			t.Fatal(err)
 		}
@@ -48,11 +50,11 @@ func TestReconcilerReenqueuesStaleUnits(t *testing.T) {
 	s := newFeedStack(t)
 	ctx := context.Background()
 	id := s.stage(t, 6, 2)
-	refs, err := s.st.Feed(ctx, tasks.QueueBulk, 64, 64)
+	refs, err := s.st.Feed(ctx, tasks.QueueCheapBulk, 64, 64)
 	if err != nil || len(refs) != 3 {
 		t.Fatalf("feed: %v %v, want the batch's 3 units", refs, err)
 	}
-	u0, err := tasks.NewUnitTask(refs[0], tasks.QueueBulk)
+	u0, err := tasks.NewUnitTask(refs[0], tasks.QueueCheapBulk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestReconcilerFeedsACommittedBatch(t *testing.T) {
 		if !q[tid] {
 			t.Fatalf("unit c%d, first in the feed, not queued: %v", j, q)
 		}
-		if err := s.insp.DeleteTask(tasks.QueueBulk, tid); err != nil {
+		if err := s.insp.DeleteTask(tasks.QueueCheapBulk, tid); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,5 +123,55 @@ func TestReconcilerFeedsACommittedBatch(t *testing.T) {
 	}
 	if stale, err := s.st.StaleFed(ctx, time.Now().Add(time.Hour), 10); err != nil || len(stale) != 0 {
 		t.Fatalf("units left unacknowledged: %v %v", stale, err)
+	}
+}
+
+// TestReconcilerReenqueuesStaleUnitsOnTheirLanes: a feeder that died
+// holding a mixed batch's units left chunk units of cheap items and
+// items' own units in the feeding set; the reconciler queues each on its
+// lane's bulk queue: the chunks' on the cheap lane's, the own units on
+// the solvers'.
+func TestReconcilerReenqueuesStaleUnitsOnTheirLanes(t *testing.T) {
+	t.Parallel()
+	s := newFeedStack(t)
+	ctx := context.Background()
+	id := "6c616e65730000000000000000000000"
+	w := s.st.NewBatchWriter(id, 2)
+	for i := range 4 { // c0 = {0}, x1, c1 = {2}, x3
+		it := store.StagedItem{Kind: puzzle.KindSliding, Request: sliding8(t, i), Timeout: time.Minute, Own: i%2 == 1}
+		if err := w.Add(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.st.CommitBatch(ctx, w, store.CommitBatch{ID: id, Owner: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	// Taken from both feeds and never enqueued.
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		if refs, err := s.st.Feed(ctx, q, 64, 64); err != nil || len(refs) != 2 {
+			t.Fatalf("feed %s: %v %v, want 2 units", q, refs, err)
+		}
+	}
+	r := NewReconciler(s.st, s.enq, nil, ReconcilerOptions{Grace: time.Nanosecond, FeedDepth: 64})
+	if n, err := r.RunOnce(ctx); err != nil || n != 4 {
+		t.Fatalf("reconcile: %d units, %v; want the 4 stale ones", n, err)
+	}
+	for q, want := range map[string][]string{tasks.QueueCheapBulk: {"c0", "c1"}, tasks.QueueBulk: {"x1", "x3"}} {
+		ts, err := s.insp.ListPendingTasks(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, ti := range ts {
+			got[ti.ID] = true
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s holds %v, want %v", q, got, want)
+		}
+		for _, u := range want {
+			if !got[id+":"+u] {
+				t.Errorf("%s: unit %s not queued (%v)", q, u, got)
+			}
+		}
 	}
 }

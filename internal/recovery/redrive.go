@@ -11,11 +11,15 @@ import (
 // has waited its turn once already: on the bulk queue it would wait
 // behind up to FEED_DEPTH units again, and interactive is served first
 // (QUEUE_WEIGHTS); a crash re-drives at most one worker's concurrency of
-// tasks. Any other task keeps its queue (webhook deliveries stay apart
-// from the solves).
+// tasks. A unit of the cheap lane goes to the cheap lane's singles queue
+// for the same reason. Any other task keeps its queue (webhook deliveries
+// stay apart from the solves, cheap work in its lane).
 func RedriveQueue(queue string) string {
-	if queue == tasks.QueueBulk {
+	switch queue {
+	case tasks.QueueBulk:
 		return tasks.QueueInteractive
+	case tasks.QueueCheapBulk:
+		return tasks.QueueCheap
 	}
 	return queue
 }

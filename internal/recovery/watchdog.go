@@ -169,7 +169,7 @@ func NewWatchdog(st WatchdogStore, insp TaskInspector, enq Enqueuer, log *slog.L
 		o.Interval = min(o.DeadAfter/6, 500*time.Millisecond)
 	}
 	if o.Queues == nil {
-		o.Queues = append(append([]string{}, tasks.Queues...), tasks.QueueWebhooks)
+		o.Queues = append(append(append([]string{}, tasks.Queues...), tasks.CheapQueues...), tasks.QueueWebhooks)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -8,9 +8,11 @@ import (
 	"testing"
 )
 
-// SolveSome submits one task (queue interactive) and a two-item batch
-// (queue bulk) to the API at apiURL and waits until both are done, so
-// that a dashboard has both queues to list.
+// SolveSome submits to the API at apiURL a cheap task (queue cheap) and an
+// expensive one (a 15-puzzle a move from its goal: queue interactive), and
+// a batch of two cheap items and an expensive one (queues cheap-bulk and
+// bulk), and waits until all are done, so that a dashboard has every queue
+// of tasks.Queues and tasks.CheapQueues to list.
 func SolveSome(t testing.TB, apiURL string) {
 	t.Helper()
 	post := func(path, body string) map[string]any {
@@ -37,11 +39,15 @@ func SolveSome(t testing.TB, apiURL string) {
 		}
 		return m
 	}
+	const hard = `{"kind":"sliding","puzzle":{"board":[[1,2,3,4],[5,6,7,8],[9,10,11,12],[13,14,0,15]]}}`
 	task := post("/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
+	search := post("/v1/tasks", hard)
 	batch := post("/v1/batches", `{"tasks":[{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}},`+
-		`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,6],[7,5,8]]}}]}`)
-	if m := get(fmt.Sprintf("/v1/tasks/%v?wait=20s", task["id"])); m["state"] != "completed" {
-		t.Fatalf("task: %v", m)
+		`{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,6],[7,5,8]]}},`+hard+`]}`)
+	for _, id := range []any{task["id"], search["id"]} {
+		if m := get(fmt.Sprintf("/v1/tasks/%v?wait=20s", id)); m["state"] != "completed" {
+			t.Fatalf("task: %v", m)
+		}
 	}
 	if m := get(fmt.Sprintf("/v1/batches/%v?wait=20s", batch["id"])); m["done"] != true {
 		t.Fatalf("batch: %v", m)

@@ -1,10 +1,12 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -115,22 +117,44 @@ func units(refs []tasks.UnitRef) []string {
 	return out
 }
 
-// feedAll takes every unit from the feed (no asynq queue: depth is
-// large), in as many Feed calls as it takes.
+// feedAll takes every unit from both feeds (no asynq queue: depth is
+// large), in as many Feed calls as it takes, and returns them in fair
+// order (their scores in the feeds): each call takes the cheap lane's
+// units and the solvers' of one window.
 func (e *env) feedAll(t *testing.T) []tasks.UnitRef {
 	t.Helper()
 	var all []tasks.UnitRef
 	for range 1000 {
+		score := map[string]float64{}
+		for _, f := range []string{"feed", "feed:cheap"} {
+			for _, z := range e.rdb.ZRangeWithScores(e.ctx, e.prefix+f, 0, -1).Val() {
+				score[z.Member.(string)] = z.Score
+			}
+		}
+		cheapRefs, err := e.s.FeedCheap(e.ctx, "nonec-"+e.prefix, 1<<30, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
 		refs, err := e.s.Feed(e.ctx, "none-"+e.prefix, 1<<30, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
+		refs = append(refs, cheapRefs...)
+		// A unit a refill moved in this call was in no feed before it;
+		// it comes after those that were, as its score does.
+		at := func(r tasks.UnitRef) float64 {
+			if s, ok := score[r.Member()]; ok {
+				return s
+			}
+			return math.Inf(1)
+		}
+		slices.SortStableFunc(refs, func(a, b tasks.UnitRef) int { return cmp.Compare(at(a), at(b)) })
 		all = append(all, refs...)
-		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 {
+		if len(refs) == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed").Val() == 0 && e.rdb.ZCard(e.ctx, e.prefix+"feed:cheap").Val() == 0 {
 			return all
 		}
 	}
-	t.Fatal("the feed did not drain in 1000 calls")
+	t.Fatal("the feeds did not drain in 1000 calls")
 	return nil
 }
 
@@ -677,7 +701,7 @@ func TestCancelBatch(t *testing.T) {
 	}
 	items[5] = own(`{}`)
 	e.commit(t, store.CommitBatch{ID: id, Owner: "bob"}, 4, items)
-	fed, err := e.s.Feed(e.ctx, "none", 100, 1)
+	fed, err := e.s.FeedCheap(e.ctx, "none", 100, 1)
 	if err != nil || len(fed) != 1 || fed[0].Unit != "c0" {
 		t.Fatalf("fed %v %v", fed, err)
 	}
@@ -784,14 +808,21 @@ func TestCommandsPerItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	trips := 0
-	for {
-		refs, err := s.Feed(ctx, "none", 100, 100)
+	for cheapLane := false; ; cheapLane = !cheapLane {
+		feed := s.Feed
+		if cheapLane {
+			feed = s.FeedCheap
+		}
+		refs, err := feed(ctx, "none", 100, 100)
 		trips++
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(refs) == 0 {
-			break
+			if cheapLane && rdb.ZCard(ctx, "pq:feed").Val()+rdb.ZCard(ctx, "pq:feed:cheap").Val() == 0 {
+				break
+			}
+			continue
 		}
 		// Onto a queue the feed does not measure, as if workers had
 		// taken them off at once.
@@ -1300,5 +1331,124 @@ func TestEnqueueFedOverAsynqStates(t *testing.T) {
 	}
 	if info, err := insp.GetTaskInfo(queue, refs[2].TaskID()); err != nil || info.State != asynq.TaskStatePending {
 		t.Errorf("the once-running unit: %+v %v, want pending", info, err)
+	}
+}
+
+// TestUnitsTakeTheirLanes: a batch's chunk units of cheap items go to the
+// cheap lane's feed and its items' own units to the solvers' feed, window
+// after window, and each lane drains its feed alone: the cheap lane gets
+// every chunk unit while the solvers' feed is never fed (searches filling
+// the bulk queue), then the solvers' lane gets every own unit. An
+// abandoned commit takes its units out of both feeds.
+func TestUnitsTakeTheirLanes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	const n = 2600 // 1,300 chunks of a cheap and an own item: 2,600 units, three windows
+	items := make([]store.StagedItem, n)
+	for i := range items {
+		items[i] = cheap(`{}`)
+		if i%2 == 1 {
+			items[i] = own(`{}`)
+		}
+	}
+	id := bid("lanes")
+	e.commit(t, store.CommitBatch{ID: id, Owner: "l"}, 2, items)
+	drain := func(feed func(context.Context, string, int, int) ([]tasks.UnitRef, error), queue string) []tasks.UnitRef {
+		var all []tasks.UnitRef
+		for range 100 {
+			refs, err := feed(e.ctx, queue, 1<<30, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(refs) == 0 {
+				return all
+			}
+			all = append(all, refs...)
+		}
+		t.Fatal("a feed did not drain in 100 calls")
+		return nil
+	}
+	chunks := drain(e.s.FeedCheap, "lane-c-"+e.prefix)
+	if len(chunks) != n/2 {
+		t.Fatalf("the cheap lane got %d units, want the %d chunks' units", len(chunks), n/2)
+	}
+	for j, r := range chunks {
+		if r.Unit != tasks.ChunkUnit(j) || tasks.UnitQueue(r.Unit) != tasks.QueueCheapBulk {
+			t.Fatalf("cheap lane unit %d is %s, want %s", j, r.Unit, tasks.ChunkUnit(j))
+		}
+	}
+	owns := drain(e.s.Feed, "lane-x-"+e.prefix)
+	if len(owns) != n/2 {
+		t.Fatalf("the solvers' lane got %d units, want the %d own units", len(owns), n/2)
+	}
+	for k, r := range owns {
+		if r.Unit != tasks.OwnUnit(2*k+1) || tasks.UnitQueue(r.Unit) != tasks.QueueBulk {
+			t.Fatalf("solvers' lane unit %d is %s, want %s", k, r.Unit, tasks.OwnUnit(2*k+1))
+		}
+	}
+	for _, f := range []string{"feed", "feed:cheap"} {
+		if left := e.rdb.ZCard(e.ctx, e.prefix+f).Val(); left != 0 {
+			t.Fatalf("%s holds %d members once both lanes drained", f, left)
+		}
+	}
+
+	// An abandoned commit of a mixed batch leaves neither feed holding
+	// its units or its refill marks.
+	aid := bid("lanes-abandon")
+	cb := store.CommitBatch{ID: aid, Owner: "a"}
+	w := e.stage(t, aid, 2, items)
+	if err := e.s.CommitBatch(e.ctx, w, cb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.s.AbandonCommit(e.ctx, w, cb); err != nil || got != store.BatchAbandoned {
+		t.Fatalf("abandon: %d %v", got, err)
+	}
+	for _, f := range []string{"feed", "feed:cheap"} {
+		if left := e.rdb.ZCard(e.ctx, e.prefix+f).Val(); left != 0 {
+			t.Fatalf("%s holds %d members of an abandoned batch", f, left)
+		}
+	}
+}
+
+// TestCheapLaneFairness: in the cheap lane as in the solvers', a key's
+// chunks sent after another key's 1,500 come out within the next feeds,
+// not after them, though the solvers' feed never moves; and a batch of
+// cheap items leaves no refill mark in the solvers' feed, whose feeds
+// would otherwise move its windows ahead of the cheap lane.
+func TestCheapLaneFairness(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	big := make([]store.StagedItem, 1500)
+	for i := range big {
+		big[i] = cheap(`{}`)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("ca"), Owner: "ca"}, 1, big)
+	if n := e.rdb.ZCard(e.ctx, e.prefix+"feed").Val(); n != 0 {
+		t.Fatalf("a batch of cheap items put %d members in the solvers' feed", n)
+	}
+	queue := "cq-" + e.prefix
+	if first, err := e.s.FeedCheap(e.ctx, queue, 10, 10); err != nil || len(first) != 10 {
+		t.Fatalf("first feed: %d %v", len(first), err)
+	}
+	// The solvers' lane feeds too, as workers do after each unit; it
+	// has nothing, and must move nothing.
+	if refs, err := e.s.Feed(e.ctx, "q-"+e.prefix, 10, 10); err != nil || len(refs) != 0 {
+		t.Fatalf("the solvers' feed gave %v %v", refs, err)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("cb"), Owner: "cb"}, 1, []store.StagedItem{cheap(`{}`), cheap(`{}`), cheap(`{}`)})
+	seen := 0
+	for range 2 {
+		refs, err := e.s.FeedCheap(e.ctx, queue, 1000, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs {
+			if r.BatchID == bid("cb") {
+				seen++
+			}
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("only %d of cb's 3 chunks came out in the 10 units after it was sent", seen)
 	}
 }

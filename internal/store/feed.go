@@ -32,7 +32,8 @@ const maxRefills = 2
 // more.
 const maxFeedDrops = 10000
 
-// Feed takes up to max units from the feed, in fair order (see
+// Feed takes up to max units from queue's feed (the cheap lane's for
+// tasks.QueueCheapBulk, the solvers' otherwise), in fair order (see
 // docs/batches.md), while queue's asynq pending list holds fewer than
 // depth tasks, moving them to the feeding set. Units of batches that are
 // gone or canceled are dropped, not returned. The caller enqueues and
@@ -46,17 +47,42 @@ func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks
 // unit then makes one feed of several units every few units, not a feed,
 // an enqueue and an acknowledgement per unit.
 func (s *Store) FeedBelow(ctx context.Context, queue string, low, depth, max int) ([]tasks.UnitRef, error) {
+	return s.feedInto(ctx, s.feedFor(queue), queue, low, depth, max)
+}
+
+// feedInto is FeedBelow from the feed fk.
+func (s *Store) feedInto(ctx context.Context, fk, queue string, low, depth, max int) ([]tasks.UnitRef, error) {
 	if max <= 0 || depth <= 0 || low <= 0 {
 		return nil, nil
 	}
 	ua := s.k.batchUnitsAffixes()
 	members, err := feedScript.Run(ctx, s.rdb,
-		[]string{s.k.feed(), s.k.feeding(), s.k.feedVT(), asynqdata.PendingKey(queue), s.k.backlog()},
+		[]string{fk, s.k.feeding(), s.laneVT(fk == s.k.cheapFeed()), asynqdata.PendingKey(queue), s.k.backlog(),
+			s.k.feed(), s.k.cheapFeed()},
 		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}
 	return s.parseMembers(ctx, members), nil
+}
+
+// feedFor is the feed whose units go to queue: the cheap lane's for its
+// bulk queue, the solvers' for any other.
+func (s *Store) feedFor(queue string) string {
+	if queue == tasks.QueueCheapBulk {
+		return s.k.cheapFeed()
+	}
+	return s.k.feed()
+}
+
+// laneVT is the virtual time of the cheap lane's feed when cheap is true,
+// of the solvers' otherwise: a batch whose units all run in the cheap
+// lane starts where that lane's feed is (docs/batches.md, Fairness).
+func (s *Store) laneVT(cheap bool) string {
+	if cheap {
+		return s.k.cheapFeedVT()
+	}
+	return s.k.feedVT()
 }
 
 // parseMembers reads feed members; one that cannot be read (never written
@@ -149,9 +175,13 @@ func (s *Store) StaleFed(ctx context.Context, before time.Time, limit int) ([]ta
 // a batch with units waiting keeps between half a window and one and a
 // half in the feed (what a ZCARD of the feed sees of it).
 //
-// refill(list, feed, batch, base, moved, units, w) pops up to w units
-// from the batch's list into the feed, puts the next refill mark when
-// units remain, and returns how many units have moved.
+// refill(list, feed, cfeed, batch, base, moved, units, w) pops up to w
+// units from the batch's list into the feeds, a chunk's shared unit of
+// cheap items into the cheap lane's feed cfeed and an item's own unit
+// into feed (lane), puts the next refill mark, when units remain, in each
+// feed that took units of this window, so that the lane that reaches the
+// window's middle first moves the batch on and neither waits on the
+// other, and returns how many units have moved.
 // backlogLua keeps the backlog (keys.backlog): one member per
 // backlogUnits units of a batch not yet fed, so that its cardinality,
 // which is all KEDA's redis scaler can read, counts every waiting unit
@@ -186,25 +216,39 @@ local function backlog_set(z, batch, from, to, exp)
 end
 `
 
-const feedLua = backlogLua + `
-local function refill(list, feed, batch, base, moved, units, w)
+const feedLua = backlogLua + laneLua + `
+local function refill(list, feed, cfeed, batch, base, moved, units, w)
   local take = math.min(w, units - moved)
-  local done = 0
+  local done, inFeed, inCheap = 0, false, false
   while done < take do
     local ms = redis.call('LPOP', list, math.min(1000, take - done))
     if not ms then break end
-    local z = {}
+    local z, c = {}, {}
     for i = 1, #ms do
-      z[#z + 1] = string.format('%d', base + moved + done + i)
-      z[#z + 1] = ms[i]
+      local t = z
+      if lane(ms[i]) then t = c end
+      t[#t + 1] = string.format('%d', base + moved + done + i)
+      t[#t + 1] = ms[i]
     end
-    redis.call('ZADD', feed, unpack(z))
+    if #z > 0 then redis.call('ZADD', feed, unpack(z)); inFeed = true end
+    if #c > 0 then redis.call('ZADD', cfeed, unpack(c)); inCheap = true end
     done = done + #ms
   end
   if done > 0 and moved + done < units then
-    redis.call('ZADD', feed, string.format('%d.5', base + moved + math.ceil(done / 2)), batch .. '/+')
+    local at = string.format('%d.5', base + moved + math.ceil(done / 2))
+    if inFeed then redis.call('ZADD', feed, at, batch .. '/+') end
+    if inCheap then redis.call('ZADD', cfeed, at, batch .. '/+') end
   end
   return moved + done
+end
+`
+
+// laneLua holds lane(member): true when the feed member names a chunk's
+// shared unit ("<batch>/c<j>/<ms>"), whose items are all cheap and which
+// runs in the cheap lane (tasks.UnitQueue).
+const laneLua = `
+local function lane(m)
+  return string.match(m, '^[^/]+/c%d') ~= nil
 end
 `
 
@@ -262,17 +306,20 @@ if ARGV[2] ~= '' then redis.call('SADD', KEYS[3], ARGV[2]) end
 return #members
 `)
 
-// feedScript takes units from the feed in score order while the bulk
+// feedScript takes units from a feed in score order while its bulk
 // queue's pending list is short, dropping those of batches that are gone
 // or canceled, and moves the rest to the feeding set. A refill mark it
-// pops moves its batch's next window of units into the feed (see
+// pops moves its batch's next window of units into the feeds (see
 // feedLua), or, for a batch gone or canceled, deletes the batch's list.
 //
-// KEYS[1] feed
+// KEYS[1] the feed taken from: KEYS[6] or KEYS[7]
 // KEYS[2] feeding
-// KEYS[3] feed:vt
+// KEYS[3] the taken feed's virtual time (feed:vt or feed:cheap:vt), set
+// to the last score taken
 // KEYS[4] the queue's asynq pending list
 // KEYS[5] backlog
+// KEYS[6] the solvers' feed
+// KEYS[7] the cheap lane's feed
 //
 // ARGV[1] depth: the pending list's length to fill up to
 // ARGV[2] the most units to take
@@ -323,7 +370,7 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
       if ok then
         local bk = ARGV[4] .. id
         local f = redis.call('HMGET', bk, 'base', 'moved', 'units')
-        local moved = refill(list, KEYS[1], id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), window)
+        local moved = refill(list, KEYS[6], KEYS[7], id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), window)
         redis.call('HSET', bk, 'moved', moved)
         refills = refills + 1
       else

@@ -108,9 +108,15 @@ func (k keys) batchRes(id string, j int) string { return k.batchResBase(id) + st
 // compute the chunk from the batch's stride and append it.
 func (k keys) batchResBase(id string) string { return k.prefix + "batch:" + id + ":res:" }
 
-// feed is a sorted set of the units waiting to be enqueued, scored by
-// virtual time for fairness between owners.
+// feed is a sorted set of the units waiting to be enqueued on the bulk
+// queue (the solver slots'), scored by virtual time for fairness between
+// owners.
 func (k keys) feed() string { return k.prefix + "feed" }
+
+// cheapFeed is feed's twin for the cheap lane: the chunks' shared units
+// of cheap items, waiting to be enqueued on tasks.QueueCheapBulk, scored
+// on the same virtual time.
+func (k keys) cheapFeed() string { return k.prefix + "feed:cheap" }
 
 // feeding is a sorted set of the units taken from feed and being
 // enqueued, scored by when they were taken (Unix ms), so the reconciler
@@ -124,8 +130,13 @@ func (k keys) feeding() string { return k.prefix + "feeding" }
 // waiting work, not only the feed's current window.
 func (k keys) backlog() string { return k.prefix + "backlog" }
 
-// feedVT is a string holding the score of the last unit taken from feed.
+// feedVT is a string holding the score of the last unit taken from feed:
+// a new owner's batch starts there, unless all its units are cheap.
 func (k keys) feedVT() string { return k.prefix + "feed:vt" }
+
+// cheapFeedVT is feedVT of cheapFeed: a new owner's batch of cheap items
+// only starts there.
+func (k keys) cheapFeedVT() string { return k.prefix + "feed:cheap:vt" }
 
 // workers is a sorted set of the workers that heartbeat, scored by the
 // time each wrote with its last beat (Unix ms, by its own clock): the
@@ -196,13 +207,33 @@ func (k keys) ownerRunning(owner string) string { return k.prefix + "owner:" + o
 // that frees a slot moves the longest-waiting of them from asynq's retry
 // set back onto its queue at once (promoteLua), so a capped key's work
 // goes on as fast as its slots allow rather than at its retry delay.
-// Beside it, ownerParked(owner)+":promoted" holds the members a freed slot
-// promoted, scored by the Unix millisecond of the promotion, until their
-// admission (scripts name it from this key): one which then takes no
-// slot hands the slot on (passLua), and for a SolveLease after its
-// promotion the slot is reserved for it, counted against the cap of the
-// owner's other runs (promoteLua).
 func (k keys) ownerParked(owner string) string { return k.prefix + "owner:" + owner + ":parked" }
+
+// ownerPromoted is a sorted set of the members of ownerParked that a
+// freed slot promoted, scored by the Unix millisecond of the promotion,
+// until their admission: one which then takes no slot hands the slot on
+// (passLua), and for a SolveLease after its promotion the slot is
+// reserved for it, counted as held by its owner (promoteLua).
+func (k keys) ownerPromoted(owner string) string { return k.ownerParked(owner) + ":promoted" }
+
+// gateOwners is a sorted set of the API keys with expensive work (member
+// = the key's name, score 0): every key holding, reserving or parked for
+// a slot is in it, so that the scripts that share the slots (fairLua)
+// know whom they share between. A key with none of the three leaves it
+// at the next such script.
+func (k keys) gateOwners() string { return k.prefix + "gate:owners" }
+
+// gateWeights is a hash of the API keys' weights in the share of slots
+// (field = the key's name, value = its weight; 1 when absent), written by
+// the API at start from API_KEYS_FILE (Store.SetWeights).
+func (k keys) gateWeights() string { return k.prefix + "gate:weights" }
+
+// gateSlots is a hash of the workers' solver slots (field = the worker's
+// ID, value = "<solver slots>:<expiry, Unix ms by Redis's clock>"),
+// written by each worker at start and with every heartbeat
+// (Store.RegisterSlots) and removed when it leaves or is reaped: the
+// scripts that share the slots (fairLua) sum its live entries as S.
+func (k keys) gateSlots() string { return k.prefix + "gate:slots" }
 
 // parkedMember is a run's member of ownerParked: its asynq queue and task
 // ID, tab-separated (neither holds a tab). "" when the run has no asynq

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,6 +289,12 @@ func TestRetryCanceledBatch(t *testing.T) {
 		t.Fatalf("after the retry: %+v", b)
 	}
 	e.pending(t, "alice", 3)
+	// The chunk's unit of cheap items is back in the cheap lane's feed,
+	// the own unit in the solvers'.
+	if c, x := e.rdb.ZRange(e.ctx, e.prefix+"feed:cheap", 0, -1).Val(), e.rdb.ZRange(e.ctx, e.prefix+"feed", 0, -1).Val(); len(c) != 1 || !strings.Contains(c[0], "/c0/") ||
+		len(x) != 1 || !strings.Contains(x[0], "/x2/") {
+		t.Fatalf("retried units in the feeds: cheap %v, solvers' %v", c, x)
+	}
 	refs := e.feedAll(t)
 	if got := fmt.Sprint(units(refs)); got != "[c0 x2]" {
 		t.Fatalf("fed %s", got)

@@ -20,7 +20,7 @@ var allScripts = []*redis.Script{
 	commitBatchScript, abandonCommitScript, feedScript, enqueueFedScript, startUnitScript, finishUnitScript, finishChunkScript,
 	cancelItemsScript, markCanceledScript, itemProgressScript, readItemsScript, itemRequestScript, entryHeadsScript,
 	admitScript, renewSolveScript, finishSolveScript, releaseSolveScript, cancelSolveScript,
-	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript,
+	admitSlotScript, renewSlotScript, releaseSlotScript, passSlotScript, yieldUnitScript, registerSlotsScript,
 	beginRetryScript, retryChunkScript,
 	createSessionScript, keyEpochScript,
 	webhookBacklogScript,

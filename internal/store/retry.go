@@ -80,9 +80,12 @@ return n
 // KEYS[2] res hash of the chunk
 // KEYS[3] feed
 // KEYS[4] the owner's virtual time
-// KEYS[5] feed:vt
+// KEYS[5] the virtual time the units start from: feed:vt, or the cheap
+// lane's when the chunk's unit alone is fed
 // KEYS[6] backlog
 // KEYS[7] batch req hash
+// KEYS[8] the cheap lane's feed, which takes the chunk's unit (the own
+// units go to KEYS[3])
 //
 // ARGV[1..4] owner key affixes
 // ARGV[5] batch ID
@@ -94,7 +97,7 @@ return n
 // unit's feed member ("" for a cheap item)
 //
 // Returns how many items it re-opened.
-var retryChunkScript = redis.NewScript(quotaLua + backlogLua + `
+var retryChunkScript = redis.NewScript(quotaLua + backlogLua + laneLua + `
 -- keep(k, at) makes k live until at at least, never shorter: a newer
 -- unit of the owner may expire later than this batch.
 local function keep(k, at)
@@ -159,12 +162,15 @@ if owner ~= '' then
   keep(p, exp); keep(oo, exp); keep(e, exp)
 end
 local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[4]) or '0'), tonumber(redis.call('GET', KEYS[5]) or '0')))
-local z = {}
+local z, c = {}, {}
 for i = 1, #members do
-  z[#z + 1] = string.format('%d', base + i)
-  z[#z + 1] = members[i]
+  local t = z
+  if lane(members[i]) then t = c end
+  t[#t + 1] = string.format('%d', base + i)
+  t[#t + 1] = members[i]
 end
-redis.call('ZADD', KEYS[3], unpack(z))
+if #z > 0 then redis.call('ZADD', KEYS[3], unpack(z)) end
+if #c > 0 then redis.call('ZADD', KEYS[8], unpack(c)) end
 redis.call('SET', KEYS[4], string.format('%d', base + #members), 'KEEPTTL')
 keep(KEYS[4], exp)
 local units, fed = tonumber(b[4]) or 0, tonumber(b[5]) or 0
@@ -257,6 +263,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 			return done, err
 		}
 		var cheap time.Duration
+		owns := false
 		args := append([]any{}, s.k.ownerAffixes()...)
 		args = append(args, b.ID, "", backlogUnits, j)
 		for _, ci := range infos {
@@ -266,6 +273,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 			own := ""
 			if ci.own {
 				own = tasks.UnitRef{BatchID: b.ID, Unit: tasks.OwnUnit(ci.Index), Timeout: timeout(ci.Kind, true) + unitMargin}.Member()
+				owns = true
 			} else {
 				cheap += timeout(ci.Kind, false)
 			}
@@ -276,7 +284,7 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 		}
 		args[5] = tasks.UnitRef{BatchID: b.ID, Unit: tasks.ChunkUnit(j), Timeout: cheap + unitMargin}.Member()
 		k, err := retryChunkScript.Run(ctx, s.rdb, []string{bk, s.k.batchRes(b.ID, j), s.k.feed(),
-			s.k.ownerVT(b.Owner), s.k.feedVT(), s.k.backlog(), s.k.batchReq(b.ID)}, args...).Int()
+			s.k.ownerVT(b.Owner), s.laneVT(!owns), s.k.backlog(), s.k.batchReq(b.ID), s.k.cheapFeed()}, args...).Int()
 		if err != nil {
 			return done, fmt.Errorf("store: retry batch %s chunk %d: %w", b.ID, j, err)
 		}

@@ -59,9 +59,9 @@ end
 // that is never promoted still runs when its retry delay ends.
 //
 // promote(parked key, now in Unix nanoseconds as asynq writes
-// pending_since, mark) returns 1 when it moved a run. With mark (a slot
-// was freed for the run) the run's member is also written to the parked
-// key's ":promoted" set, until its admission: a promoted run that then
+// pending_since, promoted key or nil) returns 1 when it moved a run. With
+// the owner's promoted key (keys.ownerPromoted: a slot was freed for the
+// run) the run's member is also written there, until its admission: a promoted run that then
 // takes no slot hands it on (passLua), and only such a run does. The
 // entry also reserves the slot for the run for one worker.SolveLease
 // (reserved, which every admission adds to the owner's live slots), and
@@ -72,18 +72,17 @@ end
 // run parks again, at the back of the line, at every release for as long
 // as the key's work keeps coming (TestPromotedRunKeepsItsSlot). A
 // reservation whose run never comes to its admission lapses like a dead
-// worker's slot (TestPromotionReservationLapses). A move without mark
+// worker's slot (TestPromotionReservationLapses). A move without it
 // (promote_all: a solve's waiting items) reserves nothing and goes to the
 // tail.
 //
-// reserved(parked key, a run's parked member or "", now in Unix ms)
+// reserved(promoted key, a run's parked member or "", now in Unix ms)
 // counts the reservations of the owner's promoted runs other than that
 // member's.
 var promoteLua = `
 local wait_msg = [==[` + worker.WaitMessage + `]==]
 local reserve_ms = ` + strconv.FormatInt(worker.SolveLease.Milliseconds(), 10) + `
-local function reserved(pk, member, now)
-  local mk = pk .. ':promoted'
+local function reserved(mk, member, now)
   local from = now - reserve_ms
   local n = redis.call('ZCOUNT', mk, from, '+inf')
   if member ~= '' then
@@ -92,7 +91,7 @@ local function reserved(pk, member, now)
   end
   return n
 end
-local function promote(pk, now_ns, mark)
+local function promote(pk, now_ns, mk)
   local m = redis.call('ZRANGE', pk, 0, 15)
   for i = 1, #m do
     local tab = string.find(m[i], '\t', 1, true)
@@ -109,14 +108,13 @@ local function promote(pk, now_ns, mark)
     local waited = st == 'retry' and msg and string.find(msg, wait_msg, 1, true) ~= nil
     if st ~= 'active' and (st ~= 'retry' or waited) then redis.call('ZREM', pk, m[i]) end
     if waited and redis.call('ZREM', base .. 'retry', id) == 1 then
-      if mark then
+      if mk then
         redis.call('RPUSH', base .. 'pending', id)
       else
         redis.call('LPUSH', base .. 'pending', id)
       end
       redis.call('HSET', base .. 't:' .. id, 'state', 'pending', 'pending_since', now_ns)
-      if mark then
-        local mk = pk .. ':promoted'
+      if mk then
         local t = redis.call('TIME')
         local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         redis.call('ZREMRANGEBYSCORE', mk, '-inf', ms - 3600000)
@@ -135,30 +133,90 @@ local function promote_all(pk, now_ns)
 end
 `
 
-// passLua hands on the slot that a run was promoted into when that run
-// takes none after all (its task or item ended, was canceled or cached
-// while it was parked; or it joined a solve in flight): it leaves its
-// owner's parked set and, if a freed slot promoted it (its member is in
-// the ":promoted" set, see promoteLua) and the owner's live slots with
-// its other promoted runs' reservations are under its cap (0: none), the
-// owner's longest-parked run is promoted in its place. A run that came
-// back by its retry delay, or from a solve's parked set, hands on
-// nothing: no slot was freed for it.
-// Without it such a run would end a chain of promotions, and the key's
-// other parked runs would wait out their retry delays beside a free
-// slot. It comes after quotaLua and promoteLua.
+// passLua holds what the sharing scripts do with a slot (fairLua); it
+// comes after quotaLua, promoteLua and fairLua.
 //
-// pass(slots key, parked key, the run's parked member or "", cap, now in
-// Unix nanoseconds) returns 1 when it promoted a run.
+// give(G, owner, now_ns, freed) hands on a slot of owner's: a freed one
+// (freed true: its run ended) or one that a promoted run of owner's takes
+// no use of. With sharing (S > 0) it goes to the most under-served key's
+// longest-parked run (fair_fill); without, to owner's own longest-parked
+// run, a handed-on one only while owner is under the ceiling. It returns
+// 1 when it promoted a run.
+//
+// pass(G, owner, member, now_ns) is for a run that takes no slot after
+// all (its task or item ended, was canceled or cached while it was
+// parked; or it joined a solve in flight): it leaves its owner's parked
+// set and, if a freed slot promoted it (its member is in the owner's promoted
+// set, see promoteLua), gives the slot on. A run that came back by its
+// retry delay, or from a solve's parked set, hands on nothing: no slot
+// was freed for it. Without it such a run would end a chain of
+// promotions, and the parked runs would wait out their retry delays
+// beside a free slot.
+//
+// may(G, owner, slot, member, now) tells whether owner's run (its slot
+// member, its parked member or "") may take a slot now: it holds it
+// already (a redelivery), or it stays under the ceiling and, with
+// sharing, the cluster has a slot free (counting the other promoted
+// runs' reservations) and owner holds fewer than its fair share, the run
+// itself counted in owner's demand. The run's own reservation is the
+// slot it takes.
+//
+// refill(G, owner, now_ns) follows a run that took a slot or was told to
+// wait: with sharing, a slot still free goes to the most under-served
+// key (a slot whose worker died, a promotion that was lost or a
+// reservation a waiting run gave up would otherwise stay idle beside
+// parked runs until each came back by its retry delay); without, owner's
+// own longest-parked run is promoted while owner is under the ceiling
+// (after a run only).
 const passLua = `
-local function pass(sk, pk, member, cap, now_ns)
-  if member == '' then return 0 end
-  redis.call('ZREM', pk, member)
-  if redis.call('ZREM', pk .. ':promoted', member) == 0 then return 0 end
+local function give(G, owner, now_ns, freed)
+  local a = G.by[owner]
   local now = clock()
-  redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
-  if cap > 0 and redis.call('ZCARD', sk) + reserved(pk, '', now) >= cap then return 0 end
-  return promote(pk, now_ns, true)
+  if G.S == 0 then
+    if not freed then
+      redis.call('ZREMRANGEBYSCORE', a.sk, '-inf', now)
+      if G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.mk, '', now) >= G.cap then return 0 end
+    end
+    return promote(a.pk, now_ns, a.mk)
+  end
+  fair_count(G, now, nil)
+  shares(G, nil, 0)
+  return fair_fill(G, now_ns)
+end
+local function pass(G, owner, member, now_ns)
+  if member == '' then return 0 end
+  local a = G.by[owner]
+  redis.call('ZREM', a.pk, member)
+  if redis.call('ZREM', a.mk, member) == 0 then return 0 end
+  return give(G, owner, now_ns, false)
+end
+local function may(G, owner, slot, member, now)
+  local a = G.by[owner]
+  fair_count(G, now, owner)
+  if redis.call('ZSCORE', a.sk, slot) then return true end
+  local mine = 0
+  if member ~= '' then
+    local at = redis.call('ZSCORE', a.mk, member)
+    if at and tonumber(at) >= now - reserve_ms then mine = 1 end
+  end
+  a.r = a.r - mine
+  G.U = G.U - mine
+  if G.cap > 0 and a.h + a.r >= G.cap then return false end
+  if G.S == 0 then return true end
+  local extra = 1
+  if member ~= '' and redis.call('ZSCORE', a.pk, member) then extra = 0 end
+  shares(G, a, extra)
+  return G.U < G.S and a.h + a.r < a.f
+end
+local function refill(G, owner, now_ns, ran)
+  local a = G.by[owner]
+  if G.S == 0 then
+    if ran and G.cap > 0 and redis.call('ZCARD', a.sk) + reserved(a.mk, '', clock()) < G.cap then promote(a.pk, now_ns, a.mk) end
+    return
+  end
+  fair_count(G, clock(), owner)
+  shares(G, nil, 0)
+  fair_fill(G, now_ns)
 end
 `
 
@@ -172,57 +230,44 @@ end
 //  2. A cached answer: hit (the caller ends every waiter with it).
 //  3. Another run holds the solve's lease: joined. The task becomes
 //     active, with "joined" naming that run's task, and holds no slot.
-//  4. The owner's live slots (leases not yet ended) and the slots
-//     reserved for its other promoted runs (promoteLua) are at the cap,
-//     and this task holds none of them: wait, counting the wait in the
-//     record, and park the task's asynq task in the owner's parked set
-//     (first wait's time kept), where the next run of the owner to free
-//     a slot finds it (promoteLua). Any other verdict takes it out of the
-//     set, and skip, hit and joined, which take no slot, hand on the one
-//     this run may have been promoted into (passLua).
+//  4. The run may not take a slot (passLua's may: the cluster has none
+//     free, or its key holds its fair share, or the ceiling), and this
+//     task holds none: wait, counting the wait in the record, and park
+//     the task's asynq task in the owner's parked set (first wait's time
+//     kept), where the next freed slot that goes to this key finds it
+//     (promoteLua). Any other verdict takes it out of the set, and skip,
+//     hit and joined, which take no slot, hand on the one this run may
+//     have been promoted into (passLua).
 //  5. Otherwise run: take a slot and the solve's lease, mark the task
-//     active (an attempt, started_at once) like startManyScript. If the
-//     owner's slots and reservations are still under the cap, promote
-//     its longest-parked run too: a cap that was raised (or a slot whose
-//     worker died, or a promotion that was lost) would otherwise leave
-//     free slots beside parked runs until each came back by its own
-//     retry delay, and this way each admission fills one more
-//     (TestRaisedCapFillsFromTheLine).
+//     active (an attempt, started_at once) like startManyScript. A slot
+//     still free goes on to a parked run (passLua's refill), so each
+//     admission fills one more (TestRaisedCapFillsFromTheLine).
 //
 // KEYS[1] task hash
 // KEYS[2] cache entry of the puzzle
 // KEYS[3] the solve's lease (keys.solve)
 // KEYS[4] the solve's waiters (keys.solveWaiters)
-// KEYS[5] the owner's slots (keys.ownerRunning)
+// KEYS[5..] the sharing's keys (fairLua, kb = 5), the owner's among them
 //
 // ARGV[1] task ID
 // ARGV[2] owner ("" when auth is off)
 // ARGV[3] lease, milliseconds
-// ARGV[4] the owner's cap of slots (0: none)
-// ARGV[5] record TTL, seconds (the waiters hash lives as long)
-// ARGV[6] now, Unix milliseconds (started_at)
-// ARGV[7] the solve's key (worker.SolveRun.Solve)
-// ARGV[8] task key prefix (keys.task(""))
-// ARGV[9] the run's parked member (parkedMember; "" never parks)
-// ARGV[10] now, Unix nanoseconds (for promoteLua)
-//
-// KEYS[6] the owner's parked runs (keys.ownerParked)
+// ARGV[4] record TTL, seconds (the waiters hash lives as long)
+// ARGV[5] now, Unix milliseconds (started_at)
+// ARGV[6] the solve's key (worker.SolveRun.Solve)
+// ARGV[7] task key prefix (keys.task(""))
+// ARGV[8] the run's parked member (parkedMember; "" never parks)
+// ARGV[9] now, Unix nanoseconds (for promoteLua)
+// ARGV[10..] the sharing's arguments (fairLua, ab = 10)
 //
 // Returns {verdict, value}: {"run", ""}, {"joined", lead task ID},
-// {"wait", waits so far}, {"hit", result} or {"skip", ""}.
-var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + passLua + `
-local function unpark(pk, member)
-  if member ~= '' then
-    redis.call('ZREM', pk, member)
-    redis.call('ZREM', pk .. ':promoted', member)
-  end
-end
-local function fill(sk, pk, cap, now_ns)
-  if cap > 0 and redis.call('ZCARD', sk) + reserved(pk, '', clock()) < cap then
-    promote(pk, now_ns, true)
-  end
-end
-local cap = tonumber(ARGV[4])
+// {"wait", waits so far}, {"hit", result} or {"skip", ""}; or stale
+// (fairLua).
+var admitScript = redis.NewScript(quotaLua + liveLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(5, 10)
+if not G then return stale(reg) end
+local owner = ARGV[2]
+local pk = G.by[owner].pk
 local rec = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'started_at')
 local st = rec[1]
 local runnable = st == 'pending' or st == 'active'
@@ -234,40 +279,46 @@ local function start(task, now_ms)
 end
 if runnable then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
-  redis.call('EXPIRE', KEYS[4], ARGV[5])
-  redis.call('HSET', KEYS[1], 'solve', ARGV[7])
-elseif live(KEYS[4], ARGV[8]) == 0 then
-  pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10])
+  redis.call('EXPIRE', KEYS[4], ARGV[4])
+  redis.call('HSET', KEYS[1], 'solve', ARGV[6])
+elseif live(KEYS[4], ARGV[7]) == 0 then
+  pass(G, owner, ARGV[8], ARGV[9])
   return {'skip', ''}
 end
 local hit = redis.call('GET', KEYS[2])
-if hit then pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10]); return {'hit', hit} end
+if hit then pass(G, owner, ARGV[8], ARGV[9]); return {'hit', hit} end
 local lead = redis.call('GET', KEYS[3])
 if lead and lead ~= ARGV[1] then
-  pass(KEYS[5], KEYS[6], ARGV[9], cap, ARGV[10])
-  start(KEYS[1], ARGV[6])
+  pass(G, owner, ARGV[8], ARGV[9])
+  start(KEYS[1], ARGV[5])
   if runnable then redis.call('HSET', KEYS[1], 'joined', lead) end
   return {'joined', lead}
 end
 local now = clock()
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-if cap > 0 and not redis.call('ZSCORE', KEYS[5], ARGV[1]) and redis.call('ZCARD', KEYS[5]) + reserved(KEYS[6], ARGV[9], now) >= cap then
+if not may(G, owner, ARGV[1], ARGV[8], now) then
   local w = 0
   if runnable then w = redis.call('HINCRBY', KEYS[1], 'waits', 1) end
-  if ARGV[9] ~= '' then
-    redis.call('ZADD', KEYS[6], 'NX', now, ARGV[9])
-    redis.call('EXPIRE', KEYS[6], ARGV[5])
-    redis.call('ZREM', KEYS[6] .. ':promoted', ARGV[9])
+  if ARGV[8] ~= '' then
+    fair_register(G, owner)
+    redis.call('ZADD', pk, 'NX', now, ARGV[8])
+    redis.call('EXPIRE', pk, ARGV[4])
+    redis.call('ZREM', G.by[owner].mk, ARGV[8])
   end
+  refill(G, owner, ARGV[9], false)
   return {'wait', tostring(w)}
 end
-unpark(KEYS[6], ARGV[9])
+if ARGV[8] ~= '' then
+  redis.call('ZREM', pk, ARGV[8])
+  redis.call('ZREM', G.by[owner].mk, ARGV[8])
+end
 local lease = tonumber(ARGV[3])
-redis.call('ZADD', KEYS[5], now + lease, ARGV[1])
-redis.call('PEXPIRE', KEYS[5], lease)
+local sk = G.by[owner].sk
+fair_register(G, owner)
+redis.call('ZADD', sk, now + lease, ARGV[1])
+redis.call('PEXPIRE', sk, lease)
 redis.call('SET', KEYS[3], ARGV[1], 'PX', lease)
-start(KEYS[1], ARGV[6])
-fill(KEYS[5], KEYS[6], cap, ARGV[10])
+start(KEYS[1], ARGV[5])
+refill(G, owner, ARGV[9], true)
 return {'run', ''}
 `)
 
@@ -277,12 +328,16 @@ return {'run', ''}
 //
 // KEYS[1] the solve's lease
 // KEYS[2] the owner's slots
+// KEYS[3] the keys with expensive work (keys.gateOwners), where the
+// owner stays registered while it holds the slot
 // ARGV[1] task ID
 // ARGV[2] lease, milliseconds
+// ARGV[3] owner
 //
 // Returns 1 while the run holds the solve's lease, 0 when another run
 // took it.
 var renewSolveScript = redis.NewScript(quotaLua + `
+redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[3])
 local lease = tonumber(ARGV[2])
 local lead = redis.call('GET', KEYS[1])
 local mine = 0
@@ -308,9 +363,8 @@ return mine
 //
 // KEYS[1] the solve's waiters
 // KEYS[2] the solve's lease
-// KEYS[3] the run's owner's slots
-// KEYS[4] cache entry of the puzzle
-// KEYS[5] the run's task hash
+// KEYS[3] cache entry of the puzzle
+// KEYS[4] the run's task hash
 //
 // ARGV[1] now, Unix milliseconds
 // ARGV[2] the run's task ID
@@ -326,16 +380,20 @@ return mine
 // ARGV[15] now, Unix nanoseconds (for promoteLua)
 // ARGV[16] the prefix of a task's event (TaskEventKey(""))
 //
-// KEYS[6] the owner's parked runs: the freed slot goes to the first
-// (promoteLua)
-// KEYS[7] the batch items waiting for this solve (keys.solveParked): all
+// KEYS[5] the batch items waiting for this solve (keys.solveParked): all
 // go back onto their queue
+// KEYS[6..] the sharing's keys (fairLua, kb = 6), the owner's among them:
+// the freed slot is given on (passLua's give)
+// ARGV[17] the run's owner
+// ARGV[18..] the sharing's arguments (fairLua, ab = 18)
 //
-// Returns how many records it ended.
-var finishSolveScript = redis.NewScript(quotaLua + promoteLua + `
+// Returns how many records it ended, or stale (fairLua).
+var finishSolveScript = redis.NewScript(quotaLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(6, 18)
+if not G then return stale(reg) end
 if ARGV[3] == 'completed' and ARGV[7] ~= '1' and ARGV[4] ~= '' then
-  redis.call('SET', KEYS[4], ARGV[4], 'NX', 'EX', ARGV[14])
-  redis.call('EXPIRE', KEYS[4], ARGV[14], 'GT')
+  redis.call('SET', KEYS[3], ARGV[4], 'NX', 'EX', ARGV[14])
+  redis.call('EXPIRE', KEYS[3], ARGV[14], 'GT')
 end
 local w = redis.call('HGETALL', KEYS[1])
 local listed = false
@@ -344,7 +402,7 @@ for i = 1, #w, 2 do
 end
 if not listed then
   w[#w + 1] = ARGV[2]
-  w[#w + 1] = redis.call('HGET', KEYS[5], 'owner') or ''
+  w[#w + 1] = redis.call('HGET', KEYS[4], 'owner') or ''
 end
 local ends, owners = {}, {}
 local n = 0
@@ -375,8 +433,8 @@ for _, owner in ipairs(owners) do
 end
 redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[2]) == 1 then promote(KEYS[6], ARGV[15], true) end
-promote_all(KEYS[7], ARGV[15])
+if redis.call('ZREM', G.by[ARGV[17]].sk, ARGV[2]) == 1 then give(G, ARGV[17], ARGV[15], true) end
+promote_all(KEYS[5], ARGV[15])
 return n
 `)
 
@@ -385,22 +443,26 @@ return n
 //
 // KEYS[1] the solve's waiters
 // KEYS[2] the solve's lease
-// KEYS[3] the run's owner's slots
-// KEYS[4] the owner's parked runs: the freed slot goes to the first
-// KEYS[5] the batch items waiting for this solve: all go back onto their
+// KEYS[3] the batch items waiting for this solve: all go back onto their
 // queue, where one leads a solve of its own
+// KEYS[4..] the sharing's keys (fairLua, kb = 4), the owner's among them:
+// the freed slot is given on (passLua's give)
 // ARGV[1] the run's task ID
 // ARGV[2] task key prefix
 // ARGV[3] now, Unix nanoseconds (for promoteLua)
+// ARGV[4] the run's owner
+// ARGV[5..] the sharing's arguments (fairLua, ab = 5)
 //
 // Returns the live waiters: 0 when released, otherwise the solve is
-// still owed and nothing was released.
-var releaseSolveScript = redis.NewScript(liveLua + promoteLua + `
+// still owed and nothing was released; or stale (fairLua).
+var releaseSolveScript = redis.NewScript(quotaLua + liveLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(4, 5)
+if not G then return stale(reg) end
 local n = live(KEYS[1], ARGV[2])
 if n > 0 then return n end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then promote(KEYS[4], ARGV[3], true) end
-promote_all(KEYS[5], ARGV[3])
+if redis.call('ZREM', G.by[ARGV[4]].sk, ARGV[1]) == 1 then give(G, ARGV[4], ARGV[3], true) end
+promote_all(KEYS[3], ARGV[3])
 return 0
 `)
 
@@ -455,13 +517,34 @@ func alone(b bool) string {
 // as a decimal string (a Lua number would round it).
 func nowNS(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
 
+// strings2 is a script's reply of two strings, nil otherwise.
+func strings2(v any) []string {
+	l, ok := v.([]any)
+	if !ok || len(l) != 2 {
+		return nil
+	}
+	out := make([]string, 2)
+	for i, x := range l {
+		switch x := x.(type) {
+		case string:
+			out[i] = x
+		case int64:
+			out[i] = strconv.FormatInt(x, 10)
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
 // Admit decides what a run of an expensive single task does, in one
 // round trip (admitScript).
 func (s *Store) Admit(ctx context.Context, r worker.SolveRun, cap int) (worker.Admission, error) {
-	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve),
-		s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner)}
-	v, err := admitScript.Run(ctx, s.rdb, keys, r.ID, r.Owner, leaseMS(r.LeaseOrDefault()), cap,
-		int64(s.taskTTL/time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())).StringSlice()
+	keys := []string{s.k.task(r.ID), s.k.cache(r.CacheKey), s.k.solve(r.Solve), s.k.solveWaiters(r.Solve)}
+	res, err := s.runFair(ctx, admitScript, keys, []any{r.ID, r.Owner, leaseMS(r.LeaseOrDefault()),
+		int64(s.taskTTL / time.Second), ms(s.now()), r.Solve, s.k.task(""), parkedMember(r.Queue, r.AsynqID), nowNS(s.now())},
+		r.Owner, r.Slots, cap)
+	v := strings2(res)
 	if err != nil || len(v) != 2 {
 		return worker.Admission{}, fmt.Errorf("store: admit %s: %v (reply %v)", r.ID, err, v)
 	}
@@ -482,8 +565,8 @@ func (s *Store) Admit(ctx context.Context, r worker.SolveRun, cap int) (worker.A
 
 // RenewSolve extends a run's slot and solve (renewSolveScript).
 func (s *Store) RenewSolve(ctx context.Context, r worker.SolveRun) error {
-	err := renewSolveScript.Run(ctx, s.rdb, []string{s.k.solve(r.Solve), s.k.ownerRunning(r.Owner)},
-		r.ID, leaseMS(r.LeaseOrDefault())).Err()
+	err := renewSolveScript.Run(ctx, s.rdb, []string{s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.gateOwners()},
+		r.ID, leaseMS(r.LeaseOrDefault()), r.Owner).Err()
 	if err != nil {
 		return fmt.Errorf("store: renew solve of %s: %w", r.ID, err)
 	}
@@ -497,27 +580,34 @@ func (s *Store) FinishSolve(ctx context.Context, r worker.SolveRun, t worker.Tra
 	if t.Cached {
 		cached = "1"
 	}
-	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner), s.k.cache(r.CacheKey), s.k.task(r.ID),
-		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}
+	keys := []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.cache(r.CacheKey), s.k.task(r.ID), s.k.solveParked(r.Solve)}
 	args := []any{ms(s.now()), r.ID, string(t.State), string(t.Result), t.Code, t.Msg, cached, s.k.events(), s.k.task("")}
 	args = append(args, s.k.ownerAffixes()...)
-	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()), TaskEventKey(""))
-	n, err := finishSolveScript.Run(ctx, s.rdb, keys, args...).Int()
+	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()), TaskEventKey(""), r.Owner)
+	res, err := s.runFair(ctx, finishSolveScript, keys, args, r.Owner, r.Slots, r.Ceiling)
+	n, ok := res.(int64)
+	if err == nil && !ok {
+		err = fmt.Errorf("reply %v", res)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // ReleaseSolve gives up a canceled run unless a task joined it meanwhile
 // (releaseSolveScript).
 func (s *Store) ReleaseSolve(ctx context.Context, r worker.SolveRun) (int, error) {
-	n, err := releaseSolveScript.Run(ctx, s.rdb, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.ownerRunning(r.Owner),
-		s.k.ownerParked(r.Owner), s.k.solveParked(r.Solve)}, r.ID, s.k.task(""), nowNS(s.now())).Int()
+	res, err := s.runFair(ctx, releaseSolveScript, []string{s.k.solveWaiters(r.Solve), s.k.solve(r.Solve), s.k.solveParked(r.Solve)},
+		[]any{r.ID, s.k.task(""), nowNS(s.now()), r.Owner}, r.Owner, r.Slots, r.Ceiling)
+	n, ok := res.(int64)
+	if err == nil && !ok {
+		err = fmt.Errorf("reply %v", res)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: release solve of %s: %w", r.ID, err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // announceCancel tells the workers that single task id was canceled,
@@ -555,30 +645,30 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 //     run is parked in the solve's parked set, whose members all go back
 //     onto their queue when that solve ends; they then find its answer in
 //     the cache (or, if it failed or stopped, one of them leads).
-//  2. The owner's live slots and reservations are at the cap and the
-//     run holds none: park it in the owner's parked set and return its
-//     place in line, as admitScript does for single tasks.
+//  2. The run may not take a slot (passLua's may) and holds none: park
+//     it in the owner's parked set and return its place in line, as
+//     admitScript does for single tasks.
 //  3. Otherwise run: take a slot and lead the solve (solveItemLead). A
 //     run that holds its slot or leads already (a redelivery of the same
-//     item) keeps them. Under the cap still, promote the owner's
-//     longest-parked run too, as admitScript does.
+//     item) keeps them. A slot still free goes on to a parked run
+//     (passLua's refill), as admitScript does.
 //
-// KEYS[1] the owner's slots (keys.ownerRunning)
-// KEYS[2] the owner's parked runs (keys.ownerParked)
-// KEYS[3] the solve's lease of single tasks (keys.solve)
-// KEYS[4] the solve's batch-item lead (keys.solveItemLead)
-// KEYS[5] the batch items waiting for the solve (keys.solveParked)
-// KEYS[6] the puzzle's cache entry
+// KEYS[1] the solve's lease of single tasks (keys.solve)
+// KEYS[2] the solve's batch-item lead (keys.solveItemLead)
+// KEYS[3] the batch items waiting for the solve (keys.solveParked)
+// KEYS[4] the puzzle's cache entry
+// KEYS[5..] the sharing's keys (fairLua, kb = 5), the owner's among them
 //
 // ARGV[1] the slot's member, also the lead's value (the item's ID)
 // ARGV[2] lease, milliseconds
-// ARGV[3] the owner's cap of slots (0: none)
+// ARGV[3] the owner
 // ARGV[4] the run's parked member (parkedMember; "" never parks)
 // ARGV[5] the parked sets' TTL, seconds
 // ARGV[6] now, Unix nanoseconds (for promoteLua)
 // ARGV[7] "1" to run even behind an identical solve in flight
 // (worker.SlotRun.Alone: a last delivery must not wait); such a run leads
 // the solve only if no other item does
+// ARGV[8..] the sharing's arguments (fairLua, ab = 8)
 //
 // Hit and joined take no slot: they hand on the one the run may have
 // been promoted into (passLua). Every verdict but joined takes the run
@@ -589,42 +679,47 @@ func (s *Store) Running(ctx context.Context, owner string) (int, error) {
 // it has waited for it (since its first wait); {"hit", 0} when the answer
 // is cached (an identical solve ended since the unit looked); {"wait",
 // place} when it waits for a slot, place in the owner's line (1: the next
-// to be promoted).
-var admitSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
-local cap = tonumber(ARGV[3])
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  pass(KEYS[1], KEYS[2], ARGV[4], cap, ARGV[6])
-  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
+// to be promoted); or stale (fairLua).
+var admitSlotScript = redis.NewScript(quotaLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(5, 8)
+if not G then return stale(reg) end
+local owner = ARGV[3]
+local sk, pk = G.by[owner].sk, G.by[owner].pk
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  pass(G, owner, ARGV[4], ARGV[6])
+  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[3], ARGV[4]) end
   return {'hit', 0}
 end
 local now = clock()
-local lead = redis.call('GET', KEYS[4])
-if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[3]) == 1 or (lead and lead ~= ARGV[1])) then
-  pass(KEYS[1], KEYS[2], ARGV[4], cap, ARGV[6])
+local lead = redis.call('GET', KEYS[2])
+if ARGV[7] ~= '1' and (redis.call('EXISTS', KEYS[1]) == 1 or (lead and lead ~= ARGV[1])) then
+  pass(G, owner, ARGV[4], ARGV[6])
   if ARGV[4] == '' then return {'joined', 0} end
-  redis.call('ZADD', KEYS[5], 'NX', now, ARGV[4])
-  redis.call('EXPIRE', KEYS[5], ARGV[5])
-  return {'joined', now - tonumber(redis.call('ZSCORE', KEYS[5], ARGV[4]))}
+  redis.call('ZADD', KEYS[3], 'NX', now, ARGV[4])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+  return {'joined', now - tonumber(redis.call('ZSCORE', KEYS[3], ARGV[4]))}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if cap > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], ARGV[4], now) >= cap then
+if not may(G, owner, ARGV[1], ARGV[4], now) then
   if ARGV[4] == '' then return {'wait', 1} end
-  redis.call('ZREM', KEYS[5], ARGV[4])
-  redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[5])
-  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
-  return {'wait', redis.call('ZRANK', KEYS[2], ARGV[4]) + 1}
+  fair_register(G, owner)
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('ZADD', pk, 'NX', now, ARGV[4])
+  redis.call('EXPIRE', pk, ARGV[5])
+  redis.call('ZREM', G.by[owner].mk, ARGV[4])
+  refill(G, owner, ARGV[6], false)
+  return {'wait', redis.call('ZRANK', pk, ARGV[4]) + 1}
 end
 local lease = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], lease)
-if not lead or lead == ARGV[1] then redis.call('SET', KEYS[4], ARGV[1], 'PX', lease) end
+fair_register(G, owner)
+redis.call('ZADD', sk, now + lease, ARGV[1])
+redis.call('PEXPIRE', sk, lease)
+if not lead or lead == ARGV[1] then redis.call('SET', KEYS[2], ARGV[1], 'PX', lease) end
 if ARGV[4] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[2] .. ':promoted', ARGV[4])
-  redis.call('ZREM', KEYS[5], ARGV[4])
+  redis.call('ZREM', pk, ARGV[4])
+  redis.call('ZREM', G.by[owner].mk, ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[4])
 end
-if cap > 0 and redis.call('ZCARD', KEYS[1]) + reserved(KEYS[2], '', now) < cap then promote(KEYS[2], ARGV[6], true) end
+refill(G, owner, ARGV[6], true)
 return {'run', 0}
 `)
 
@@ -634,9 +729,13 @@ return {'run', 0}
 //
 // KEYS[1] the owner's slots
 // KEYS[2] the solve's batch-item lead
+// KEYS[3] the keys with expensive work (keys.gateOwners), where the
+// owner stays registered while it holds the slot
 // ARGV[1] the slot's member
 // ARGV[2] lease, milliseconds
+// ARGV[3] the owner
 var renewSlotScript = redis.NewScript(quotaLua + `
+redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[3])
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], clock() + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
@@ -646,31 +745,34 @@ return 1
 `)
 
 // releaseSlotScript ends a batch item's run (admitSlotScript): its slot
-// goes to the owner's longest-parked run, and its lead of the solve ends,
-// with every batch item waiting for that solve moved back onto its
-// queue (promoteLua). The caller has written the item's outcome, and its
+// is given on (passLua's give), and its lead of the solve ends, with
+// every batch item waiting for that solve moved back onto its queue
+// (promoteLua). The caller has written the item's outcome, and its
 // answer to the cache, first.
 //
-// KEYS[1] the owner's slots
-// KEYS[2] the owner's parked runs
-// KEYS[3] the solve's batch-item lead
-// KEYS[4] the batch items waiting for the solve
+// KEYS[1] the solve's batch-item lead
+// KEYS[2] the batch items waiting for the solve
+// KEYS[3..] the sharing's keys (fairLua, kb = 3), the owner's among them
 // ARGV[1] the slot's member
 // ARGV[2] now, Unix nanoseconds
+// ARGV[3] the owner
+// ARGV[4..] the sharing's arguments (fairLua, ab = 4)
 //
-// Returns 1 when a parked run of the owner was promoted.
-var releaseSlotScript = redis.NewScript(promoteLua + `
+// Returns 1 when a parked run was promoted, or stale (fairLua).
+var releaseSlotScript = redis.NewScript(quotaLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(3, 4)
+if not G then return stale(reg) end
 local p = 0
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then p = promote(KEYS[2], ARGV[2], true) end
-if redis.call('GET', KEYS[3]) == ARGV[1] then
-  redis.call('DEL', KEYS[3])
-  promote_all(KEYS[4], ARGV[2])
+if redis.call('ZREM', G.by[ARGV[3]].sk, ARGV[1]) == 1 then p = give(G, ARGV[3], ARGV[2], true) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  promote_all(KEYS[2], ARGV[2])
 end
 return p
 `)
 
-// passSlotScript is passLua for a batch item's run that takes no slot
-// after all (worker.Gate.PassSlot). With a solve named, the run also
+// passSlotScript is passLua's pass for a batch item's run that takes no
+// slot after all (worker.Gate.PassSlot). With a solve named, the run also
 // leaves that solve's parked items: an earlier delivery whose worker died
 // before asynq moved it to the retry set stays in the set otherwise
 // (promoteLua keeps members whose asynq state is active). When the
@@ -680,24 +782,26 @@ return p
 // more, so that many copies follow one solve within a few rounds rather
 // than each waiting out its own delay.
 //
-// KEYS[1] the owner's slots
-// KEYS[2] the owner's parked runs
-// KEYS[3] the batch items waiting for the solve (keys.solveParked), or
-// KEYS[2] again when the run names no solve
-// KEYS[4] the puzzle's cache entry, or KEYS[2] again when the run names
-// no solve
+// KEYS[1] the batch items waiting for the solve (keys.solveParked), or
+// the owner's parked runs when the run names no solve
+// KEYS[2] the puzzle's cache entry, or the owner's parked runs when the
+// run names no solve
+// KEYS[3..] the sharing's keys (fairLua, kb = 3), the owner's among them
 // ARGV[1] the run's parked member (parkedMember; "" for none)
-// ARGV[2] the owner's cap of slots (0: none)
+// ARGV[2] the owner
 // ARGV[3] now, Unix nanoseconds
-// ARGV[4] "1" when KEYS[3] and KEYS[4] name a solve's waiting items and
+// ARGV[4] "1" when KEYS[1] and KEYS[2] name a solve's waiting items and
 // its cache entry
+// ARGV[5..] the sharing's arguments (fairLua, ab = 5)
 //
-// Returns 1 when a parked run of the owner was promoted.
-var passSlotScript = redis.NewScript(quotaLua + promoteLua + passLua + `
-local p = pass(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3])
+// Returns 1 when a parked run was promoted, or stale (fairLua).
+var passSlotScript = redis.NewScript(quotaLua + promoteLua + fairLua + passLua + `
+local G, reg = fair_open(3, 5)
+if not G then return stale(reg) end
+local p = pass(G, ARGV[2], ARGV[1], ARGV[3])
 if ARGV[4] == '1' then
-  if ARGV[1] ~= '' then redis.call('ZREM', KEYS[3], ARGV[1]) end
-  if redis.call('EXISTS', KEYS[4]) == 1 then promote_all(KEYS[3], ARGV[3]) end
+  if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+  if redis.call('EXISTS', KEYS[2]) == 1 then promote_all(KEYS[1], ARGV[3]) end
 end
 return p
 `)
@@ -705,9 +809,10 @@ return p
 // AdmitSlot decides what a run of an expensive batch item does
 // (admitSlotScript).
 func (s *Store) AdmitSlot(ctx context.Context, r worker.SlotRun, cap int) (worker.SlotAdmission, error) {
-	v, err := admitSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
-		s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
-		r.Slot, leaseMS(r.LeaseOrDefault()), cap, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL/time.Second), nowNS(s.now()), alone(r.Alone)).Slice()
+	res, err := s.runFair(ctx, admitSlotScript, []string{s.k.solve(r.Solve), s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve), s.k.cache(r.CacheKey)},
+		[]any{r.Slot, leaseMS(r.LeaseOrDefault()), r.Owner, parkedMember(r.Queue, r.AsynqID), int64(s.taskTTL / time.Second), nowNS(s.now()), alone(r.Alone)},
+		r.Owner, r.Slots, cap)
+	v, _ := res.([]any)
 	if err != nil || len(v) != 2 {
 		return worker.SlotAdmission{}, fmt.Errorf("store: admit slot %s: %v (reply %v)", r.Slot, err, v)
 	}
@@ -728,8 +833,8 @@ func (s *Store) AdmitSlot(ctx context.Context, r worker.SlotRun, cap int) (worke
 
 // RenewSlot extends r's slot (renewSlotScript).
 func (s *Store) RenewSlot(ctx context.Context, r worker.SlotRun) error {
-	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.solveItemLead(r.Solve)}, r.Slot,
-		leaseMS(r.LeaseOrDefault())).Err(); err != nil {
+	if err := renewSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.solveItemLead(r.Solve), s.k.gateOwners()}, r.Slot,
+		leaseMS(r.LeaseOrDefault()), r.Owner).Err(); err != nil {
 		return fmt.Errorf("store: renew slot %s: %w", r.Slot, err)
 	}
 	return nil
@@ -738,8 +843,8 @@ func (s *Store) RenewSlot(ctx context.Context, r worker.SlotRun) error {
 // ReleaseSlot frees r's slot and promotes the owner's longest-parked run
 // (releaseSlotScript).
 func (s *Store) ReleaseSlot(ctx context.Context, r worker.SlotRun) error {
-	err := releaseSlotScript.Run(ctx, s.rdb, []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner),
-		s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve)}, r.Slot, nowNS(s.now())).Err()
+	_, err := s.runFair(ctx, releaseSlotScript, []string{s.k.solveItemLead(r.Solve), s.k.solveParked(r.Solve)},
+		[]any{r.Slot, nowNS(s.now()), r.Owner}, r.Owner, r.Slots, r.Ceiling)
 	if err != nil {
 		return fmt.Errorf("store: release slot %s: %w", r.Slot, err)
 	}
@@ -751,12 +856,13 @@ func (s *Store) ReleaseSlot(ctx context.Context, r worker.SlotRun) error {
 // place; with r.Solve set r also leaves that solve's parked items, and
 // more of them move when r.CacheKey holds its answer (passSlotScript).
 func (s *Store) PassSlot(ctx context.Context, r worker.SlotRun, cap int) error {
-	keys := []string{s.k.ownerRunning(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner)}
+	keys := []string{s.k.ownerParked(r.Owner), s.k.ownerParked(r.Owner)}
 	joined := "0"
 	if r.Solve != "" {
-		keys[2], keys[3], joined = s.k.solveParked(r.Solve), s.k.cache(r.CacheKey), "1"
+		keys[0], keys[1], joined = s.k.solveParked(r.Solve), s.k.cache(r.CacheKey), "1"
 	}
-	err := passSlotScript.Run(ctx, s.rdb, keys, parkedMember(r.Queue, r.AsynqID), cap, nowNS(s.now()), joined).Err()
+	_, err := s.runFair(ctx, passSlotScript, keys, []any{parkedMember(r.Queue, r.AsynqID), r.Owner, nowNS(s.now()), joined},
+		r.Owner, r.Slots, cap)
 	if err != nil {
 		return fmt.Errorf("store: pass slot of %s: %w", r.Slot, err)
 	}

@@ -35,9 +35,11 @@ import (
 //
 // KEYS[8] feed
 // KEYS[9] the owner's virtual time
-// KEYS[10] feed:vt
+// KEYS[10] the virtual time the batch starts from: feed:vt, or the cheap
+// lane's when every unit of the batch runs there (keys.cheapFeedVT)
 // KEYS[11] backlog
 // KEYS[12] the owner's batch index (keys.ownerBatches)
+// KEYS[13] the cheap lane's feed
 //
 // ARGV[1] now, Unix milliseconds (created_at)
 // ARGV[2] record TTL, milliseconds
@@ -86,7 +88,7 @@ redis.call('PEXPIREAT', KEYS[12], exp, 'GT')
 if redis.call('PTTL', KEYS[12]) < 0 then redis.call('PEXPIREAT', KEYS[12], exp) end
 if total > 0 then redis.call('PEXPIREAT', KEYS[2], exp) end
 local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0')))
-local moved = refill(KEYS[3], KEYS[8], batch, base, 0, units, tonumber(ARGV[12]))
+local moved = refill(KEYS[3], KEYS[8], KEYS[13], batch, base, 0, units, tonumber(ARGV[12]))
 redis.call('HSET', KEYS[1], 'base', base, 'moved', moved, 'fed', 0)
 backlog_set(KEYS[11], batch, 0, buckets(units, tonumber(ARGV[13])), exp)
 if units > 0 then
@@ -115,6 +117,7 @@ return 1
 // KEYS[8] feed
 // KEYS[9] backlog
 // KEYS[10] the owner's batch index
+// KEYS[11] the cheap lane's feed
 //
 // ARGV[1] batch ID
 // ARGV[2] the idempotency claim's value ("" when none)
@@ -132,19 +135,27 @@ local b = redis.call('HMGET', KEYS[1], 'units', 'chunks', 'base', 'moved')
 local units, chunks = tonumber(b[1]) or 0, tonumber(b[2]) or 0
 local base, moved = tonumber(b[3]) or 0, tonumber(b[4]) or 0
 local mark = ARGV[1] .. '/+'
-if moved < units and not redis.call('ZSCORE', KEYS[8], mark) then return -1 end
-local mine, pre = {}, ARGV[1] .. '/'
+if moved < units and not (redis.call('ZSCORE', KEYS[8], mark) or redis.call('ZSCORE', KEYS[11], mark)) then return -1 end
+local mine, pre = {[KEYS[8]] = {}, [KEYS[11]] = {}}, ARGV[1] .. '/'
+local found = 0
 if moved > 0 then
-  local got = redis.call('ZRANGEBYSCORE', KEYS[8], string.format('%d', base + 1), string.format('%d', base + moved))
-  for i = 1, #got do
-    if string.sub(got[i], 1, #pre) == pre and got[i] ~= mark then mine[#mine + 1] = got[i] end
+  for f, got in pairs(mine) do
+    local in_f = redis.call('ZRANGEBYSCORE', f, string.format('%d', base + 1), string.format('%d', base + moved))
+    for i = 1, #in_f do
+      if string.sub(in_f[i], 1, #pre) == pre and in_f[i] ~= mark then
+        got[#got + 1] = in_f[i]
+        found = found + 1
+      end
+    end
   end
 end
-if #mine < moved then return -1 end
-for from = 1, #mine, 1000 do
-  redis.call('ZREM', KEYS[8], unpack(mine, from, math.min(#mine, from + 999)))
+if found < moved then return -1 end
+for f, got in pairs(mine) do
+  for from = 1, #got, 1000 do
+    redis.call('ZREM', f, unpack(got, from, math.min(#got, from + 999)))
+  end
+  redis.call('ZREM', f, mark)
 end
-redis.call('ZREM', KEYS[8], mark)
 backlog_set(KEYS[9], ARGV[1], buckets(units, tonumber(ARGV[5])), 0, 0)
 for j = 0, chunks - 1 do redis.call('DEL', ARGV[4] .. j) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
@@ -228,6 +239,7 @@ type BatchWriter struct {
 
 	total int // items added
 	units int // units staged or buffered
+	owns  int // own units staged or buffered: the batch uses the solvers' lane
 	// kindSet holds the kinds of the items added, for the batch record.
 	kindSet map[puzzle.Kind]bool
 
@@ -297,6 +309,7 @@ func (w *BatchWriter) Add(ctx context.Context, it StagedItem) error {
 		w.own = append(w.own, "x"+strconv.Itoa(i), bytes.Clone(it.Request))
 		w.members = append(w.members, tasks.UnitRef{BatchID: w.id, Unit: tasks.OwnUnit(i), Timeout: it.Timeout + unitMargin}.Member())
 		w.units++
+		w.owns++
 	} else {
 		w.lines = append(w.lines, it.Request...)
 		w.kinds = append(w.kinds, kb)
@@ -494,7 +507,8 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 		return err
 	}
 	_, claim := s.claimOf(cb)
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.k.feedVT(), s.k.backlog(), s.k.ownerBatches(cb.Owner))
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.laneVT(w.owns == 0), s.k.backlog(), s.k.ownerBatches(cb.Owner),
+		s.k.cheapFeed())
 	chunks := (w.total + w.stride - 1) / w.stride
 	// With acks on, the confirmation goes in the same round trip: the
 	// staged chunks' writes came before it, so it covers them too.
@@ -529,7 +543,7 @@ func (s *Store) AbandonCommit(ctx context.Context, w *BatchWriter, cb CommitBatc
 	if cb.Owner != "" {
 		owned = "1"
 	}
-	keys := append(s.commitKeys(cb), s.k.feed(), s.k.backlog(), s.k.ownerBatches(cb.Owner))
+	keys := append(s.commitKeys(cb), s.k.feed(), s.k.backlog(), s.k.ownerBatches(cb.Owner), s.k.cheapFeed())
 	v, err := abandonCommitScript.Run(ctx, s.rdb, keys, cb.ID, claim, owned, s.k.batchResBase(cb.ID), backlogUnits).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: abandon batch %s: %w", cb.ID, err)

@@ -148,6 +148,9 @@ type Store struct {
 	// listenHealth is listen's health interval; 0 means listenHealth,
 	// and tests shorten it.
 	listenHealth time.Duration
+	// fair holds the keys with expensive work that the slot-sharing
+	// scripts last found (runFair).
+	fair fairOwners
 }
 
 // New returns a Store on rdb. It panics when a TTL is not positive: Redis

@@ -69,11 +69,13 @@ func (s *Store) Hold(ctx context.Context, workerID string, started map[string]wo
 	return nil
 }
 
-// Leave removes worker's heartbeat and its held tasks.
+// Leave removes worker's heartbeat, its held tasks and its solver slots
+// (RegisterSlots).
 func (s *Store) Leave(ctx context.Context, workerID string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.k.workers(), workerID)
 		p.Del(ctx, s.k.workerHeld(workerID))
+		p.HDel(ctx, s.k.gateSlots(), workerID)
 		return nil
 	})
 	if err != nil {
@@ -116,11 +118,13 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]worker.HeldTask, e
 	return out, nil
 }
 
-// reapScript removes a dead worker's heartbeat and held tasks, unless it
-// beat again since the watchdog saw it.
+// reapScript removes a dead worker's heartbeat, held tasks and solver
+// slots, unless it beat again since the watchdog saw it: its slots leave
+// S at once rather than when their entry expires.
 //
 // KEYS[1] workers sorted set
 // KEYS[2] the worker's held hash
+// KEYS[3] the workers' solver slots (keys.gateSlots)
 // ARGV[1] worker ID
 // ARGV[2] the beat time the watchdog saw (Unix ms)
 //
@@ -131,6 +135,7 @@ local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not at or tonumber(at) ~= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 `)
 
@@ -138,7 +143,7 @@ return 1
 // re-driven. It reports false when the worker beat since: it is alive,
 // and its next beat rewrote what it runs.
 func (s *Store) Reap(ctx context.Context, workerID string, at int64) (bool, error) {
-	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(workerID)}, workerID, strconv.FormatInt(at, 10)).Int()
+	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(workerID), s.k.gateSlots()}, workerID, strconv.FormatInt(at, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: reap %s: %w", workerID, err)
 	}

@@ -17,11 +17,24 @@ import (
 
 // SetGate makes h run expensive work through g (see Gate): one solve per
 // identical puzzle in flight for single tasks, and at most capOf() runs
-// per key holding slots (0: no cap), single tasks and batch items alike,
-// read at each admission so that a cap derived from the cluster's size
-// follows it. Without it every task runs as it comes. Call it before the
-// handler serves tasks.
+// per key holding slots (0: no ceiling), single tasks and batch items
+// alike, read at each admission. Without it every task runs as it comes.
+// Call it before the handler serves tasks.
 func (h *Handler) SetGate(g Gate, capOf func() int) { h.gate, h.capOf = g, capOf }
+
+// SetSlots makes the keys with expensive work share slotsOf() solver
+// slots, the cluster's, by weight (see Gate), read at each admission so
+// that the share follows the cluster's size. Without it (or while it
+// returns 0) only SetGate's ceiling holds a key back.
+func (h *Handler) SetSlots(slotsOf func() int) { h.slotsOf = slotsOf }
+
+// slots is the cluster's solver slots now (SetSlots), 0 for no sharing.
+func (h *Handler) slots() int {
+	if h.slotsOf == nil {
+		return 0
+	}
+	return h.slotsOf()
+}
 
 // cap is the per-key cap of expensive runs now (SetGate's capOf), 0 for
 // none.
@@ -59,9 +72,11 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it tasks.I
 	r := solveRun(owner, it, p)
 	r.Lease = h.lease
 	r.Queue, r.AsynqID = delivery(ctx)
-	limit := h.cap()
+	r.Slots, r.Ceiling = h.slots(), h.cap()
+	limit, ask := r.Ceiling, r
 	if lastDelivery(ctx) {
-		limit = 0
+		// asynq would archive it if it waited: it runs, over its share.
+		limit, ask.Slots = 0, 0
 	}
 	// Register for cancellation before admitting, so a cancel that lands
 	// between the two is not missed. The solve runs under this task's ID
@@ -72,7 +87,7 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it tasks.I
 	defer func() { release(); cancel() }()
 
 	h.holdNow(ctx, it.ID)
-	a, err := h.gate.Admit(ctx, r, limit)
+	a, err := h.gate.Admit(ctx, ask, limit)
 	if err != nil {
 		return fmt.Errorf("tasks: admit %s: %w", it.ID, err)
 	}
@@ -184,14 +199,15 @@ func (h *Handler) renewWhile(ctx context.Context, r SolveRun) (stop func()) {
 // waits pending, not active) and returns a WaitError, whose delay grows
 // with the item's place in line.
 func (h *Handler) takeSlot(ctx context.Context, ref tasks.UnitRef, owner string, it *unitItem) (release func(), hit json.RawMessage, err error) {
-	r := SlotRun{Slot: it.id, Owner: owner, Solve: solveKey(it.parsed, it.cacheKey), CacheKey: it.cacheKey, Lease: h.lease}
+	r := SlotRun{Slot: it.id, Owner: owner, Solve: solveKey(it.parsed, it.cacheKey), CacheKey: it.cacheKey, Lease: h.lease,
+		Slots: h.slots(), Ceiling: h.cap()}
 	r.Queue, r.AsynqID = delivery(ctx)
-	limit := h.cap()
+	limit, ask := r.Ceiling, r
 	if r.Alone = lastDelivery(ctx); r.Alone {
-		limit = 0
+		limit, ask.Slots, ask.Alone = 0, 0, true
 	}
 	h.holdNow(ctx, it.id)
-	a, err := h.gate.AdmitSlot(ctx, r, limit)
+	a, err := h.gate.AdmitSlot(ctx, ask, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tasks: admit item %s: %w", it.id, err)
 	}
@@ -257,9 +273,9 @@ func (h *Handler) holdNow(ctx context.Context, id string) {
 // failure costs only the promotions: a parked run still runs after its
 // retry delay.
 func (h *Handler) passSlot(ctx context.Context, owner, id, solve, cacheKey string) {
-	r := SlotRun{Slot: id, Owner: owner, Solve: solve, CacheKey: cacheKey}
+	r := SlotRun{Slot: id, Owner: owner, Solve: solve, CacheKey: cacheKey, Slots: h.slots(), Ceiling: h.cap()}
 	r.Queue, r.AsynqID = delivery(ctx)
-	limit := h.cap()
+	limit := r.Ceiling
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	if err := h.gate.PassSlot(wctx, r, limit); err != nil {

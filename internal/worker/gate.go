@@ -18,12 +18,15 @@ import (
 //     task whose puzzle is being solved by another run joins that run: it
 //     is ended with the same result or failure when the solve ends, and
 //     its own delivery returns at once, so it holds no slot.
-//   - A cap per API key on expensive runs holding a slot, single tasks and
-//     batch items alike, so that one key's hard puzzles never take every
-//     slot. A run over the cap is not failed: it is parked and returns a
-//     WaitError, which asynq turns into a retry after WaitError.In without
-//     counting it as a failure (see IsWait); the next run of the key to
-//     free a slot moves it back onto its queue at once.
+//   - A fair share of the cluster's solver slots per API key, single
+//     tasks and batch items alike: the keys with expensive work share
+//     them by weighted max-min fairness, so a key alone may use every
+//     slot and competing keys get slots in proportion to their weights,
+//     with an optional hard ceiling per key. A run over its share is not
+//     failed: it is parked and returns a WaitError, which asynq turns
+//     into a retry after WaitError.In without counting it as a failure
+//     (see IsWait); a freed slot moves the parked run of the most
+//     under-served key back onto its queue at once.
 //
 // Both are leases in Redis that the running worker renews every
 // SolveLease/3. When a worker dies, any run of the same task record takes
@@ -54,6 +57,13 @@ type SolveRun struct {
 	// Lease is how long the run's slot and solve last unrenewed; 0 means
 	// SolveLease.
 	Lease time.Duration
+	// Slots is the cluster's solver slots, which the keys with expensive
+	// work share by weight (see Gate); 0 turns the sharing off, leaving
+	// only the ceiling (a last delivery, tests).
+	Slots int
+	// Ceiling is the most slots one key may hold (MAX_EXPENSIVE_PER_KEY,
+	// 0: none), for the runs that a slot this run frees may go to.
+	Ceiling int
 	// Queue and AsynqID name the asynq task of this delivery (a
 	// watchdog's copy has an ID of its own), which a run told to wait
 	// parks under, so that the next run of its owner to free a slot
@@ -132,6 +142,13 @@ type SlotRun struct {
 	Solve, CacheKey string
 	// Lease is how long the slot lasts unrenewed; 0 means SolveLease.
 	Lease time.Duration
+	// Slots is the cluster's solver slots, which the keys with expensive
+	// work share by weight (see Gate); 0 turns the sharing off, leaving
+	// only the ceiling (a last delivery, tests).
+	Slots int
+	// Ceiling is the most slots one key may hold (MAX_EXPENSIVE_PER_KEY,
+	// 0: none), for the runs that a slot this run frees may go to.
+	Ceiling int
 	// Queue and AsynqID name the delivery's asynq task, as in SolveRun.
 	Queue, AsynqID string
 	// Alone runs r even when an identical solve is in flight, rather than
@@ -161,12 +178,19 @@ type SlotAdmission struct {
 
 // Gate admits expensive runs; *store.Store satisfies it.
 //
-// A run over its owner's cap is parked: its asynq task waits out a retry
-// delay, and the next run of the same owner to free a slot (FinishSolve,
-// ReleaseSolve, ReleaseSlot) moves the longest-parked one back onto its
-// queue at once. So a capped key's work runs as fast as its slots free
-// up, and the retry delay matters only when no run frees one (a worker
-// died holding it, and its lease ran out).
+// With a run's Slots set (the cluster's solver slots, S), a run takes a
+// slot when one is free cluster-wide and its owner holds fewer than its
+// weighted max-min fair share of S between the keys with expensive work
+// (their demand: slots held and runs parked), and under the ceiling (the
+// cap argument; 0: none). A run that may not is parked: its asynq task
+// waits out a retry delay, and the run that frees a slot (FinishSolve,
+// ReleaseSolve, ReleaseSlot) or hands one on (PassSlot) moves the
+// longest-parked run of the key holding the fewest slots per unit of
+// weight among those under their share back onto its queue at once. So
+// waiting work runs as fast as slots free up, and the retry delay
+// matters only when no run frees one (a worker died holding it, and its
+// lease ran out). With Slots 0 only the ceiling holds a key back, and a
+// freed slot goes to its own key's longest-parked run.
 type Gate interface {
 	// Admit decides what a run does, and for VerdictRun takes its slot
 	// and its in-flight solve for SolveLease; cap is the owner's most

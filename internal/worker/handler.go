@@ -102,6 +102,9 @@ type Handler struct {
 	gate Gate
 	// capOf returns the per-key cap of expensive runs (0: none).
 	capOf func() int
+	// slotsOf returns the cluster's solver slots, shared by the keys
+	// with expensive work (0: no sharing).
+	slotsOf func() int
 	// lease is the expensive runs' lease (0: SolveLease).
 	lease time.Duration
 }

@@ -55,10 +55,27 @@ type BeatStore interface {
 	// one round trip, without touching its beat; the record expires ttl
 	// after this write.
 	Hold(ctx context.Context, worker string, started map[string]HeldTask, ttl time.Duration) error
-	// Leave removes the worker's heartbeat and tasks: it stopped cleanly,
-	// and asynq gave back what it did not finish.
+	// Leave removes the worker's heartbeat, tasks and solver slots
+	// (SlotRegistry): it stopped cleanly, and asynq gave back what it did
+	// not finish.
 	Leave(ctx context.Context, worker string) error
 }
+
+// SlotRegistry is where a worker records its solver slots, which the keys
+// with expensive work share (see Gate); *store.Store satisfies it.
+type SlotRegistry interface {
+	// RegisterSlots records that worker runs slots solver slots for ttl
+	// unless written again, and returns the cluster's solver slots with
+	// them. Leave (BeatStore) removes the entry.
+	RegisterSlots(ctx context.Context, worker string, slots int, ttl time.Duration) (int, error)
+}
+
+// slotsBeats is how many heartbeat intervals a worker's solver slots
+// outlive its last beat. A worker killed without leaving counts that long
+// (the watchdog's reap removes it sooner), which costs only the split of
+// slots between keys; a worker whose beats are slow a moment must not
+// drop out, which would park runs beside its idle slots.
+const slotsBeats = 6
 
 // HeldTTL is how long a worker's record of its tasks outlives its last
 // write. Past it, asynq's own recovery (at most about 130 s after the
@@ -140,6 +157,13 @@ type Heartbeat struct {
 	kill     context.CancelFunc
 	flushers sync.WaitGroup
 	failing  atomic.Bool // the last flush failed; logged once per outage
+
+	// SetSlots' registry, the worker's solver slots and the callback that
+	// is told the cluster's; nil registry: none recorded.
+	slotReg     SlotRegistry
+	slots       int
+	onSlots     func(int)
+	slotFailing atomic.Bool // the last registration failed; logged once per outage
 }
 
 // holdState is how far a running task's record in Redis has got.
@@ -161,6 +185,14 @@ var ErrCutOff = errors.New("tasks: worker cut off from Redis; its tasks were re-
 // solving on is wasted work whose result the store would drop. 0, the
 // zero value, never stops. Call it before Run.
 func (h *Heartbeat) StopAfter(d time.Duration) { h.cutOff = d }
+
+// SetSlots makes every beat (Beat, so also the first, before the worker
+// fetches any task) record the worker's solver slots in reg, and tell
+// seen the cluster's solver slots that reg answers. Leave removes them.
+// Call it before Run.
+func (h *Heartbeat) SetSlots(reg SlotRegistry, slots int, seen func(total int)) {
+	h.slotReg, h.slots, h.onSlots = reg, slots, seen
+}
 
 // Stopped returns how many tasks Run stopped because the beats failed.
 func (h *Heartbeat) Stopped() int64 { return h.stopped.Load() }
@@ -387,10 +419,23 @@ func (h *Heartbeat) closeFlusher() {
 	h.flushers.Wait()
 }
 
-// Beat writes one heartbeat with the running tasks. A beat that fails
-// keeps its ended tokens for the next one, and leaves the tasks it was
-// the first write of unwritten.
+// Beat writes one heartbeat with the running tasks, and then the
+// worker's solver slots (SetSlots). A beat that fails keeps its ended
+// tokens for the next one, and leaves the tasks it was the first write of
+// unwritten.
 func (h *Heartbeat) Beat(ctx context.Context) error {
+	if err := h.beat(ctx); err != nil {
+		return err
+	}
+	// Outside writeMu: a run's HoldNow need not wait for it.
+	rctx, cancel := context.WithTimeout(ctx, h.interval)
+	defer cancel()
+	h.registerSlots(rctx)
+	return nil
+}
+
+// beat is Beat's heartbeat.
+func (h *Heartbeat) beat(ctx context.Context) error {
 	h.writeMu.Lock()
 	defer h.writeMu.Unlock()
 	h.mu.Lock()
@@ -421,6 +466,26 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	}
 	h.failing.Store(false) // it wrote what a failed flush left
 	return nil
+}
+
+// registerSlots records the worker's solver slots (SetSlots). A failure
+// is logged once per outage and does not fail the beat: the entry lives
+// slotsBeats intervals, so the next beats renew it in time.
+func (h *Heartbeat) registerSlots(ctx context.Context) {
+	if h.slotReg == nil {
+		return
+	}
+	total, err := h.slotReg.RegisterSlots(ctx, h.id, h.slots, slotsBeats*h.interval)
+	if err != nil {
+		if ctx.Err() == nil && !h.slotFailing.Swap(true) {
+			h.log.Warn("heartbeat: record the worker's solver slots; the next beat retries", "worker_id", h.id, "err", err)
+		}
+		return
+	}
+	h.slotFailing.Store(false)
+	if h.onSlots != nil {
+		h.onSlots(total)
+	}
 }
 
 // Run beats every interval until ctx ends, and then stops the flusher
@@ -499,8 +564,8 @@ func (h *Heartbeat) afterCutOff(parent context.Context, err error) error {
 }
 
 // Leave stops the flusher (and waits for it, so that no write of it
-// lands after this one) and removes the worker's heartbeat once it has
-// stopped cleanly.
+// lands after this one) and removes the worker's heartbeat, and its
+// solver slots (SetSlots), once it has stopped cleanly.
 func (h *Heartbeat) Leave(ctx context.Context) error {
 	h.closeFlusher()
 	if err := h.store.Leave(ctx, h.id); err != nil {

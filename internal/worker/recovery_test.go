@@ -19,12 +19,13 @@ import (
 )
 
 // serveWith runs h on a real asynq server on f's Redis until the test
-// ends, serving both queues, with mws around the handler and overruns
+// ends, serving the solvers' queues and the cheap lane's bulk queue, with
+// mws around the handler and overruns
 // retried after 10 ms.
 func (f *unitFixture) serveWith(t *testing.T, h *worker.Handler, mws ...asynq.MiddlewareFunc) {
 	t.Helper()
 	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
-		Concurrency: 2, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueInteractive: 1}, TaskCheckInterval: 5 * time.Millisecond,
+		Concurrency: 2, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueInteractive: 1, tasks.QueueCheapBulk: 1}, TaskCheckInterval: 5 * time.Millisecond,
 		DelayedTaskCheckInterval: 50 * time.Millisecond,
 		ErrorHandler:             h.ErrorHandler(), LogLevel: asynq.ErrorLevel,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 10 * time.Millisecond },
@@ -184,7 +185,7 @@ func TestDeadlineOverrunIsRetried(t *testing.T) {
 		return p.Solve(context.WithoutCancel(ctx))
 	}
 	f.stage(t, "u1", 4, reqs)
-	if n, err := worker.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 4, 4); err != nil || n != 1 {
+	if n, err := worker.FeedQueue(f.ctx, f.store, tasks.QueueCheapBulk, 4, 4); err != nil || n != 1 {
 		t.Fatalf("feed: %d %v", n, err)
 	}
 	b := f.waitDone(t, "u1")

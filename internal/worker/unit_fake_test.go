@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -78,9 +79,18 @@ func (f *fakeFeeder) Feed(_ context.Context, queue string, depth, max int) ([]ta
 	if f.feedErr != nil {
 		return nil, f.feedErr
 	}
-	n := min(max, len(f.waiting))
-	refs := f.waiting[:n:n]
-	f.waiting = f.waiting[n:]
+	// Each lane's bulk queue takes the units of its lane, as the
+	// store's two feeds give them; another queue takes any.
+	var refs, left []tasks.UnitRef
+	for _, r := range f.waiting {
+		lane := queue != tasks.QueueBulk && queue != tasks.QueueCheapBulk || tasks.UnitQueue(r.Unit) == queue
+		if lane && len(refs) < max {
+			refs = append(refs, r)
+		} else {
+			left = append(left, r)
+		}
+	}
+	f.waiting = left
 	return refs, nil
 }
 
@@ -395,10 +405,10 @@ func TestUnitWriteFailureIsRetried(t *testing.T) {
 	}
 }
 
-// After a unit, the worker feeds the bulk queue: it takes units from the
-// feed and enqueues them, all in one call on the bulk queue. (What the
-// store's enqueue makes of a unit asynq holds already is the store's
-// TestEnqueueFedOverAsynqStates.)
+// After a unit, the worker feeds the bulk queues: it takes units from
+// each lane's feed and enqueues them, in one call per lane, its own
+// lane's first. (What the store's enqueue makes of a unit asynq holds
+// already is the store's TestEnqueueFedOverAsynqStates.)
 func TestFeedAfterUnit(t *testing.T) {
 	t.Parallel()
 	st := newUnitStore(map[string][]int{"c0": {0}}, map[int]string{0: sample8})
@@ -415,11 +425,11 @@ func TestFeedAfterUnit(t *testing.T) {
 	if _, ok := st.entry(0); !ok {
 		t.Fatal("the unit's item was not written")
 	}
-	if len(feeder.calls) != 1 || feeder.calls[0] != (feedCall{tasks.QueueBulk, 17, 8}) {
-		t.Fatalf("feed calls %+v, want one on the bulk queue with depth 17, max 8", feeder.calls)
+	if want := []feedCall{{tasks.QueueCheapBulk, 17, 8}, {tasks.QueueBulk, 17, 8}}; !slices.Equal(feeder.calls, want) {
+		t.Fatalf("feed calls %+v, want %+v: the cheap unit's lane first, depth 17, max 8", feeder.calls, want)
 	}
-	if len(feeder.queues) != 1 || feeder.queues[0] != tasks.QueueBulk {
-		t.Fatalf("enqueue calls on %v, want one on the bulk queue", feeder.queues)
+	if want := []string{tasks.QueueCheapBulk, tasks.QueueBulk}; !slices.Equal(feeder.queues, want) {
+		t.Fatalf("enqueue calls on %v, want %v", feeder.queues, want)
 	}
 	if fmt.Sprint(feeder.acked) != fmt.Sprint(waiting) {
 		t.Fatalf("enqueued and acknowledged %v, want all three fed: %v", feeder.acked, waiting)

@@ -411,32 +411,41 @@ func instant(p *puzzle.Parsed) bool {
 	return p.Kind() == puzzle.KindSliding && p.Cells() <= 9
 }
 
-// feedAfterUnit refills the bulk queue from the feed when the handler
-// feeds (SetFeed). Its failure does not fail the unit, which is done: the
-// reconciler feeds too, and re-enqueues what a failed feed left taken.
+// feedAfterUnit refills the bulk queues from the feeds when the handler
+// feeds (SetFeed): the queue of the unit's lane first, then the other
+// lane's, since a feed that moves a batch's next window of units fills
+// both feeds (a mixed batch's cheap units and its own units). Its failure
+// does not fail the unit, which is done: the reconciler feeds too, and
+// re-enqueues what a failed feed left taken.
 func (h *Handler) feedAfterUnit(ctx context.Context, ref tasks.UnitRef) {
 	if h.feed == nil {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedTimeout)
 	defer cancel()
-	var (
-		n   int
-		err error
-	)
-	if lf, ok := h.feed.feeder.(LowWaterFeeder); ok {
-		// Feed once the queue is down to half of FEED_DEPTH, and then up
-		// to it: a feed, its enqueues and one acknowledgement every
-		// depth/2 units rather than all three after every unit. Half a
-		// queue still waits for the workers while this one feeds.
-		low := (h.feed.depth + 1) / 2
-		refs, ferr := lf.FeedBelow(fctx, tasks.QueueBulk, low, h.feed.depth, max(feedMax, h.feed.depth-low+1))
-		n, err = enqueueFed(fctx, lf, tasks.QueueBulk, refs, ferr)
-	} else {
-		n, err = FeedQueue(fctx, h.feed.feeder, tasks.QueueBulk, h.feed.depth, feedMax)
+	queues := []string{tasks.QueueBulk, tasks.QueueCheapBulk}
+	if tasks.UnitQueue(ref.Unit) == tasks.QueueCheapBulk {
+		queues[0], queues[1] = queues[1], queues[0]
 	}
-	if err != nil {
-		h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "landed", n, "err", err)
+	for _, q := range queues {
+		var (
+			n   int
+			err error
+		)
+		if lf, ok := h.feed.feeder.(LowWaterFeeder); ok {
+			// Feed once the queue is down to half of FEED_DEPTH, and then
+			// up to it: a feed, its enqueues and one acknowledgement every
+			// depth/2 units rather than all three after every unit. Half
+			// a queue still waits for the workers while this one feeds.
+			low := (h.feed.depth + 1) / 2
+			refs, ferr := lf.FeedBelow(fctx, q, low, h.feed.depth, max(feedMax, h.feed.depth-low+1))
+			n, err = enqueueFed(fctx, lf, q, refs, ferr)
+		} else {
+			n, err = FeedQueue(fctx, h.feed.feeder, q, h.feed.depth, feedMax)
+		}
+		if err != nil {
+			h.log.Warn("feed after unit failed", "unit", ref.TaskID(), "queue", q, "landed", n, "err", err)
+		}
 	}
 }
 

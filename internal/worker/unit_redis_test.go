@@ -91,7 +91,7 @@ func (f *unitFixture) item(t *testing.T, id string, index int) *store.Task {
 func (f *unitFixture) serve(t *testing.T, h *worker.Handler) {
 	t.Helper()
 	srv := asynq.NewServerFromRedisClient(f.rdb, asynq.Config{
-		Concurrency: 2, Queues: map[string]int{tasks.QueueBulk: 1}, TaskCheckInterval: 5 * time.Millisecond,
+		Concurrency: 2, Queues: map[string]int{tasks.QueueBulk: 1, tasks.QueueCheapBulk: 1}, TaskCheckInterval: 5 * time.Millisecond,
 		ErrorHandler: h.ErrorHandler(), LogLevel: asynq.ErrorLevel,
 	})
 	mux := asynq.NewServeMux()
@@ -104,9 +104,25 @@ func (f *unitFixture) serve(t *testing.T, h *worker.Handler) {
 	t.Cleanup(srv.Shutdown)
 }
 
-// A worker runs a batch's units and feeds the queue as it goes: seeded
-// with FEED_DEPTH (2) units of the 5, as the API's feed after a commit
-// would, the batch ends only if workers feed the rest. A second batch
+// feedLanes feeds both lanes' bulk queues, the cheap lane's and the
+// solvers', up to depth, at most max units each, as the API does after a
+// commit, and returns how many units landed.
+func (f *unitFixture) feedLanes(t *testing.T, depth, max int) int {
+	t.Helper()
+	total := 0
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		n, err := worker.FeedQueue(f.ctx, f.store, q, depth, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return total
+}
+
+// A worker runs a batch's units and feeds the queues as it goes: seeded
+// with FEED_DEPTH (2) units of each lane, 4 of the 5, as the API's feed
+// after a commit would, the batch ends only if workers feed the rest. A second batch
 // finds the first one's search in the cache, and keeps a canceled item.
 func TestUnitsRunOnTheRealStore(t *testing.T) {
 	t.Parallel()
@@ -119,9 +135,8 @@ func TestUnitsRunOnTheRealStore(t *testing.T) {
 	reqs := []string{sample8, sampleFill, sampleSweep, sample8b, sample8, sample8b, sampleFill, sample8,
 		sampleFill, sample8, `{"kind":"sweep","puzzle":{"board":["....","..*.","...."]}}`}
 	f.stage(t, "b1", 4, reqs)
-	n, err := worker.FeedQueue(f.ctx, f.store, tasks.QueueBulk, depth, 8)
-	if err != nil || n != depth {
-		t.Fatalf("seeding feed: %d units landed, %v; want %d", n, err, depth)
+	if n := f.feedLanes(t, depth, 8); n != 2*depth {
+		t.Fatalf("seeding feed: %d units landed; want %d", n, 2*depth)
 	}
 	f.serve(t, h)
 
@@ -150,9 +165,7 @@ func TestUnitsRunOnTheRealStore(t *testing.T) {
 	if prev, err := f.store.CancelItem(f.ctx, b2, 2); err != nil || prev != apitype.TaskStatePending {
 		t.Fatalf("cancel item 2 of b2: %v %v", prev, err)
 	}
-	if _, err := worker.FeedQueue(f.ctx, f.store, tasks.QueueBulk, depth, 8); err != nil {
-		t.Fatal(err)
-	}
+	f.feedLanes(t, depth, 8)
 	b2 = f.waitDone(t, "b2")
 	if b2.Counts[apitype.TaskStateCompleted] != 2 || b2.Counts[apitype.TaskStateCanceled] != 1 {
 		t.Fatalf("b2 counts %v, want 2 completed and 1 canceled", b2.Counts)
@@ -169,8 +182,10 @@ func TestUnitsRunOnTheRealStore(t *testing.T) {
 	if stale, err := f.store.StaleFed(f.ctx, time.Now().Add(time.Hour), 100); err != nil || len(stale) != 0 {
 		t.Errorf("units left in the feeding set: %v %v", stale, err)
 	}
-	if refs, err := f.store.Feed(f.ctx, tasks.QueueBulk, 100, 100); err != nil || len(refs) != 0 {
-		t.Errorf("units left in the feed: %v %v", refs, err)
+	for _, q := range []string{tasks.QueueCheapBulk, tasks.QueueBulk} {
+		if refs, err := f.store.Feed(f.ctx, q, 100, 100); err != nil || len(refs) != 0 {
+			t.Errorf("units left in the feed of %s: %v %v", q, refs, err)
+		}
 	}
 
 	// A redelivery of a unit that ran changes nothing.
@@ -193,7 +208,7 @@ func TestUnitGiveUpOnTheRealStore(t *testing.T) {
 	f := newUnitFixture(t)
 	h := worker.NewHandler(f.store, nil, testLimits(), nil, nil)
 	f.stage(t, "b3", 4, []string{sample8, sample8b, sampleFill})
-	refs, err := f.store.Feed(f.ctx, tasks.QueueBulk, 100, 100)
+	refs, err := f.store.Feed(f.ctx, tasks.QueueCheapBulk, 100, 100)
 	if err != nil || len(refs) != 1 || refs[0].Unit != "c0" {
 		t.Fatalf("fed %v, %v; want b3's one chunk", refs, err)
 	}
@@ -245,9 +260,7 @@ func TestLargeResultIsKeptInTheCache(t *testing.T) {
 	h := worker.NewHandler(f.store, nil, testLimits(), nil, nil)
 	reqs := []string{testgen.Fill(rand.New(rand.NewSource(1)), 160), sample8}
 	f.stage(t, "big", 4, reqs)
-	if _, err := worker.FeedQueue(f.ctx, f.store, tasks.QueueBulk, 8, 8); err != nil {
-		t.Fatal(err)
-	}
+	f.feedLanes(t, 8, 8)
 	f.serve(t, h)
 	f.waitDone(t, "big")
 	for i, r := range reqs {

@@ -15,6 +15,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/internal/testgen"
 	"github.com/puzzleq/puzzleq/puzzle"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 const sample8 = `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`
@@ -76,14 +77,14 @@ func TestSingleTaskLifecycleAndCache(t *testing.T) {
 		done.Cached || done.Attempts != 1 || done.StartedAt == nil || done.CompletedAt == nil || done.Error != nil {
 		t.Fatalf("completed task: %+v %s", done, done.Result)
 	}
-	queuedBefore := s.Queued("interactive")
+	queuedBefore := s.Queued(tasks.QueueCheap)
 
 	// The same puzzle again is a cache hit: 200, completed, nothing queued.
 	hit := s.Submit(sample8, http.StatusOK)
 	if !hit.Cached || hit.State != apitype.TaskStateCompleted || string(hit.Result) != string(done.Result) || hit.ID == tk.ID {
 		t.Fatalf("cache hit: %+v", hit)
 	}
-	if q := s.Queued("interactive"); q != queuedBefore {
+	if q := s.Queued(tasks.QueueCheap); q != queuedBefore {
 		t.Fatalf("a cache hit enqueued work: queue went from %d to %d", queuedBefore, q)
 	}
 	// An equivalent request spelt differently hits the same cache entry.

@@ -155,7 +155,7 @@ func testAckUnconfirmedFinish(t *testing.T) {
 	// still holds the single task, its last error the confirmation's,
 	// for several deliveries.
 	time.Sleep(3 * ackBound)
-	info, err := c.insp.GetTaskInfo(tasks.QueueInteractive, id)
+	info, err := c.insp.GetTaskInfo(tasks.QueueCheap, id)
 	if err != nil {
 		t.Fatalf("asynq no longer holds the task whose final write was not confirmed: %v", err)
 	}
@@ -170,7 +170,7 @@ func testAckUnconfirmedFinish(t *testing.T) {
 	thawed := time.Now()
 	var acked time.Duration
 	if !pollUntil(20*time.Second, 50*time.Millisecond, func() bool {
-		_, err := c.insp.GetTaskInfo(tasks.QueueInteractive, id)
+		_, err := c.insp.GetTaskInfo(tasks.QueueCheap, id)
 		return errors.Is(err, asynq.ErrTaskNotFound)
 	}) {
 		t.Errorf("the task was not acked within 20 s of SIGCONT")

@@ -222,7 +222,7 @@ func (c *cluster) unfed(t *testing.T, batchID string) int {
 // countUnfed is unfed for goroutines other than the test's.
 func (c *cluster) countUnfed(batchID string) (int, error) {
 	n := 0
-	for _, set := range []string{"pq:feed", "pq:feeding"} {
+	for _, set := range []string{"pq:feed", "pq:feed:cheap", "pq:feeding"} {
 		iter := c.rdb.ZScan(context.Background(), set, 0, batchID+"/*", 1000).Iterator()
 		for iter.Next(context.Background()) {
 			n++
@@ -323,7 +323,7 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 			if err != nil || len(m) == 0 {
 				continue
 			}
-			if n, err := c.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk)).Result(); err == nil && n > 0 {
+			if n, err := c.rdb.LLen(ctx, asynqdata.PendingKey(tasks.QueueCheapBulk)).Result(); err == nil && n > 0 {
 				c.api.Signal(t, syscall.SIGKILL)
 				id, _, _ := strings.Cut(m[0], "/")
 				recorded <- id
@@ -433,7 +433,8 @@ func testAPIKilledMidSubmit(t *testing.T, idempotent bool) {
 func testWorkerKilledMidChunk(t *testing.T) {
 	settings := map[string]string{"API_KEYS": faultOwner + ":" + faultKey, "CHUNK_SIZE": "64", "RATE_LIMIT_BURST": "1000"}
 	c := newCluster(t, clusterOpts{redisArgs: []string{"--appendonly", "yes"}, api: settings,
-		worker: map[string]string{"WORKER_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
+		// Fills are cheap: their chunks run on the cheap lane's slots.
+		worker: map[string]string{"CHEAP_CONCURRENCY": "1", "UNIT_WRITE_INTERVAL": "5ms"}})
 	hc := &http.Client{Timeout: 60 * time.Second}
 	o := newOracle()
 	reqs := testgen.Fills(256, 120, 5)

@@ -9,14 +9,13 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
 )
 
-// processedTotal is asynq's cumulative count of processed tasks, both
-// queues.
+// processedTotal is asynq's cumulative count of processed tasks, every
+// queue of solves.
 func (c *cluster) processedTotal() int {
 	n := 0
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		if qi, err := c.insp.GetQueueInfo(q); err == nil {
 			n += qi.ProcessedTotal
 		}
@@ -61,7 +60,7 @@ func testDuplicateDelivery(t *testing.T) {
 	defer cl.Close()
 	enqueued := 0
 	var late *asynq.TaskInfo // the single's own asynq task, for a late duplicate
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		pending, err := c.insp.ListPendingTasks(q, asynq.PageSize(1000))
 		if err != nil {
 			t.Fatal(err)

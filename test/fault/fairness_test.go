@@ -195,13 +195,13 @@ func (c *cluster) signal(t *testing.T, ctx context.Context, aID, bID string) sig
 	var counts *redis.SliceCmd
 	var bPos *redis.IntCmd
 	if _, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		feed = p.ZCard(ctx, "pq:feed")
+		feed = p.ZCard(ctx, "pq:feed:cheap") // 8-puzzles: the cheap lane's feed
 		backlog = p.ZCard(ctx, "pq:backlog")
-		pending = p.LLen(ctx, asynqdata.PendingKey(tasks.QueueBulk))
+		pending = p.LLen(ctx, asynqdata.PendingKey(tasks.QueueCheapBulk))
 		feeding = p.ZCard(ctx, "pq:feeding")
 		unmoved = p.LLen(ctx, "pq:batch:"+aID+":units")
 		counts = p.HMGet(ctx, "pq:batch:"+aID, "pending", "completed", "failed", "canceled")
-		bPos = p.LPos(ctx, asynqdata.PendingKey(tasks.QueueBulk), bID+":c0", redis.LPosArgs{})
+		bPos = p.LPos(ctx, asynqdata.PendingKey(tasks.QueueCheapBulk), bID+":c0", redis.LPosArgs{})
 		return nil
 	}); err != nil && err != redis.Nil {
 		t.Fatal(err)

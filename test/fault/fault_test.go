@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/internal/testgen"
+	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -273,8 +276,26 @@ func (c *cluster) unitItems(ti *asynq.TaskInfo) []string {
 	return ids
 }
 
-// activeTasks lists asynq's active tasks of both queues.
+// solveQueues are the queues of solves: the solver slots' and the cheap
+// lane's.
+var solveQueues = slices.Concat(tasks.Queues, tasks.CheapQueues)
+
+// activeTasks lists asynq's active tasks of every queue of solves.
 func (c *cluster) activeTasks() []*asynq.TaskInfo {
+	var out []*asynq.TaskInfo
+	for _, q := range solveQueues {
+		ts, err := c.insp.ListActiveTasks(q, asynq.PageSize(1000))
+		if err == nil {
+			out = append(out, ts...)
+		}
+	}
+	return out
+}
+
+// solverActive returns the asynq tasks that run on the solver slots now
+// (tasks.Queues), leaving out the cheap lane's, which run on slots of
+// their own beside them.
+func (c *cluster) solverActive() []*asynq.TaskInfo {
 	var out []*asynq.TaskInfo
 	for _, q := range tasks.Queues {
 		ts, err := c.insp.ListActiveTasks(q, asynq.PageSize(1000))
@@ -285,10 +306,39 @@ func (c *cluster) activeTasks() []*asynq.TaskInfo {
 	return out
 }
 
+// onSolverSlots reports whether asynq task id of w's runs on the solver
+// slots: a batch unit by its unit (tasks.UnitQueue), a single task or
+// batch item by its request (tasks.SingleQueue; an expensive batch item
+// runs in a unit of its own, a cheap one in a chunk's on the cheap lane).
+func (w *workload) onSolverSlots(t *testing.T, id string) bool {
+	t.Helper()
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		if _, _, err := tasks.ParseUnit(id[i+1:]); err == nil {
+			return slices.Contains(tasks.Queues, tasks.UnitQueue(id[i+1:]))
+		}
+	}
+	req, ok := w.reqs[id]
+	if !ok {
+		t.Fatalf("asynq task %s is neither a unit nor a task of the workload", id)
+	}
+	var r puzzle.Request
+	if err := json.Unmarshal([]byte(req), &r); err != nil {
+		t.Fatalf("request of %s: %v", id, err)
+	}
+	p, err := puzzle.Parse(r)
+	if err != nil {
+		t.Fatalf("request of %s: %v", id, err)
+	}
+	return slices.Contains(tasks.Queues, tasks.SingleQueue(p))
+}
+
+// pushedBack matches asynq's log line for a task a shutdown gave back.
+var pushedBack = regexp.MustCompile(`Pushed task id=(\S+) back to queue`)
+
 // queued counts tasks waiting in asynq (pending, retry, scheduled).
 func (c *cluster) queued() int {
 	n := 0
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		if qi, err := c.insp.GetQueueInfo(q); err == nil {
 			n += qi.Pending + qi.Retry + qi.Scheduled
 		}
@@ -299,12 +349,15 @@ func (c *cluster) queued() int {
 // testGracefulShutdown: SIGTERM a worker under load. It must exit within
 // its SHUTDOWN_TIMEOUT; what it ran either finished there or was requeued
 // and finished on another worker. The victim runs alone until both its
-// slots hold a hard 15-puzzle (queued first, ahead of 300 mixed tasks), so
-// the tasks active at SIGTERM are its own and provably still running:
-// each takes over half a second of CPU and started moments before. With
-// a timeout longer than they need they finish in place; with one far
-// shorter (1 ms) asynq gives them back to the queue, and they run once
-// more on another worker.
+// solver slots hold a hard 15-puzzle (queued first, ahead of 300 mixed
+// tasks), so the solver tasks active at SIGTERM are its own and provably
+// still running: each takes over half a second of CPU and started
+// moments before. With a timeout longer than they need they finish in
+// place; with one far shorter (1 ms) asynq gives them back to the queue,
+// and they run once more on another worker, and no other solver task
+// does. The victim's cheap lane runs the mixed load's cheap work beside
+// them, and a cheap task in flight at SIGTERM is given back too (and may
+// run again): those are counted apart.
 func testGracefulShutdown(t *testing.T) {
 	const slots = 2 // the victim's WORKER_CONCURRENCY
 	cases := []struct {
@@ -352,7 +405,14 @@ func testGracefulShutdown(t *testing.T) {
 			checkHardRecords(t, all, hard)
 			// asynq logs each task it gives back at the timeout.
 			log := stacktest.Tail(victim.LogPath, 1000)
-			pushed := strings.Count(log, "back to queue")
+			pushed, pushedCheap := 0, 0
+			for _, m := range pushedBack.FindAllStringSubmatch(log, -1) {
+				if w.onSolverSlots(t, m[1]) {
+					pushed++
+				} else {
+					pushedCheap++
+				}
+			}
 			ms := func(tm *time.Time) string {
 				if tm == nil {
 					return "never"
@@ -384,16 +444,23 @@ func testGracefulShutdown(t *testing.T) {
 						name, id, back, tr.Attempts, ms(tr.CompletedAt), exited.Format(time.StampMilli))
 				}
 			}
-			again := 0
+			again, againCheap := 0, 0
 			for id := range w.reqs {
-				if all[id].Attempts > 1 {
+				switch {
+				case all[id].Attempts <= 1:
+				case w.onSolverSlots(t, id):
 					again++
+				default:
+					againCheap++
 				}
 			}
-			t.Logf("graceful shutdown (%s): FIGURES SIGTERM->exit=%v SHUTDOWN_TIMEOUT=%v active_at_sigterm=%d (%v) requeued=%d ran_again=%d tasks=%d lost=0",
-				tc.name, took.Round(time.Millisecond), tc.timeout, len(active), hardNames(active, hard), pushed, again, len(w.reqs))
+			t.Logf("graceful shutdown (%s): FIGURES SIGTERM->exit=%v SHUTDOWN_TIMEOUT=%v active_at_sigterm=%d (%v) requeued=%d ran_again=%d cheap_requeued=%d cheap_ran_again=%d tasks=%d lost=0",
+				tc.name, took.Round(time.Millisecond), tc.timeout, len(active), hardNames(active, hard), pushed, again, pushedCheap, againCheap, len(w.reqs))
 			if want := map[bool]int{true: slots, false: 0}[tc.requeued]; pushed != want || again != want {
-				t.Errorf("%d tasks pushed back and %d ran more than once, want %d and %d (the victim's %d at SIGTERM)", pushed, again, want, want, len(active))
+				t.Errorf("%d solver tasks pushed back and %d ran more than once, want %d and %d (the victim's %d at SIGTERM)", pushed, again, want, want, len(active))
+			}
+			if !tc.requeued && (pushedCheap > 0 || againCheap > 0) {
+				t.Errorf("with time to finish, %d cheap tasks were pushed back and %d ran more than once, want none", pushedCheap, againCheap)
 			}
 		})
 	}

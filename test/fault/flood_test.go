@@ -28,8 +28,9 @@ const (
 	calmOwner, calmKey   = "calm", "calm-secret-key-0123456789"
 )
 
-// Sizes of the flood scenario: three workers of two slots, so the flood
-// key's cap (MAX_EXPENSIVE_PER_KEY, by default half the slots) is 3.
+// Sizes of the flood scenario: three workers of two slots, and a hard
+// ceiling (MAX_EXPENSIVE_PER_KEY) of 3 slots per key, half of them, so
+// that a fault hits a key with runs holding slots and runs parked.
 const (
 	floodWorkers = 3
 	floodSlots   = 2
@@ -210,9 +211,8 @@ func testFlood(t *testing.T) {
 
 // newFloodCluster starts the flood scenarios' stack: the flood and calm
 // keys, and floodWorkers workers of floodSlots slots with
-// MAX_EXPENSIVE_PER_KEY at its default (half the slots of the workers
-// registered with asynq), once every worker is ready and has read the
-// cluster's slots (puzzleq_expensive_cap).
+// MAX_EXPENSIVE_PER_KEY at floodCap, once every worker is ready
+// (puzzleq_expensive_cap).
 func newFloodCluster(t *testing.T) *cluster {
 	t.Helper()
 	settings := map[string]string{
@@ -220,7 +220,7 @@ func newFloodCluster(t *testing.T) *cluster {
 		"RATE_LIMIT_PER_SECOND": "1000", "RATE_LIMIT_BURST": "1000",
 	}
 	c := newCluster(t, clusterOpts{api: settings, worker: withPDB(map[string]string{
-		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": "0"}), workers: floodWorkers})
+		"WORKER_CONCURRENCY": strconv.Itoa(floodSlots), "LOG_LEVEL": "warn", "MAX_EXPENSIVE_PER_KEY": strconv.Itoa(floodCap)}), workers: floodWorkers})
 	for _, w := range c.workers {
 		waitReady(t, w)
 	}

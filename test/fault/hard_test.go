@@ -354,8 +354,9 @@ func hardOf(ti *asynq.TaskInfo, hard map[string]hard15) (hard15, bool) {
 	return h, ok
 }
 
-// waitHardBusy waits until exactly slots asynq tasks are active, every one
-// of them a board of hard, and more holds too (nil: nothing more). It
+// waitHardBusy waits until exactly slots asynq tasks are active on the
+// solver slots (the cheap lane's run beside them and do not count), every
+// one of them a board of hard, and more holds too (nil: nothing more). It
 // returns the active tasks. When d passes it fails the test with what it
 // saw last: the active tasks, the queues and the hard boards' states.
 func waitHardBusy(t *testing.T, c *cluster, slots int, hard map[string]hard15, d time.Duration, more func() (bool, string)) []*asynq.TaskInfo {
@@ -376,7 +377,7 @@ func waitHardBusyAt(t *testing.T, c *cluster, slots int, hard map[string]hard15,
 	start := time.Now()
 	ok := pollUntil(d, 5*time.Millisecond, func() bool {
 		seen = time.Now()
-		active = c.activeTasks()
+		active = c.solverActive()
 		if len(active) != slots {
 			return false
 		}
@@ -430,7 +431,7 @@ func hardNames(active []*asynq.TaskInfo, hard map[string]hard15) []string {
 // describeQueues renders asynq's queue sizes.
 func (c *cluster) describeQueues() string {
 	var parts []string
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		qi, err := c.insp.GetQueueInfo(q)
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("%s: %v", q, err))

@@ -197,9 +197,8 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	}
 	c.api = stacktest.StartProc(t, "api", apiBin, aenv)
 	// The scenarios fill every slot with one key's hard boards on purpose
-	// (a fault must hit running solves), so the per-key cap of expensive
-	// work is out of their way; the flood scenario sets it back to its
-	// default.
+	// (a fault must hit running solves), so the per-key ceiling of
+	// expensive work is out of their way; the flood scenario sets one.
 	c.wenv = map[string]string{"LOG_FORMAT": "text", "TASK_CHECK_INTERVAL": "20ms", "PDB_PRELOAD": "false",
 		"WORKER_CONCURRENCY": "2", "MAX_EXPENSIVE_PER_KEY": "1000"}
 	maps.Copy(c.wenv, redisEnv)

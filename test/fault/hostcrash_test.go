@@ -16,7 +16,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // durableAfter is how long after its answer an acknowledged write is
@@ -261,7 +260,7 @@ func (c *cluster) records(w *workload) map[string]apitype.Task {
 func (c *cluster) carriedItems() map[string]bool {
 	c.t.Helper()
 	out := map[string]bool{}
-	for _, q := range tasks.Queues {
+	for _, q := range solveQueues {
 		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
 			c.insp.ListPendingTasks, c.insp.ListActiveTasks, c.insp.ListRetryTasks, c.insp.ListScheduledTasks,
 		} {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // testRedisFreeze freezes redis-server with SIGSTOP: a hung Redis (CLIENT
@@ -45,7 +44,7 @@ func testRedisFreeze(t *testing.T) {
 
 	// Work that stays pending across the freeze: the queues are paused,
 	// so the worker runs nothing while it lives through the freeze.
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.PauseQueue(q); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +122,7 @@ func testRedisFreeze(t *testing.T) {
 	thaw()
 	recovery := c.probeRecovery(t, "after SIGCONT", routes, w, time.Now(), recovered)
 
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.UnpauseQueue(q); err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +171,7 @@ func testShutdownAnswersPolls(t *testing.T) {
 	c := newCluster(t, clusterOpts{api: map[string]string{"CHUNK_SIZE": "4", "SHUTDOWN_TIMEOUT": shutdownTimeout.String()}, workers: 1})
 	b := c.startReplica(t, "api2", map[string]string{"CHUNK_SIZE": "4"})
 	b.WaitReady(t, 30*time.Second)
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.PauseQueue(q); err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +263,7 @@ func testShutdownAnswersPolls(t *testing.T) {
 		}
 		return n == clients
 	})
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.UnpauseQueue(q); err != nil {
 			t.Fatal(err)
 		}

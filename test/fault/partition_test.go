@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/puzzleq/puzzleq/internal/stacktest"
-	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // netns is a network namespace with two veth pairs to the host: one
@@ -178,7 +177,7 @@ func testAPIPartition(t *testing.T) {
 	items := w.addBatch(pc, reqs[1:9])
 	batchID := items[0][:strings.IndexByte(items[0], '-')]
 	w.verify(t, pc, o, 60*time.Second)
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.PauseQueue(q); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +219,7 @@ func testAPIPartition(t *testing.T) {
 	n.heal(t)
 	healed = true
 	recovery := pc.probeRecovery(t, "after the heal", routes, w, time.Now(), recovered)
-	for _, q := range []string{tasks.QueueInteractive, tasks.QueueBulk} {
+	for _, q := range solveQueues {
 		if err := c.insp.UnpauseQueue(q); err != nil {
 			t.Fatal(err)
 		}

@@ -63,11 +63,11 @@ func TestRedisStallOrphans(t *testing.T) {
 		}
 		if r.kind == "single" {
 			r.item = w.addTask(c, reqs[i])
-			r.logged = tasks.QueueInteractive + "/" + r.item + ":"
+			r.logged = tasks.QueueCheap + "/" + r.item + ":"
 		} else {
 			r.item = w.addBatch(c, reqs[i:i+1])[0]
 			// Its one unit, whatever its name: <batch ID>:<unit>.
-			r.logged = tasks.QueueBulk + "/" + r.item[:strings.IndexByte(r.item, '-')] + ":"
+			r.logged = tasks.QueueCheapBulk + "/" + r.item[:strings.IndexByte(r.item, '-')] + ":"
 		}
 		thaw := c.freezeRedis(t)
 		time.Sleep(stall)
