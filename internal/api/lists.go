@@ -38,6 +38,9 @@ type ListStore interface {
 	// Backlog reports the units waiting in the feed and the creation
 	// time of the oldest batch they belong to.
 	Backlog(ctx context.Context) (units int, oldest time.Time, err error)
+	// Parking reports the expensive runs waiting for a solver slot, which
+	// asynq holds in its retry sets.
+	Parking(ctx context.Context) (store.Parking, error)
 }
 
 // Presence reports the live workers and the queues' depths;
@@ -229,17 +232,44 @@ func (s *Server) status(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	infos := map[string]*asynq.QueueInfo{}
 	for _, q := range queues {
-		qs := apitype.QueueStatus{Name: q}
 		if slices.Contains(exist, q) {
 			info, err := s.opts.Presence.GetQueueInfo(q)
 			if err != nil {
 				fail(c, err)
 				return
 			}
-			qs.Pending, qs.Active, qs.Retry = info.Pending, info.Active, info.Retry
+			infos[q] = info
+		}
+	}
+	// Read after the queues, so that a run asynq counts in a retry set
+	// was parked before this read: see the split below.
+	parking, err := s.store.Parking(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	for _, q := range queues {
+		qs := apitype.QueueStatus{Name: q}
+		if info := infos[q]; info != nil {
+			// asynq's retry set holds both the runs parked for a solver
+			// slot and the tasks retried after an error; the parked ones
+			// are told apart (store.Parking) and the rest are retries.
+			// The two reads are not one snapshot: a run parked between
+			// them is in the second and not the first, so waiting is
+			// capped at asynq's count and retry never drops below 0;
+			// a run promoted between them leaves the second, and counts
+			// as a retry in this answer only. Waiting plus retry is
+			// always asynq's count.
+			qs.Pending, qs.Active = info.Pending, info.Active
+			qs.Waiting = min(parking.ByQueue[q], info.Retry)
+			qs.Retry = max(info.Retry-qs.Waiting, 0)
 			if info.Pending > 0 {
 				qs.OldestPendingSeconds = info.Latency.Seconds()
+			}
+			if qs.Waiting > 0 {
+				qs.OldestPendingSeconds = max(qs.OldestPendingSeconds, parking.Oldest[q].Seconds())
 			}
 		}
 		out.Queues = append(out.Queues, qs)
