@@ -243,8 +243,9 @@ func (s *Server) status(c *gin.Context) {
 			infos[q] = info
 		}
 	}
-	// Read after the queues, so that a run asynq counts in a retry set
-	// was parked before this read: see the split below.
+	// Read after the queues: a run that asynq counted in a retry set was
+	// parked before this read, and is counted here unless it left the
+	// set meanwhile (see the split below).
 	parking, err := s.store.Parking(c.Request.Context())
 	if err != nil {
 		fail(c, err)
@@ -258,10 +259,11 @@ func (s *Server) status(c *gin.Context) {
 			// are told apart (store.Parking) and the rest are retries.
 			// The two reads are not one snapshot: a run parked between
 			// them is in the second and not the first, so waiting is
-			// capped at asynq's count and retry never drops below 0;
-			// a run promoted between them leaves the second, and counts
-			// as a retry in this answer only. Waiting plus retry is
-			// always asynq's count.
+			// capped at asynq's count and retry never drops below 0; a
+			// run that left the retry set between them (promoted, or
+			// back by its retry delay) is in the first only, and counts
+			// as a retry in this answer. Waiting plus retry is always
+			// asynq's count.
 			qs.Pending, qs.Active = info.Pending, info.Active
 			qs.Waiting = min(parking.ByQueue[q], info.Retry)
 			qs.Retry = max(info.Retry-qs.Waiting, 0)
