@@ -39,8 +39,8 @@ type ListStore interface {
 	// time of the oldest batch they belong to.
 	Backlog(ctx context.Context) (units int, oldest time.Time, err error)
 	// Parking reports the expensive runs waiting for a solver slot, which
-	// asynq holds in its retry sets.
-	Parking(ctx context.Context) (store.Parking, error)
+	// asynq holds in its retry sets, and the retry sets' sizes of queues.
+	Parking(ctx context.Context, queues ...string) (store.Parking, error)
 }
 
 // Presence reports the live workers and the queues' depths;
@@ -243,10 +243,7 @@ func (s *Server) status(c *gin.Context) {
 			infos[q] = info
 		}
 	}
-	// Read after the queues: a run that asynq counted in a retry set was
-	// parked before this read, and is counted here unless it left the
-	// set meanwhile (see the split below).
-	parking, err := s.store.Parking(c.Request.Context())
+	parking, err := s.store.Parking(c.Request.Context(), queues...)
 	if err != nil {
 		fail(c, err)
 		return
@@ -257,16 +254,19 @@ func (s *Server) status(c *gin.Context) {
 			// asynq's retry set holds both the runs parked for a solver
 			// slot and the tasks retried after an error; the parked ones
 			// are told apart (store.Parking) and the rest are retries.
-			// The two reads are not one snapshot: a run parked between
-			// them is in the second and not the first, so waiting is
-			// capped at asynq's count and retry never drops below 0; a
-			// run that left the retry set between them (promoted, or
-			// back by its retry delay) is in the first only, and counts
-			// as a retry in this answer. Waiting plus retry is always
-			// asynq's count.
-			qs.Pending, qs.Active = info.Pending, info.Active
-			qs.Waiting = min(parking.ByQueue[q], info.Retry)
-			qs.Retry = max(info.Retry-qs.Waiting, 0)
+			// Parking reads the set's size with them in one transaction
+			// (its Retry), not with asynq's count, which is read earlier:
+			// parked runs come and go from the set every second or two
+			// (promoted, back by their retry delay, parked again), and
+			// ones that left between the two reads would count as
+			// retries. A queue with no parked run has asynq's count. The
+			// min and max only guard the sums: waiting plus retry is the
+			// set's size, neither below 0.
+			qs.Pending, qs.Active, qs.Retry = info.Pending, info.Active, info.Retry
+			if n, ok := parking.Retry[q]; ok {
+				qs.Waiting = min(parking.ByQueue[q], n)
+				qs.Retry = max(n-qs.Waiting, 0)
+			}
 			if info.Pending > 0 {
 				qs.OldestPendingSeconds = info.Latency.Seconds()
 			}

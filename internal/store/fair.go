@@ -378,6 +378,11 @@ type Parking struct {
 	// longest-waiting of them has waited since it was first told to wait,
 	// by Redis's clock (which the scripts that park runs write).
 	Oldest map[string]time.Duration
+	// Retry is, per queue asked for that has parked runs, how many tasks
+	// its retry set holds, read in one transaction with the waiting runs
+	// of the queue, so that ByQueue[q] of them wait for a slot and the
+	// rest are retries, with no run counted on both sides or neither.
+	Retry  map[string]int
 	owners []string
 }
 
@@ -385,9 +390,9 @@ type Parking struct {
 const parkingChunk = 1024
 
 // Parking reads the runs waiting for a solver slot, in three round trips
-// (the registered keys, their parked runs, and those runs' places in
-// their queues' retry sets with Redis's time), in time linear in the
-// parked runs.
+// (the registered keys, their parked runs, and in one transaction those
+// runs' places in their queues' retry sets, the sizes of the retry sets
+// of queues and Redis's time), in time linear in the parked runs.
 //
 // A parked run whose task is not in the retry set is not counted: it
 // runs now (it came back by its retry delay and has not yet been
@@ -395,12 +400,12 @@ const parkingChunk = 1024
 // it there, or its task is gone and the next promotion drops it. A
 // parked run that asynq's lease recovery retried (its worker died while
 // it waited) is counted, though its retry delay is a retry's; that is
-// rare and ends with the delay. The reads are not atomic: a run promoted
-// or parked between them may be missed or counted once too often, so a
-// count is exact only while nothing moves, and off by the runs that moved
-// during the read otherwise.
-func (s *Store) Parking(ctx context.Context) (Parking, error) {
-	out := Parking{ByQueue: map[string]int{}, ByOwner: map[string]int{}, Oldest: map[string]time.Duration{}}
+// rare and ends with the delay. The parked runs are read a round trip
+// before the transaction: a run parked for the first time in between and
+// already moved to the retry set by asynq counts as a retry, for that
+// one read.
+func (s *Store) Parking(ctx context.Context, queues ...string) (Parking, error) {
+	out := Parking{ByQueue: map[string]int{}, ByOwner: map[string]int{}, Oldest: map[string]time.Duration{}, Retry: map[string]int{}}
 	names, err := s.rdb.ZRange(ctx, s.k.gateOwners(), 0, -1).Result()
 	if err != nil {
 		return out, fmt.Errorf("store: parked runs: %w", err)
@@ -442,8 +447,14 @@ func (s *Store) Parking(ctx context.Context) (Parking, error) {
 	}
 	var looks []look
 	var now *redis.TimeCmd
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cards := map[string]*redis.IntCmd{}
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
+		for _, q := range queues {
+			if _, ok := byQueue[q]; ok {
+				cards[q] = p.ZCard(ctx, asynqdata.RetryKey(q))
+			}
+		}
 		for q, ids := range byQueue {
 			for from := 0; from < len(ids); from += parkingChunk {
 				to := min(from+parkingChunk, len(ids))
@@ -453,6 +464,9 @@ func (s *Store) Parking(ctx context.Context) (Parking, error) {
 		return nil
 	}); err != nil {
 		return out, fmt.Errorf("store: parked runs in the retry sets: %w", err)
+	}
+	for q, c := range cards {
+		out.Retry[q] = int(c.Val())
 	}
 	for _, l := range looks {
 		for j, sc := range l.cmd.Val() {

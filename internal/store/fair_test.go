@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -226,12 +227,17 @@ func TestParkingCountsRunsWaitingInTheRetrySet(t *testing.T) {
 	if a, err := f.s.AdmitSlot(f.ctx, f.fairItem("b", "b-active", slots), 0); err != nil || a.Verdict != worker.VerdictWait {
 		t.Fatalf("admit b's b-active: %+v, %v", a, err)
 	}
-	p, err := f.s.Parking(f.ctx)
+	// A task retried after an error sits in the same retry set.
+	f.retried("failed", errors.New("tasks: a handler error"))
+	p, err := f.s.Parking(f.ctx, f.queue, "no-such-queue")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.ByQueue[f.queue] != 3 || p.ByOwner["a"] != 2 || p.ByOwner["b"] != 1 || len(p.ByQueue) != 1 {
 		t.Fatalf("parking %+v, want 3 on the queue: a 2, b 1", p)
+	}
+	if n, ok := p.Retry[f.queue]; !ok || n != 4 || len(p.Retry) != 1 {
+		t.Fatalf("retry sets %v, want the queue's 4: 3 waiting and the failed task", p.Retry)
 	}
 	if o := p.Oldest[f.queue]; o < 30*time.Millisecond || o > time.Minute {
 		t.Fatalf("the oldest waited %s, want at least 30ms", o)

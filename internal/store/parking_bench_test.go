@@ -46,7 +46,7 @@ func BenchmarkParking(b *testing.B) {
 			}
 			cpu0 := redisCPU(b, rdb)
 			for b.Loop() {
-				got, err := s.Parking(ctx)
+				got, err := s.Parking(ctx, queue)
 				if err != nil || got.ByQueue[queue] != n {
 					b.Fatalf("parking %+v, %v; want %d", got.ByQueue, err, n)
 				}
