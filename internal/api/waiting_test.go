@@ -23,7 +23,8 @@ const hard80 = `[[0,12,9,13],[15,11,10,14],[3,7,2,5],[4,8,6,1]]`
 // queue's oldest pending age, and a task that asynq retries after a real
 // error is still a retry. The key's ceiling of one slot parks three of
 // its four distinct solves (each asks its own node budget, so none joins
-// another) while the worker has asynq slots free for them.
+// another) while the worker has asynq slots free for them, and then the
+// two items of its batch, on the bulk queue.
 func TestStatusTellsWaitingFromRetry(t *testing.T) {
 	s := stacktest.StartWith(t, 1, map[string]string{"KEY_PREFIX": "waiting:", "WORKER_CONCURRENCY": "4", "MAX_EXPENSIVE_PER_KEY": "1"})
 	var ids []string
@@ -38,16 +39,16 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 	})
 	inspector := asynq.NewInspectorFromRedisClient(s.RDB)
 
-	// poll reads the status until done holds for the interactive queue,
-	// and checks every answer on the way with each.
-	poll := func(what string, each, done func(apitype.QueueStatus) bool) apitype.QueueStatus {
+	// poll reads the status until done holds for queue, and checks every
+	// answer on the way with each.
+	poll := func(what, queue string, each, done func(apitype.QueueStatus) bool) apitype.QueueStatus {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			st := getAs[apitype.ServiceStatus](t, s, "", "/v1/status", 200)
 			var q apitype.QueueStatus
 			for _, x := range st.Queues {
-				if x.Name == tasks.QueueInteractive {
+				if x.Name == queue {
 					q = x
 				}
 				if x.Waiting < 0 || x.Retry < 0 {
@@ -55,7 +56,7 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 				}
 			}
 			if !each(q) {
-				t.Fatalf("%s: the interactive queue reads %+v", what, q)
+				t.Fatalf("%s: the %s queue reads %+v", what, queue, q)
 			}
 			if done(q) {
 				return q
@@ -72,7 +73,7 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 	// active, then parked again), so the three are all parked at once
 	// only some of the time; the 1.1 s makes the oldest's age show.
 	start := time.Now()
-	q := poll("three runs parked", func(q apitype.QueueStatus) bool {
+	q := poll("three runs parked", tasks.QueueInteractive, func(q apitype.QueueStatus) bool {
 		return q.Retry == 0 && q.Waiting <= 3 && q.Active <= 4
 	}, func(q apitype.QueueStatus) bool {
 		return q.Waiting == 3 && time.Since(start) > 1100*time.Millisecond
@@ -106,6 +107,23 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 		t.Errorf("GET /metrics: %d, want puzzleq_waiting for the anonymous key", mcode)
 	}
 
+	// A batch's expensive items park on the bulk queue the same way.
+	var items []string
+	for i := range 2 {
+		items = append(items, fmt.Sprintf(`{"kind":"sliding","puzzle":{"board":%s},"options":{"max_nodes":%d}}`, hard80, 100_000_100+i))
+	}
+	code, b, _ := s.DoH("POST", "/v1/batches", `{"tasks":[`+strings.Join(items, ",")+`]}`)
+	if code != 202 {
+		t.Fatalf("submit the batch: %d %s", code, b)
+	}
+	batch := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	t.Cleanup(func() { s.Do("DELETE", "/v1/batches/"+batch, nil) })
+	poll("two items parked", tasks.QueueBulk, func(q apitype.QueueStatus) bool {
+		return q.Retry == 0 && q.Waiting <= 2
+	}, func(q apitype.QueueStatus) bool {
+		return q.Waiting == 2
+	})
+
 	// A task retried after an error (no handler takes its type) is a
 	// retry, beside the runs that wait. asynq's first retry delay is at
 	// least 15 s, so it stays in the retry set while the test looks.
@@ -114,7 +132,7 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = inspector.DeleteTask(tasks.QueueInteractive, "failing") })
-	poll("one retry beside three waiting", func(q apitype.QueueStatus) bool {
+	poll("one retry beside three waiting", tasks.QueueInteractive, func(q apitype.QueueStatus) bool {
 		return q.Retry <= 1 && q.Waiting <= 3
 	}, func(q apitype.QueueStatus) bool {
 		return q.Retry == 1 && q.Waiting == 3
