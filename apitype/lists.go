@@ -97,7 +97,8 @@ type ServiceStatus struct {
 	// not yet on the bulk queue (counted in buckets of 50, rounded up).
 	BacklogUnits int `json:"backlog_units"`
 	// OldestPendingSeconds is how long the oldest waiting work has
-	// waited: the oldest task on a queue, or the oldest batch with units
+	// waited: the oldest task pending or waiting for a slot on a queue
+	// (QueueStatus.OldestPendingSeconds), or the oldest batch with units
 	// still in the feed; 0 when nothing waits.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
@@ -119,12 +120,17 @@ type WorkerStatus struct {
 // QueueStatus is one queue's depth.
 type QueueStatus struct {
 	Name string `json:"name"`
-	// Pending tasks wait for a worker; Active ones run; Retry ones wait
-	// to be retried after an error.
+	// Pending tasks wait for a worker; Active ones run; Waiting ones are
+	// expensive runs parked until a solver slot goes to them (their key
+	// holds its fair share, or every slot is busy): they fail nothing
+	// and run when a slot frees. Retry ones wait to be retried after an
+	// error (asynq's retry set holds both; Waiting + Retry is its count).
 	Pending int `json:"pending"`
 	Active  int `json:"active"`
+	Waiting int `json:"waiting"`
 	Retry   int `json:"retry"`
-	// OldestPendingSeconds is the age of the oldest pending task; 0 when
-	// none waits.
+	// OldestPendingSeconds is how long the oldest task that waits to run
+	// has waited: pending, or waiting for a slot since it was first told
+	// to wait; 0 when none waits.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }

@@ -38,6 +38,9 @@ type ListStore interface {
 	// Backlog reports the units waiting in the feed and the creation
 	// time of the oldest batch they belong to.
 	Backlog(ctx context.Context) (units int, oldest time.Time, err error)
+	// Parking reports the expensive runs waiting for a solver slot, which
+	// asynq holds in its retry sets, and the retry sets' sizes of queues.
+	Parking(ctx context.Context, queues ...string) (store.Parking, error)
 }
 
 // Presence reports the live workers and the queues' depths;
@@ -229,17 +232,46 @@ func (s *Server) status(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	infos := map[string]*asynq.QueueInfo{}
 	for _, q := range queues {
-		qs := apitype.QueueStatus{Name: q}
 		if slices.Contains(exist, q) {
 			info, err := s.opts.Presence.GetQueueInfo(q)
 			if err != nil {
 				fail(c, err)
 				return
 			}
+			infos[q] = info
+		}
+	}
+	parking, err := s.store.Parking(c.Request.Context(), queues...)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	for _, q := range queues {
+		qs := apitype.QueueStatus{Name: q}
+		if info := infos[q]; info != nil {
+			// asynq's retry set holds both the runs parked for a solver
+			// slot and the tasks retried after an error; the parked ones
+			// are told apart (store.Parking) and the rest are retries.
+			// Parking reads the set's size with them in one transaction
+			// (its Retry), not with asynq's count, which is read earlier:
+			// parked runs come and go from the set every second or two
+			// (promoted, back by their retry delay, parked again), and
+			// ones that left between the two reads would count as
+			// retries. A queue with no parked run has asynq's count. The
+			// min and max only guard the sums: waiting plus retry is the
+			// set's size, neither below 0.
 			qs.Pending, qs.Active, qs.Retry = info.Pending, info.Active, info.Retry
+			if n, ok := parking.Retry[q]; ok {
+				qs.Waiting = min(parking.ByQueue[q], n)
+				qs.Retry = max(n-qs.Waiting, 0)
+			}
 			if info.Pending > 0 {
 				qs.OldestPendingSeconds = info.Latency.Seconds()
+			}
+			if qs.Waiting > 0 {
+				qs.OldestPendingSeconds = max(qs.OldestPendingSeconds, parking.Oldest[q].Seconds())
 			}
 		}
 		out.Queues = append(out.Queues, qs)

@@ -31,7 +31,7 @@ var (
 	slotsHeldDesc = prometheus.NewDesc("puzzleq_slots_held",
 		"Solver slots an API key's expensive runs hold (cluster-wide, from Redis).", []string{"key"}, nil)
 	slotsWaitingDesc = prometheus.NewDesc("puzzleq_waiting",
-		"Expensive runs of an API key parked until a solver slot goes to them (cluster-wide, from Redis).", []string{"key"}, nil)
+		"Expensive runs of an API key parked until a solver slot goes to them, which asynq counts in its retry sets (cluster-wide, from Redis).", []string{"key"}, nil)
 )
 
 func (c slotsCollector) Describe(ch chan<- *prometheus.Desc) {

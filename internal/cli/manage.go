@@ -435,6 +435,9 @@ reached, and 4 when the API key is refused.`,
 					line += fmt.Sprintf(", %d workers alive (%d slots, %d busy)", st.WorkersAlive, st.Slots, st.Busy)
 					for _, q := range st.Queues {
 						line += fmt.Sprintf(", %s %d pending", q.Name, q.Pending)
+						if q.Waiting > 0 {
+							line += fmt.Sprintf(" and %d waiting for a slot", q.Waiting)
+						}
 					}
 					if st.OldestPendingSeconds > 0 {
 						line += fmt.Sprintf(", oldest waiting %.1fs", st.OldestPendingSeconds)

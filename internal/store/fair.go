@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/puzzleq/puzzleq/internal/asynqdata"
 )
 
 // The solver slots of the cluster are shared between the API keys with
@@ -339,29 +341,144 @@ func (s *Store) SetWeights(ctx context.Context, weights map[string]int) error {
 
 // SlotUse is one key's use of the solver slots.
 type SlotUse struct {
-	Owner   string
-	Held    int
+	Owner string
+	Held  int
+	// Waiting counts the key's runs parked for a slot (Parking.ByOwner).
 	Waiting int
 }
 
 // SlotUses returns the slots held and the runs waiting of every key with
 // expensive work (keys.gateOwners), for metrics and operators.
 func (s *Store) SlotUses(ctx context.Context) ([]SlotUse, error) {
-	names, err := s.rdb.ZRange(ctx, s.k.gateOwners(), 0, -1).Result()
+	p, err := s.Parking(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("store: slot uses: %w", err)
+		return nil, err
 	}
-	out := make([]SlotUse, 0, len(names))
-	for _, n := range names {
+	out := make([]SlotUse, 0, len(p.owners))
+	for _, n := range p.owners {
 		h, err := s.Running(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		p, err := s.Parked(ctx, n)
-		if err != nil {
-			return nil, err
+		out = append(out, SlotUse{Owner: n, Held: h, Waiting: p.ByOwner[n]})
+	}
+	return out, nil
+}
+
+// Parking is the expensive runs that wait for a solver slot: those of
+// the keys' parked runs (keys.ownerParked) whose asynq task sits in its
+// queue's retry set now. asynq counts them as retries; they are not, and
+// GET /v1/status, the dashboard and puzzleq_waiting show them apart.
+type Parking struct {
+	// ByQueue and ByOwner count the waiting runs per asynq queue and per
+	// API key; a queue or key with none is absent.
+	ByQueue map[string]int
+	ByOwner map[string]int
+	// Oldest is, per queue with waiting runs, how long the
+	// longest-waiting of them has waited since it was first told to wait,
+	// by Redis's clock (which the scripts that park runs write).
+	Oldest map[string]time.Duration
+	// Retry is, per queue asked for that has parked runs, how many tasks
+	// its retry set holds, read in one transaction with the waiting runs
+	// of the queue, so that ByQueue[q] of them wait for a slot and the
+	// rest are retries, with no run counted on both sides or neither.
+	Retry  map[string]int
+	owners []string
+}
+
+// parkingChunk bounds the members of one ZMSCORE that Parking sends.
+const parkingChunk = 1024
+
+// Parking reads the runs waiting for a solver slot, in three round trips
+// (the registered keys, their parked runs, and in one transaction those
+// runs' places in their queues' retry sets, the sizes of the retry sets
+// of queues and Redis's time), in time linear in the parked runs.
+//
+// A parked run whose task is not in the retry set is not counted: it
+// runs now (it came back by its retry delay and has not yet been
+// admitted), or it has just been told to wait and asynq has not yet moved
+// it there, or its task is gone and the next promotion drops it. A
+// parked run that asynq's lease recovery retried (its worker died while
+// it waited) is counted, though its retry delay is a retry's; that is
+// rare and ends with the delay. The parked runs are read a round trip
+// before the transaction: a run parked for the first time in between and
+// already moved to the retry set by asynq counts as a retry, for that
+// one read.
+func (s *Store) Parking(ctx context.Context, queues ...string) (Parking, error) {
+	out := Parking{ByQueue: map[string]int{}, ByOwner: map[string]int{}, Oldest: map[string]time.Duration{}, Retry: map[string]int{}}
+	names, err := s.rdb.ZRange(ctx, s.k.gateOwners(), 0, -1).Result()
+	if err != nil {
+		return out, fmt.Errorf("store: parked runs: %w", err)
+	}
+	out.owners = names
+	if len(names) == 0 {
+		return out, nil
+	}
+	parked := make([]*redis.ZSliceCmd, len(names))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			parked[i] = p.ZRangeWithScores(ctx, s.k.ownerParked(n), 0, -1)
 		}
-		out = append(out, SlotUse{Owner: n, Held: h, Waiting: p})
+		return nil
+	}); err != nil {
+		return out, fmt.Errorf("store: parked runs: %w", err)
+	}
+	type run struct {
+		owner string
+		since float64
+	}
+	byQueue := map[string][]string{}
+	runs := map[string][]run{}
+	for i, c := range parked {
+		for _, z := range c.Val() {
+			m, _ := z.Member.(string)
+			q, id, ok := strings.Cut(m, "\t")
+			if !ok || q == "" || id == "" {
+				continue
+			}
+			byQueue[q] = append(byQueue[q], id)
+			runs[q] = append(runs[q], run{owner: names[i], since: z.Score})
+		}
+	}
+	type look struct {
+		queue string
+		from  int
+		cmd   *redis.FloatSliceCmd
+	}
+	var looks []look
+	var now *redis.TimeCmd
+	cards := map[string]*redis.IntCmd{}
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		for _, q := range queues {
+			if _, ok := byQueue[q]; ok {
+				cards[q] = p.ZCard(ctx, asynqdata.RetryKey(q))
+			}
+		}
+		for q, ids := range byQueue {
+			for from := 0; from < len(ids); from += parkingChunk {
+				to := min(from+parkingChunk, len(ids))
+				looks = append(looks, look{queue: q, from: from, cmd: p.ZMScore(ctx, asynqdata.RetryKey(q), ids[from:to]...)})
+			}
+		}
+		return nil
+	}); err != nil {
+		return out, fmt.Errorf("store: parked runs in the retry sets: %w", err)
+	}
+	for q, c := range cards {
+		out.Retry[q] = int(c.Val())
+	}
+	for _, l := range looks {
+		for j, sc := range l.cmd.Val() {
+			if sc == 0 {
+				continue // not in the retry set (see above)
+			}
+			r := runs[l.queue][l.from+j]
+			out.ByQueue[l.queue]++
+			out.ByOwner[r.owner]++
+			waited := max(now.Val().Sub(time.UnixMilli(int64(r.since))), 0)
+			out.Oldest[l.queue] = max(out.Oldest[l.queue], waited)
+		}
 	}
 	return out, nil
 }

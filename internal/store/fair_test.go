@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/internal/store"
 	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
@@ -204,5 +206,65 @@ func TestFairLastSlotIsTakenOnce(t *testing.T) {
 		if err := f.s.ReleaseSlot(f.ctx, f.fairItem(winner, fmt.Sprint(winner, round), slots)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Parking counts the parked runs whose asynq task sits in its queue's
+// retry set, per queue and per key: not one that asynq has not moved
+// there yet (its run was just told to wait), nor one a freed slot
+// promoted onto its pending list.
+func TestParkingCountsRunsWaitingInTheRetrySet(t *testing.T) {
+	t.Parallel()
+	f := newLine(t)
+	const slots = 2
+	f.admitFair("a", "a0", slots, worker.VerdictRun)
+	f.admitFair("a", "a1", slots, worker.VerdictRun)
+	f.admitFair("a", "a-wait1", slots, worker.VerdictWait)
+	time.Sleep(30 * time.Millisecond)
+	f.admitFair("a", "a-wait2", slots, worker.VerdictWait)
+	f.admitFair("b", "b-wait1", slots, worker.VerdictWait)
+	// Told to wait, not yet in the retry set: asynq still has it active.
+	if a, err := f.s.AdmitSlot(f.ctx, f.fairItem("b", "b-active", slots), 0); err != nil || a.Verdict != worker.VerdictWait {
+		t.Fatalf("admit b's b-active: %+v, %v", a, err)
+	}
+	// A task retried after an error sits in the same retry set.
+	f.retried("failed", errors.New("tasks: a handler error"))
+	p, err := f.s.Parking(f.ctx, f.queue, "no-such-queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ByQueue[f.queue] != 3 || p.ByOwner["a"] != 2 || p.ByOwner["b"] != 1 || len(p.ByQueue) != 1 {
+		t.Fatalf("parking %+v, want 3 on the queue: a 2, b 1", p)
+	}
+	if n, ok := p.Retry[f.queue]; !ok || n != 4 || len(p.Retry) != 1 {
+		t.Fatalf("retry sets %v, want the queue's 4: 3 waiting and the failed task", p.Retry)
+	}
+	if o := p.Oldest[f.queue]; o < 30*time.Millisecond || o > time.Minute {
+		t.Fatalf("the oldest waited %s, want at least 30ms", o)
+	}
+	// a frees a slot: b, under its share, gets it, and its run leaves
+	// the retry set for the pending list.
+	if err := f.s.ReleaseSlot(f.ctx, f.fairItem("a", "a0", slots)); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.state("b-wait1"); st != "pending" {
+		t.Fatalf("b's parked run is %q after a freed a slot, want pending", st)
+	}
+	if p, err = f.s.Parking(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.ByQueue[f.queue] != 2 || p.ByOwner["a"] != 2 || p.ByOwner["b"] != 0 {
+		t.Fatalf("parking after the promotion %+v, want a's 2", p)
+	}
+	uses, err := f.s.SlotUses(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]store.SlotUse{}
+	for _, u := range uses {
+		got[u.Owner] = u
+	}
+	if got["a"].Held != 1 || got["a"].Waiting != 2 || got["b"].Waiting != 0 || len(got) != 2 {
+		t.Fatalf("slot uses %+v, want a holding 1 with 2 waiting, b none waiting", uses)
 	}
 }

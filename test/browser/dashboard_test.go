@@ -245,6 +245,9 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The status panel (GET /v1/status) shows the stack's one worker.
 	p.waitFor("a worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "1"`, 10*time.Second)
+	// Its queue table shows runs waiting for a solver slot apart from
+	// retries, which asynq counts together.
+	p.waitFor("the queues' columns", `[...document.querySelectorAll("#queues th")].map(e => e.textContent).join(",") === "queue,pending,active,waiting,retry,oldest pending"`, 10*time.Second)
 
 	// Submit the batch from the page and watch it end.
 	p.do("submit a batch",

@@ -370,10 +370,13 @@ async function refreshStatus() {
 function renderStatus(s) {
   const box = $("status");
   const alive = s.workers_alive ?? 0;
+  const queues = Array.isArray(s.queues) ? s.queues : [];
+  const waiting = queues.reduce((n, q) => n + (q.waiting ?? 0), 0);
   const parts = [el("p", { class: alive === 0 ? "error" : "" },
     el("strong", { id: "workers-alive", text: String(alive) }),
     " worker" + (alive === 1 ? "" : "s") + " alive" + (alive === 0 ? ": nothing runs until one starts" : "") +
     " · " + (s.busy ?? 0) + " of " + (s.slots ?? 0) + " slots busy" +
+    (waiting ? " · " + waiting + " waiting for a slot" : "") +
     " · oldest pending " + (s.oldest_pending_seconds ? fmtDur(s.oldest_pending_seconds) : "none") +
     (s.backlog_units ? " · about " + s.backlog_units + " batch units in the feed" : ""))];
   const workers = Array.isArray(s.workers) ? s.workers : [];
@@ -390,7 +393,6 @@ function renderStatus(s) {
     parts.push(el("table", { id: "workers" }, el("thead", {}, el("tr", {},
       el("th", { text: "worker" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
   }
-  const queues = Array.isArray(s.queues) ? s.queues : [];
   if (queues.length) {
     const tb = el("tbody");
     for (const q of queues) {
@@ -398,11 +400,14 @@ function renderStatus(s) {
         el("td", { text: q.name || "" }),
         el("td", { class: "pending", text: String(q.pending ?? 0) }),
         el("td", { text: String(q.active ?? 0) }),
-        el("td", { text: String(q.retry ?? 0) }),
+        el("td", { class: "waiting", text: String(q.waiting ?? 0) }),
+        el("td", { class: "retry", text: String(q.retry ?? 0) }),
         el("td", { text: q.oldest_pending_seconds ? fmtDur(q.oldest_pending_seconds) : "–" })));
     }
     parts.push(el("table", { id: "queues" }, el("thead", {}, el("tr", {},
-      el("th", { text: "queue" }), el("th", { text: "pending" }), el("th", { text: "active" }), el("th", { text: "retry" }),
+      el("th", { text: "queue" }), el("th", { text: "pending" }), el("th", { text: "active" }),
+      el("th", { text: "waiting", title: "expensive runs waiting for a solver slot: nothing failed" }),
+      el("th", { text: "retry", title: "tasks retried after an error" }),
       el("th", { text: "oldest pending" }))), tb));
   }
   box.replaceChildren(...parts);
