@@ -29,16 +29,21 @@ func wantHeld(t *testing.T, p *DeliveryPool, want map[string]int) {
 // A key alone uses every slot; past them it waits, for at least a second.
 func TestDeliveryPoolLoneKeyUsesAll(t *testing.T) {
 	p := NewDeliveryPool(4)
+	// A turnover of an hour tells "at once" from "waited for a slot to
+	// free" by seconds, not by milliseconds a loaded machine may take.
+	p.turnover = time.Hour
 	for range 4 {
 		acquireOK(t, p, "a")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	start := time.Now()
-	l, wait := p.Acquire(context.Background(), "a", false)
+	l, wait := p.Acquire(ctx, "a", false)
 	if l != nil || wait < time.Second || wait > 11*time.Second {
 		t.Fatalf("fifth delivery of a lone key: lease %v wait %v; want refused, 1-11 s", l, wait)
 	}
-	if d := time.Since(start); d > 40*time.Millisecond {
-		t.Errorf("refusal with no slot freed lately took %v, want at once", d)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusal with no slot ever freed took %v, want at once", d)
 	}
 	wantHeld(t, p, map[string]int{"a": 4})
 }
@@ -151,17 +156,20 @@ func TestDeliveryPoolWaitsWhileSlotsTurnOver(t *testing.T) {
 		t.Errorf("got the slot after %v, want when it freed (50 ms)", d)
 	}
 	l.Release()
-	// No slot freed within the turnover: refused at once.
-	p.turnover = 10 * time.Millisecond
+	// No slot freed within the turnover: refused at once. The pool's clock
+	// runs an hour ahead, so the last free is an hour old, and waiting
+	// (the turnover, 2 s) is told from refusing at once by a second.
 	hold := acquireOK(t, p, "a")
 	defer hold.Release()
-	time.Sleep(20 * time.Millisecond)
+	p.mu.Lock()
+	p.now = func() time.Time { return time.Now().Add(time.Hour) }
+	p.mu.Unlock()
 	start = time.Now()
 	if l, _ := p.Acquire(context.Background(), "a", false); l != nil {
 		t.Fatal("admitted over the slots")
 	}
-	if d := time.Since(start); d > 5*time.Millisecond {
-		t.Errorf("refusal took %v with no slot turning over", d)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("refusal took %v with no slot turning over, want at once (not the turnover, %v)", d, p.turnover)
 	}
 }
 
