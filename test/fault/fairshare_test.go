@@ -674,8 +674,8 @@ func batchAs(t *testing.T, hc *http.Client, base, key, id string) []apitype.Task
 }
 
 // workerKilled: A's batch of three boards and B's of four (0.5-4.2 s of
-// CPU each) share the six slots; the worker running one of A's items and
-// one of B's is SIGKILLed. The watchdog re-drives them (their copies take
+// CPU each, the longest first) share the six slots; the worker running
+// one of A's items and one of B's is SIGKILLed. The watchdog re-drives them (their copies take
 // the same slots over), every item of both batches completes with the
 // optimal answer, both batches count exactly, and once they are done the
 // gate holds nothing: no key holds a slot or waits (store.SlotUses, the
@@ -685,9 +685,9 @@ func batchAs(t *testing.T, hc *http.Client, base, key, id string) []apitype.Task
 // recovery a minute later, which BatchItemWorkerKill waits for: here the
 // cluster stops first.
 func (s *share) workerKilled(t *testing.T) {
-	ha := boards(t, "p75", "p73", "p73t")
-	hb := boards(t, "p76", "p76t", "p75t", "p74t")
-	s.dropCache(t) // CheapBesideSearches solved p73 and p75t
+	ha := boards(t, "p75", "p76t", "p73")
+	hb := boards(t, "p76", "p74", "p75t", "p74t")
+	s.dropCache(t) // CheapBesideSearches solved some of them
 	a, b := s.batch(t, shareA, ha), s.batch(t, shareB, hb)
 	hard := map[string]hard15{}
 	for i, h := range ha {
@@ -711,7 +711,14 @@ func (s *share) workerKilled(t *testing.T) {
 		for _, ia := range heldA {
 			for _, ib := range heldB {
 				pa, pb := holders[ia], holders[ib]
-				if len(pa) == 1 && len(pb) == 1 && pa[0] == pb[0] {
+				if len(pa) != 1 || len(pb) != 1 || pa[0] != pb[0] {
+					continue
+				}
+				// Both still running: a board may end between this look
+				// and the kill, which the precondition below then names.
+				ra, _ := s.c.getTaskAs(t, s.hc, shareAKey, ia)
+				rb, _ := s.c.getTaskAs(t, s.hc, shareBKey, ib)
+				if ra.State == apitype.TaskStateActive && rb.State == apitype.TaskStateActive {
 					victim, pair = pa[0], []string{ia, ib}
 					return true
 				}
