@@ -63,13 +63,14 @@ const (
 //  1. Alone: key A's batch of Korf's 100 (the longest first) keeps every
 //     slot busy while more than six items are pending.
 //  2. Weights: A (weight 1) and B (weight 3), each with a batch of Korf's
-//     boards transposed: while both have items pending, B runs on 4.5 of
-//     the six slots on average (its share, 6 x 3/4).
-//  3. Cheap lane and the newcomer: A's batch of 74-80-move boards holds
-//     every slot; B's 60 single 8-puzzles and a batch of 20 run beside
-//     them at once, and B's own search starts when A's first search ends
-//     (nothing is preempted, so that is its worst case), the slot going to
-//     B, not to A's next waiting board.
+//     boards and their transposes: while both have items pending, B runs
+//     on 4.5 +- 0.5 of the six slots on average (its share, 6 x 3/4).
+//  3. Cheap lane and the newcomer: A's batch of 73-80-move boards holds
+//     every slot; B's 60 single 8-puzzles (p99 at most 100 ms) and a batch
+//     of 20 (done within 3 s) run beside them, and B's own search starts
+//     within 1 s of a search of A's ending (nothing is preempted, so that
+//     is its worst case): the first, or the next when the first slot's
+//     worker took A's next board first.
 //  4. A worker holding a slot of each key is SIGKILLed: the watchdog
 //     re-drives its items, every item of both batches completes with the
 //     optimal answer, the counts are exact, and every slot count (the
