@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -75,6 +76,13 @@ type Worker struct {
 // processing.
 func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 	routeRedisLogs(log)
+	// The solver slots are fixed first (by default GOMAXPROCS), then the
+	// process gets one P more than them (procsFor).
+	cfg.Concurrency = cfg.concurrency()
+	if n := procsFor(cfg.Concurrency, runtime.GOMAXPROCS(0)); n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+		log.Info("GOMAXPROCS raised above the solver slots, so that searches leave a P for the cheap lane", "gomaxprocs", n, "solver_slots", cfg.Concurrency)
+	}
 	opt, rdb, err := redisConn(cfg.RedisURL)
 	if err != nil {
 		return nil, err
@@ -96,6 +104,20 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 		w.httpSrv = &http.Server{Handler: w.opsHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	return w, nil
+}
+
+// procsFor is the GOMAXPROCS a worker of slots solver slots runs with,
+// given procs: at least one more than the slots. A search holds its P for
+// as long as it runs (Go preempts it every 10 ms), so with no more Ps
+// than slots a full set of searches leaves none for the cheap lane,
+// asynq's fetching and the Redis replies, which then wait for a P 10 ms
+// at a time; with one more, the OS shares the cores between the threads
+// at its own finer grain.
+func procsFor(slots, procs int) int {
+	if procs <= slots {
+		return slots + 1
+	}
+	return procs
 }
 
 func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry) (*Worker, error) {

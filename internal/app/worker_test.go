@@ -43,3 +43,16 @@ func TestWorkerRunFailsWithItsHealthServer(t *testing.T) {
 		t.Fatal("Run did not return after its health server stopped")
 	}
 }
+
+// A worker runs with at least one P more than its solver slots, so that
+// a full set of searches leaves one for the cheap lane; more Ps than that
+// are kept.
+func TestProcsFor(t *testing.T) {
+	for _, tc := range []struct{ slots, procs, want int }{
+		{2, 2, 3}, {1, 1, 2}, {4, 2, 5}, {2, 3, 3}, {2, 8, 8},
+	} {
+		if got := procsFor(tc.slots, tc.procs); got != tc.want {
+			t.Errorf("procsFor(%d slots, GOMAXPROCS %d) = %d, want %d", tc.slots, tc.procs, got, tc.want)
+		}
+	}
+}

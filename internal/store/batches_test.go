@@ -436,6 +436,97 @@ func TestFeedFairnessAndDepth(t *testing.T) {
 	}
 }
 
+// TestFeedFollowsWeights: the feed hands out the units of a key of
+// weight 3 three to one against a key of weight 1 (API_KEYS_FILE's
+// weight, keys.gateWeights), so that the bulk queue, which asynq runs in
+// order, brings the fair share each key's demand in the ratio of its
+// share. b's batch comes second and still gets 6 of the first 8 units.
+func TestFeedFollowsWeights(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	if err := e.s.SetWeights(e.ctx, map[string]int{"b": 3}); err != nil {
+		t.Fatal(err)
+	}
+	units := func() []store.StagedItem {
+		items := make([]store.StagedItem, 12)
+		for i := range items {
+			items[i] = own(`{}`)
+		}
+		return items
+	}
+	e.commit(t, store.CommitBatch{ID: bid("a"), Owner: "a"}, 64, units())
+	e.commit(t, store.CommitBatch{ID: bid("b"), Owner: "b"}, 64, units())
+	count := func(n int) (a, b int) {
+		t.Helper()
+		refs, err := e.s.Feed(e.ctx, "q-"+e.prefix, 1000, n)
+		if err != nil || len(refs) != n {
+			t.Fatalf("feed %d: %d %v", n, len(refs), err)
+		}
+		for _, r := range refs {
+			if r.BatchID == bid("b") {
+				b++
+			} else {
+				a++
+			}
+		}
+		return a, b
+	}
+	// a's units are scored 1, 2, 3, ... and b's 1, 1, 1, 2, 2, 2, ...: each
+	// score holds one of a's and three of b's.
+	for round := range 2 {
+		if a, b := count(8); a != 2 || b != 6 {
+			t.Fatalf("round %d: the feed gave a %d and b %d of 8 units, want 2 and 6", round, a, b)
+		}
+	}
+	// b's 12 are out; a's other 8 follow.
+	if a, b := count(8); a != 8 || b != 0 {
+		t.Fatalf("the last 8 units: a %d, b %d, want 8 and 0", a, b)
+	}
+}
+
+// TestFeedSolversQueueHoldsAtMostTheSlots: the solvers' bulk queue holds
+// at most S units waiting, S the workers' live solver slots, whatever
+// depth the feeder asks for (a depth below S still holds), and S is read
+// at each feed: a worker that registers lets more in. asynq runs the
+// queue in order, so a key's batch queued up to FEED_DEPTH deep would
+// start every one of those searches before another key's first unit
+// showed its demand to the fair share.
+func TestFeedSolversQueueHoldsAtMostTheSlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, time.Hour)
+	items := make([]store.StagedItem, 100)
+	for i := range items {
+		items[i] = own(`{}`)
+	}
+	e.commit(t, store.CommitBatch{ID: bid("a"), Owner: "a"}, 64, items)
+	queue := "q-" + e.prefix
+	feed := func(depth, want int) {
+		t.Helper()
+		refs, err := e.s.Feed(e.ctx, queue, depth, 100)
+		if err != nil || len(refs) != want {
+			t.Fatalf("feed to depth %d over %d waiting: took %d (%v), want %d",
+				depth, e.rdb.LLen(e.ctx, asynqdata.PendingKey(queue)).Val(), len(refs), err, want)
+		}
+		if n, err := e.s.EnqueueFed(e.ctx, queue, refs); err != nil || n != len(refs) {
+			t.Fatalf("enqueue %d fed units: %d %v", len(refs), n, err)
+		}
+	}
+	// No worker registered: the depth asked for.
+	feed(2, 2)
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := e.s.RegisterSlots(e.ctx, w+e.prefix, 3, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed(4, 2)  // S is 6: a depth of 4 holds
+	feed(64, 2) // up to S, not 64
+	feed(64, 0)
+	if _, err := e.s.RegisterSlots(e.ctx, "w3"+e.prefix, 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	feed(64, 2) // S is 8 now
+}
+
 // TestStaleFed: fed units not acknowledged are stale once older than the
 // cutoff; acknowledged ones never are.
 func TestStaleFed(t *testing.T) {

@@ -35,7 +35,15 @@ const maxFeedDrops = 10000
 // Feed takes up to max units from queue's feed (the cheap lane's for
 // tasks.QueueCheapBulk, the solvers' otherwise), in fair order (see
 // docs/batches.md), while queue's asynq pending list holds fewer than
-// depth tasks, moving them to the feeding set. Units of batches that are
+// depth tasks, moving them to the feeding set. The solvers' queue holds
+// at most S units waiting, S the cluster's solver slots (the workers'
+// live entries of keys.gateSlots), whatever depth says: its units are
+// searches, and asynq runs a queue in order, so a key's units queued
+// ahead of another key's all start before the other's first one is
+// delivered and parked, which is when the fair share first counts it. S
+// of them keep every slot fed between two feeds (a worker feeds after
+// each unit it ends), and another key's first unit waits behind one
+// round of searches at most, not FEED_DEPTH. Units of batches that are
 // gone or canceled are dropped, not returned. The caller enqueues and
 // acknowledges them with EnqueueFed.
 func (s *Store) Feed(ctx context.Context, queue string, depth, max int) ([]tasks.UnitRef, error) {
@@ -56,10 +64,14 @@ func (s *Store) feedInto(ctx context.Context, fk, queue string, low, depth, max 
 		return nil, nil
 	}
 	ua := s.k.batchUnitsAffixes()
+	solvers := 0
+	if fk == s.k.feed() {
+		solvers = 1
+	}
 	members, err := feedScript.Run(ctx, s.rdb,
 		[]string{fk, s.k.feeding(), s.laneVT(fk == s.k.cheapFeed()), asynqdata.PendingKey(queue), s.k.backlog(),
-			s.k.feed(), s.k.cheapFeed()},
-		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth)).StringSlice()
+			s.k.feed(), s.k.cheapFeed(), s.k.gateSlots()},
+		depth, max, ms(s.now()), ua[0], maxFeedDrops, feedWindow, maxRefills, ua[1], backlogUnits, min(low, depth), solvers).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: feed: %w", err)
 	}
@@ -170,12 +182,17 @@ func (s *Store) StaleFed(ctx context.Context, before time.Time, limit int) ([]ta
 // million of them at once (Redis would stall every tenant for seconds):
 // the commit moves the first window, and a refill mark "<batch>/+",
 // scored halfway through each window, moves the next one when the feed
-// script pops it. Unit k of a batch (1-based) is scored base+k however
-// late it moves, so the order is the one a single move would give, and
+// script pops it. Unit k of a batch (1-based) is scored
+// base+ceil(k/per) however late it moves, per the owner's weight in the
+// share of solver slots (keys.gateWeights, fixed at the commit): a key of
+// weight 3 has three units at each score where a key of weight 1 has one,
+// so the bulk queues hand out units in the ratio of the weights, which is
+// how the fair share sees a key's queued demand. The order is the one a
+// single move would give, and
 // a batch with units waiting keeps between half a window and one and a
 // half in the feed (what a ZCARD of the feed sees of it).
 //
-// refill(list, feed, cfeed, batch, base, moved, units, w) pops up to w
+// refill(list, feed, cfeed, batch, base, moved, units, w, per) pops up to w
 // units from the batch's list into the feeds, a chunk's shared unit of
 // cheap items into the cheap lane's feed cfeed and an item's own unit
 // into feed (lane), puts the next refill mark, when units remain, in each
@@ -217,7 +234,8 @@ end
 `
 
 const feedLua = backlogLua + laneLua + `
-local function refill(list, feed, cfeed, batch, base, moved, units, w)
+local function refill(list, feed, cfeed, batch, base, moved, units, w, per)
+  per = per or 1
   local take = math.min(w, units - moved)
   local done, inFeed, inCheap = 0, false, false
   while done < take do
@@ -227,7 +245,7 @@ local function refill(list, feed, cfeed, batch, base, moved, units, w)
     for i = 1, #ms do
       local t = z
       if lane(ms[i]) then t = c end
-      t[#t + 1] = string.format('%d', base + moved + done + i)
+      t[#t + 1] = string.format('%d', base + math.ceil((moved + done + i) / per))
       t[#t + 1] = ms[i]
     end
     if #z > 0 then redis.call('ZADD', feed, unpack(z)); inFeed = true end
@@ -235,7 +253,7 @@ local function refill(list, feed, cfeed, batch, base, moved, units, w)
     done = done + #ms
   end
   if done > 0 and moved + done < units then
-    local at = string.format('%d.5', base + moved + math.ceil(done / 2))
+    local at = string.format('%d.5', base + math.ceil((moved + math.ceil(done / 2)) / per))
     if inFeed then redis.call('ZADD', feed, at, batch .. '/+') end
     if inCheap then redis.call('ZADD', cfeed, at, batch .. '/+') end
   end
@@ -320,8 +338,10 @@ return #members
 // KEYS[5] backlog
 // KEYS[6] the solvers' feed
 // KEYS[7] the cheap lane's feed
+// KEYS[8] the workers' solver slots (keys.gateSlots)
 //
-// ARGV[1] depth: the pending list's length to fill up to
+// ARGV[1] depth: the pending list's length to fill up to (for the
+// solvers' feed at most the live solver slots in KEYS[8], when any)
 // ARGV[2] the most units to take
 // ARGV[3] now, Unix milliseconds (the feeding score)
 // ARGV[4] the batch key without the batch ID
@@ -333,17 +353,30 @@ return #members
 // ARGV[10] low: take nothing unless the pending list is shorter than
 // this (at most depth), so that a feeder called after every task feeds
 // in batches of about depth - low rather than one unit per call
+// ARGV[11] 1 when KEYS[1] is the solvers' feed, whose depth KEYS[8] caps
 //
 // It also lowers each fed batch's backlog members to its units still
 // unfed, and drops members whose batch has expired.
 //
 // Returns the members taken.
-var feedScript = redis.NewScript(feedLua + `
+var feedScript = redis.NewScript(quotaLua + feedLua + `
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[3])
+local depth, low = tonumber(ARGV[1]), tonumber(ARGV[10])
+if ARGV[11] == '1' then
+  local e, now, slots = redis.call('HGETALL', KEYS[8]), clock(), 0
+  for i = 2, #e, 2 do
+    local c = string.find(e[i], ':', 1, true)
+    if c and (tonumber(string.sub(e[i], c + 1)) or 0) > now then slots = slots + (tonumber(string.sub(e[i], 1, c - 1)) or 0) end
+  end
+  if slots > 0 and slots < depth then
+    depth = slots
+    low = math.min(low, depth)
+  end
+end
 local waiting = redis.call('LLEN', KEYS[4])
 local out = {}
-if waiting >= tonumber(ARGV[10]) then return out end
-local n = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - waiting)
+if waiting >= low then return out end
+local n = math.min(tonumber(ARGV[2]), depth - waiting)
 if n <= 0 then return out end
 local live, dropped, last, refills = {}, 0, nil, 0
 local fedBy = {}
@@ -369,8 +402,8 @@ while #out < n and dropped < maxDrop and refills <= maxRefills do
       local list = ARGV[4] .. id .. ARGV[8]
       if ok then
         local bk = ARGV[4] .. id
-        local f = redis.call('HMGET', bk, 'base', 'moved', 'units')
-        local moved = refill(list, KEYS[6], KEYS[7], id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), window)
+        local f = redis.call('HMGET', bk, 'base', 'moved', 'units', 'per')
+        local moved = refill(list, KEYS[6], KEYS[7], id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), window, tonumber(f[4]) or 1)
         redis.call('HSET', bk, 'moved', moved)
         refills = refills + 1
       else

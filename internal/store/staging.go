@@ -40,6 +40,7 @@ import (
 // KEYS[11] backlog
 // KEYS[12] the owner's batch index (keys.ownerBatches)
 // KEYS[13] the cheap lane's feed
+// KEYS[14] the keys' weights (keys.gateWeights)
 //
 // ARGV[1] now, Unix milliseconds (created_at)
 // ARGV[2] record TTL, milliseconds
@@ -88,12 +89,14 @@ redis.call('PEXPIREAT', KEYS[12], exp, 'GT')
 if redis.call('PTTL', KEYS[12]) < 0 then redis.call('PEXPIREAT', KEYS[12], exp) end
 if total > 0 then redis.call('PEXPIREAT', KEYS[2], exp) end
 local base = math.floor(math.max(tonumber(redis.call('GET', KEYS[9]) or '0'), tonumber(redis.call('GET', KEYS[10]) or '0')))
-local moved = refill(KEYS[3], KEYS[8], KEYS[13], batch, base, 0, units, tonumber(ARGV[12]))
-redis.call('HSET', KEYS[1], 'base', base, 'moved', moved, 'fed', 0)
+local per = 1
+if owner ~= '' then per = math.max(1, math.floor(tonumber(redis.call('HGET', KEYS[14], owner)) or 1)) end
+local moved = refill(KEYS[3], KEYS[8], KEYS[13], batch, base, 0, units, tonumber(ARGV[12]), per)
+redis.call('HSET', KEYS[1], 'base', base, 'moved', moved, 'fed', 0, 'per', per)
 backlog_set(KEYS[11], batch, 0, buckets(units, tonumber(ARGV[13])), exp)
 if units > 0 then
   redis.call('PEXPIREAT', KEYS[3], exp)
-  redis.call('SET', KEYS[9], string.format('%d', base + units), 'PXAT', exp)
+  redis.call('SET', KEYS[9], string.format('%d', base + math.ceil(units / per)), 'PXAT', exp)
 end
 if claim ~= '' then redis.call('SET', KEYS[4], claim, 'PXAT', exp) end
 return 1
@@ -103,7 +106,8 @@ return 1
 // the batch's units has left the feed (it is being run, so the batch is
 // kept). A batch that was never committed has its staged keys deleted.
 // The batch's units in the feed are the ones it moved (see feedLua),
-// found by their scores base+1..base+moved and their batch ID, and its
+// found among the scores base+1..base+moved (unit k is scored
+// base+ceil(k/per), see feedLua) by their batch ID, and its
 // refill mark when units remain in its list.
 //
 // KEYS[1] batch hash
@@ -508,7 +512,7 @@ func (s *Store) CommitBatch(ctx context.Context, w *BatchWriter, cb CommitBatch)
 	}
 	_, claim := s.claimOf(cb)
 	keys := append(s.commitKeys(cb), s.k.feed(), s.k.ownerVT(cb.Owner), s.laneVT(w.owns == 0), s.k.backlog(), s.k.ownerBatches(cb.Owner),
-		s.k.cheapFeed())
+		s.k.cheapFeed(), s.k.gateWeights())
 	chunks := (w.total + w.stride - 1) / w.stride
 	// With acks on, the confirmation goes in the same round trip: the
 	// staged chunks' writes came before it, so it covers them too.

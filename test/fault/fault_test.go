@@ -98,6 +98,7 @@ func TestFault(t *testing.T) {
 				{"SlowConsumer", testSlowConsumer},
 				{"Flood", testFlood},
 				{"BatchFlood", testBatchFlood},
+				{"FairShare", testFairShare},
 			} {
 				t.Run(sc.name, func(t *testing.T) { timed(t); sc.f(t) })
 			}
