@@ -387,7 +387,16 @@ func TestWebhookSlotsSharedBetweenKeys(t *testing.T) {
 		beside = append(beside, bRound(i))
 		time.Sleep(700 * time.Millisecond)
 	}
+	// A's hanging deliveries time out and go round the retry set, so at
+	// any one moment a few of its slots may be between two attempts: A
+	// holds its share again once they are back, which takes seconds, not
+	// the moment B's last webhook arrived. A slot B's deliveries never gave
+	// back would keep A below its share for good.
 	heldAfter := hole.open.Load()
+	pollUntil(15*time.Second, 10*time.Millisecond, func() bool {
+		heldAfter = max(heldAfter, hole.open.Load())
+		return heldAfter >= 4
+	})
 
 	// The backlog per key, by name, on a worker's /metrics.
 	resp, err := http.Get(c.workers[0].URL() + "/metrics")
@@ -431,6 +440,6 @@ func TestWebhookSlotsSharedBetweenKeys(t *testing.T) {
 		t.Errorf("A alone held %d of the 8 delivery slots, want all", heldAlone)
 	}
 	if heldAfter < 4 {
-		t.Errorf("A held %d delivery slots after B's deliveries, want its share (4) or more", heldAfter)
+		t.Errorf("A held at most %d delivery slots in the 15 s after B's deliveries, want its share (4) or more", heldAfter)
 	}
 }
