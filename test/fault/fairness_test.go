@@ -325,20 +325,7 @@ func submitAs(t *testing.T, hc *http.Client, base, key string, body []byte, ctyp
 // request of reqs, in order, with the local solver's result.
 func checkResultsAs(t *testing.T, hc *http.Client, base, key, id string, reqs []string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/batches/"+id+"?limit=1000", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b apitype.Batch
-	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/batches/%s: %d %v", id, resp.StatusCode, err)
-	}
+	b := getBatchAs(t, hc, base, key, id, 1000)
 	if len(b.Tasks) != len(reqs) {
 		t.Fatalf("batch %s lists %d items, want %d", id, len(b.Tasks), len(reqs))
 	}
@@ -355,7 +342,26 @@ func checkResultsAs(t *testing.T, hc *http.Client, base, key, id string, reqs []
 // batchStateAs reads a batch's counts (no items) with key.
 func batchStateAs(t *testing.T, hc *http.Client, base, key, id string) apitype.Batch {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/batches/"+id+"?limit=1", nil)
+	return getBatchAs(t, hc, base, key, id, 1)
+}
+
+// getBatchAs reads batch id with key, listing up to limit items.
+func getBatchAs(t *testing.T, hc *http.Client, base, key, id string, limit int) apitype.Batch {
+	t.Helper()
+	resp := getAs(t, hc, base+"/v1/batches/"+id+"?limit="+strconv.Itoa(limit), key)
+	defer resp.Body.Close()
+	var b apitype.Batch
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/batches/%s: %d %v", id, resp.StatusCode, err)
+	}
+	return b
+}
+
+// getAs sends GET url with key as its bearer token; the caller closes the
+// body.
+func getAs(t *testing.T, hc *http.Client, url, key string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,10 +370,5 @@ func batchStateAs(t *testing.T, hc *http.Client, base, key, id string) apitype.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var b apitype.Batch
-	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/batches/%s: %d %v", id, resp.StatusCode, err)
-	}
-	return b
+	return resp
 }

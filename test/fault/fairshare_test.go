@@ -344,27 +344,6 @@ func (s *share) checkCompleted(t *testing.T, owner, id string, hs []hard15) int 
 	return n
 }
 
-// boards returns the named boards of loadHard without starting local
-// solves (hardSet's): the scenario checks answers by their known optimal
-// length and by replaying the path, and a local solve would take CPU from
-// what it measures.
-func boards(t *testing.T, names ...string) []hard15 {
-	t.Helper()
-	all, err := loadHard()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]hard15, len(names))
-	for i, n := range names {
-		h, ok := all[n]
-		if !ok {
-			t.Fatalf("no hard board %q", n)
-		}
-		out[i] = h
-	}
-	return out
-}
-
 // korf returns Korf's 100 (suffix "") or their transposes ("t"), the
 // longest optimal solution first.
 func korf(t *testing.T, suffix string) []hard15 {
@@ -689,21 +668,7 @@ func (s *share) cheapBeside(t *testing.T) {
 // batchAs reads every item of batch id as key.
 func batchAs(t *testing.T, hc *http.Client, base, key, id string) []apitype.Task {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/batches/"+id+"?limit=1000", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b apitype.Batch
-	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/batches/%s: %d %v", id, resp.StatusCode, err)
-	}
-	return b.Tasks
+	return getBatchAs(t, hc, base, key, id, 1000).Tasks
 }
 
 // workerKilled: A's batch of three boards and B's of four (0.5-4.2 s of

@@ -591,15 +591,7 @@ func testBatchFlood(t *testing.T) {
 // resultsAs reads batch id's /results as key, one line per item.
 func resultsAs(t *testing.T, hc *http.Client, base, key, id string) []apitype.ResultLine {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/batches/"+id+"/results", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := getAs(t, hc, base+"/v1/batches/"+id+"/results", key)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/batches/%s/results: %d", id, resp.StatusCode)
