@@ -630,11 +630,17 @@ func (s *Store) announceCancel(ctx context.Context, id string, prev apitype.Task
 // Running returns how many of owner's expensive runs hold a slot now
 // (leases not yet ended), for tests and operators.
 func (s *Store) Running(ctx context.Context, owner string) (int, error) {
-	n, err := s.rdb.ZCount(ctx, s.k.ownerRunning(owner), strconv.FormatInt(ms(s.now())+1, 10), "+inf").Result()
+	n, err := s.runningCmd(ctx, s.rdb, owner).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: running count: %w", err)
 	}
 	return int(n), nil
+}
+
+// runningCmd counts owner's live slots (their expiry after now) on c, a
+// client or a pipeline.
+func (s *Store) runningCmd(ctx context.Context, c redis.Cmdable, owner string) *redis.IntCmd {
+	return c.ZCount(ctx, s.k.ownerRunning(owner), strconv.FormatInt(ms(s.now())+1, 10), "+inf")
 }
 
 // admitSlotScript admits a run of an expensive batch item (its unit runs
