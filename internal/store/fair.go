@@ -50,6 +50,27 @@ import (
 // nothing and answers {"stale", registered keys...}, and the caller runs
 // it again with them (runFair).
 
+// liveSlotsLua defines live_slots(hk, now): the sum of the live entries
+// ("slots:expiry") of keys.gateSlots, the cluster's solver slots S, after
+// removing the expired ones. The sharing scripts and the feed read S
+// with it.
+const liveSlotsLua = `
+local function live_slots(hk, now)
+  local e = redis.call('HGETALL', hk)
+  local n = 0
+  for i = 1, #e, 2 do
+    local c = string.find(e[i + 1], ':', 1, true)
+    local s, exp = 0, 0
+    if c then
+      s = tonumber(string.sub(e[i + 1], 1, c - 1)) or 0
+      exp = tonumber(string.sub(e[i + 1], c + 1)) or 0
+    end
+    if exp > now then n = n + s else redis.call('HDEL', hk, e[i]) end
+  end
+  return n
+end
+`
+
 // fairLua holds the functions of the sharing; it comes after quotaLua and
 // promoteLua. Its part of KEYS and ARGV begins at kb and ab, which each
 // script states:
@@ -77,25 +98,11 @@ import (
 // (a run asking for a slot that is not yet parked). fair_fill(G, now_ns)
 // promotes one parked run of the most under-served key that may take a
 // slot now (fair_candidates), and returns 1 when it moved one.
-const fairLua = `
+const fairLua = liveSlotsLua + `
 local function stale(reg)
   local out = {'stale'}
   for i = 1, #reg do out[#out + 1] = reg[i] end
   return out
-end
-local function live_slots(hk, now)
-  local e = redis.call('HGETALL', hk)
-  local n = 0
-  for i = 1, #e, 2 do
-    local c = string.find(e[i + 1], ':', 1, true)
-    local s, exp = 0, 0
-    if c then
-      s = tonumber(string.sub(e[i + 1], 1, c - 1)) or 0
-      exp = tonumber(string.sub(e[i + 1], c + 1)) or 0
-    end
-    if exp > now then n = n + s else redis.call('HDEL', hk, e[i]) end
-  end
-  return n
 end
 local function fair_open(kb, ab)
   local G = {ok = KEYS[kb], wk = KEYS[kb + 1], hk = KEYS[kb + 2], S = tonumber(ARGV[ab]), cap = tonumber(ARGV[ab + 1]), list = {}, by = {}}

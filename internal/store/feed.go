@@ -359,15 +359,11 @@ return #members
 // unfed, and drops members whose batch has expired.
 //
 // Returns the members taken.
-var feedScript = redis.NewScript(quotaLua + feedLua + `
+var feedScript = redis.NewScript(quotaLua + liveSlotsLua + feedLua + `
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[3])
 local depth, low = tonumber(ARGV[1]), tonumber(ARGV[10])
 if ARGV[11] == '1' then
-  local e, now, slots = redis.call('HGETALL', KEYS[8]), clock(), 0
-  for i = 2, #e, 2 do
-    local c = string.find(e[i], ':', 1, true)
-    if c and (tonumber(string.sub(e[i], c + 1)) or 0) > now then slots = slots + (tonumber(string.sub(e[i], 1, c - 1)) or 0) end
-  end
+  local slots = live_slots(KEYS[8], clock())
   if slots > 0 and slots < depth then
     depth = slots
     low = math.min(low, depth)
