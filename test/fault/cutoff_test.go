@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,17 +157,18 @@ func testRedisFreezePastCutoff(t *testing.T) {
 		r.check(t, hard[id].name)
 	}
 	c.checkQuota(t, "after the freeze, every task ended")
-	if total := settledTasksTotal(t, len(w.reqs), c.workers...); total != len(w.reqs) {
-		t.Errorf("the workers counted %d ended tasks (%d before the freeze), want exactly the %d submitted", total, total0, len(w.reqs))
-	}
+	checkTasksTotal(t, fmt.Sprintf("after the freeze (%d counted before it)", total0), len(w.reqs), c.workers...)
 
 	// Each worker stopped its one solve, once, and used (next to) no CPU
-	// from then until SIGCONT; before the cutoff it was solving.
+	// from then until SIGCONT; before the cutoff it was solving. The stop
+	// may also take cheap-lane tasks that were running beside the solve.
 	var solving, idle []string
 	for i, wp := range c.workers {
 		log := logText(wp.LogPath)
-		if n := strings.Count(log, "stopping the running tasks"); n != 1 || !strings.Contains(log, "tasks=1") {
-			t.Errorf("%s: %d cutoff stops in its log, want exactly 1 of its one running task", wp.Name, n)
+		n := strings.Count(log, "stopping the running tasks")
+		m := regexp.MustCompile(`stopping the running tasks.* tasks=(\d+)`).FindStringSubmatch(log)
+		if n != 1 || m == nil || m[1] == "0" {
+			t.Errorf("%s: %d cutoff stops in its log (%v), want exactly 1, of its running solve and any cheap tasks beside it", wp.Name, n, m)
 		}
 		busy, still := cpu4[i]-cpu0[i], cpuEnd[i]-cpuIdle[i]
 		solving = append(solving, busy.Round(time.Millisecond).String())

@@ -426,6 +426,25 @@ func workerTasksTotal(t *testing.T, w *proc) int {
 	return int(n)
 }
 
+// checkTasksTotal asserts that the workers' puzzleq_tasks_total counts
+// want ended tasks. A stall or freeze that swallows the reply to a
+// worker's finish leaves the task ended in Redis but not counted by that
+// worker, which heard nothing; the next delivery finds it ended and counts
+// nothing either. So the total may miss a task whose finish failed (the
+// worker logs it), and never counts one twice. It returns the total.
+func checkTasksTotal(t *testing.T, when string, want int, workers ...*proc) int {
+	t.Helper()
+	missable := 0
+	for _, p := range workers {
+		missable += strings.Count(logText(p.LogPath), "tasks: finish ")
+	}
+	total := settledTasksTotal(t, want, workers...)
+	if total > want || total < want-missable {
+		t.Errorf("%s: the workers counted %d ended tasks, want the %d submitted (%d fewer at most: finishes that failed)", when, total, want, missable)
+	}
+	return total
+}
+
 // settledTasksTotal returns the sum of workers' puzzleq_tasks_total once
 // it has reached want, or what it is after five seconds. A worker counts
 // a task after its store write, which is what the test saw end, so the
