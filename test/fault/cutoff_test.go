@@ -157,7 +157,8 @@ func testRedisFreezePastCutoff(t *testing.T) {
 		r.check(t, hard[id].name)
 	}
 	c.checkQuota(t, "after the freeze, every task ended")
-	checkTasksTotal(t, fmt.Sprintf("after the freeze (%d counted before it)", total0), len(w.reqs), c.workers...)
+	retried := writtenWhileFrozen(all, frozenAt, thawedAt)
+	counted := checkTasksTotal(t, fmt.Sprintf("after the freeze (%d counted before it)", total0), len(w.reqs), retried, c.workers...)
 
 	// Each worker stopped its one solve, once, and used (next to) no CPU
 	// from then until SIGCONT; before the cutoff it was solving. The stop
@@ -186,8 +187,8 @@ func testRedisFreezePastCutoff(t *testing.T) {
 
 	ev := stream.wait(t, 60*time.Second)
 	ev.check(t, c, o, w, batchID, frozenAt, thawedAt, streamBound)
-	t.Logf("redis freeze past the cutoff: FIGURES freeze=%v cutoff=%v tasks=%d held=%d worker_cpu_first_4s=%v worker_cpu_from_%v_to_sigcont=%v redrives=0 all_done_after_sigcont=%.2fs",
-		freeze, cutoff, len(w.reqs), len(hard), solving, idleFrom, idle, lastCompleted(all).Sub(thawedAt).Seconds())
+	t.Logf("redis freeze past the cutoff: FIGURES freeze=%v cutoff=%v tasks=%d counted=%d written_while_frozen=%d held=%d worker_cpu_first_4s=%v worker_cpu_from_%v_to_sigcont=%v redrives=0 all_done_after_sigcont=%.2fs",
+		freeze, cutoff, len(w.reqs), counted, retried, len(hard), solving, idleFrom, idle, lastCompleted(all).Sub(thawedAt).Seconds())
 	t.Logf("events through the freeze: FIGURES connections=%d open_stream_ended_after_freeze=%v reconnects_while_frozen=%d (503, slowest %v) first_event_after_sigcont=%v done_after_sigcont=%v resumed_from=%v items=%d item_events=%d",
 		len(ev.conns), ev.endedAfterFreeze.Round(time.Millisecond), ev.frozenTries, ev.slowestFrozen.Round(time.Millisecond),
 		ev.firstAfterThaw.Round(time.Millisecond), ev.doneAfterThaw.Round(time.Millisecond), ev.resumes, ev.total, ev.itemEvents)

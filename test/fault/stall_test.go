@@ -44,8 +44,9 @@ func TestRedisStallOrphans(t *testing.T) {
 
 	type run struct {
 		kind    string
-		item    string // the task's ID: the single's, or the batch's one item
-		logged  string // what names its asynq task in the watchdog's log line (queue/ID:)
+		item    string    // the task's ID: the single's, or the batch's one item
+		logged  string    // what names its asynq task in the watchdog's log line (queue/ID:)
+		frozen  time.Time // when Redis was stopped
 		resumed time.Time
 		took    time.Duration
 	}
@@ -70,6 +71,7 @@ func TestRedisStallOrphans(t *testing.T) {
 			r.logged = tasks.QueueCheapBulk + "/" + r.item[:strings.IndexByte(r.item, '-')] + ":"
 		}
 		thaw := c.freezeRedis(t)
+		r.frozen = time.Now()
 		time.Sleep(stall)
 		thaw()
 		r.resumed = time.Now()
@@ -101,7 +103,11 @@ func TestRedisStallOrphans(t *testing.T) {
 			}
 		}
 		c.checkQuota(t, when)
-		checkTasksTotal(t, when, len(w.reqs), c.workers...)
+		retried := 0
+		for _, r := range runs {
+			retried += writtenWhileFrozen(recs, r.frozen, r.resumed)
+		}
+		checkTasksTotal(t, when, len(w.reqs), retried, c.workers...)
 		return recs
 	}
 	before := check("after the stalls")
