@@ -128,8 +128,8 @@ func testRedisFreezePastCutoff(t *testing.T) {
 		return out
 	}
 	cpu0 := cpuAt()
+	frozenAt := time.Now() // before SIGSTOP: no write after it is read
 	thaw := c.freezeRedis(t)
-	frozenAt := time.Now()
 	defer thaw()
 	time.Sleep(time.Until(frozenAt.Add(4 * time.Second)))
 	cpu4 := cpuAt() // the solves still run, cut off or not

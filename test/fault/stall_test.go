@@ -70,8 +70,8 @@ func TestRedisStallOrphans(t *testing.T) {
 			// Its one unit, whatever its name: <batch ID>:<unit>.
 			r.logged = tasks.QueueCheapBulk + "/" + r.item[:strings.IndexByte(r.item, '-')] + ":"
 		}
-		thaw := c.freezeRedis(t)
 		r.frozen = time.Now()
+		thaw := c.freezeRedis(t)
 		time.Sleep(stall)
 		thaw()
 		r.resumed = time.Now()
