@@ -22,15 +22,16 @@ import (
 // testRedisFreezePastCutoff freezes redis-server (SIGSTOP) for longer
 // than WORKER_CUTOFF_AFTER (1 s here; 5 s by default) while both workers' slots
 // solve 15-puzzles, one a single task and one an item of a batch, with
-// more work queued behind them and a client streaming the batch's
-// events. Every process loses Redis at once, so:
+// cheap work submitted just before it (which the cheap lane runs beside
+// the searches, so some of it is ending when Redis stops) and a client
+// streaming the batch's events. Every process loses Redis at once, so:
 //
 //   - the watchdog must not take the silent workers for dead (a failed
 //     read restarts its counts): nothing is re-driven;
 //   - each worker stops its running solve once its beats have failed for
 //     the cutoff, and then uses no CPU until Redis is back (measured from
 //     /proc), and after SIGCONT runs the stopped tasks again (attempts 2)
-//     and the queued work;
+//     and whatever cheap work the freeze caught;
 //   - every acknowledged item ends exactly once: completed with the
 //     local solver's answer, each batch counted exactly, the key's quota
 //     back to 0, the workers' puzzleq_tasks_total summing to the tasks
@@ -103,7 +104,8 @@ func testRedisFreezePastCutoff(t *testing.T) {
 	if !pollUntil(30*time.Second, 10*time.Millisecond, func() bool { return stream.lastID() == 8 }) {
 		t.Fatalf("precondition: the stream's last id is %d, want 8 (the cheap items sent); batch %+v", stream.lastID(), c.waitBatch(batchID, time.Second).Counts)
 	}
-	// Queued behind the boards: what the workers must resume with.
+	// Cheap work, which the cheap lanes run beside the boards: some of it
+	// is still running or writing its end when Redis stops.
 	w.addBatch(c, cheap[8:16])
 	for _, r := range cheap[16:] {
 		w.addTask(c, r)
