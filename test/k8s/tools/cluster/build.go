@@ -68,7 +68,7 @@ func buildKube(ctx context.Context, e env, static []string, out string) error {
 const kedaVersion = "2.21.0"
 
 func buildKEDA(ctx context.Context, e env, envv []string, out string) error {
-	src, err := kedaModDir(ctx, e)
+	src, err := kedaDir(ctx, e)
 	if err != nil {
 		return err
 	}

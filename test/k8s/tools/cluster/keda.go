@@ -13,19 +13,27 @@ import (
 
 // kedaDir is where the Go module proxy put KEDA's module: its CRDs and
 // manifests (config/) come from there, the same release ../keda builds.
+// It downloads the module when the module cache lacks it, which happens
+// when the cluster cache holds KEDA's binaries from a run with another
+// module cache, so that no build downloaded it.
 func kedaDir(ctx context.Context, e env) (string, error) {
-	out, err := output(ctx, filepath.Join(e.tools, "keda"), "go", "list", "-m", "-f", "{{.Dir}}", "github.com/kedacore/keda/v2")
-	if err != nil {
-		return "", err
-	}
-	if out == "" {
-		out, err = output(ctx, filepath.Join(e.tools, "keda"), "go", "mod", "download", "-json", "github.com/kedacore/keda/v2")
+	const mod = "github.com/kedacore/keda/v2"
+	dir := filepath.Join(e.tools, "keda")
+	for try := 0; ; try++ {
+		out, err := output(ctx, dir, "go", "list", "-m", "-f", "{{.Dir}}", mod)
 		if err != nil {
 			return "", err
 		}
-		return "", fmt.Errorf("KEDA module not in the module cache yet; go mod download said %s", out)
+		if out != "" {
+			return out, nil
+		}
+		if try > 0 {
+			return "", fmt.Errorf("%s: go mod download left it out of the module cache", mod)
+		}
+		if _, err := output(ctx, dir, "go", "mod", "download", mod); err != nil {
+			return "", err
+		}
 	}
-	return out, nil
 }
 
 // installKEDACRDs installs KEDA's CRDs, so that the API server checks a

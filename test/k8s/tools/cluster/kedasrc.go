@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"go/ast"
 	"go/format"
@@ -265,14 +264,4 @@ func litValue(lit *ast.BasicLit, ok bool) string {
 		return ""
 	}
 	return lit.Value
-}
-
-// kedaModDir is KEDA's module directory in the module cache, downloading
-// it first if it is not there yet.
-func kedaModDir(ctx context.Context, e env) (string, error) {
-	dir := filepath.Join(e.tools, "keda")
-	if _, err := output(ctx, dir, "go", "mod", "download", "github.com/kedacore/keda/v2"); err != nil {
-		return "", err
-	}
-	return kedaDir(ctx, e)
 }
