@@ -274,8 +274,25 @@ func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts O
 func (s *Server) Handler() http.Handler { return s.engine }
 
 // Drain makes /readyz fail, so load balancers stop sending traffic before
-// the listener closes.
+// the listener closes, and makes every answer from then on close its
+// connection (Connection: close). A client's kept-alive connection still
+// leads to this replica after it left the load balancer; closing it
+// after an answer, which the client reads, sends the client's next
+// request to another replica. Closing it while idle instead races the
+// client's next request, which then meets a reset the client cannot
+// tell from a request the server took.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// closeWhileDraining asks the server to close the connection after the
+// answer once Drain was called.
+func (s *Server) closeWhileDraining() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if s.draining.Load() {
+			c.Header("Connection", "close")
+		}
+		c.Next()
+	}
+}
 
 // EndWaits answers every long poll held now (GET a task, an item or a
 // batch with ?wait=, /results with ?wait=, a submit with ?wait=), and
@@ -335,7 +352,7 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.recoverer(), s.observe(), strictQuery())
+	e.Use(s.recoverer(), s.observe(), s.closeWhileDraining(), strictQuery())
 	e.NoRoute(func(c *gin.Context) {
 		fail(c, newError(http.StatusNotFound, apitype.CodeNotFound, "", "no such route"))
 	})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -39,6 +40,7 @@ type API struct {
 	ln         net.Listener
 	metricsLn  net.Listener
 	httpSrv    *http.Server
+	openConns  atomic.Int64 // httpSrv's connections not yet closed or hijacked
 	metricSrv  *http.Server
 	redisOpt   asynq.RedisConnOpt    // the connection asynq uses, for the dashboard
 	monitor    *asynqmon.HTTPHandler // the /monitoring/ dashboard; nil until mounted
@@ -122,7 +124,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	a.httpSrv = &http.Server{Handler: a.server.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ConnState: a.countConn}
 	if cfg.MetricsAddr != "" {
 		if a.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("METRICS_ADDR: listen on %s: %w", cfg.MetricsAddr, err)
@@ -186,12 +188,16 @@ func (a *API) Run(ctx context.Context) error {
 			runErr = fmt.Errorf("api: serve: %w", err)
 		}
 	}
-	a.log.Info("api shutting down", "shutdown_timeout", a.cfg.ShutdownTimeout.String())
-	// Readiness fails first; Shutdown closes the listener and then (its
-	// OnShutdown hook) the held long polls are answered at once, 202 with
-	// the current state, instead of being cut at ShutdownTimeout.
+	a.log.Info("api shutting down", "drain_time", a.cfg.DrainTime.String(), "shutdown_timeout", a.cfg.ShutdownTimeout.String())
+	// Readiness fails first, and every answer from now on closes its
+	// connection; the held long polls are answered at once, 202 with the
+	// current state, instead of being cut at ShutdownTimeout. Clients
+	// still on a kept-alive connection get their next answer here and
+	// then connect elsewhere; Shutdown then closes the listener and the
+	// connections left idle.
 	a.server.Drain()
-	a.httpSrv.RegisterOnShutdown(a.server.EndWaits)
+	a.server.EndWaits()
+	a.drainConns(a.cfg.DrainTime)
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.httpSrv.Shutdown(sctx); err != nil {
@@ -207,6 +213,28 @@ func (a *API) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("api stopped")
 	return runErr
+}
+
+// countConn keeps openConns: the HTTP server's connections that are
+// neither closed nor hijacked.
+func (a *API) countConn(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		a.openConns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		a.openConns.Add(-1)
+	}
+}
+
+// drainConns waits until every connection has closed or d has passed.
+func (a *API) drainConns(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for a.openConns.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
+	}
+	if n := a.openConns.Load(); n > 0 {
+		a.log.Info("api: connections still open after the drain time", "open_conns", n)
+	}
 }
 
 // advanceClock moves miniredis's clock with the wall clock: miniredis

@@ -582,8 +582,14 @@ type APIConfig struct {
 	// RequestTimeout bounds a request, not counting a long poll's wait.
 	// Default 10s.
 	RequestTimeout time.Duration
+	// DrainTime is how long after SIGTERM the API keeps its open
+	// connections, answering each request on them with Connection: close
+	// so that the client's next request goes to another replica, before
+	// it closes the ones still idle. It ends early once every connection
+	// has closed. Default 2s.
+	DrainTime time.Duration
 	// ShutdownTimeout is how long in-flight requests get to finish after
-	// SIGTERM. Default 15s.
+	// DrainTime. Default 15s.
 	ShutdownTimeout time.Duration
 	// BodyReadTimeout is the time a request body may take to arrive
 	// beyond what BodyMinRate allows for its bytes; a slower upload is
@@ -718,7 +724,8 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Duration(&c.MaxWait, "MAX_WAIT", "60s", "longest ?wait= of a long poll")
 	s.Int(&c.ChunkSize, "CHUNK_SIZE", "512", "cheap batch items per queued task")
 	s.Duration(&c.RequestTimeout, "REQUEST_TIMEOUT", "10s", "deadline of a request, not counting a long poll's wait")
-	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown")
+	s.Duration(&c.DrainTime, "DRAIN_TIME", "2s", "time after SIGTERM open connections get, each answer closing its connection, before idle ones are closed")
+	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "15s", "time in-flight requests get on shutdown, after DRAIN_TIME")
 	s.Duration(&c.BodyReadTimeout, "BODY_READ_TIMEOUT", "30s", "time a request body may take to arrive beyond its bytes at BODY_MIN_RATE (slower: 408)")
 	s.Int64(&c.BodyMinRate, "BODY_MIN_RATE", "64Ki", "slowest rate in bytes/s at which a body may keep arriving (at most 12m in all)")
 	s.Int64(&c.MaxBytesInFlight, "MAX_BYTES_IN_FLIGHT", "32Mi", "request bodies and streamed results held in memory at once")
@@ -791,6 +798,9 @@ func (c *APIConfig) validate() error {
 	}
 	if c.RequestTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("REQUEST_TIMEOUT and SHUTDOWN_TIMEOUT: must be positive")
+	}
+	if c.DrainTime < 0 || c.DrainTime > time.Minute {
+		return fmt.Errorf("DRAIN_TIME: must be between 0 and 1m, got %s", c.DrainTime)
 	}
 	if c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute {
 		return fmt.Errorf("OUTBOX_INTERVAL: must be between 10ms and 1m, got %s", c.OutboxInterval)

@@ -51,7 +51,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if a.HTTPAddr != ":8080" || a.MaxBodyBytes != 1<<20 || a.MaxBatchItems != 1000000 || a.MaxWait != time.Minute || a.RedisURL != "" ||
 		a.MaxConcurrentDecodes != 0 || a.BodyReadTimeout != 30*time.Second || a.BodyMinRate != 64<<10 ||
-		a.MaxBytesInFlight != 32<<20 || a.MaxKeyBytesInFlight != 16<<20 {
+		a.MaxBytesInFlight != 32<<20 || a.MaxKeyBytesInFlight != 16<<20 || a.DrainTime != 2*time.Second || a.ShutdownTimeout != 15*time.Second {
 		t.Fatalf("api defaults: %+v", a)
 	}
 	// Flags override the environment.
@@ -101,6 +101,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{false, map[string]string{"MAX_BATCH_ITEMS": "0"}, nil, "MAX_BATCH_ITEMS"},
 		{false, map[string]string{"CHUNK_SIZE": "4096"}, nil, "CHUNK_SIZE"},
 		{false, map[string]string{"MAX_WAIT": "1h"}, nil, "MAX_WAIT"},
+		{false, map[string]string{"DRAIN_TIME": "-1s"}, nil, "DRAIN_TIME"},
 		{false, map[string]string{"OUTBOX_INTERVAL": "0s"}, nil, "OUTBOX_INTERVAL"},
 		{false, map[string]string{"WORKER_DEAD_AFTER": "500ms"}, nil, "WORKER_DEAD_AFTER"},
 		{true, map[string]string{"REDIS_URL": "redis://x:1", "HEARTBEAT_INTERVAL": "10ms"}, nil, "HEARTBEAT_INTERVAL"},

@@ -52,10 +52,12 @@ type Options struct {
 }
 
 // defaults are the settings a stack starts from: loopback listeners on
-// free ports, a fast idle poll (tests wait on pickups), and the pattern
-// databases built on demand rather than at every worker start.
+// free ports, a fast idle poll (tests wait on pickups), the pattern
+// databases built on demand rather than at every worker start, and a
+// short drain, since the tests' pooled connections stay idle to the end
+// of it.
 var defaults = map[string]string{
-	"HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false",
+	"HTTP_ADDR": "127.0.0.1:0", "TASK_CHECK_INTERVAL": "5ms", "PDB_PRELOAD": "false", "DRAIN_TIME": "100ms",
 }
 
 // Stack is a running API and workers on one Redis.
@@ -79,7 +81,8 @@ type Stack struct {
 	o       Options
 	env     map[string]string
 	apiStop context.CancelFunc
-	apiDone chan error
+	apiExit chan struct{} // closed when the API's Run returned apiErr
+	apiErr  error
 }
 
 // Worker is a running worker.
@@ -143,8 +146,8 @@ func launch(t testing.TB, o Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("stacktest: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.apiStop, s.apiDone = cancel, make(chan error, 1)
-	go func() { s.apiDone <- s.API.Run(ctx) }()
+	s.apiStop, s.apiExit = cancel, make(chan struct{})
+	go func() { s.apiErr = s.API.Run(ctx); close(s.apiExit) }()
 	s.URL = "http://" + s.API.Addr()
 	for range o.Workers {
 		if _, err := s.StartWorker(nil); err != nil {
@@ -227,7 +230,12 @@ func (s *Stack) Close() {
 	errs := []error{s.StopWorkers()}
 	if s.apiStop != nil {
 		s.apiStop()
-		errs = append(errs, stopped(s.apiDone, "the API"))
+		select {
+		case <-s.apiExit:
+			errs = append(errs, s.apiErr)
+		case <-time.After(stopTimeout):
+			errs = append(errs, fmt.Errorf("the API did not stop within %v", stopTimeout))
+		}
 		s.apiStop = nil
 	}
 	if s.API != nil {
@@ -245,6 +253,13 @@ func (s *Stack) Close() {
 		s.t.Errorf("stacktest: stop: %v", err)
 	}
 }
+
+// TerminateAPI starts the API's shutdown, as SIGTERM does in the binary;
+// APIExited tells when it is over. Close still waits for it.
+func (s *Stack) TerminateAPI() { s.apiStop() }
+
+// APIExited is closed once the API's Run has returned.
+func (s *Stack) APIExited() <-chan struct{} { return s.apiExit }
 
 // stopTimeout bounds how long Close waits for a process's Run to return:
 // longer than any ShutdownTimeout a test sets, short enough that a hang
