@@ -93,14 +93,14 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, "ConfigMap/puzzleq-config: its name carries no hash of its data"},
 		{"grace period below the timeout", "deploy/k8s/base", func(o []map[string]any) {
 			dig(find(o, "Deployment", "worker"), "spec", "template", "spec").(map[string]any)["terminationGracePeriodSeconds"] = 20
-		}, "terminationGracePeriodSeconds 20s is below preStop 0s + SHUTDOWN_TIMEOUT 25s"},
+		}, "terminationGracePeriodSeconds 20s is below preStop 0s + DRAIN_TIME 0s + SHUTDOWN_TIMEOUT 25s"},
 		{"timeout raised past the grace period", "deploy/k8s/overlays/dev", func(o []map[string]any) {
 			for _, e := range container(o, "Deployment", "api")["env"].([]any) {
 				if e := e.(map[string]any); e["name"] == "SHUTDOWN_TIMEOUT" {
 					e["value"] = "1m"
 				}
 			}
-		}, "terminationGracePeriodSeconds 30s is below preStop 5s + SHUTDOWN_TIMEOUT 1m0s"},
+		}, "terminationGracePeriodSeconds 30s is below preStop 5s + DRAIN_TIME 2s + SHUTDOWN_TIMEOUT 1m0s"},
 		{"service selects nothing", "deploy/k8s/base", func(o []map[string]any) {
 			dig(find(o, "Service", "api"), "spec", "selector").(map[string]any)["app.kubernetes.io/component"] = "apis"
 		}, "Service/api: selector map[app.kubernetes.io/component:apis app.kubernetes.io/name:puzzleq] matches no pod template"},
@@ -182,7 +182,7 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		{"misspelt field", "stop_grace_period: 40s", "stop_grace_periods: 40s",
 			"services.worker.stop_grace_periods"},
 		{"grace below the worker's timeout", "stop_grace_period: 40s", "stop_grace_period: 20s",
-			"worker: stop_grace_period 20s is below SHUTDOWN_TIMEOUT 25s"},
+			"worker: stop_grace_period 20s is below DRAIN_TIME 0s + SHUTDOWN_TIMEOUT 25s"},
 		{"unknown env var", "SHUTDOWN_TIMEOUT: 25s", "SHUTDOWN_TIMEOUT: 25s\n      WORKER_THREADS: \"4\"",
 			"worker: sets WORKER_THREADS, which the worker does not read"},
 		{"healthcheck on a path the worker lacks", "http://127.0.0.1:8081/readyz", "http://127.0.0.1:8081/ready",

@@ -100,9 +100,9 @@ func checkCompose(f *facts, file string) []string {
 		}
 		port := addrPort(cfg.HTTPAddr)
 		if s.StopGracePeriod == nil {
-			bad("%s: no stop_grace_period (Docker's default 10s is below SHUTDOWN_TIMEOUT %s)", name, cfg.ShutdownTimeout)
-		} else if g := time.Duration(*s.StopGracePeriod); g < cfg.ShutdownTimeout+graceMargin {
-			bad("%s: stop_grace_period %s is below SHUTDOWN_TIMEOUT %s + margin %s", name, g, cfg.ShutdownTimeout, graceMargin)
+			bad("%s: no stop_grace_period (Docker's default 10s is below DRAIN_TIME %s + SHUTDOWN_TIMEOUT %s)", name, cfg.DrainTime, cfg.ShutdownTimeout)
+		} else if g := time.Duration(*s.StopGracePeriod); g < cfg.DrainTime+cfg.ShutdownTimeout+graceMargin {
+			bad("%s: stop_grace_period %s is below DRAIN_TIME %s + SHUTDOWN_TIMEOUT %s + margin %s", name, g, cfg.DrainTime, cfg.ShutdownTimeout, graceMargin)
 		}
 		if d, ok := s.DependsOn["redis"]; !ok || d.Condition != types.ServiceConditionHealthy {
 			bad("%s: does not wait for redis to be healthy", name)

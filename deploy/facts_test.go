@@ -48,7 +48,8 @@ type facts struct {
 // loaded is the part of a binary's Config the checks need.
 type loaded struct {
 	HTTPAddr        string
-	MetricsAddr     string // the api's METRICS_ADDR; "" for the worker
+	MetricsAddr     string        // the api's METRICS_ADDR; "" for the worker
+	DrainTime       time.Duration // the api's DRAIN_TIME; 0 for the worker
 	ShutdownTimeout time.Duration
 	PDBDir, PDBSet  string // the worker's PDB_DIR and PDB_SET; "" for the api
 }
@@ -60,11 +61,11 @@ func newLoaders() map[string]loadFunc {
 	return map[string]loadFunc{
 		"api": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadAPIConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, c.MetricsAddr, c.ShutdownTimeout, "", ""}, err
+			return loaded{c.HTTPAddr, c.MetricsAddr, c.DrainTime, c.ShutdownTimeout, "", ""}, err
 		},
 		"worker": func(env map[string]string) (loaded, error) {
 			c, err := app.LoadWorkerConfig(nil, getenv(env), io.Discard)
-			return loaded{c.HTTPAddr, "", c.ShutdownTimeout, c.PDBDir, c.PDBSet}, err
+			return loaded{c.HTTPAddr, "", 0, c.ShutdownTimeout, c.PDBDir, c.PDBSet}, err
 		},
 	}
 }

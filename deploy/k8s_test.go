@@ -271,7 +271,7 @@ func (e expect) name() string {
 }
 
 // graceMargin is the least time a pod's grace period must leave after
-// its preStop hook and its process's SHUTDOWN_TIMEOUT.
+// its preStop hook and its process's DRAIN_TIME and SHUTDOWN_TIMEOUT.
 const graceMargin = 5 * time.Second
 
 // checkK8s decodes and checks a rendered overlay; it returns every
@@ -624,7 +624,8 @@ func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, ba
 		bad("%s/%s: prometheus.io/port %q, want the /metrics port %d (METRICS_ADDR, else HTTP_ADDR)", w.kind, w.name, p, scrapePort)
 	}
 
-	// The grace period covers the preStop hook, SHUTDOWN_TIMEOUT and a margin.
+	// The grace period covers the preStop hook, DRAIN_TIME, SHUTDOWN_TIMEOUT
+	// and a margin.
 	grace := time.Duration(ptrOr(w.pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second
 	var preStop time.Duration
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
@@ -634,9 +635,9 @@ func checkApp(f *facts, b *bundle, id string, w workload, c corev1.Container, ba
 			preStop = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 		}
 	}
-	if need := preStop + cfg.ShutdownTimeout + graceMargin; grace < need {
-		bad("%s: terminationGracePeriodSeconds %s is below preStop %s + SHUTDOWN_TIMEOUT %s + margin %s",
-			id, grace, preStop, cfg.ShutdownTimeout, graceMargin)
+	if need := preStop + cfg.DrainTime + cfg.ShutdownTimeout + graceMargin; grace < need {
+		bad("%s: terminationGracePeriodSeconds %s is below preStop %s + DRAIN_TIME %s + SHUTDOWN_TIMEOUT %s + margin %s",
+			id, grace, preStop, cfg.DrainTime, cfg.ShutdownTimeout, graceMargin)
 	}
 }
 
