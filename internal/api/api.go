@@ -315,8 +315,13 @@ func (s *Server) waitsEnded() bool {
 
 // polledStatus is the status of a read's answer: 200, or 202 for a
 // long poll (wait > 0) on work that has not ended once EndWaits cut the
-// wait short.
-func (s *Server) polledStatus(wait time.Duration, ended bool) int {
+// wait short. An answer given while draining closes its connection, as
+// closeWhileDraining does for the requests that arrive after Drain: a
+// poll held since before it would otherwise leave its connection idle.
+func (s *Server) polledStatus(c *gin.Context, wait time.Duration, ended bool) int {
+	if s.draining.Load() {
+		c.Header("Connection", "close")
+	}
 	if wait > 0 && !ended && s.waitsEnded() {
 		return http.StatusAccepted
 	}

@@ -80,7 +80,7 @@ func (s *Server) getBatch(c *gin.Context) {
 		n := strconv.Itoa(next)
 		res.NextCursor = &n
 	}
-	c.JSON(s.polledStatus(wait, b.Done()), res)
+	c.JSON(s.polledStatus(c, wait, b.Done()), res)
 }
 
 func pageParams(c *gin.Context) (cursor, limit int, err error) {

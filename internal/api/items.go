@@ -91,7 +91,7 @@ func (s *Server) getItem(c *gin.Context, batchID string, index int, wait time.Du
 		}
 	}
 	r := resource(t)
-	renderTask(c, s.polledStatus(wait, t.State.Terminal()), &r)
+	renderTask(c, s.polledStatus(c, wait, t.State.Terminal()), &r)
 }
 
 // cancelItem answers DELETE /v1/tasks/{item_id} as cancelTask does for a

@@ -191,7 +191,7 @@ func (s *Server) batchResults(c *gin.Context) {
 	t := s.admit.Ticket(ownerOf(c))
 	defer t.Release()
 	out := &lazyResponse{ctx: ctx, c: c, t: t, gzip: acceptsGzip(c.GetHeader("Accept-Encoding")),
-		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(wait, b.Done())}
+		body: progressWriter{c.Writer, progressed}, status: s.polledStatus(c, wait, b.Done())}
 	err = s.streamResults(ctx, b, state, from, t, out, progressed)
 	if err == nil {
 		err = out.close()

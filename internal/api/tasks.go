@@ -142,7 +142,7 @@ func (s *Server) getTask(c *gin.Context) {
 		return
 	}
 	r := resource(t)
-	renderTask(c, s.polledStatus(wait, t.State.Terminal()), &r)
+	renderTask(c, s.polledStatus(c, wait, t.State.Terminal()), &r)
 }
 
 func (s *Server) cancelTask(c *gin.Context) {
