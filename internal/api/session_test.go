@@ -178,8 +178,12 @@ func TestDashboardServedAndAuthOff(t *testing.T) {
 		t.Fatalf("GET /: %d %v", code, hdr)
 	}
 	for _, tc := range []struct{ path, ctype string }{
-		{"/ui/", "text/html"}, {"/ui/app.js", "javascript"}, {"/ui/style.css", "text/css"},
+		{"/ui/", "text/html"}, {"/ui/app.js", "javascript"}, {"/ui/style.css", "text/css"}, {"/ui/favicon.svg", "image/svg+xml"},
 	} {
+		// HEAD answers as GET does, with no body.
+		if code, b, hdr := s.DoH("HEAD", tc.path, nil); code != 200 || !strings.Contains(hdr.Get("Content-Type"), tc.ctype) || len(b) != 0 {
+			t.Errorf("HEAD %s: %d %q, %d bytes of body", tc.path, code, hdr.Get("Content-Type"), len(b))
+		}
 		code, b, hdr := s.DoH("GET", tc.path, nil)
 		if code != 200 || !strings.Contains(hdr.Get("Content-Type"), tc.ctype) || len(b) == 0 {
 			t.Errorf("GET %s: %d %q", tc.path, code, hdr.Get("Content-Type"))

@@ -26,7 +26,7 @@ func (s *Server) mountUI(e *gin.Engine) {
 		if f.Name == "index.html" {
 			p = ui.Path
 		}
-		e.GET(p, func(c *gin.Context) {
+		serve := func(c *gin.Context) {
 			h := c.Writer.Header()
 			h.Set("Content-Security-Policy", uiCSP)
 			h.Set("X-Content-Type-Options", "nosniff")
@@ -39,7 +39,12 @@ func (s *Server) mountUI(e *gin.Engine) {
 				return
 			}
 			c.Data(http.StatusOK, f.ContentType, f.Body)
-		})
+		}
+		// HEAD too, as a static file server answers it (net/http sends
+		// the head without the body): link checkers and uptime probes
+		// use it.
+		e.GET(p, serve)
+		e.HEAD(p, serve)
 	}
 	g := e.Group(SessionPath, s.timeout())
 	g.GET("", s.getSession)
