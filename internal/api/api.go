@@ -287,10 +287,16 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // answer once Drain was called.
 func (s *Server) closeWhileDraining() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if s.draining.Load() {
-			c.Header("Connection", "close")
-		}
+		s.closeIfDraining(c)
 		c.Next()
+	}
+}
+
+// closeIfDraining marks c's answer Connection: close once Drain was
+// called; net/http then closes the connection after writing it.
+func (s *Server) closeIfDraining(c *gin.Context) {
+	if s.draining.Load() {
+		c.Header("Connection", "close")
 	}
 }
 
@@ -319,9 +325,7 @@ func (s *Server) waitsEnded() bool {
 // closeWhileDraining does for the requests that arrive after Drain: a
 // poll held since before it would otherwise leave its connection idle.
 func (s *Server) polledStatus(c *gin.Context, wait time.Duration, ended bool) int {
-	if s.draining.Load() {
-		c.Header("Connection", "close")
-	}
+	s.closeIfDraining(c)
 	if wait > 0 && !ended && s.waitsEnded() {
 		return http.StatusAccepted
 	}
