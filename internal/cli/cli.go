@@ -22,6 +22,8 @@ const (
 	ExitUsage       = 2   // bad flags or bad input
 	ExitUnreachable = 3   // the server cannot be reached
 	ExitNotFound    = 4   // no such task or batch, or the API key is refused (401, 403, 404)
+	ExitTimeout     = 5   // a --wait or --watch ran out of its --timeout before the work ended
+	ExitConflict    = 6   // the request conflicts with the work's state (409): a cancel after it ended, an Idempotency-Key in use
 	ExitInterrupted = 130 // interrupted (Ctrl-C, SIGTERM): 128 + SIGINT, as shells report it
 )
 
@@ -89,6 +91,10 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, client.ErrUnreachable):
 		return ExitUnreachable
+	case errors.Is(err, errWaitTimeout):
+		return ExitTimeout
+	case errors.As(err, &ae) && ae.StatusCode == 409:
+		return ExitConflict
 	case errors.As(err, &ae) && (ae.StatusCode == 401 || ae.StatusCode == 403 || ae.StatusCode == 404):
 		return ExitNotFound
 	case errors.As(err, &ae) && (ae.StatusCode == 400 || ae.StatusCode == 413 || ae.StatusCode == 422):
@@ -107,8 +113,12 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *global
 pieces) puzzles, either in this process (--local) or through a puzzleq API,
 and submits and inspects tasks and batches of the API.
 
-The server is --server, else $PUZZLEQ_URL, else http://localhost:8080; the
-API key is --api-key, else $PUZZLEQ_API_KEY.
+The server is --server, else $PUZZLEQ_URL, else the config file's context
+(puzzlectl config), else http://localhost:8080; the API key is --api-key,
+else $PUZZLEQ_API_KEY, else the context's. --context NAME picks a context
+over the environment. "puzzlectl completion bash|zsh|fish|powershell"
+writes a shell's completion script; it completes flag values and the IDs
+of the newest tasks and batches.
 
 Exit status:
   0    success
@@ -116,7 +126,14 @@ Exit status:
   2    bad flags or input
   3    the server cannot be reached (after retries)
   4    no such task or batch, or the API key is refused (401, 403, 404)
-  130  interrupted (Ctrl-C)`,
+  5    a --wait or --watch ran out of --timeout before the work ended
+  6    a conflict with the work's state (409): cancel of a task or batch
+       that has ended, an Idempotency-Key whose first request still runs
+  130  interrupted (Ctrl-C)
+
+Output (-o): table for people; json and yaml print one document (a list is
+one array), ndjson one object per line (the default of submit and results,
+whose output is a stream).`,
 		Example: `  printf '1 0 3\n4 2 5\n7 8 6\n' | puzzlectl solve --format boj1525
   puzzlectl submit -f jobs.jsonl --wait --out results.jsonl
   puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch
@@ -136,6 +153,7 @@ Exit status:
 	root.Version = Version
 	root.SetVersionTemplate("puzzlectl {{.Version}}\n")
 	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newBatchCmd(g), newHealthCmd(g),
-		newResultsCmd(g), newListCmd(g), newPDBCmd(), newVersionCmd())
+		newResultsCmd(g), newListCmd(g), newConfigCmd(g), newPDBCmd(), newVersionCmd())
+	registerFlagCompletions(root)
 	return root, g
 }

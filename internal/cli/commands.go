@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -27,9 +26,10 @@ its result or error. Exits with status 1 if the task failed or was
 canceled.`,
 		Example: `  puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b
   puzzlectl get 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b --wait -o json`,
-		Args: exactArgs(1, "a task ID"),
+		Args:              exactArgs(1, "a task ID"),
+		ValidArgsFunction: completeTaskIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := g.remote("table")
+			format, c, err := g.remote(formatTable)
 			if err != nil {
 				return err
 			}
@@ -58,11 +58,12 @@ func newCancelCmd(g *globals) *cobra.Command {
 		Short: "Cancel a task that has not ended",
 		Long: `Cancel a task: a pending task never runs, a running one stops within
 milliseconds. Cancelling a task that was canceled before answers it again;
-cancelling one that completed or failed is an error (status 1).`,
-		Example: `  puzzlectl cancel 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
-		Args:    exactArgs(1, "a task ID"),
+cancelling one that completed or failed is a conflict (status 6).`,
+		Example:           `  puzzlectl cancel 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
+		Args:              exactArgs(1, "a task ID"),
+		ValidArgsFunction: completeTaskIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := g.remote("table")
+			format, c, err := g.remote(formatTable)
 			if err != nil {
 				return err
 			}
@@ -81,7 +82,9 @@ func newBatchCmd(g *globals) *cobra.Command {
 		Use:   "batch ID | batch cancel ID | batch retry ID",
 		Short: "Show, cancel or retry a batch",
 		Long: `Show a batch's counts per state and whether every task has ended. With
---watch, keep showing the counts as they change until the batch is done.
+--watch, keep showing the counts as they change until the batch is done
+(-o ndjson prints a line per change; -o json and -o yaml print the final
+counts once).
 Exits with status 1 if a task of a finished batch failed or was canceled.
 
 "batch cancel ID" cancels the tasks that have not ended; "batch retry ID"
@@ -90,9 +93,10 @@ runs the failed and canceled tasks again, with the same IDs.`,
   puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch --timeout 10m
   puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
   puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
-		Args: exactArgs(1, "a batch ID"),
+		Args:              exactArgs(1, "a batch ID"),
+		ValidArgsFunction: completeBatchIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := g.remote("table")
+			format, c, err := g.remote(formatTable)
 			if err != nil {
 				return err
 			}
@@ -108,7 +112,7 @@ runs the failed and canceled tasks again, with the same IDs.`,
 				}
 				b, err := c.GetBatch(ctx, args[0], "", 1, wait)
 				if err != nil {
-					if tty && !first && format == "table" {
+					if tty && !first && format == formatTable {
 						fmt.Fprintln(out)
 					}
 					return waitError(ctx, err)
@@ -120,19 +124,30 @@ runs the failed and canceled tasks again, with the same IDs.`,
 					}
 					return batchExit(b)
 				}
-				if last == nil || b.Counts != last.Counts || b.Done != last.Done {
-					if tty && format == "table" {
-						fmt.Fprint(out, "\r\x1b[K")
-						if err := printBatchLine(out, b); err != nil {
+				// json and yaml are one document: the counts once the
+				// batch is done. ndjson and a table stream each change.
+				changed := last == nil || b.Counts != last.Counts || b.Done != last.Done
+				switch {
+				case !changed:
+				case format == formatJSON || format == formatYAML:
+					if b.Done {
+						if err := printBatch(out, format, b, true); err != nil {
 							return err
 						}
-					} else if err := printBatch(out, format, b, first); err != nil {
+					}
+				case tty && format == formatTable:
+					fmt.Fprint(out, "\r\x1b[K")
+					if err := printBatchLine(out, b); err != nil {
+						return err
+					}
+				default:
+					if err := printBatch(out, format, b, first); err != nil {
 						return err
 					}
 				}
 				last = b
 				if b.Done {
-					if tty && format == "table" {
+					if tty && format == formatTable {
 						fmt.Fprintln(out)
 					}
 					return batchExit(b)
@@ -154,18 +169,9 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
-}
-
 func printTask(w io.Writer, format string, t *client.Task) error {
-	if format == "json" {
-		return writeJSON(w, t)
+	if format != formatTable {
+		return writeDoc(w, format, t)
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	header, row := "ID\tKIND\tSTATE", fmt.Sprintf("%s\t%s\t%s", t.ID, t.Kind, t.State)
@@ -175,26 +181,34 @@ func printTask(w io.Writer, format string, t *client.Task) error {
 		header += "\tPROGRESS"
 		row += fmt.Sprintf("\tbound %d, %d nodes", p.Bound, p.Nodes)
 	}
-	what := ""
-	switch {
-	case t.State == client.StateCompleted:
-		what = string(t.Result)
-	case t.Error != nil:
-		what = t.Error.Code + ": " + t.Error.Message
-	}
 	fmt.Fprintln(tw, header+"\tRESULT")
-	fmt.Fprintln(tw, row+"\t"+what)
+	fmt.Fprintln(tw, row+"\t"+outcome(t.State, t.Result, t.Error))
 	return tw.Flush()
 }
 
+// batchDoc is a batch's counts as -o json, yaml and ndjson print them.
+type batchDoc struct {
+	ID     string        `json:"id"`
+	Total  int           `json:"total"`
+	Counts client.Counts `json:"counts"`
+	Done   bool          `json:"done"`
+}
+
+// outcome is a task's RESULT column: its result once completed, else its
+// error, if any.
+func outcome(st client.TaskState, result []byte, e *client.TaskError) string {
+	switch {
+	case st == client.StateCompleted:
+		return string(result)
+	case e != nil:
+		return e.Code + ": " + e.Message
+	}
+	return ""
+}
+
 func printBatch(w io.Writer, format string, b *client.Batch, header bool) error {
-	if format == "json" {
-		return writeJSON(w, struct {
-			ID     string        `json:"id"`
-			Total  int           `json:"total"`
-			Counts client.Counts `json:"counts"`
-			Done   bool          `json:"done"`
-		}{b.ID, b.Total, b.Counts, b.Done})
+	if format != formatTable {
+		return writeDoc(w, format, batchDoc{b.ID, b.Total, b.Counts, b.Done})
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	if header {

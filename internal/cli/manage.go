@@ -4,6 +4,7 @@ package cli
 // cancel and retry, health with the workers' presence, and version.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -108,19 +109,21 @@ func newResultsCmd(g *globals) *cobra.Command {
 		Short: "Print a batch's results, one NDJSON line per task",
 		Long: `Print the lines of GET /v1/batches/{id}/results: one JSON object per task,
 in submission order, with its index, id, custom_id, state and its result or
-error. Tasks that have not ended show their state; with --wait, it first
+error (-o json prints them as one array, -o yaml as one sequence, -o table
+as a table). Tasks that have not ended show their state; with --wait, it first
 waits for the batch to be done (at most --timeout, when set). With --state,
 only the tasks in that state are printed. Exits with status 1 if a task
 printed failed or was canceled.`,
 		Example: `  puzzlectl results 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --wait > results.jsonl
   puzzlectl results 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --state failed | jq -r .error.code`,
-		Args: exactArgs(1, "a batch ID"),
+		Args:              exactArgs(1, "a batch ID"),
+		ValidArgsFunction: completeBatchIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := stateFlag(state)
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
+			format, c, err := g.remote(formatNDJSON)
 			if err != nil {
 				return err
 			}
@@ -138,19 +141,37 @@ printed failed or was canceled.`,
 					}
 				}
 			}
-			out := cmd.OutOrStdout()
+			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
+			defer out.Flush()
+			lw := newListWriter(out, format)
+			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			if format == formatTable {
+				fmt.Fprintln(tw, "INDEX\tID\tCUSTOM_ID\tSTATE\tRESULT")
+			}
 			failed, total := 0, 0
 			for l, err := range c.Results(ctx, id, client.ResultsOptions{State: st}) {
 				if err != nil {
+					tw.Flush()
 					return waitError(ctx, err)
 				}
-				if err := writeJSON(out, l); err != nil {
+				if format == formatTable {
+					err = printResultRow(tw, l)
+				} else {
+					err = lw.add(l)
+				}
+				if err != nil {
 					return err
 				}
 				total++
 				if l.State == client.StateFailed || l.State == client.StateCanceled {
 					failed++
 				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if err := lw.close(); err != nil {
+				return err
 			}
 			if failed > 0 {
 				return &taskFailedError{failed: failed, total: total}
@@ -199,7 +220,7 @@ filter; --limit bounds the page, and --all reads every page.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := g.outputFormat("table")
+			format, err := g.outputFormat(formatTable)
 			if err != nil {
 				return err
 			}
@@ -222,8 +243,9 @@ filter; --limit bounds the page, and --all reads every page.`,
 			}
 			out := cmd.OutOrStdout()
 			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			lw := newListWriter(out, format)
 			tasks := len(args) == 1 && args[0] == "tasks"
-			if format == "table" {
+			if format == formatTable {
 				if tasks {
 					fmt.Fprintln(tw, "ID\tKIND\tSTATE\tCREATED\tRESULT")
 				} else {
@@ -238,7 +260,7 @@ filter; --limit bounds the page, and --all reads every page.`,
 						return err
 					}
 					for _, t := range l.Tasks {
-						if err := printTaskRow(tw, format, &t); err != nil {
+						if err := printTaskRow(tw, lw, &t); err != nil {
 							return err
 						}
 					}
@@ -249,20 +271,23 @@ filter; --limit bounds the page, and --all reads every page.`,
 						return err
 					}
 					for _, b := range l.Batches {
-						if err := printBatchRow(tw, format, &b); err != nil {
+						if err := printBatchRow(tw, lw, &b); err != nil {
 							return err
 						}
 					}
 					next = l.NextCursor
 				}
 				if next == nil || !all {
-					if next != nil && format == "table" {
+					if next != nil {
 						tw.Flush()
 						fmt.Fprintln(cmd.ErrOrStderr(), "more on the next pages: --all reads them")
 					}
 					break
 				}
 				o.Cursor = *next
+			}
+			if format != formatTable {
+				return lw.close()
 			}
 			return tw.Flush()
 		},
@@ -282,9 +307,11 @@ func createdOf(t *time.Time) string {
 	return t.Local().Format(time.DateTime)
 }
 
-func printBatchRow(tw io.Writer, format string, b *client.BatchSummary) error {
-	if format == "json" {
-		return writeJSON(tw, b)
+// printBatchRow writes b as a row of tw, or as an item of lw unless the
+// format is a table.
+func printBatchRow(tw io.Writer, lw *listWriter, b *client.BatchSummary) error {
+	if lw.format != formatTable {
+		return lw.add(b)
 	}
 	c := b.Counts
 	_, err := fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", b.ID, b.State, b.Total, c.Pending, c.Active,
@@ -292,19 +319,23 @@ func printBatchRow(tw io.Writer, format string, b *client.BatchSummary) error {
 	return err
 }
 
-func printTaskRow(tw io.Writer, format string, t *client.Task) error {
-	if format == "json" {
-		return writeJSON(tw, t)
+func printResultRow(tw io.Writer, l *client.ResultLine) error {
+	what := outcome(l.State, l.Result, l.Error)
+	cid := "-"
+	if l.CustomID != nil {
+		cid = *l.CustomID
 	}
-	what := ""
-	switch {
-	case t.State == client.StateCompleted:
-		what = string(t.Result)
-		if len(what) > 60 {
-			what = what[:57] + "..."
-		}
-	case t.Error != nil:
-		what = t.Error.Code + ": " + t.Error.Message
+	_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", l.Index, l.ID, cid, l.State, what)
+	return err
+}
+
+func printTaskRow(tw io.Writer, lw *listWriter, t *client.Task) error {
+	if lw.format != formatTable {
+		return lw.add(t)
+	}
+	what := outcome(t.State, t.Result, t.Error)
+	if t.State == client.StateCompleted && len(what) > 60 {
+		what = what[:57] + "..."
 	}
 	_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.State, createdOf(t.CreatedAt), what)
 	return err
@@ -312,12 +343,13 @@ func printTaskRow(tw io.Writer, format string, t *client.Task) error {
 
 func newBatchCancelCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "cancel BATCH",
-		Short:   "Cancel every task of a batch that has not ended",
-		Example: `  puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
-		Args:    exactArgs(1, "a batch ID"),
+		Use:               "cancel BATCH",
+		Short:             "Cancel every task of a batch that has not ended",
+		Example:           `  puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
+		Args:              exactArgs(1, "a batch ID"),
+		ValidArgsFunction: completeBatchIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := g.remote("table")
+			format, c, err := g.remote(formatTable)
 			if err != nil {
 				return err
 			}
@@ -325,8 +357,8 @@ func newBatchCancelCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), apitype.BatchCanceled{ID: args[0], Canceled: n})
+			if format != formatTable {
+				return writeDoc(cmd.OutOrStdout(), format, apitype.BatchCanceled{ID: args[0], Canceled: n})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: canceled %d tasks\n", args[0], n)
 			return err
@@ -343,10 +375,11 @@ custom_ids; they count against the API key's quota again. (While the batch
 runs, a task whose chunk still runs waits for a later retry; in a done batch
 every one is retried.) Follow them with "puzzlectl batch BATCH --watch" or
 "puzzlectl results BATCH --wait".`,
-		Example: `  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
-		Args:    exactArgs(1, "a batch ID"),
+		Example:           `  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
+		Args:              exactArgs(1, "a batch ID"),
+		ValidArgsFunction: completeBatchIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := g.remote("table")
+			format, c, err := g.remote(formatTable)
 			if err != nil {
 				return err
 			}
@@ -354,8 +387,8 @@ every one is retried.) Follow them with "puzzlectl batch BATCH --watch" or
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), apitype.BatchRetried{ID: args[0], Retried: n, Complete: true})
+			if format != formatTable {
+				return writeDoc(cmd.OutOrStdout(), format, apitype.BatchRetried{ID: args[0], Retried: n, Complete: true})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: retrying %d tasks\n", args[0], n)
 			return err
@@ -384,7 +417,7 @@ reached, and 4 when the API key is refused.`,
   puzzlectl health --max-pending-age 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := g.outputFormat("table")
+			format, err := g.outputFormat(formatTable)
 			if err != nil {
 				return err
 			}
@@ -417,8 +450,8 @@ reached, and 4 when the API key is refused.`,
 					(time.Duration(st.OldestPendingSeconds*float64(time.Second))).Round(time.Second), maxAge))
 			}
 			out := cmd.OutOrStdout()
-			if format == "json" {
-				if err := writeJSON(out, struct {
+			if format != formatTable {
+				if err := writeDoc(out, format, struct {
 					Server string `json:"server"`
 					*client.Health
 					Status *client.ServiceStatus `json:"status,omitempty"`

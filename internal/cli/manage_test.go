@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/cli"
@@ -34,13 +37,17 @@ func TestJobCommandsOnAStack(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("submit: exit %d, stderr %q", code, errOut)
 	}
-	var sub struct {
-		Batch string `json:"batch"`
+	// -o json is one document: the accepted batches as one array.
+	var subs []struct {
+		Batch     string `json:"batch"`
+		Total     int    `json:"total"`
+		FirstLine int    `json:"first_line"`
+		LastLine  int    `json:"last_line"`
 	}
-	if err := json.Unmarshal([]byte(out), &sub); err != nil || sub.Batch == "" {
-		t.Fatalf("submit printed %q: %v", out, err)
+	if err := json.Unmarshal([]byte(out), &subs); err != nil || len(subs) != 1 || subs[0].Batch == "" || subs[0].Total != 2 || subs[0].LastLine != 2 {
+		t.Fatalf("submit -o json printed %q: %v", out, err)
 	}
-	id := sub.Batch
+	id := subs[0].Batch
 
 	t.Run("results", func(t *testing.T) {
 		code, out, errOut := run(t, "", as("alice-key-0123456789", "results", id, "--wait", "--timeout", "30s")...)
@@ -51,6 +58,24 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		var l apitype.ResultLine
 		if err := json.Unmarshal([]byte(rl[1]), &l); err != nil || l.ID != id+"-1" || *l.CustomID != "bad" {
 			t.Fatalf("line %q: %+v %v", rl[1], l, err)
+		}
+		// json, yaml and table print the same lines as one document.
+		code, out, _ = run(t, "", as("alice-key-0123456789", "results", id, "-o", "json")...)
+		jsonOut := []byte(out)
+		var arr []apitype.ResultLine
+		if err := json.Unmarshal(jsonOut, &arr); code != cli.ExitFailed || err != nil || len(arr) != 2 || arr[1].ID != id+"-1" || arr[1].Error == nil || arr[1].Error.Code != "budget_exceeded" {
+			t.Fatalf("results -o json: exit %d, out %q (%v); want one array of the two lines and exit 1", code, out, err)
+		}
+		code, out, _ = run(t, "", as("alice-key-0123456789", "results", id, "-o", "yaml")...)
+		var fromYAML, fromJSON []any
+		json.Unmarshal(jsonOut, &fromJSON)
+		if err := yaml.Unmarshal([]byte(out), &fromYAML); code != cli.ExitFailed || err != nil || len(fromYAML) != 2 || !reflect.DeepEqual(fromYAML, fromJSON) {
+			t.Fatalf("results -o yaml: exit %d, out %q (%v); want the array of -o json as YAML", code, out, err)
+		}
+		code, out, _ = run(t, "", as("alice-key-0123456789", "results", id, "-o", "table")...)
+		if rows := strings.Split(strings.TrimSpace(out), "\n"); code != cli.ExitFailed || len(rows) != 3 || !strings.HasPrefix(rows[0], "INDEX") ||
+			!strings.Contains(rows[1], "ok") || !strings.Contains(rows[2], "budget_exceeded") {
+			t.Fatalf("results -o table: exit %d, out %q", code, out)
 		}
 		code, out, _ = run(t, "", as("alice-key-0123456789", "results", id, "--state", "completed")...)
 		if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"custom_id":"ok"`) {
@@ -70,8 +95,12 @@ func TestJobCommandsOnAStack(t *testing.T) {
 			t.Fatalf("list --state failed: exit %d, out %q, stderr %q", code, out, errOut)
 		}
 		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "batches", "--state", "completed", "-o", "json")...)
-		if code != 0 || out != "" {
-			t.Fatalf("list batches --state completed: exit %d, out %q", code, out)
+		if code != 0 || out != "[]\n" {
+			t.Fatalf("list batches --state completed: exit %d, out %q; want an empty array", code, out)
+		}
+		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "batches", "--state", "completed", "-o", "yaml")...)
+		if code != 0 || out != "[]\n" {
+			t.Fatalf("list batches --state completed -o yaml: exit %d, out %q; want an empty sequence", code, out)
 		}
 		if code, out, _ := run(t, "", as("bob-key-0123456789ab", "list")...); code != 0 || strings.Contains(out, id) {
 			t.Fatalf("bob's list: exit %d, out %q", code, out)
@@ -79,10 +108,18 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		if code, _, _ := run(t, "", as("alice-key-0123456789", "list", "jobs")...); code != cli.ExitUsage {
 			t.Fatalf("list jobs: exit %d", code)
 		}
-		run(t, "", as("alice-key-0123456789", "solve", "--format", "boj1525")...)
+		if code, _, errOut := run(t, "1 0 3\n4 2 5\n7 8 6\n", as("alice-key-0123456789", "solve", "--format", "boj1525")...); code != 0 {
+			t.Fatalf("solve: exit %d, stderr %q", code, errOut)
+		}
 		code, out, errOut = run(t, "", as("alice-key-0123456789", "list", "tasks", "--all", "-o", "json")...)
-		if code != 0 {
-			t.Fatalf("list tasks: exit %d, stderr %q", code, errOut)
+		var tasks []apitype.Task
+		if err := json.Unmarshal([]byte(out), &tasks); code != 0 || err != nil || len(tasks) != 1 || tasks[0].Kind != "sliding" {
+			t.Fatalf("list tasks --all -o json: exit %d, out %q (%v), stderr %q; want an array of the one task solve sent", code, out, err, errOut)
+		}
+		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "tasks", "-o", "ndjson")...)
+		var task apitype.Task
+		if err := json.Unmarshal([]byte(out), &task); code != 0 || err != nil || task.ID != tasks[0].ID || strings.Count(out, "\n") != 1 {
+			t.Fatalf("list tasks -o ndjson: exit %d, out %q (%v); want the task as one line", code, out, err)
 		}
 	})
 
@@ -92,15 +129,19 @@ func TestJobCommandsOnAStack(t *testing.T) {
 			t.Fatalf("batch retry: exit %d, out %q, stderr %q", code, out, errOut)
 		}
 		code, out, _ = run(t, "", as("alice-key-0123456789", "batch", id, "--watch", "--timeout", "30s", "-o", "json")...)
-		if code != cli.ExitFailed || !strings.Contains(out, `"failed":1`) || !strings.Contains(out, `"done":true`) {
-			t.Fatalf("batch --watch after the retry: exit %d, out %q", code, out)
+		var doc struct {
+			Counts apitype.Counts `json:"counts"`
+			Done   bool           `json:"done"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); code != cli.ExitFailed || err != nil || doc.Counts.Failed != 1 || !doc.Done {
+			t.Fatalf("batch --watch -o json after the retry: exit %d, out %q (%v); want the final counts as one document", code, out, err)
 		}
 		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "batch", "retry", id)...); code != cli.ExitNotFound || !strings.Contains(errOut, "--api-key") {
 			t.Fatalf("bob retries: exit %d, stderr %q", code, errOut)
 		}
 		code, out, errOut = run(t, "", as("alice-key-0123456789", "batch", "cancel", id)...)
-		if code != cli.ExitFailed || !strings.Contains(errOut, "409") {
-			t.Fatalf("batch cancel of a done batch: exit %d, out %q, stderr %q", code, out, errOut)
+		if code != cli.ExitConflict || !strings.Contains(errOut, "409") {
+			t.Fatalf("batch cancel of a done batch: exit %d, out %q, stderr %q; want %d", code, out, errOut, cli.ExitConflict)
 		}
 	})
 
@@ -127,21 +168,22 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		os.WriteFile(one, []byte(failingLine+"\n"), 0o644)
 		start := time.Now()
 		code, _, errOut = run(t, "", as("alice-key-0123456789", "submit", "-f", one, "--wait", "--timeout", "1s")...)
-		if code != cli.ExitFailed || !strings.Contains(errOut, "no worker is alive") || !strings.Contains(errOut, "accepted (lines 1-1)") ||
+		if code != cli.ExitTimeout || !strings.Contains(errOut, "no worker is alive") || !strings.Contains(errOut, "accepted (lines 1-1)") ||
 			time.Since(start) > 20*time.Second {
 			t.Fatalf("submit --wait without a worker: exit %d after %s, stderr %q", code, time.Since(start), errOut)
 		}
 		code, out, _ = run(t, "", as("alice-key-0123456789", "list", "--state", "pending", "-o", "json")...)
-		var b apitype.BatchSummary
-		if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &b) != nil || b.State != apitype.TaskStatePending {
+		var pending []apitype.BatchSummary
+		if code != 0 || json.Unmarshal([]byte(out), &pending) != nil || len(pending) == 0 || pending[0].State != apitype.TaskStatePending {
 			t.Fatalf("list --state pending: exit %d, out %q", code, out)
 		}
+		b := pending[0]
 		code, _, errOut = run(t, "", as("alice-key-0123456789", "batch", b.ID, "--watch", "--timeout", "500ms")...)
-		if code != cli.ExitFailed || !strings.Contains(errOut, "--timeout 500ms passed") {
+		if code != cli.ExitTimeout || !strings.Contains(errOut, "--timeout 500ms passed") {
 			t.Fatalf("batch --watch --timeout: exit %d, stderr %q", code, errOut)
 		}
 		code, _, errOut = run(t, "", as("alice-key-0123456789", "get", b.ID+"-0", "--wait", "--timeout", "500ms")...)
-		if code != cli.ExitFailed || !strings.Contains(errOut, "--timeout 500ms passed") {
+		if code != cli.ExitTimeout || !strings.Contains(errOut, "--timeout 500ms passed") {
 			t.Fatalf("get --wait --timeout: exit %d, stderr %q", code, errOut)
 		}
 		code, out, _ = run(t, "", as("alice-key-0123456789", "batch", "cancel", b.ID)...)

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/netip"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/puzzle"
@@ -38,40 +38,41 @@ const (
 // globals are the persistent flags of every remote command.
 type globals struct {
 	clients []*client.Client
+	flags   *pflag.FlagSet
 	server  string
 	apiKey  string
+	context string
 	timeout time.Duration
 	retries int
 	output  string
+	// resolved is set once resolve has filled server and apiKey.
+	resolved bool
 }
 
 func (g *globals) bind(root *cobra.Command) {
 	f := root.PersistentFlags()
-	server := os.Getenv("PUZZLEQ_URL")
-	if server == "" {
-		server = defaultServer
-	}
-	f.StringVar(&g.server, "server", server, "API base URL (env PUZZLEQ_URL)")
-	// The key's default is read in client(), not here: a default shows in
-	// --help, and the key must not.
-	f.StringVar(&g.apiKey, "api-key", "", "API key, sent as a bearer token (default $PUZZLEQ_API_KEY)")
+	g.flags = f
+	// The defaults are filled by resolve, not here: a default shows in
+	// --help, and a key must not.
+	f.StringVar(&g.server, "server", "", "API base URL (default $PUZZLEQ_URL, else the context's server, else "+defaultServer+")")
+	f.StringVar(&g.apiKey, "api-key", "", "API key, sent as a bearer token (default $PUZZLEQ_API_KEY, else the context's key)")
+	f.StringVar(&g.context, "context", "", "the config file's context to use (default its current context); see puzzlectl config")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each HTTP request, not counting a long poll's wait; set with --wait or --watch, it bounds the whole wait")
 	f.IntVar(&g.retries, "retries", 6, "retries of a transient error (network, 5xx) before giving up; 429s are retried until the run ends")
-	f.StringVarP(&g.output, "output", "o", "", "output format: json or table (default: table; submit results are JSON lines)")
+	f.StringVarP(&g.output, "output", "o", "", "output format: table, json (one document; a list is one array), yaml, or ndjson (one object per line) (default: table; ndjson for submit and results)")
 }
 
 func (g *globals) client() (*client.Client, error) {
-	if !strings.HasPrefix(g.server, "http://") && !strings.HasPrefix(g.server, "https://") {
-		return nil, usagef("--server must be an http:// or https:// URL, got %q", g.server)
+	if err := g.resolve(); err != nil {
+		return nil, err
+	}
+	if err := checkServer(g.server); err != nil {
+		return nil, err
 	}
 	if g.timeout <= 0 {
 		return nil, usagef("--timeout must be positive, got %s", g.timeout)
 	}
-	key := g.apiKey
-	if key == "" {
-		key = os.Getenv("PUZZLEQ_API_KEY")
-	}
-	opts := []client.Option{client.WithAPIKey(key), client.WithTimeout(g.timeout),
+	opts := []client.Option{client.WithAPIKey(g.apiKey), client.WithTimeout(g.timeout),
 		client.WithRetries(g.retries), client.WithUserAgent("puzzlectl")}
 	if isLoopback(g.server) {
 		// Compressing a results stream costs the API and puzzlectl more
@@ -81,6 +82,14 @@ func (g *globals) client() (*client.Client, error) {
 	c := client.New(g.server, opts...)
 	g.clients = append(g.clients, c)
 	return c, nil
+}
+
+// checkServer refuses a server that is not an http(s) URL.
+func checkServer(server string) error {
+	if !strings.HasPrefix(server, "http://") && !strings.HasPrefix(server, "https://") {
+		return usagef("--server must be an http:// or https:// URL, got %q", server)
+	}
+	return nil
 }
 
 // isLoopback reports whether the URL's host is this machine: localhost or
@@ -122,10 +131,10 @@ func (g *globals) outputFormat(def string) (string, error) {
 	switch g.output {
 	case "":
 		return def, nil
-	case "json", "table":
+	case formatTable, formatJSON, formatYAML, formatNDJSON:
 		return g.output, nil
 	}
-	return "", usagef("unknown output format %q: expected json or table", g.output)
+	return "", usagef("unknown output format -o %q: expected table, json, yaml or ndjson", g.output)
 }
 
 // item is one request line of a run.

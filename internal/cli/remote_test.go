@@ -387,7 +387,7 @@ func TestSubmitBadInputSubmitsNothing(t *testing.T) {
 		{"get"},
 		{"get", "a", "b"},
 		{"batch"},
-		{"health", "-o", "yaml"},
+		{"health", "-o", "xml"},
 	} {
 		code, _, errOut := run(t, good[0], append([]string{"--server", srv.URL}, args...)...)
 		if code != cli.ExitUsage || errOut == "" {
@@ -478,10 +478,15 @@ func TestTaskAndBatchCommands(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		c.CancelBatch(ctx, sub.ID)
 	}()
-	code, out, _ = run(t, "", "--server", s.base, "batch", sub.ID, "--watch", "-o", "json")
+	code, out, _ = run(t, "", "--server", s.base, "batch", sub.ID, "--watch", "-o", "ndjson")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != cli.ExitFailed || len(lines) < 2 || !strings.Contains(lines[len(lines)-1], `"canceled":5`) || !strings.Contains(lines[len(lines)-1], `"done":true`) {
-		t.Errorf("batch --watch: exit %d, out %q", code, out)
+		t.Errorf("batch --watch -o ndjson: exit %d, out %q; want a line per change, the last one done", code, out)
+	}
+	// -o yaml of a done batch is one document.
+	code, out, _ = run(t, "", "--server", s.base, "batch", sub.ID, "--watch", "-o", "yaml")
+	if code != cli.ExitFailed || strings.Count(out, "done: true") != 1 || !strings.Contains(out, "  canceled: 5\n") {
+		t.Errorf("batch --watch -o yaml: exit %d, out %q; want the final counts once", code, out)
 	}
 
 	// No worker runs here: health says so and fails.

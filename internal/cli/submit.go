@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,8 +55,9 @@ URL the server refuses (not public and not in its WEBHOOK_ALLOWED_HOSTS, or a
 server without WEBHOOK_SECRET) fails with the server's message, exit status 2.
 
 Without --wait, prints each batch's ID. With --wait, streams the results back
-and prints one JSON line per request, in input order, as soon as every line
-before it has ended:
+and prints one JSON line per request (-o ndjson, the default), in input
+order, as soon as every line before it has ended (-o json prints them as one
+array, -o yaml as one sequence, -o table as a table):
   {"line": N, "id": "...", "state": "completed", "result": {...}}
   {"line": N, "custom_id": "...", "id": "...", "state": "failed", "error": {"code": "...", "message": "..."}}
 and exits with status 1 if any task did not complete.
@@ -83,7 +85,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if parallel < 1 {
 				return usagef("--parallel must be at least 1, got %d", parallel)
 			}
-			format, c, err := g.remote("json")
+			format, c, err := g.remote(formatNDJSON)
 			if err != nil {
 				return err
 			}
@@ -128,7 +130,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 					outFile.Close()
 				}
 			}()
-			if format == "table" {
+			if format == formatTable {
 				// The header says whether any line has a custom_id.
 				if err := gate.final(); err != nil {
 					return gate.failure()
@@ -159,14 +161,21 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			defer cancel()
 			defer warned.Wait()
 			customIDs := false
-			if format == "table" {
+			if format == formatTable {
 				for i := range items {
 					customIDs = customIDs || items[i].hasCustomID
 				}
 			}
 			w := bufio.NewWriterSize(lazy, 256<<10)
-			var tw *tabwriter.Writer
-			if format == "table" {
+			var (
+				tw *tabwriter.Writer
+				lw *listWriter // json and yaml: one document
+				lb bytes.Buffer
+			)
+			if format == formatJSON || format == formatYAML {
+				lw = newListWriter(w, format)
+			}
+			if format == formatTable {
 				tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 				switch {
 				case !wait:
@@ -181,9 +190,12 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			err = r.run(ctx, items, output{
 				batch: func(b *batchRun) error {
 					first, last := b.items[0].line, b.items[len(b.items)-1].line
-					if tw != nil {
+					switch {
+					case tw != nil:
 						fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
-					} else {
+					case lw != nil:
+						return lw.add(submittedBatch{b.sub.ID, b.sub.Total, first, last})
+					default:
 						fmt.Fprintf(w, `{"batch":%q,"total":%d,"first_line":%d,"last_line":%d}`+"\n", b.sub.ID, b.sub.Total, first, last)
 					}
 					return nil
@@ -192,9 +204,16 @@ A progress bar is drawn on stderr when it is a terminal.`,
 					if l.State != client.StateCompleted {
 						failed++
 					}
-					if tw != nil {
+					switch {
+					case tw != nil:
 						writeResultRow(tw, j, customIDs, l)
-					} else {
+					case lw != nil:
+						lb.Reset()
+						bw := bufio.NewWriterSize(&lb, 512)
+						writeResultLine(bw, j, l)
+						bw.Flush()
+						return lw.addRaw(lb.Bytes())
+					default:
 						writeResultLine(w, j, l)
 					}
 					return nil
@@ -202,6 +221,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			})
 			if tw != nil {
 				tw.Flush()
+			}
+			if lw != nil && err == nil {
+				err = lw.close()
 			}
 			if ferr := w.Flush(); err == nil && ferr != nil {
 				err = ferr
@@ -230,6 +252,15 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&webhook, "webhook", "", "completion webhook URL of every batch (the server POSTs a signed event to it when the batch ends); the same --run-id with another webhook is refused")
 	cmd.Flags().StringVar(&runID, "run-id", "", "salt of the batches' idempotency keys; change it to submit the same input again as new work")
 	return cmd
+}
+
+// submittedBatch is a batch accepted without --wait, as -o json and yaml
+// print it; ndjson writes the same fields directly.
+type submittedBatch struct {
+	Batch     string `json:"batch"`
+	Total     int    `json:"total"`
+	FirstLine int    `json:"first_line"`
+	LastLine  int    `json:"last_line"`
 }
 
 func displayName(file string) string {
