@@ -23,9 +23,10 @@ type Format string
 
 // The formats.
 const (
-	// FormatJSON is requests as JSON: one per line for puzzlectl, the
-	// {"tasks": [...]} body for the API (DecodeBatch). Results are written
-	// one JSON object per line.
+	// FormatJSON is requests as JSON: one per line for puzzlectl, each
+	// optionally named by a custom_id (ReadItems), the {"tasks": [...]}
+	// body for the API (DecodeBatch). Results are written one JSON object
+	// per line, in the order of the requests.
 	FormatJSON Format = "json"
 	// FormatBOJ1525 is Baekjoon 1525: one sliding board, a row per line;
 	// the answer is the number of moves.
@@ -62,10 +63,10 @@ func ParseFormat(s string) (Format, error) {
 
 // ReadRequests reads and validates every request of r in format f before
 // any is solved, so that a bad case 9,000 fails at once rather than after
-// minutes of work. FormatJSON reads one request per line (blank lines are
-// skipped), each held to Decode's rules. Errors are *solvers.InputError;
-// Line is the 1-based line at fault, and Field is relative to the input
-// ("board[1]", "case[2].board").
+// minutes of work. FormatJSON reads one item per line as ReadItems does,
+// and drops the custom_ids: the results are in the order of the lines.
+// Errors are *solvers.InputError; Line is the 1-based line at fault, and
+// Field is relative to the input ("board[1]", "case[2].board").
 func ReadRequests(r io.Reader, f Format) ([]*Parsed, error) {
 	switch f {
 	case FormatBOJ1525:
@@ -117,17 +118,23 @@ func ReadRequests(r io.Reader, f Format) ([]*Parsed, error) {
 		}
 		return out, nil
 	case FormatJSON, "":
-		return readJSONLines(r)
+		reqs, _, err := ReadItems(r)
+		return reqs, err
 	}
 	_, err := ParseFormat(string(f))
 	return nil, err
 }
 
-// readJSONLines reads one request per non-blank line.
-func readJSONLines(in io.Reader) ([]*Parsed, error) {
+// ReadItems reads FormatJSON input as the API reads the lines of an NDJSON
+// batch: one item per non-blank line, {"custom_id"?, "kind", "puzzle",
+// "options"?}, held to DecodeItem's rules, so that puzzlectl solve takes
+// the lines puzzlectl submit takes. A custom_id is unique in the input,
+// as in a batch. customIDs[i] is the custom_id of reqs[i], "" when its
+// line has none. Errors are ReadRequests'.
+func ReadItems(in io.Reader) (reqs []*Parsed, customIDs []string, err error) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), MaxJSONLine)
-	var reqs []*Parsed
+	seen := CustomIDs{}
 	line := 0
 	for sc.Scan() {
 		line++
@@ -135,21 +142,43 @@ func readJSONLines(in io.Reader) ([]*Parsed, error) {
 		if len(b) == 0 {
 			continue
 		}
-		p, err := Decode(b)
+		p, id, err := DecodeItem(b)
 		if err != nil {
-			return nil, LineError(err, line)
+			return nil, nil, LineError(err, line)
+		}
+		if id != "" {
+			if err := seen.Add(id, line); err != nil {
+				return nil, nil, err
+			}
 		}
 		reqs = append(reqs, p)
+		customIDs = append(customIDs, id)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			e := solvers.TooLarge("", "longer than %d bytes", MaxJSONLine)
 			e.Line = line + 1
-			return nil, e
+			return nil, nil, e
 		}
-		return nil, fmt.Errorf("puzzle: read input: %w", err)
+		return nil, nil, fmt.Errorf("puzzle: read input: %w", err)
 	}
-	return reqs, nil
+	return reqs, customIDs, nil
+}
+
+// CustomIDs finds a custom_id that an input of lines repeats: the API
+// refuses one within a batch, and puzzlectl within its whole input, so
+// that each names one line. It maps a custom_id to the line that has it.
+type CustomIDs map[string]int
+
+// Add records that line has the custom_id id, or fails, naming both lines,
+// when an earlier line has it.
+func (c CustomIDs) Add(id string, line int) error {
+	if first, ok := c[id]; ok {
+		return &solvers.InputError{Code: CodeInvalidRequest, Field: "custom_id", Line: line,
+			Msg: fmt.Sprintf("custom_id %q repeats line %d's", id, first)}
+	}
+	c[id] = line
+	return nil
 }
 
 // LineError returns err, an error of one request line, as an InputError

@@ -214,3 +214,61 @@ func FuzzBatchDecoder(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadItems holds puzzlectl's json format to the batch item decoder:
+// an input of the lines a and b is read exactly when each is blank or an
+// item DecodeItem takes, and their custom_ids differ, giving the same
+// requests and custom_ids in order; else the error is an InputError at
+// the first line at fault. ReadRequests reads the same requests.
+func FuzzReadItems(f *testing.F) {
+	const slide = `"kind":"sliding","puzzle":` + board3
+	f.Add([]byte(`{"custom_id":"a",`+slide+`}`), []byte(`{"custom_id":"b",`+slide+`}`))
+	f.Add([]byte(`{"custom_id":"a",`+slide+`}`), []byte(`{"kind":"sweep","puzzle":{"board":["."]},"custom_id":"a"}`))
+	f.Add([]byte(`{"custom_id":"a",`+slide+`}`), []byte(`{"custom_\u0069d":"a",`+slide+`}`))
+	f.Add([]byte(sweep1), []byte(`{"custom_id":"`+strings.Repeat("x", 65)+`",`+slide+`}`))
+	f.Add([]byte(" "), []byte(`{"custom_id":"",`+slide+`}`))
+	f.Add([]byte(`{"custom_id":null,`+slide+`}`), []byte(sweep1))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		if bytes.IndexByte(a, '\n') >= 0 || bytes.IndexByte(b, '\n') >= 0 {
+			return // the input would have other lines than a and b
+		}
+		in := string(a) + "\n" + string(b) + "\n"
+		reqs, ids, err := puzzle.ReadItems(strings.NewReader(in))
+		var (
+			want    []*puzzle.Parsed
+			wantIDs []string
+			badLine int
+		)
+		for i, l := range [][]byte{a, b} {
+			l = bytes.TrimSpace(l)
+			if len(l) == 0 {
+				continue
+			}
+			p, id, err := puzzle.DecodeItem(l)
+			if err != nil || id != "" && len(wantIDs) > 0 && wantIDs[0] == id {
+				badLine = i + 1
+				break
+			}
+			want, wantIDs = append(want, p), append(wantIDs, id)
+		}
+		if badLine > 0 {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code == "" || ie.Line != badLine || ie.Msg == "" {
+				t.Fatalf("%q: %v (%T), want an InputError at line %d", in, err, err, badLine)
+			}
+			return
+		}
+		if err != nil || len(reqs) != len(want) || len(ids) != len(want) {
+			t.Fatalf("%q: %d requests, %v; want %d", in, len(reqs), err, len(want))
+		}
+		plain, err := puzzle.ReadRequests(strings.NewReader(in), puzzle.FormatJSON)
+		if err != nil || len(plain) != len(want) {
+			t.Fatalf("%q: ReadRequests: %d requests, %v; want %d", in, len(plain), err, len(want))
+		}
+		for i := range want {
+			if reqs[i].Key() != want[i].Key() || plain[i].Key() != want[i].Key() || ids[i] != wantIDs[i] {
+				t.Fatalf("%q: item %d is %q %s, want %q %s", in, i, ids[i], reqs[i].Payload(), wantIDs[i], want[i].Payload())
+			}
+		}
+	})
+}

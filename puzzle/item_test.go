@@ -1,7 +1,9 @@
 package puzzle_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -134,3 +136,65 @@ func TestBatchDecoderPassesReadErrors(t *testing.T) {
 type failReader struct{ err error }
 
 func (f *failReader) Read([]byte) (int, error) { return 0, f.err }
+
+// puzzlectl's json format takes the lines of an NDJSON batch: a request
+// may carry a custom_id, held to DecodeItem's rules and unique in the
+// input, and an error names its line and the field. ReadRequests reads
+// the same lines.
+func TestReadItems(t *testing.T) {
+	t.Parallel()
+	const (
+		slide = `"kind":"sliding","puzzle":` + board3
+		sweep = `"kind":"sweep","puzzle":{"board":["."]}`
+	)
+	in := `{"custom_id":"row-1",` + slide + "}\n\n" +
+		`{` + sweep + `}` + "\n" +
+		`{` + sweep + `,"custom_id":"row-\u00e9"}` + "\r\n" +
+		` {"custom_id":"` + strings.Repeat("x", 64) + `",` + slide + "} \n"
+	reqs, ids, err := puzzle.ReadItems(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs := []string{"row-1", "", "row-\u00e9", strings.Repeat("x", 64)}
+	if len(reqs) != 4 || strings.Join(ids, ",") != strings.Join(wantIDs, ",") {
+		t.Fatalf("ids %q, %d requests; want %q", ids, len(reqs), wantIDs)
+	}
+	plain, err := puzzle.ReadRequests(strings.NewReader(in), puzzle.FormatJSON)
+	if err != nil || len(plain) != 4 {
+		t.Fatalf("ReadRequests: %d requests, %v", len(plain), err)
+	}
+	for i, want := range []string{`{` + slide + `}`, `{` + sweep + `}`, `{` + sweep + `}`, `{` + slide + `}`} {
+		p, err := puzzle.Decode([]byte(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reqs[i].Key() != p.Key() || plain[i].Key() != p.Key() || !bytes.Equal(reqs[i].Payload(), p.Payload()) {
+			t.Errorf("request %d is not %s: its custom_id must not change it", i, want)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, in string
+		line     int
+		msgHas   string
+	}{
+		{"65 bytes", `{` + sweep + "}\n" + `{"custom_id":"` + strings.Repeat("x", 65) + `",` + slide + "}\n", 2, "at most 64 bytes, got 65"},
+		{"repeated", `{"custom_id":"a",` + slide + "}\n\n" + `{` + sweep + "}\n" + `{"custom_id":"a",` + sweep + "}\n", 4, `custom_id "a" repeats line 1's`},
+		{"empty", `{"custom_id":"",` + slide + "}\n", 1, "must not be empty"},
+		{"null", `{"custom_id":null,` + slide + "}\n", 1, "expected a string, got null"},
+		{"number", `{` + sweep + "}\n" + `{"custom_id":7,` + slide + "}\n", 2, "expected a string"},
+		{"invalid UTF-8", "{\"custom_id\":\"\xff\"," + slide + "}\n", 1, "UTF-8"},
+		{"twice in a line", `{"custom_id":"a","custom_id":"b",` + slide + "}\n", 1, `"custom_id" appears twice`},
+	} {
+		_, _, err := puzzle.ReadItems(strings.NewReader(tc.in))
+		_, rerr := puzzle.ReadRequests(strings.NewReader(tc.in), puzzle.FormatJSON)
+		for what, err := range map[string]error{"ReadItems": err, "ReadRequests": rerr} {
+			var ie *solvers.InputError
+			if !errors.As(err, &ie) || ie.Code != puzzle.CodeInvalidRequest || ie.Field != "custom_id" || ie.Line != tc.line ||
+				!strings.HasPrefix(err.Error(), fmt.Sprintf("line %d: ", tc.line)) || !strings.Contains(ie.Msg, "custom_id") ||
+				!strings.Contains(ie.Msg, tc.msgHas) {
+				t.Errorf("%s (%s): %#v; want invalid_request on custom_id at line %d saying %q", tc.name, what, err, tc.line, tc.msgHas)
+			}
+		}
+	}
+}
