@@ -127,7 +127,7 @@ func startValidation(items []item, ready func() error) *validation {
 			workers.Wait() // they write the items validateAll writes
 			v.fail()
 		}
-		seen := map[string]int{}
+		seen := puzzle.CustomIDs{}
 		for b := range blocks {
 			select {
 			case <-passed[b]:
@@ -138,14 +138,10 @@ func startValidation(items []item, ready func() error) *validation {
 			lo, hi := b*validateBlock, min((b+1)*validateBlock, len(items))
 			for i := lo; i < hi; i++ {
 				j := &items[i]
-				if !j.hasCustomID {
-					continue
-				}
-				if _, ok := seen[j.customID]; ok {
+				if j.hasCustomID && seen.Add(j.customID, j.line) != nil {
 					fail()
 					return
 				}
-				seen[j.customID] = j.line
 			}
 			v.release(int64(hi))
 		}
@@ -279,15 +275,14 @@ func validateAll(items []item) error {
 	}
 	// custom_id is unique within a batch; puzzlectl holds the whole input
 	// to it, so that a result names one line whatever the batches.
-	seen := map[string]int{}
+	seen := puzzle.CustomIDs{}
 	for _, j := range items {
 		if !j.hasCustomID {
 			continue
 		}
-		if first, ok := seen[j.customID]; ok {
-			return usagef("line %d: custom_id %q repeats line %d's", j.line, j.customID, first)
+		if err := seen.Add(j.customID, j.line); err != nil {
+			return err
 		}
-		seen[j.customID] = j.line
 	}
 	return nil
 }
