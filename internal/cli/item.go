@@ -17,8 +17,8 @@ import (
 
 // decodeItem validates one line of an NDJSON batch as the API does: the
 // request, held to puzzle.Decode's rules, and an optional top-level
-// "custom_id", a string of at most apitype.MaxCustomIDBytes bytes. has
-// reports whether the line had a custom_id.
+// "custom_id", a non-empty string of at most apitype.MaxCustomIDBytes
+// bytes. has reports whether the line had a custom_id.
 //
 // It stands in for puzzle.DecodeItem, which another branch adds: the
 // member is taken out of the object and the rest goes to puzzle.Decode,
@@ -56,6 +56,10 @@ func decodeItemFull(line []byte) (customID string, has bool, err error) {
 	}
 	if has {
 		switch {
+		case customID == "":
+			// The API refuses it (puzzle.DecodeItem): a line it would
+			// refuse fails here, before any batch is sent.
+			return "", false, invalidItem("custom_id", "custom_id must not be empty; leave it out instead")
 		case len(customID) > apitype.MaxCustomIDBytes:
 			return "", false, invalidItem("custom_id", "custom_id is %d bytes, at most %d", len(customID), apitype.MaxCustomIDBytes)
 		case !utf8.ValidString(customID):

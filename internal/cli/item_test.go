@@ -28,7 +28,7 @@ func TestDecodeItem(t *testing.T) {
 		{line: `{` + req + `,"custom_id":"b"}`, customID: "b", has: true},
 		{line: `{"kind":"sliding","custom_id":"c","puzzle":{"board":[[1,0],[3,2]]}}`, customID: "c", has: true},
 		{line: `{"custom\u005fid":"esc",` + req + `}`, customID: "esc", has: true},
-		{line: `{"custom_id":"",` + req + `}`, customID: "", has: true},
+		{line: `{"custom_id":"",` + req + `}`, errHas: "custom_id must not be empty"},
 		{line: `{"custom_id":"` + long[:64] + `",` + req + `}`, customID: long[:64], has: true},
 		{line: `{"custom_id":"` + long + `",` + req + `}`, errHas: "65 bytes"},
 		{line: `{"custom_id":7,` + req + `}`, errHas: "custom_id must be a string, got number"},
