@@ -112,3 +112,54 @@ func TestSolveAndSubmitRefuseFoldedAndRepeatedNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSolveJSONTakesCustomIDAsSubmitDoes: solve --format json reads the
+// lines submit reads. A custom_id names a request and changes nothing of
+// its result, which comes in the order of the lines; a bad or repeated
+// one fails as submit fails it, exit 2 naming the line and the field,
+// before anything is sent.
+func TestSolveJSONTakesCustomIDAsSubmitDoes(t *testing.T) {
+	t.Parallel()
+	const (
+		slide = `"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}`
+		sweep = `"kind":"sweep","puzzle":{"board":["**...",".....","....*","..*..","....."]}`
+	)
+	named := `{"kind":"sliding","custom_id":"a","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}` + "\n\n" +
+		`{"custom_id":"b",` + sweep + "}\n" +
+		`{` + slide + "}\n" +
+		`{` + sweep + `,"custom_id":"` + strings.Repeat("z", 64) + `"}` + "\n"
+	plain := `{` + slide + "}\n{" + sweep + "}\n{" + slide + "}\n{" + sweep + "}\n"
+	code, out, errOut := run(t, named, "solve", "--local", "--format", "json")
+	_, want, _ := run(t, plain, "solve", "--local", "--format", "json")
+	if code != 0 || out != want || strings.Count(out, "\n") != 4 {
+		t.Fatalf("custom_id lines: exit %d, out %q, stderr %q; want %q", code, out, errOut, want)
+	}
+
+	long := strings.Repeat("x", 65)
+	for _, tc := range []struct{ name, in, errHas string }{
+		{"65 bytes", `{` + slide + "}\n" + `{"custom_id":"` + long + `",` + slide + "}\n", "line 2: custom_id"},
+		{"repeated", `{"custom_id":"a",` + slide + "}\n\n" + `{"custom_id":"a",` + sweep + "}\n", `line 3: custom_id "a" repeats line 1's`},
+		{"empty", `{"custom_id":"",` + slide + "}\n", "line 1: custom_id must not be empty"},
+		{"null", `{"custom_id":null,` + slide + "}\n", "line 1: custom_id"},
+		{"number", `{"custom_id":7,` + slide + "}\n", "line 1: custom_id"},
+		{"invalid UTF-8", "{\"custom_id\":\"\xff\"," + slide + "}\n", "line 1: custom_id"},
+		{"twice", `{"custom_id":"a","custom_id":"b",` + slide + "}\n", `line 1: `},
+	} {
+		// In parallel: submit fails a bad line only once its upload,
+		// which has nowhere to go, gave up.
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, args := range [][]string{
+				{"solve", "--local", "--format", "json"},
+				// No server listens on port 1: the lines are refused first.
+				{"solve", "--server", "http://127.0.0.1:1", "--format", "json"},
+				{"submit", "--server", "http://127.0.0.1:1", "-f", "-"},
+			} {
+				code, out, errOut := run(t, tc.in, args...)
+				if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) || !strings.Contains(errOut, "custom_id") {
+					t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", args, code, out, errOut, tc.errHas)
+				}
+			}
+		})
+	}
+}

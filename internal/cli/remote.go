@@ -667,17 +667,30 @@ type remoteSolver struct {
 // batch, whose work waits in the bulk queue's fair feed.
 const maxSingles = 8
 
-func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
+func (s remoteSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed, customIDs []string) ([]json.RawMessage, error) {
 	c, err := s.g.client()
 	if err != nil {
 		return nil, err
 	}
 	if len(reqs) <= maxSingles {
+		// POST /v1/tasks takes no custom_id: the payloads go without
+		// theirs, and the order of the answers names the lines.
 		return solveSingles(cmd.Context(), c, reqs, s.webhook)
 	}
 	items := make([]item, len(reqs))
 	for i, p := range reqs {
 		items[i] = item{line: i + 1, raw: p.Payload()}
+		if i >= len(customIDs) || customIDs[i] == "" {
+			continue
+		}
+		// A batch item carries its custom_id: the server names the item
+		// by it (results, events), and the run holds the results' echo
+		// of it to the input.
+		raw, err := client.RawRequest(p.Payload()).WithCustomID(customIDs[i]).MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("case %d: %w", i+1, err)
+		}
+		items[i].raw, items[i].customID, items[i].hasCustomID = raw, customIDs[i], true
 	}
 	// A fresh run ID: retries within this run are deduplicated, but
 	// solving the same input again solves it again (a task that failed,

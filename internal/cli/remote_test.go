@@ -22,6 +22,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/client"
 	"github.com/puzzleq/puzzleq/internal/cli"
 	"github.com/puzzleq/puzzleq/puzzle"
@@ -132,6 +133,66 @@ func TestRemoteSolveHandfulAsSingles(t *testing.T) {
 	}
 	if got := s.Keys("pq:task:*"); got != 9 {
 		t.Fatalf("%d single-task records, want 9 (1 + 8)", got)
+	}
+}
+
+// Lines named by custom_id are solved through the API as locally, byte
+// for byte, in the order of the lines: a handful as single tasks, which
+// take no custom_id, and more as a batch, whose items carry theirs.
+func TestRemoteSolveWithCustomIDsMatchesLocal(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, 1)
+	s.requireBatchNDJSON()
+	named := func(n int) string {
+		var in strings.Builder
+		for i, l := range slidingLines(n, 23) {
+			if i%3 != 2 { // every third line has none
+				l = fmt.Sprintf(`{"custom_id":"case-%d",`, i) + l[1:]
+			}
+			in.WriteString(l + "\n")
+			if i == 1 {
+				in.WriteString("\n") // a blank line: no request, no result
+			}
+		}
+		in.WriteString(`{"kind":"sweep","puzzle":{"board":["**...",".....","....*","..*..","....."]},"custom_id":"sweep \u00e9"}` + "\n")
+		return in.String()
+	}
+	for _, tc := range []struct {
+		n       int
+		batches int
+	}{{4, 0}, {12, 1}} {
+		in := named(tc.n)
+		lcode, lout, lerr := run(t, in, "solve", "--local", "--format", "json")
+		rcode, rout, rerr := run(t, in, "solve", "--server", s.base, "--format", "json")
+		if lcode != 0 || rcode != 0 || lout != rout || strings.Count(lout, "\n") != tc.n+1 {
+			t.Fatalf("%d requests: local exit %d %q (%s), remote exit %d %q (%s)", tc.n+1, lcode, lout, lerr, rcode, rout, rerr)
+		}
+		if got := s.Keys("pq:batch:*:req"); got != tc.batches {
+			t.Fatalf("after %d requests: %d batches, want %d", tc.n+1, got, tc.batches)
+		}
+	}
+	// The batch's items carry the custom_ids of their lines.
+	code, body := s.Do("GET", "/v1/batches", nil)
+	var list apitype.BatchList
+	if err := json.Unmarshal(body, &list); code != http.StatusOK || err != nil || len(list.Batches) != 1 {
+		t.Fatalf("GET /v1/batches: %d %s", code, body)
+	}
+	code, body = s.Do("GET", "/v1/batches/"+list.Batches[0].ID+"/results", nil)
+	var ids []string
+	for l := range bytes.Lines(body) {
+		var r apitype.ResultLine
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatalf("results: %v: %s", err, l)
+		}
+		id := "-"
+		if r.CustomID != nil {
+			id = *r.CustomID
+		}
+		ids = append(ids, id)
+	}
+	want := "case-0 case-1 - case-3 case-4 - case-6 case-7 - case-9 case-10 - sweep \u00e9"
+	if code != http.StatusOK || strings.Join(ids, " ") != want {
+		t.Errorf("the batch's custom_ids: %d %q, want %q", code, ids, want)
 	}
 }
 

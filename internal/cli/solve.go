@@ -26,13 +26,17 @@ func newSolveCmd(g *globals) *cobra.Command {
 answer to stdout: in this process with --local, else through the API, with
 byte-for-byte the same output. Up to 8 puzzles go as single tasks on the
 interactive queue, each one request that waits for its answer; more go as one
-batch, waiting for its results.
+batch, waiting for its results (its items carry their custom_id; a single
+task takes none).
 
 Formats:
   boj1525  Baekjoon 1525: a sliding board, one row per line; prints the moves
   boj9944  Baekjoon 9944: cases "N M" + N rows until EOF; prints "Case k: X"
   p84021   Programmers 84021: {"game_board": [[...]], "table": [[...]]}; prints the cells filled
-  json     one request per line, {"kind": "...", "puzzle": {...}}; prints one result object per line`,
+  json     one request per line, {"kind": "...", "puzzle": {...}}, the lines submit takes:
+           a line may name its request with "custom_id" (a string of at most 64 bytes,
+           unique in the input); prints one result object per line, in the order of the
+           lines, without the custom_id`,
 		Example: `  printf '1 0 3\n4 2 5\n7 8 6\n' | puzzlectl solve --local --format boj1525
   puzzlectl solve --format boj9944 < cases.txt
   puzzlectl solve --local --format json < requests.jsonl`,
@@ -54,15 +58,18 @@ Formats:
 	return cmd
 }
 
-// solver turns a validated request into the result JSON. The local and
-// remote modes differ only here, which is what keeps their output equal.
+// solver turns validated requests into their result JSON, in order. The
+// local and remote modes differ only here, which is what keeps their
+// output equal. customIDs[i], when customIDs is not nil, is the
+// custom_id of reqs[i] ("" for none): it names the request to the API and
+// never changes its result.
 type solver interface {
-	solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]json.RawMessage, error)
+	solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed, customIDs []string) ([]json.RawMessage, error)
 }
 
 type localSolver struct{}
 
-func (localSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed) ([]json.RawMessage, error) {
+func (localSolver) solveAll(cmd *cobra.Command, reqs []*puzzle.Parsed, _ []string) ([]json.RawMessage, error) {
 	usePDBDir(cmd.ErrOrStderr())
 	out := make([]json.RawMessage, len(reqs))
 	for i, r := range reqs {
@@ -83,11 +90,21 @@ func solveFormat(cmd *cobra.Command, name string, s solver) error {
 	if err != nil {
 		return usageError{err}
 	}
-	reqs, err := puzzle.ReadRequests(cmd.InOrStdin(), f)
+	var (
+		reqs      []*puzzle.Parsed
+		customIDs []string
+	)
+	if f == puzzle.FormatJSON {
+		// Lines as submit takes them, custom_id and all: the output is
+		// one result per line in their order, which is the correlation.
+		reqs, customIDs, err = puzzle.ReadItems(cmd.InOrStdin())
+	} else {
+		reqs, err = puzzle.ReadRequests(cmd.InOrStdin(), f)
+	}
 	if err != nil {
 		return err
 	}
-	raws, err := s.solveAll(cmd, reqs)
+	raws, err := s.solveAll(cmd, reqs, customIDs)
 	if err != nil {
 		return err
 	}
