@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,9 @@ type progress struct {
 	// the value the rate is measured on (rateWindow of them).
 	start   time.Time
 	samples []sample
+
+	// Guarded by mu: the value drawn.
+	shown int64
 }
 
 // sample is the bar's value (less the baseline) at a moment.
@@ -46,6 +50,15 @@ type sample struct {
 	at time.Time
 	v  int64
 }
+
+// tick is how often the bar is redrawn.
+const tick = 200 * time.Millisecond
+
+// rateWidth is the width of the rate and ETA field: the widest text it
+// holds at a pace under a million tasks/s and an ETA under 100 h. A
+// longer text is cut (only an ETA's smallest units, in practice), so the
+// line keeps its width.
+const rateWidth = len("999999 tasks/s, ETA 99h59m59s")
 
 // rateWindow is how far back the rate looks: long enough to smooth the
 // steps in which counts arrive, short enough to follow a change of pace.
@@ -59,34 +72,48 @@ func newProgress(w io.Writer, total int, wait bool) *progress {
 	if !isTerminal(w) || total == 0 {
 		return nil
 	}
-	p := &progress{total: total, wait: wait, stop: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
-	// The rate and the ETA are the bar's own (rateText): progressbar's
-	// count from its start, so they read 0 until the first step and
-	// count a resumed run's earlier work as done in an instant.
-	p.bar = progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(false),
-		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionShowDescriptionAtLineEnd(),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionSetRenderBlankState(true),
-		progressbar.OptionSetDescription(p.describe()),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
-	)
+	p := newBar(w, total, wait, time.Now())
 	go p.loop()
 	return p
 }
 
-// describe is the text after the bar: the other count, the rate and the
-// ETA. Called with mu held (or before the bar exists).
-func (p *progress) describe() string {
-	rate := p.rateText(time.Now())
+// newBar draws the bar on w, at its start, without the redraws of loop:
+// newProgress starts those, and tests drive redraw themselves.
+func newBar(w io.Writer, total int, wait bool, start time.Time) *progress {
+	p := &progress{total: total, wait: wait, stop: make(chan struct{}), done: make(chan struct{}), start: start}
+	// The counts, the rate and the ETA are in the description, in
+	// fields of fixed width: progressbar's own count, elapsed time and
+	// rate print as wide as they are, so the line would change width
+	// (and, on a terminal narrower than the line, so would the bar,
+	// which progressbar fits to what is left). Its rate and ETA count
+	// from its start, besides, so they read 0 until the first step and
+	// count a resumed run's earlier work as done in an instant.
+	// No throttle: the bar is drawn only by redraw, a tick apart, and
+	// a throttle would drop a redraw's line for the one before it.
+	p.bar = progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionThrottle(0),
+		progressbar.OptionSetRenderBlankState(true),
+		progressbar.OptionSetDescription(p.describe(start)),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+	)
+	return p
+}
+
+// describe is the text after the bar: the value drawn, the other count,
+// the rate and the ETA. The counts are padded to the width of the total
+// and the rate to rateWidth, so the text is as wide at the end as at the
+// start. Called with mu held (or before the bar exists).
+func (p *progress) describe(now time.Time) string {
+	d := len(strconv.Itoa(p.total))
+	rate := fmt.Sprintf("%-*.*s", rateWidth, rateWidth, p.rateText(now))
 	if p.wait {
-		return fmt.Sprintf("completed; submitted %d/%d; %s", p.submitted.Load(), p.total, rate)
+		return fmt.Sprintf("%*d/%d completed; submitted %*d/%d; %s", d, p.shown, p.total, d, p.submitted.Load(), p.total, rate)
 	}
-	return "submitted; " + rate
+	return fmt.Sprintf("%*d/%d submitted; %s", d, p.shown, p.total, rate)
 }
 
 // value is the bar's value: tasks completed with wait, else submitted.
@@ -149,23 +176,43 @@ func (p *progress) addBaseline(n int) {
 // counts arrive in batch-sized steps.
 func (p *progress) loop() {
 	defer close(p.done)
-	t := time.NewTicker(200 * time.Millisecond)
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-p.stop:
 			return
-		case <-t.C:
-			p.redraw()
+		case now := <-t.C:
+			p.redraw(now)
 		}
 	}
 }
 
-func (p *progress) redraw() {
+// redraw draws the bar as of now.
+func (p *progress) redraw(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.bar.Describe(p.describe())
-	_ = p.bar.Set64(p.value())
+	if p.bar.IsFinished() {
+		return // its line is ended: a draw would repeat it below
+	}
+	p.shown = p.value()
+	p.draw(now)
+}
+
+// draw draws the description and the value in one line. Describe draws
+// at once, and so does Set64 when the value moves the bar, so the
+// description is set undrawn first (an Option is a setter on the bar),
+// and drawn by Describe only when Set64 drew nothing; after a value that
+// fills the bar, which ends its line, Describe would draw it anew on the
+// next. Called with mu held.
+func (p *progress) draw(now time.Time) {
+	d := p.describe(now)
+	progressbar.OptionSetDescription(d)(p.bar)
+	drawn := p.bar.String()
+	_ = p.bar.Set64(p.shown)
+	if p.bar.String() == drawn && !p.bar.IsFinished() {
+		p.bar.Describe(d)
+	}
 }
 
 // notes serializes notes written without a bar, which come from several
@@ -205,9 +252,18 @@ func (p *progress) finish() {
 	}
 	close(p.stop)
 	<-p.done
-	p.redraw()
+	p.last(time.Now())
+}
+
+// last draws the last counts and ends the bar's line.
+func (p *progress) last(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.bar.IsFinished() {
+		return // it was drawn full, which ended its line
+	}
+	p.shown = p.value()
+	p.draw(now)
 	if !p.bar.IsFinished() {
 		_ = p.bar.Exit() // its completion hook ends the line
 	}

@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestRateFromTheFirstSecondAndAfterAResume: the rate is this run's own
@@ -42,5 +47,99 @@ func TestRateFromTheFirstSecondAndAfterAResume(t *testing.T) {
 	s := &progress{total: 10, wait: true, start: t0}
 	if got := s.rateText(t0.Add(2 * time.Second)); got != "0 tasks/s, ETA unknown" {
 		t.Fatalf("nothing done: %q", got)
+	}
+}
+
+// frames are the lines a bar drew on out, in order: each draw starts with
+// a carriage return, and a clear (spaces over the last line) is not one.
+func frames(out string) []string {
+	var fs []string
+	for _, f := range strings.Split(out, "\r") {
+		f = strings.TrimSuffix(f, "\n")
+		if strings.TrimSpace(f) != "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// TestProgressLineKeepsItsWidth draws bars through all their states (the
+// first second, steady chunks, a burst, a stall, the end) and checks that
+// every line drawn has one width: the counts, the rate and the ETA grow
+// and shrink inside it.
+func TestProgressLineKeepsItsWidth(t *testing.T) {
+	for _, total := range []int{7, 5000, 123456} {
+		for _, wait := range []bool{true, false} {
+			var out bytes.Buffer
+			t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			p := newBar(&out, total, wait, t0)
+			counts := &p.completed
+			if !wait {
+				counts = &p.submitted
+			}
+			now := t0
+			second := int(time.Second / tick) // redraws
+			redraw := func(n int) {
+				for range n {
+					now = now.Add(tick)
+					p.redraw(now)
+				}
+			}
+			redraw(3) // measuring the rate
+			chunk := int64(max(1, total/40))
+			for counts.Load()+chunk < int64(total)*3/4 { // steady chunks, one a second
+				counts.Add(chunk)
+				if wait {
+					p.submitted.Store(int64(total))
+				}
+				redraw(second)
+			}
+			redraw(20 * second) // a stall: 0 tasks/s, ETA unknown
+			counts.Add(1)
+			redraw(1) // a slow pace: the longest ETA
+			counts.Store(int64(total) - 1)
+			redraw(second + 1) // a burst
+			counts.Store(int64(total))
+			redraw(2)
+			p.last(now)
+
+			fs := frames(out.String())
+			if len(fs) < 20 {
+				t.Fatalf("total %d, wait %v: %d lines drawn: %q", total, wait, len(fs), out.String())
+			}
+			want := utf8.RuneCountInString(fs[0])
+			for i, f := range fs {
+				if n := utf8.RuneCountInString(f); n != want {
+					t.Errorf("total %d, wait %v: line %d is %d wide, the first %d:\n%q\n%q", total, wait, i, n, want, fs[0], f)
+				}
+			}
+			full := fmt.Sprintf("%d/%d", total, total)
+			if last := fs[len(fs)-1]; !strings.Contains(last, "100%") || !strings.Contains(last, full) || !strings.HasSuffix(out.String(), "\n") {
+				t.Errorf("total %d, wait %v: the last line %q, want 100%% and %s, ended", total, wait, last, full)
+			}
+		}
+	}
+}
+
+// TestNoBarOffATerminal: a buffer or a file is not a terminal, so nothing
+// is drawn on it.
+func TestNoBarOffATerminal(t *testing.T) {
+	var buf bytes.Buffer
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, w := range []io.Writer{&buf, f} {
+		p := newProgress(w, 100, true)
+		if p != nil {
+			t.Fatalf("a bar on %T", w)
+		}
+		p.addSubmitted(100)
+		p.addCompleted(100)
+		p.finish()
+	}
+	if st, _ := f.Stat(); buf.Len() != 0 || st.Size() != 0 {
+		t.Errorf("drawn off a terminal: %q, %d bytes in the file", buf.String(), st.Size())
 	}
 }
