@@ -41,8 +41,9 @@ type progress struct {
 	start   time.Time
 	samples []sample
 
-	// Guarded by mu: the value drawn.
-	shown int64
+	// Guarded by mu: the value drawn, the value it moves to, and by how
+	// much a redraw moves it (see ease).
+	shown, target, step int64
 }
 
 // sample is the bar's value (less the baseline) at a moment.
@@ -53,6 +54,12 @@ type sample struct {
 
 // tick is how often the bar is redrawn.
 const tick = 200 * time.Millisecond
+
+// easeTicks is over how many redraws a rise of the counts is spread: the
+// counts are read every second (runner.countsEvery) and results arrive
+// in chunks of hundreds, so the bar moves through a second's rise in
+// steps rather than jumping, and is never more than a second behind.
+const easeTicks = 5
 
 // rateWidth is the width of the rate and ETA field: the widest text it
 // holds at a pace under a million tasks/s and an ETA under 100 h. A
@@ -116,6 +123,26 @@ func (p *progress) describe(now time.Time) string {
 	return fmt.Sprintf("%*d/%d submitted; %s", d, p.shown, p.total, rate)
 }
 
+// ease moves the value drawn toward the value: a rise is spread over the
+// next easeTicks redraws, in equal steps. A further rise while it
+// catches up can only make the step larger, so every count is drawn
+// within easeTicks redraws of its arrival. Called with mu held.
+func (p *progress) ease() {
+	v := p.value()
+	if v <= p.shown {
+		p.shown, p.target, p.step = v, v, 0
+		return
+	}
+	if v != p.target {
+		p.target = v
+		p.step = max(p.step, (v-p.shown+easeTicks-1)/easeTicks)
+	}
+	p.shown = min(p.shown+p.step, p.target)
+	if p.shown == p.target {
+		p.step = 0
+	}
+}
+
 // value is the bar's value: tasks completed with wait, else submitted.
 func (p *progress) value() int64 {
 	if p.wait {
@@ -172,8 +199,8 @@ func (p *progress) addBaseline(n int) {
 	}
 }
 
-// loop redraws a few times a second, so the rate and ETA move even while
-// counts arrive in batch-sized steps.
+// loop redraws a few times a second, so the bar moves (ease) and the rate
+// and ETA follow even while counts arrive in batch-sized steps.
 func (p *progress) loop() {
 	defer close(p.done)
 	t := time.NewTicker(tick)
@@ -188,14 +215,15 @@ func (p *progress) loop() {
 	}
 }
 
-// redraw draws the bar as of now.
+// redraw moves the value drawn a step toward the counts and draws the
+// bar as of now.
 func (p *progress) redraw(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bar.IsFinished() {
 		return // its line is ended: a draw would repeat it below
 	}
-	p.shown = p.value()
+	p.ease()
 	p.draw(now)
 }
 
@@ -255,14 +283,16 @@ func (p *progress) finish() {
 	p.last(time.Now())
 }
 
-// last draws the last counts and ends the bar's line.
+// last draws the exact counts, not one eased toward them, and ends the
+// bar's line.
 func (p *progress) last(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bar.IsFinished() {
 		return // it was drawn full, which ended its line
 	}
-	p.shown = p.value()
+	v := p.value()
+	p.shown, p.target, p.step = v, v, 0
 	p.draw(now)
 	if !p.bar.IsFinished() {
 		_ = p.bar.Exit() // its completion hook ends the line

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +120,88 @@ func TestProgressLineKeepsItsWidth(t *testing.T) {
 				t.Errorf("total %d, wait %v: the last line %q, want 100%% and %s, ended", total, wait, last, full)
 			}
 		}
+	}
+}
+
+// TestProgressEasesAJump: a chunk of 512 results arriving at once moves
+// the bar in steps over the next redraws, up to the exact count; the end
+// of a run draws the exact count however far behind the bar was.
+func TestProgressEasesAJump(t *testing.T) {
+	var out bytes.Buffer
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := newBar(&out, 5000, true, t0)
+	p.submitted.Store(5000)
+	now := t0
+	count := regexp.MustCompile(`(\d+)/5000`) // the first on the line is the value drawn
+	shown := func() int {
+		fs := frames(out.String())
+		m := count.FindStringSubmatch(fs[len(fs)-1])
+		if m == nil {
+			t.Fatalf("no count in %q", fs[len(fs)-1])
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	redraw := func() int {
+		now = now.Add(tick)
+		p.redraw(now)
+		return shown()
+	}
+	redraw()
+	p.completed.Add(512)
+	var seen []int
+	for range easeTicks {
+		seen = append(seen, redraw())
+	}
+	if seen[len(seen)-1] != 512 {
+		t.Fatalf("after %d redraws: %v, want 512 reached", easeTicks, seen)
+	}
+	steps := 0
+	for i, n := range seen {
+		if i > 0 && n < seen[i-1] {
+			t.Fatalf("the bar went back: %v", seen)
+		}
+		if n > 0 && n < 512 {
+			steps++
+		}
+	}
+	if steps < 3 {
+		t.Fatalf("the jump of 512 was drawn as %v: want at least 3 steps short of it", seen)
+	}
+	if n := redraw(); n != 512 {
+		t.Fatalf("after reaching 512: %d", n)
+	}
+
+	// A chunk while the last is drawn can only hurry the bar: each is
+	// drawn within easeTicks redraws of its arrival.
+	p.completed.Add(512)
+	redraw()
+	p.completed.Add(512)
+	for range easeTicks - 2 {
+		redraw()
+	}
+	if n := redraw(); n < 1024 {
+		t.Fatalf("a chunk to 1024, then one to 1536: %d drawn %d redraws after the first, want 1024 or more", n, easeTicks)
+	}
+	if n := redraw(); n != 1536 {
+		t.Fatalf("a chunk to 1024, then one to 1536: %d drawn %d redraws after the second, want 1536", n, easeTicks)
+	}
+
+	// The run ends mid-step: the last line is exact.
+	p.completed.Store(5000)
+	if n := redraw(); n >= 5000 {
+		t.Fatalf("a jump to the end drawn at once: %d", n)
+	}
+	p.last(now)
+	if n := shown(); n != 5000 || !strings.Contains(out.String(), "100%") || !strings.HasSuffix(out.String(), "\n") {
+		t.Fatalf("the last line: %q", frames(out.String())[len(frames(out.String()))-1])
+	}
+	// Nothing is drawn after the line ended.
+	before := out.Len()
+	p.redraw(now.Add(tick))
+	p.last(now.Add(2 * tick))
+	if out.Len() != before {
+		t.Errorf("drawn after the end: %q", out.String()[before:])
 	}
 }
 
