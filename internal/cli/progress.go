@@ -36,8 +36,8 @@ type progress struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	// Guarded by mu: when the bar started, and the recent samples of
-	// the value the rate is measured on (rateWindow of them).
+	// Guarded by mu: when the bar started, and the moments the value
+	// the rate is measured on rose, over the last rateWindow.
 	start   time.Time
 	samples []sample
 
@@ -46,7 +46,7 @@ type progress struct {
 	shown, target, step int64
 }
 
-// sample is the bar's value (less the baseline) at a moment.
+// sample is the bar's value (less the baseline) at a moment it rose.
 type sample struct {
 	at time.Time
 	v  int64
@@ -154,22 +154,43 @@ func (p *progress) value() int64 {
 // rateText measures the rate over the last rateWindow (or since the
 // start, when shorter) of this run's own progress, and the time left at
 // that rate. Within the first second it has nothing to measure yet.
+//
+// The counts rise in steps (a chunk of results, a read of the counts),
+// so the rate is measured from the start of the window to the last rise
+// rather than to now: measured to now, it would sink between steps and
+// leap at each, though the pace is steady. Once the next rise is later
+// than the rises so far have been apart on average, the measure runs to
+// now again, so a stall lowers the rate (to 0 once the window holds no
+// rise).
 func (p *progress) rateText(now time.Time) string {
 	v := p.value() - p.baseline.Load()
-	p.samples = append(p.samples, sample{now, v})
-	for len(p.samples) > 2 && now.Sub(p.samples[1].at) >= rateWindow {
+	if len(p.samples) == 0 {
+		p.samples = []sample{{p.start, 0}}
+	}
+	// Only a rise is a sample: the value and the baseline are read
+	// apart, and a resumed batch's work counts in both, so a drop is
+	// that work seen in one and not yet the other.
+	if v > p.samples[len(p.samples)-1].v {
+		p.samples = append(p.samples, sample{now, v})
+	}
+	for len(p.samples) > 1 && now.Sub(p.samples[1].at) >= rateWindow {
 		p.samples = p.samples[1:]
 	}
-	from := sample{p.start, 0}
-	if now.Sub(p.start) > rateWindow {
-		from = p.samples[0]
+	from, last := p.samples[0], p.samples[len(p.samples)-1]
+	end := now
+	if rises := len(p.samples) - 1; rises > 0 {
+		gap := last.at.Sub(from.at) / time.Duration(rises)
+		end = now.Add(-gap)
+		if end.Before(last.at) {
+			end = last.at
+		}
 	}
-	el := now.Sub(from.at)
+	el := end.Sub(from.at)
 	left := int64(p.total) - p.value()
 	if el <= 0 || (now.Sub(p.start) < time.Second && left > 0) {
 		return "measuring the rate"
 	}
-	perSec := float64(v-from.v) / el.Seconds()
+	perSec := float64(last.v-from.v) / el.Seconds()
 	switch {
 	case left <= 0:
 		return fmt.Sprintf("%s tasks/s", rateString(perSec))

@@ -205,6 +205,50 @@ func TestProgressEasesAJump(t *testing.T) {
 	}
 }
 
+// TestProgressRateHoldsBetweenChunks: results arriving 512 at a time, one
+// chunk a second, are a pace of 512 tasks/s at every redraw, not a rate
+// that sinks between chunks and leaps at each; when they stop, the rate
+// falls.
+func TestProgressRateHoldsBetweenChunks(t *testing.T) {
+	var out bytes.Buffer
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := newBar(&out, 20000, true, t0)
+	p.submitted.Store(20000)
+	now := t0
+	rate := regexp.MustCompile(`; (\S+) tasks/s`)
+	second := int(time.Second / tick) // redraws
+	var rates []string
+	for s := 1; s <= 15; s++ {
+		for i := range second {
+			now = now.Add(tick)
+			if i == second-1 {
+				p.completed.Add(512)
+			}
+			p.redraw(now)
+			fs := frames(out.String())
+			if m := rate.FindStringSubmatch(fs[len(fs)-1]); m != nil {
+				rates = append(rates, m[1])
+			} else if s > 1 {
+				t.Fatalf("at %s: no rate in %q", now.Sub(t0), fs[len(fs)-1])
+			}
+		}
+	}
+	for i, r := range rates {
+		if r != "512" {
+			t.Fatalf("redraw %d: %s tasks/s, want 512 at each (all: %v)", i, r, rates)
+		}
+	}
+	// A stall: the rate falls once the next chunk is overdue.
+	for range 2 * second {
+		now = now.Add(tick)
+		p.redraw(now)
+	}
+	fs := frames(out.String())
+	if m := rate.FindStringSubmatch(fs[len(fs)-1]); m == nil || m[1] == "512" {
+		t.Errorf("after 2 s without results: %q, want a lower rate", fs[len(fs)-1])
+	}
+}
+
 // TestNoBarOffATerminal: a buffer or a file is not a terminal, so nothing
 // is drawn on it.
 func TestNoBarOffATerminal(t *testing.T) {
