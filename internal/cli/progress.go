@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,10 +63,10 @@ const tick = 200 * time.Millisecond
 const easeTicks = 5
 
 // rateWidth is the width of the rate and ETA field: the widest text it
-// holds at a pace under a million tasks/s and an ETA under 100 h. A
-// longer text is cut (only an ETA's smallest units, in practice), so the
-// line keeps its width.
-const rateWidth = len("999999 tasks/s, ETA 99h59m59s")
+// holds at a pace up to 9.9 million tasks/s (rateString) and an ETA
+// under 100 h (etaString). A longer text is cut, so the line keeps its width.
+// Every column it holds is one the bar lacks on an 80-column terminal.
+const rateWidth = len("99999 tasks/s, ETA 59m59s")
 
 // rateWindow is how far back the rate looks: long enough to smooth the
 // steps in which counts arrive, short enough to follow a change of pace.
@@ -198,18 +199,31 @@ func (p *progress) rateText(now time.Time) string {
 		return "0 tasks/s, ETA unknown"
 	}
 	eta := time.Duration(float64(left) / perSec * float64(time.Second))
-	return fmt.Sprintf("%s tasks/s, ETA %s", rateString(perSec), eta.Round(time.Second))
+	return fmt.Sprintf("%s tasks/s, ETA %s", rateString(perSec), etaString(eta))
 }
 
-// rateString prints a rate with the digits that matter.
+// rateString prints a rate with the digits that matter, in 5 characters
+// or fewer up to 9.9 million.
 func rateString(r float64) string {
 	switch {
+	case r >= 100000:
+		return fmt.Sprintf("%.0fk", r/1000)
 	case r >= 100:
 		return fmt.Sprintf("%.0f", r)
 	case r >= 10:
 		return fmt.Sprintf("%.1f", r)
 	}
 	return fmt.Sprintf("%.2f", r)
+}
+
+// etaString prints the time left to the second under an hour and to the
+// minute from an hour on, where the seconds are noise: 6 characters or
+// fewer under 100 h.
+func etaString(d time.Duration) string {
+	if d < time.Hour {
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
 // addBaseline counts n tasks that had ended before this run: they move

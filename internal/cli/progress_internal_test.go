@@ -249,6 +249,32 @@ func TestProgressRateHoldsBetweenChunks(t *testing.T) {
 	}
 }
 
+// TestRateAndETAFitTheirField: the rate and the ETA print short enough
+// for rateWidth, at paces and times left from the slowest to the fastest
+// a run sees.
+func TestRateAndETAFitTheirField(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		eta  time.Duration
+		want string
+	}{
+		{0.004, 99*time.Hour + 59*time.Minute + 29*time.Second, "0.00 tasks/s, ETA 99h59m"},
+		{25, 2*time.Minute + 38*time.Second, "25.0 tasks/s, ETA 2m38s"},
+		{512, 59*time.Minute + 59*time.Second, "512 tasks/s, ETA 59m59s"},
+		{99999, 3*time.Hour + 26*time.Minute + 26*time.Second, "99999 tasks/s, ETA 3h26m"},
+		{123456, time.Hour, "123k tasks/s, ETA 1h0m"},
+		{9.9e6, 1500 * time.Millisecond, "9900k tasks/s, ETA 2s"},
+	} {
+		got := fmt.Sprintf("%s tasks/s, ETA %s", rateString(c.rate), etaString(c.eta))
+		if got != c.want {
+			t.Errorf("%v tasks/s, %v left: %q, want %q", c.rate, c.eta, got, c.want)
+		}
+		if len(got) > rateWidth {
+			t.Errorf("%q is wider than the field (%d)", got, rateWidth)
+		}
+	}
+}
+
 // TestNoBarOffATerminal: a buffer or a file is not a terminal, so nothing
 // is drawn on it.
 func TestNoBarOffATerminal(t *testing.T) {
