@@ -22,6 +22,10 @@ type (
 	TaskList = apitype.TaskList
 	// ServiceStatus is what GET /v1/status says of the workers and queues.
 	ServiceStatus = apitype.ServiceStatus
+	// History is what ended in each of the last minutes (GET /v1/history).
+	History = apitype.History
+	// HistoryPoint is one minute of a History.
+	HistoryPoint = apitype.HistoryPoint
 )
 
 // ListOptions narrow a list of batches or tasks and say which page to
@@ -134,4 +138,20 @@ func (c *Client) Status(ctx context.Context) (*ServiceStatus, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// History reads GET /v1/history: one point per minute of the last
+// minutes (1 to 1440; 0 means the server's default, 60), the current
+// minute last, with the key's tasks that completed and failed, its single
+// tasks' latency percentiles and its tasks not ended.
+func (c *Client) History(ctx context.Context, minutes int) (*History, error) {
+	var q url.Values
+	if minutes != 0 {
+		q = url.Values{"minutes": {strconv.Itoa(minutes)}}
+	}
+	var h History
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/history", query: q, retry: retryAlways}, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
 }

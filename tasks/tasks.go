@@ -94,6 +94,10 @@ type SolvePayload struct {
 	// can give back its pending quota when the task ends.
 	Owner string `json:"owner,omitempty"`
 	Item
+	// At is when the API accepted the task, in Unix milliseconds, so that
+	// the worker that ends it can record the task's latency in the
+	// history (GET /v1/history); 0 when the sender did not set it.
+	At int64 `json:"at,omitempty"`
 }
 
 // payloadOptions are the decisions a payload is decoded with. Names match
@@ -151,15 +155,20 @@ const MaxDeliveries = MaxRetry + 1
 // deadline and timeoutMargin.
 func (l Limits) TaskTimeout(k puzzle.Kind) time.Duration { return l.deadline(k) + timeoutMargin }
 
-// NewSolveTask builds the task for one single request. id is both the
-// record ID and asynq's task ID, so operators can find it in asynq's
-// tools.
+// NewSolveTask builds the task for one single request, accepted now. id
+// is both the record ID and asynq's task ID, so operators can find it in
+// asynq's tools.
 func NewSolveTask(id, owner string, p *puzzle.Parsed, queue string, l Limits) (*asynq.Task, error) {
+	return NewSolveTaskAt(id, owner, p, queue, l, time.Now())
+}
+
+// NewSolveTaskAt is NewSolveTask for a request accepted at at.
+func NewSolveTaskAt(id, owner string, p *puzzle.Parsed, queue string, l Limits, at time.Time) (*asynq.Task, error) {
 	typ, err := TypeFor(p.Kind())
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: p.Payload()}})
+	b, err := json.Marshal(SolvePayload{Owner: owner, Item: Item{ID: id, Request: p.Payload()}, At: at.UnixMilli()})
 	if err != nil {
 		return nil, fmt.Errorf("tasks: encode solve payload: %w", err)
 	}

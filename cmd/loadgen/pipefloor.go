@@ -150,7 +150,7 @@ func (rg *pipeRig) submit(w http.ResponseWriter, r *http.Request) {
 	var idb [16]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
-	q, err := asynqdata.Solve(id, "", rg.parsed, pipeQueue, tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{rg.parsed.Kind(): time.Minute}})
+	q, err := asynqdata.Solve(id, "", rg.parsed, pipeQueue, tasks.Limits{Deadline: map[puzzle.Kind]time.Duration{rg.parsed.Kind(): time.Minute}}, time.Now())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

@@ -70,6 +70,7 @@ type Store interface {
 	SessionStore
 	WebhookStore
 	ListStore
+	HistoryStore
 }
 
 // Waiter lets a long poll sleep until a task or batch event arrives;
@@ -86,6 +87,9 @@ type Waiter interface {
 // adds none of its own and panics, naming the option, when one is not
 // positive, since that is a wiring bug and not a state to run in.
 type Options struct {
+	// History counts the single tasks the API answers from the cache
+	// into the per-minute history; nil: they are not counted.
+	History HistoryRecorder
 	// MaxBodyBytes bounds a single-task request body.
 	MaxBodyBytes int64
 	// MaxBatchBodyBytes bounds a batch request body.
@@ -389,6 +393,8 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/batches/:id/items", s.listItems)
 	v1.POST("/batches/:id/retry", s.retryBatch)
 	v1.GET("/status", s.status)
+	v1.GET("/history", s.history)
+	e.GET("/history", s.Operator(), s.operatorHistory)
 	s.mountUI(e)
 	if s.opts.Mount != nil {
 		s.opts.Mount(e, OperatorAuth{Check: s.Operator(), Login: s.OperatorLogin})

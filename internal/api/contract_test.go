@@ -44,6 +44,8 @@ var wireTypes = map[string]reflect.Type{
 	"ServiceStatus": reflect.TypeFor[apitype.ServiceStatus](),
 	"WorkerStatus":  reflect.TypeFor[apitype.WorkerStatus](),
 	"QueueStatus":   reflect.TypeFor[apitype.QueueStatus](),
+	"History":       reflect.TypeFor[apitype.History](),
+	"HistoryPoint":  reflect.TypeFor[apitype.HistoryPoint](),
 	// The dashboard's sign-in is not part of the public contract, so its
 	// type stays with the server.
 	"Session": reflect.TypeFor[api.SessionInfo](),

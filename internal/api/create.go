@@ -335,7 +335,7 @@ func (s *Server) createTask(c *gin.Context) {
 		}
 		s.hits.forget(key)
 	}
-	q, err := asynqdata.Solve(id, owner, p, tasks.SingleQueue(p), s.opts.Limits)
+	q, err := asynqdata.Solve(id, owner, p, tasks.SingleQueue(p), s.opts.Limits, time.Now())
 	if err != nil {
 		fail(c, err)
 		return
@@ -410,6 +410,9 @@ func (s *Server) createTask(c *gin.Context) {
 func (s *Server) answerHit(c *gin.Context, id string, kind puzzle.Kind, hit json.RawMessage, created time.Time, wh *apitype.Webhook) {
 	s.metrics.submitted.WithLabelValues(string(kind)).Inc()
 	s.metrics.cacheHits.Inc()
+	if s.opts.History != nil {
+		s.opts.History.Ended(ownerOf(c), true, 1, created.UnixMilli())
+	}
 	renderTask(c, http.StatusOK, &apitype.Task{ID: id, Kind: string(kind), State: apitype.TaskStateCompleted,
 		Result: hit, Cached: true, CreatedAt: &created, CompletedAt: &created, Webhook: wh})
 }

@@ -63,6 +63,8 @@ var queryParams = map[string][]string{
 	"GET /readyz":                 nil,
 	"GET /openapi.yaml":           nil,
 	"GET /v1/status":              nil,
+	"GET /v1/history":             {"minutes"},
+	"GET /history":                {"minutes"},
 	"GET /v1/tasks":               listParams,
 	"POST /v1/tasks":              {"wait", "webhook"},
 	"GET /v1/tasks/:id":           {"wait"},

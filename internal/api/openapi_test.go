@@ -117,8 +117,8 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 		}
 	}
 	// The check above must have had something to check.
-	if v1 != 15 || len(documented) < 19 {
-		t.Errorf("served %d /v1 routes and documented %d in all, want 15 and at least 19: %v", v1, len(documented), a.Routes())
+	if v1 != 16 || len(documented) < 21 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 16 and at least 21: %v", v1, len(documented), a.Routes())
 	}
 	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
 		if !documented[r] {
@@ -903,6 +903,12 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry?all=1", want: 400}), "invalid_request", "all")
 		st := c.do(call{method: "GET", path: "/v1/status", want: 200}).json(t)
 		wantEqual(t, "workers alive", st["workers_alive"], 1)
+		h := c.do(call{method: "GET", path: "/v1/history?minutes=5", want: 200}).json(t)
+		wantEqual(t, "history scope", h["scope"], "all")
+		wantEqual(t, "history minutes", len(h["minutes"].([]any)), 5)
+		c.do(call{method: "GET", path: "/history", want: 200})
+		wantError(t, c.do(call{method: "GET", path: "/v1/history?minutes=1441", want: 400, req: reqInvalid}), "invalid_request", "minutes")
+		wantError(t, c.do(call{method: "GET", path: "/history?minutes=x", want: 400, req: reqInvalid}), "invalid_request", "minutes")
 	})
 
 	t.Cleanup(func() { c.checkCoverage(t) })

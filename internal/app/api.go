@@ -22,6 +22,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
 // API is a running cmd/api. Without REDIS_URL it is the whole system in
@@ -36,6 +37,7 @@ type API struct {
 	server     *api.Server
 	reconciler *recovery.Reconciler
 	watchdog   *recovery.Watchdog
+	history    *worker.History // the cache hits the API answers
 	reg        *prometheus.Registry
 	ln         net.Listener
 	metricsLn  net.Listener
@@ -102,7 +104,8 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		}
 	}
 
-	a.server = api.New(a.store, a.hub, a.reg, log, api.Options{
+	a.history = worker.NewHistory(a.store, cfg.HistoryInterval, log)
+	a.server = api.New(a.store, a.hub, a.reg, log, api.Options{History: a.history,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBodyBytes: cfg.MaxBatchBodyBytes, MaxBatchItems: cfg.MaxBatchItems,
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
 		Keys: cfg.keys, RatePerSecond: cfg.RatePerSecond, RateBurst: cfg.RateBurst, MaxPendingPerKey: cfg.MaxPendingPerKey,
@@ -156,6 +159,8 @@ func (a *API) Run(ctx context.Context) error {
 	defer stopListen()
 	go a.store.ListenEvents(lctx, a.hub)
 	go a.loadSessionKeys(lctx)
+	go a.sampleHistory(lctx)
+	go a.history.Run(lctx)
 
 	var wg sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
@@ -292,6 +297,34 @@ func (a *API) loadSessionKeys(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// sampleHistory records, every HISTORY_INTERVAL, how many tasks of each
+// tenant key (of the anonymous owner, with keys off) have not ended, in
+// the history's current minute. Every replica samples the same counters,
+// so it does not matter which one's sample a minute keeps.
+func (a *API) sampleHistory(ctx context.Context) {
+	var owners []string
+	for _, k := range a.cfg.keys {
+		if !k.IsOperator() {
+			owners = append(owners, k.Name)
+		}
+	}
+	if len(owners) == 0 {
+		owners = []string{""}
+	}
+	t := time.NewTicker(a.cfg.HistoryInterval)
+	defer t.Stop()
+	for {
+		if err := a.store.SampleHistoryPending(ctx, time.Now(), owners); err != nil && ctx.Err() == nil {
+			a.log.Debug("history: pending not sampled", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

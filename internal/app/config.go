@@ -392,6 +392,12 @@ type WorkerSettings struct {
 	// Each beat is one pipelined round trip, and one script that records
 	// the worker's solver slots (worker.Heartbeat.SetSlots). Default 500ms.
 	HeartbeatInterval time.Duration
+	// HistoryInterval is how often the worker adds what it ended to the
+	// per-minute history (GET /v1/history, the dashboard's charts): one
+	// pipelined round trip per interval, whatever the rate of tasks. A
+	// worker that dies loses at most this much of the history, never a
+	// task. Default 5s.
+	HistoryInterval time.Duration
 	// CutOffAfter is how long the worker's heartbeats may fail before it
 	// stops the tasks it runs. The API's watchdog re-drives the tasks of
 	// a worker it has not heard from for WORKER_DEAD_AFTER (2s), so a
@@ -425,6 +431,7 @@ func (w *WorkerSettings) bind(s *envflag.Set) {
 	s.Bool(&w.PDBPreload, "PDB_PRELOAD", "true", "load the pattern databases at start; readiness waits for them")
 	s.Duration(&w.WriteInterval, "UNIT_WRITE_INTERVAL", "100ms", "longest a running batch unit keeps finished items unwritten")
 	s.Duration(&w.HeartbeatInterval, "HEARTBEAT_INTERVAL", "500ms", "how often the worker writes its heartbeat and running tasks")
+	s.Duration(&w.HistoryInterval, "HISTORY_INTERVAL", "5s", "how often the worker adds what it ended to the per-minute history")
 	s.Duration(&w.CutOffAfter, "WORKER_CUTOFF_AFTER", "5s", "how long heartbeats may fail before the worker stops its running tasks (0: never)")
 	s.Int(&w.MaxExpensivePerKey, "MAX_EXPENSIVE_PER_KEY", "0", "hard ceiling of one key's expensive tasks running at once (0: none; the keys share the slots by weight)")
 }
@@ -438,6 +445,9 @@ func (w *WorkerSettings) validate() error {
 	}
 	if w.WriteInterval < time.Millisecond || w.WriteInterval > time.Minute {
 		return fmt.Errorf("UNIT_WRITE_INTERVAL: must be between 1ms and 1m, got %s", w.WriteInterval)
+	}
+	if w.HistoryInterval < 100*time.Millisecond || w.HistoryInterval > time.Minute {
+		return fmt.Errorf("HISTORY_INTERVAL: must be between 100ms and 1m, got %s", w.HistoryInterval)
 	}
 	if w.HeartbeatInterval < 100*time.Millisecond || w.HeartbeatInterval > time.Minute {
 		return fmt.Errorf("HEARTBEAT_INTERVAL: must be between 100ms and 1m, got %s", w.HeartbeatInterval)

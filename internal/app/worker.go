@@ -53,6 +53,7 @@ type Worker struct {
 	cheapSrv *asynq.Server
 	cancels  *worker.Cancels
 	beat     *worker.Heartbeat
+	history  *worker.History
 	reg      *prometheus.Registry
 	ln       net.Listener // nil when embedded in the API
 	httpSrv  *http.Server
@@ -144,6 +145,8 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
 	// them if this process dies (worker.Heartbeat).
+	w.history = worker.NewHistory(w.store, cfg.HistoryInterval, log)
+	h.SetHistory(w.history)
 	w.beat = worker.NewHeartbeat(w.store, worker.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
 	// Each beat, the first before any task is fetched, records this
@@ -390,8 +393,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	bctx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBeat()
 	_ = w.beat.Beat(bctx)
-	beatDone := make(chan struct{})
+	beatDone, historyDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(beatDone); w.beat.Run(bctx) }()
+	// The history too outlives asynq's shutdown, so the tasks it ends
+	// are counted.
+	go func() { defer close(historyDone); w.history.Run(bctx) }()
 	if err := w.srv.Start(w.mux); err != nil {
 		return fmt.Errorf("worker: start asynq server: %w", err)
 	}
@@ -427,6 +433,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdownServers() // stop fetching, wait up to ShutdownTimeout, requeue the rest
 	stopBeat()
 	<-beatDone
+	<-historyDone
 	// asynq gave back what did not finish, so nothing is left to re-drive.
 	leaveCtx, cancelLeave := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := w.beat.Leave(leaveCtx); err != nil {

@@ -46,6 +46,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -97,7 +98,7 @@ type Enqueued struct {
 	Msg []byte
 }
 
-// Solve is tasks.NewSolveTask's task in asynq's stored form.
+// Solve is tasks.NewSolveTaskAt's task in asynq's stored form.
 //
 // asynq stores a task as a protobuf TaskMessage (its internal/proto, not
 // importable). The fields that tasks.NewSolveTask's options set are written
@@ -106,12 +107,12 @@ type Enqueued struct {
 // decodable by the asynq release the workers run: protobuf field numbers
 // never change, and TestSolveMatchesAsynq holds the bytes equal
 // to asynq.Client's own.
-func Solve(id, owner string, p *puzzle.Parsed, queue string, l tasks.Limits) (Enqueued, error) {
+func Solve(id, owner string, p *puzzle.Parsed, queue string, l tasks.Limits, at time.Time) (Enqueued, error) {
 	typ, err := tasks.TypeFor(p.Kind())
 	if err != nil {
 		return Enqueued{}, err
 	}
-	payload, err := solvePayload(id, owner, p.Payload())
+	payload, err := solvePayload(id, owner, p.Payload(), at.UnixMilli())
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -161,15 +162,15 @@ func protoVarint(b []byte, field, v uint64) []byte {
 // cache hits included. Anything json.Marshal would escape differently
 // (HTML characters, U+2028 and U+2029, which start with 0xE2) takes
 // json.Marshal itself.
-func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
+func solvePayload(id, owner string, req json.RawMessage, at int64) ([]byte, error) {
 	if !plainString(id) || !plainString(owner) || rewritesRaw(req) {
-		b, err := json.Marshal(tasks.SolvePayload{Owner: owner, Item: tasks.Item{ID: id, Request: req}})
+		b, err := json.Marshal(tasks.SolvePayload{Owner: owner, Item: tasks.Item{ID: id, Request: req}, At: at})
 		if err != nil {
 			return nil, fmt.Errorf("asynqdata: encode solve payload: %w", err)
 		}
 		return b, nil
 	}
-	b := make([]byte, 0, len(req)+len(id)+len(owner)+32)
+	b := make([]byte, 0, len(req)+len(id)+len(owner)+56)
 	b = append(b, '{')
 	if owner != "" {
 		b = append(b, `"owner":"`...)
@@ -180,6 +181,10 @@ func solvePayload(id, owner string, req json.RawMessage) ([]byte, error) {
 	b = append(b, id...)
 	b = append(b, `","request":`...)
 	b = append(b, req...)
+	if at != 0 {
+		b = append(b, `,"at":`...)
+		b = strconv.AppendInt(b, at, 10)
+	}
 	return append(b, '}'), nil
 }
 

@@ -104,7 +104,8 @@ func TestSolveMatchesAsynq(t *testing.T) {
 		p := mustParse(t, req)
 		id := fmt.Sprintf("%032x", i+1)
 		for _, owner := range []string{"", "alice", `a "quoted" <key> é`, `back\\slash`, "ctl\x01", "line\u2028sep", "a&b", "del\x7f"} {
-			task, err := tasks.NewSolveTask(id+owner, owner, p, tasks.QueueInteractive, l)
+			at := time.UnixMilli(1_700_000_000_000 + int64(i))
+			task, err := tasks.NewSolveTaskAt(id+owner, owner, p, tasks.QueueInteractive, l, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +116,7 @@ func TestSolveMatchesAsynq(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := asynqdata.Solve(id+owner, owner, p, tasks.QueueInteractive, l)
+			got, err := asynqdata.Solve(id+owner, owner, p, tasks.QueueInteractive, l, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,14 +144,15 @@ func TestInspectorReadsWhatTheStoreWrites(t *testing.T) {
 	// A single task, recorded and enqueued by submitScript.
 	p := mustParse(t, sample8)
 	const id = "0123456789abcdef0123456789abcdef"
-	q, err := asynqdata.Solve(id, "alice", p, tasks.QueueInteractive, l)
+	at := time.Now()
+	q, err := asynqdata.Solve(id, "alice", p, tasks.QueueInteractive, l, at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: "alice", Enqueue: q}, 0); err != nil {
 		t.Fatal(err)
 	}
-	want, err := tasks.NewSolveTask(id, "alice", p, tasks.QueueInteractive, l)
+	want, err := tasks.NewSolveTaskAt(id, "alice", p, tasks.QueueInteractive, l, at)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -387,10 +387,11 @@ func (s *Stack) Keys(pattern string) int {
 }
 
 // Records counts the keys under "pq:" that hold data: every one except
-// the short-lived key the readiness probe writes.
+// the short-lived key the readiness probe writes and the history's
+// minutes, which every API replica samples whether or not work arrives.
 func (s *Stack) Records() int {
 	s.t.Helper()
-	return s.Keys("pq:*") - s.Keys("pq:readyz")
+	return s.Keys("pq:*") - s.Keys("pq:readyz") - s.Keys("pq:history:*")
 }
 
 // Queued returns how many tasks asynq holds in a queue, in any state.

@@ -18,6 +18,12 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 
+// historyMinute is a hash of what ended in one Unix minute, and of the
+// tasks not ended at its last sample (history.go).
+func (k keys) historyMinute(minute int64) string {
+	return k.prefix + "history:" + strconv.FormatInt(minute, 10)
+}
+
 // readiness is a short-lived string the readiness probes write: a Redis
 // at maxmemory under noeviction answers PING and refuses every write, so
 // only a write tells whether the service can work.

@@ -51,7 +51,7 @@ func BenchmarkSingleTaskScripts(b *testing.B) {
 	key := func(i int) string { return fmt.Sprintf("%s-%d", p.Key(), i) }
 	submit := func(i int) string {
 		id := fmt.Sprintf("%032x", i)
-		q, err := asynqdata.Solve(id, "", p, tasks.QueueInteractive, limits)
+		q, err := asynqdata.Solve(id, "", p, tasks.QueueInteractive, limits, time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -168,6 +168,9 @@ func (h *Handler) finishSolve(ctx context.Context, r SolveRun, p *puzzle.Parsed,
 	if err != nil {
 		return fmt.Errorf("tasks: finish solve of %s: %w", r.ID, err)
 	}
+	// Every task that waited on the solve is counted to the run's owner,
+	// with the run's latency: the store says how many ended, not whose.
+	h.history.Ended(r.Owner, o.code == "", n, acceptedAt(ctx))
 	if h.metrics != nil && n > 0 {
 		h.metrics.Tasks.WithLabelValues(string(p.Kind()), label).Add(float64(n))
 		if o.cached {

@@ -107,7 +107,13 @@ type Handler struct {
 	slotsOf func() int
 	// lease is the expensive runs' lease (0: SolveLease).
 	lease time.Duration
+	// history adds up what ended for the history (SetHistory); nil:
+	// none kept.
+	history *History
 }
+
+// SetHistory makes h count what it ends in r.
+func (h *Handler) SetHistory(r *History) { h.history = r }
 
 // NewHandler returns a Handler. cancels receives the IDs of tasks canceled
 // while running (see store.ListenCancels); metrics may be nil.
@@ -146,6 +152,7 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			// Without an ID there is no record to fail: drop it for good.
 			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
 		}
+		ctx = withAcceptedAt(ctx, p.At)
 		if h.gate != nil && t.Type() != tasks.TypeFill {
 			// Fills are all cheap; a sliding board is expensive over 9
 			// cells, which only decoding tells.
@@ -443,6 +450,11 @@ func (h *Handler) finish(ctx context.Context, owner string, items []tasks.Item, 
 	// the items ended, and returned below, so that asynq runs the task
 	// again and that delivery, finding them ended, confirms them.
 	unconfirmed := err
+	for j, i := range idx {
+		if prev[j] == apitype.TaskStatePending || prev[j] == apitype.TaskStateActive {
+			h.history.Ended(owner, outs[i].code == "", 1, acceptedAt(ctx))
+		}
+	}
 	if h.metrics != nil {
 		for j, i := range idx {
 			if prev[j] != apitype.TaskStatePending && prev[j] != apitype.TaskStateActive {

@@ -290,7 +290,7 @@ func (h *Handler) processUnit(ctx context.Context, ref tasks.UnitRef) error {
 		if len(done) == 0 {
 			return nil
 		}
-		if err := h.finishUnit(ctx, ref, mark, items, done); err != nil {
+		if err := h.finishUnit(ctx, ref, w.Owner, mark, items, done); err != nil {
 			return err
 		}
 		done, lastFlush, mark = done[:0], time.Now(), ""
@@ -333,6 +333,22 @@ func (h *Handler) processUnit(ctx context.Context, ref tasks.UnitRef) error {
 	return nil
 }
 
+// countUnitHistory adds the first ended of a unit's items idx to the
+// history, as the metrics below count them.
+func (h *Handler) countUnitHistory(owner string, items []unitItem, idx []int, ended int) {
+	if h.history == nil {
+		return
+	}
+	completed := 0
+	for _, i := range idx[:min(ended, len(idx))] {
+		if items[i].out.code == "" {
+			completed++
+		}
+	}
+	h.history.Ended(owner, true, completed, 0)
+	h.history.Ended(owner, false, min(ended, len(idx))-completed, 0)
+}
+
 // inlineResultMax is the largest result an item's entry holds inline. A
 // larger one (a 1000x1000 fill's is 4 MB) is written once to the result
 // cache under its puzzle's key and the entry refers to it, as for a
@@ -345,7 +361,7 @@ const inlineResultMax = 64 << 10
 
 // finishUnit writes the outcomes of items idx in one round trip and
 // counts the ones this call ended.
-func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, mark string, items []unitItem, idx []int) error {
+func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, owner, mark string, items []unitItem, idx []int) error {
 	outs := make([]ItemOutcome, len(idx))
 	for j, i := range idx {
 		it := &items[i]
@@ -368,6 +384,7 @@ func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, mark string
 	if err != nil {
 		return fmt.Errorf("tasks: finish %d items of unit %s: %w", len(outs), ref.TaskID(), err)
 	}
+	h.countUnitHistory(owner, items, idx, ended)
 	if h.metrics == nil {
 		return nil
 	}

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/store"
+)
+
+// HistoryStore reads the per-minute history (store.Store.History).
+type HistoryStore interface {
+	History(ctx context.Context, owner string, all bool, first, last int64) ([]store.HistoryMinute, error)
+}
+
+// HistoryRecorder counts tasks that end in the API itself (single tasks
+// answered from the cache) into the history; worker.History is one.
+type HistoryRecorder interface {
+	Ended(owner string, completed bool, n int, acceptedAt int64)
+}
+
+// defaultHistoryMinutes is the span of a history read without ?minutes.
+const defaultHistoryMinutes = 60
+
+// history answers GET /v1/history: the caller's own tasks, or everyone's
+// when /v1 needs no key (every task then has the one anonymous owner).
+func (s *Server) history(c *gin.Context) {
+	s.renderHistory(c, ownerOf(c), !s.tenantAuth)
+}
+
+// operatorHistory answers the operators' GET /history: every key's.
+func (s *Server) operatorHistory(c *gin.Context) { s.renderHistory(c, "", true) }
+
+func (s *Server) renderHistory(c *gin.Context, owner string, all bool) {
+	minutes := defaultHistoryMinutes
+	if v, ok := c.GetQuery("minutes"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.HistoryMaxMinutes {
+			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "minutes",
+				"minutes must be a whole number from 1 to %d, got %q", store.HistoryMaxMinutes, truncate(v, 20)))
+			return
+		}
+		minutes = n
+	}
+	last := time.Now().Unix() / 60
+	ms, err := s.store.History(c.Request.Context(), owner, all, last-int64(minutes)+1, last)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	out := apitype.History{Scope: apitype.HistoryScopeKey, Minutes: make([]apitype.HistoryPoint, len(ms))}
+	if all {
+		out.Scope = apitype.HistoryScopeAll
+	}
+	for i, m := range ms {
+		p := apitype.HistoryPoint{Time: time.Unix(m.Minute*60, 0).UTC(), Completed: m.Completed, Failed: m.Failed}
+		for _, n := range m.Latency {
+			p.Singles += n
+		}
+		if p.Singles > 0 {
+			p.P50Ms = latencyPercentile(m.Latency, p.Singles, 0.50)
+			p.P90Ms = latencyPercentile(m.Latency, p.Singles, 0.90)
+			p.P99Ms = latencyPercentile(m.Latency, p.Singles, 0.99)
+		}
+		if m.Pending >= 0 {
+			p.Pending = &m.Pending
+		}
+		out.Minutes[i] = p
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// latencyPercentile is the upper bound, in milliseconds, of the bucket of
+// counts (store.LatencyBounds, then one for longer) that holds the q-th
+// quantile of the total; the last bucket reads as the last bound.
+func latencyPercentile(counts []int64, total int64, q float64) *float64 {
+	rank := int64(q*float64(total) + 0.999999) // the ceiling: at least 1
+	var seen int64
+	for i, n := range counts {
+		seen += n
+		if seen >= rank {
+			b := store.LatencyBounds[min(i, len(store.LatencyBounds)-1)]
+			ms := float64(b) / float64(time.Millisecond)
+			return &ms
+		}
+	}
+	ms := float64(slices.Max(store.LatencyBounds)) / float64(time.Millisecond)
+	return &ms
+}
