@@ -38,6 +38,10 @@ type ListOptions struct {
 	Kind string
 	// CreatedAfter keeps only those created after it.
 	CreatedAfter time.Time
+	// CustomID keeps only the batch items submitted with exactly this
+	// custom_id (at most 64 bytes); it applies to BatchItems only, and
+	// makes the server read the batch's custom_id lists once.
+	CustomID string
 	// Cursor is the NextCursor of the previous page; "" for the first.
 	Cursor string
 	// Limit is the most per page (0: the server's default, 100; at most
@@ -88,9 +92,13 @@ func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskList, error
 
 // BatchItems reads a page of a batch's tasks in submission order, those
 // in state only when it is set (StateFailed lists what failed, with its
-// error). Only o.State, o.Cursor and o.Limit apply.
+// error), and those whose custom_id is o.CustomID only when it is set
+// (usually one). Only o.State, o.CustomID, o.Cursor and o.Limit apply.
 func (c *Client) BatchItems(ctx context.Context, batchID string, o ListOptions) (*TaskList, error) {
 	q := ListOptions{State: o.State, Cursor: o.Cursor, Limit: o.Limit}.query()
+	if o.CustomID != "" {
+		q.Set("custom_id", o.CustomID)
+	}
 	var l TaskList
 	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/batches/" + url.PathEscape(batchID) + "/items", query: q, retry: retryAlways}, &l); err != nil {
 		return nil, err

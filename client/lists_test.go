@@ -49,6 +49,10 @@ func TestListRetryStatusOnAStack(t *testing.T) {
 	if err != nil || len(items.Tasks) != 1 || *items.Tasks[0].CustomID != "bad" {
 		t.Fatalf("BatchItems: %+v, %v", items, err)
 	}
+	items, err = c.BatchItems(ctx, sub.ID, client.ListOptions{CustomID: "ok"})
+	if err != nil || len(items.Tasks) != 1 || items.Tasks[0].ID != sub.ID+"-0" {
+		t.Fatalf("BatchItems by custom_id: %+v, %v", items, err)
+	}
 	n, err := c.RetryBatch(ctx, sub.ID)
 	if err != nil || n != 1 {
 		t.Fatalf("RetryBatch: %d, %v", n, err)

@@ -33,6 +33,10 @@ type ItemStore interface {
 	CancelItem(ctx context.Context, b *store.Batch, index int) (apitype.TaskState, error)
 	// ItemRequest returns item index of b's canonical request.
 	ItemRequest(ctx context.Context, b *store.Batch, index int) ([]byte, error)
+	// FindCustomID returns the indexes of b's items from index from on
+	// whose custom_id is id, at most limit, and where a further search
+	// starts.
+	FindCustomID(ctx context.Context, b *store.Batch, id string, from, limit int) ([]int, int, error)
 }
 
 // chunkOf returns the chunk that holds item i of b. The stride is the
@@ -208,6 +212,59 @@ func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int,
 	return idx, next, size, nil
 }
 
+// customIDPage picks the items of a page of b whose custom_id is id, from
+// index from on: at most limit, those in state only when it is set, up to
+// pageResultBytes of results, as itemsPage does. The search reads the
+// batch's custom_id lists (store.FindCustomID) up to the limit-th match;
+// then the states of the chunks that hold a match, usually one.
+func (s *Server) customIDPage(ctx context.Context, b *store.Batch, id string, from, limit int, state apitype.TaskState) ([]int, int, int64, error) {
+	found, next, err := s.store.FindCustomID(ctx, b, id, from, limit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	var idx []int
+	var size int64
+	pageBytes := s.admit.PageBytes(b.Owner, pageResultBytes)
+	var infos []store.ChunkInfo
+	read := -1
+	for _, i := range found {
+		j, err := chunkOf(b, i)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if j != read {
+			if infos, err = s.store.ChunkInfos(ctx, b, j); err != nil {
+				return nil, 0, 0, err
+			}
+			read = j
+		}
+		k := i - j*b.Stride
+		if k >= len(infos) || (state != "" && infos[k].State != state) {
+			continue
+		}
+		if len(idx) > 0 && size+infos[k].ResultBytes > pageBytes {
+			return idx, i, size, nil
+		}
+		idx = append(idx, i)
+		size += infos[k].ResultBytes
+	}
+	return idx, next, size, nil
+}
+
+// customIDParam reads ?custom_id=: ok is false when it is absent; a value
+// is 1 to apitype.MaxCustomIDBytes bytes, as a submitted one.
+func customIDParam(c *gin.Context) (string, bool, error) {
+	v, ok := c.GetQuery("custom_id")
+	if !ok {
+		return "", false, nil
+	}
+	if v == "" || len(v) > apitype.MaxCustomIDBytes {
+		return "", false, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "custom_id",
+			"custom_id must be 1 to %d bytes, got %d", apitype.MaxCustomIDBytes, len(v))
+	}
+	return v, true, nil
+}
+
 // readPage reads the items at idx of b, results included, having taken
 // twice their results' size from the admission pool (the records, then
 // their JSON), as /results does; the returned func gives it back.
@@ -227,7 +284,8 @@ func (s *Server) readPage(ctx context.Context, b *store.Batch, idx []int, size i
 
 // listItems answers GET /v1/batches/{id}/items: a page of the batch's
 // items in submission order, those in state only when it is set (see
-// itemsPage).
+// itemsPage), and those whose custom_id is custom_id only when it is set
+// (see customIDPage).
 func (s *Server) listItems(c *gin.Context) {
 	var state apitype.TaskState
 	if v, ok := c.GetQuery("state"); ok {
@@ -248,13 +306,25 @@ func (s *Server) listItems(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	customID, byCustomID, err := customIDParam(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	b, err := s.loadBatch(c)
 	if err != nil {
 		fail(c, err)
 		return
 	}
 	ctx := c.Request.Context()
-	idx, next, size, err := s.itemsPage(ctx, b, cursor, limit, state)
+	var idx []int
+	var next int
+	var size int64
+	if byCustomID {
+		idx, next, size, err = s.customIDPage(ctx, b, customID, cursor, limit, state)
+	} else {
+		idx, next, size, err = s.itemsPage(ctx, b, cursor, limit, state)
+	}
 	if err != nil {
 		fail(c, err)
 		return

@@ -75,7 +75,7 @@ var queryParams = map[string][]string{
 	"DELETE /v1/batches/:id":      nil,
 	"GET /v1/batches/:id/output":  {"wait"},
 	"GET /v1/batches/:id/results": resultsParams,
-	"GET /v1/batches/:id/items":   {"state", "cursor", "limit"},
+	"GET /v1/batches/:id/items":   {"state", "custom_id", "cursor", "limit"},
 	"GET /v1/batches/:id/events":  {"from"},
 	"POST /v1/batches/:id/retry":  nil,
 }
