@@ -1,8 +1,11 @@
 // Package browser_test drives the dashboard (internal/ui) in a real
 // headless Chromium over the DevTools protocol, against an in-process
-// stack (internal/stacktest): sign-in with a key, a batch with a failing
-// item submitted from the page, its progress to done, tenant isolation,
-// the results download, retry and cancel, and sign-out. It skips, saying
+// stack (internal/stacktest): sign-in with a key, the views at their own
+// URLs (jobs, a job, an item, workers) with Back and Forward, a batch with
+// a failing item submitted from the page, its progress to done, tenant
+// isolation (a deep link to another key's batch), the results download,
+// a job's items page by page, the search by ID and by custom_id, single
+// tasks beside the batches, retry, cancel behind a confirm, and sign-out. It skips, saying
 // why, when no Chromium is installed (.ci/run installs Debian's).
 // Screenshots go to $PUZZLEQ_ARTIFACTS/browser, or to a temporary
 // directory; the test logs the path.
@@ -21,6 +24,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/puzzleq/puzzleq/apitype"
@@ -243,13 +247,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("web storage holds the key: %s", st)
 	}
 
-	// The status panel (GET /v1/status) shows the stack's one worker.
+	// The workers' view (GET /v1/status) shows the stack's one worker,
+	// in the singular.
+	p.visit("#/workers", "workers")
 	p.waitFor("a worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "1"`, 10*time.Second)
+	if got := eval[string](p, `document.querySelector("#status p").textContent`); !strings.HasPrefix(got, "1 worker alive · ") {
+		t.Errorf("the status line = %q, want 1 worker alive", got)
+	}
 	// Its queue table shows runs waiting for a solver slot apart from
 	// retries, which asynq counts together.
 	p.waitFor("the queues' columns", `[...document.querySelectorAll("#queues th")].map(e => e.textContent).join(",") === "queue,pending,active,waiting,retry,oldest pending"`, 10*time.Second)
+	p.shot("2-workers")
 
-	// Submit the batch from the page and watch it end.
+	// Submit the batch from the jobs view: the box clears, and the job's
+	// view opens at its own URL.
+	p.visit("#/jobs", "jobs")
 	p.do("submit a batch",
 		chromedp.SetValue(chromedp.ID("ndjson"), batchNDJSON),
 		chromedp.Click(chromedp.ID("submit-btn")))
@@ -258,13 +270,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !apitype.IsID(id) {
 		t.Fatalf("submitted batch ID %q", id)
 	}
+	p.waitView("job")
+	if h := eval[string](p, `location.hash`); h != "#/jobs/"+id {
+		t.Errorf("after the submit the URL is %s, want #/jobs/%s", h, id)
+	}
+	if v := eval[string](p, `document.getElementById("ndjson").value`); v != "" {
+		t.Errorf("the submit box still holds %q after the submit", v)
+	}
+	p.waitFor("the job's view to finish", `document.getElementById("job").dataset.done === "true"`, 30*time.Second)
+	// The job's view followed its event stream (GET /v1/batches/{id}/events),
+	// and says nothing of being live once the batch is done.
+	p.waitFor("the job's event stream", `document.getElementById("job").dataset.followed === "events"`, 5*time.Second)
+	p.waitFor("no live label on a done batch", `document.getElementById("job").dataset.live === "done" && document.getElementById("job-live").textContent === ""`, 5*time.Second)
+	p.shot("3-batch-done")
+
+	// Back: the jobs view again, with the batch's row.
+	p.do("back", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	p.waitView("jobs")
 	row := `document.querySelector('#jobs tr[data-id=` + js(id) + `]')`
-	p.waitFor("the batch's row", row, 10*time.Second)
-	p.waitFor("the batch to finish", row+`.dataset.done === "true"`, 30*time.Second)
-	p.waitFor("the job's view to finish", `document.getElementById("job").dataset.done === "true"`, 10*time.Second)
-	p.shot("2-batch-done")
-	// The job's view followed its event stream (GET /v1/batches/{id}/events).
-	p.waitFor("the job's event stream", `document.getElementById("job").dataset.live === "events"`, 5*time.Second)
+	p.waitFor("the batch's row", row+` && `+row+`.dataset.done === "true"`, 10*time.Second)
 	// Jobs come from GET /v1/batches, not this browser's memory.
 	if src := eval[string](p, `document.getElementById("jobs-source").textContent`); src != "" {
 		t.Errorf("the jobs list says %q: it fell back from GET /v1/batches", src)
@@ -280,19 +304,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	if ids := eval[[]string](p, `[...document.querySelectorAll("#jobs tbody tr")].map(r => r.dataset.id)`); len(ids) != 1 || ids[0] != id {
 		t.Errorf("alice's dashboard lists %v, want only %s", ids, id)
 	}
+	// Forward: the job again; and a job's link from before the views,
+	// #<batch id>, opens it at its new URL.
+	p.do("forward", chromedp.Evaluate[chromedp.Void](`history.forward()`))
+	p.waitView("job")
+	p.visit("#/jobs", "jobs")
+	p.visit("#"+id, "job")
+	p.waitFor("the old link's job", `location.hash === `+js("#/jobs/"+id)+` && document.getElementById("job-id").textContent === `+js(id), 5*time.Second)
 
 	// The failed item, filtered by state, with its custom_id and error.
+	p.waitFor("the job's items", `document.getElementById("job").dataset.page === "1"`, 10*time.Second)
 	p.do("filter failed items", chromedp.SetValue(chromedp.ID("state-filter"), "failed"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("state-filter").dispatchEvent(new Event("change"))`))
 	p.waitFor("only failed items", `(() => { const r = [...document.querySelectorAll("#items tbody tr")];
 		return r.length === 1 && r[0].dataset.state === "failed"; })()`, 10*time.Second)
-	p.shot("3-failed-items")
+	p.shot("4-failed-items")
 	if got := eval[string](p, `document.querySelector("#items tbody tr .custom-id").textContent`); got != "too-hard" {
 		t.Errorf("the failed item's custom_id = %q, want too-hard", got)
 	}
 	if got := eval[string](p, `document.querySelector("#items tbody tr td.error").textContent`); !strings.HasPrefix(got, "budget_exceeded: ") {
 		t.Errorf("the failed item's error = %q, want budget_exceeded", got)
 	}
+	p.do("all items", chromedp.SetValue(chromedp.ID("state-filter"), ""),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("state-filter").dispatchEvent(new Event("change"))`))
+	p.waitFor("all three items", `document.querySelectorAll("#items tbody tr").length === 3`, 10*time.Second)
 
 	// Download the results: one NDJSON line per item, in order.
 	p.do("download the results", chromedp.Click(chromedp.ID("download")))
@@ -320,10 +355,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	// has not changed).
 	failedItem := apitype.ItemID(id, 2)
 	before := itemEnd(t, s, failedItem)
+	if label := eval[string](p, `document.getElementById("retry-btn").textContent`); !strings.Contains(label, "failed and canceled") {
+		t.Errorf("the retry button says %q: it retries canceled items too", label)
+	}
 	p.do("retry", chromedp.Click(chromedp.ID("retry-btn")))
 	p.waitFor("the retry's answer", `document.getElementById("job-msg").textContent !== ""`, 10*time.Second)
-	if msg := eval[string](p, `document.getElementById("job-msg").textContent`); msg != "retrying 1 items" {
-		t.Fatalf("retry message %q, want retrying 1 items", msg)
+	if msg := eval[string](p, `document.getElementById("job-msg").textContent`); msg != "retrying 1 item (failed and canceled)" {
+		t.Fatalf("retry message %q, want retrying 1 item (failed and canceled)", msg)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for itemEnd(t, s, failedItem) == before {
@@ -334,26 +372,185 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	p.waitFor("the retried batch to finish", `document.getElementById("job").dataset.done === "true" &&
 		document.getElementById("job-counts").textContent.startsWith("completed 2, failed 1 ")`, 30*time.Second)
-	p.shot("4-retried")
+	p.shot("5-retried")
 
-	// Cancel: with the workers stopped a new batch stays pending, the
-	// page says no worker is alive, and cancel ends it.
+	// An item opens from the job's list at its own URL; Back returns to
+	// the job.
+	p.do("open the first item", chromedp.Evaluate[chromedp.Void](`location.hash = document.querySelector("#items tbody tr a").getAttribute("href")`))
+	p.waitView("item")
+	p.waitFor("the item drawn", `document.getElementById("item").dataset.id === `+js(apitype.ItemID(id, 0))+
+		` && document.getElementById("item").dataset.ready === "completed"`, 10*time.Second)
+	if h := eval[string](p, `document.getElementById("item-batch").getAttribute("href")`); h != "#/jobs/"+id {
+		t.Errorf("the item's link to its batch is %s", h)
+	}
+	p.shot("6-item")
+	p.do("back to the job", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	p.waitView("job")
+	p.waitFor("the job again", `location.hash === `+js("#/jobs/"+id)+` && document.getElementById("job").dataset.page === "1"`, 10*time.Second)
+
+	// Search, on the job's view: by custom_id, by item ID, by batch ID;
+	// and a custom_id no item has.
+	p.search("too-hard")
+	p.waitView("item")
+	p.waitFor("the item found by custom_id", `document.getElementById("item").dataset.id === `+js(apitype.ItemID(id, 2)), 10*time.Second)
+	p.do("back to the job", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	p.waitView("job")
+	p.search("nobody")
+	p.waitFor("no match", `document.getElementById("search-msg").textContent === 'no item of this job has the custom_id "nobody"'`, 10*time.Second)
+	p.search(strings.Repeat("x", 65))
+	p.waitFor("too long", `document.getElementById("search-msg").textContent.includes("64 bytes")`, 10*time.Second)
+	p.search(apitype.ItemID(id, 1))
+	p.waitView("item")
+	p.waitFor("the item found by ID", `document.getElementById("item").dataset.id === `+js(apitype.ItemID(id, 1)), 10*time.Second)
+	p.search(id)
+	p.waitView("job")
+	if h := eval[string](p, `location.hash`); h != "#/jobs/"+id {
+		t.Errorf("searching a batch's ID led to %s", h)
+	}
+
+	// Every item of a job of 250, a page of 100 at a time: three pages,
+	// each item once; Previous goes back a page.
+	var big strings.Builder
+	for i := range 250 {
+		fmt.Fprintf(&big, `{"custom_id":"big-%d","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`+"\n", i)
+	}
+	code, b, _ = s.DoAs(aliceKey, "POST", "/v1/batches", big.String(), "Content-Type", "application/x-ndjson")
+	if code != 202 {
+		t.Fatalf("the big batch: %d %s", code, b)
+	}
+	bigID := stacktest.Decode[apitype.BatchCreated](t, b).ID
+	if code, b, _ := s.DoAs(aliceKey, "GET", "/v1/batches/"+bigID+"?limit=1&wait=30s", nil); code != 200 || !stacktest.Decode[apitype.Batch](t, b).Done {
+		t.Fatalf("the big batch did not finish: %d %s", code, b)
+	}
+	p.visit("#/jobs/"+bigID, "job")
+	seen := map[string]int{}
+	var pages [][]string
+	for page := 1; page <= 3; page++ {
+		if page > 1 {
+			p.do("next page", chromedp.Click(chromedp.ID("next-btn")))
+		}
+		p.waitFor(fmt.Sprintf("page %d", page), fmt.Sprintf(`document.getElementById("job").dataset.page === "%d"`, page), 10*time.Second)
+		ids := eval[[]string](p, `[...document.querySelectorAll("#items tbody tr")].map(r => r.dataset.id)`)
+		pages = append(pages, ids)
+		for _, x := range ids {
+			seen[x]++
+		}
+		more := eval[string](p, `document.getElementById("job").dataset.more`)
+		if next := !eval[bool](p, `document.getElementById("next-btn").disabled`); next != (page < 3) || (more == "true") != (page < 3) {
+			t.Errorf("page %d: Next enabled %v, more %s", page, next, more)
+		}
+		if prev := !eval[bool](p, `document.getElementById("prev-btn").disabled`); prev != (page > 1) {
+			t.Errorf("page %d: Previous enabled %v", page, prev)
+		}
+	}
+	p.shot("7-page-3")
+	if len(pages[0]) != 100 || len(pages[1]) != 100 || len(pages[2]) != 50 {
+		t.Errorf("pages of %d, %d and %d items, want 100, 100 and 50", len(pages[0]), len(pages[1]), len(pages[2]))
+	}
+	for i := range 250 {
+		if n := seen[apitype.ItemID(bigID, i)]; n != 1 {
+			t.Errorf("item %d seen %d times, want once", i, n)
+		}
+	}
+	if len(seen) != 250 {
+		t.Errorf("%d items seen, want 250", len(seen))
+	}
+	p.do("previous page", chromedp.Click(chromedp.ID("prev-btn")))
+	p.waitFor("page 2 again", `document.getElementById("job").dataset.page === "2"`, 10*time.Second)
+	if ids := eval[[]string](p, `[...document.querySelectorAll("#items tbody tr")].map(r => r.dataset.id)`); strings.Join(ids, ",") != strings.Join(pages[1], ",") {
+		t.Errorf("page 2 again holds %v", ids)
+	}
+	// An item of page 2, and Back: page 2 still.
+	p.do("open an item of page 2", chromedp.Evaluate[chromedp.Void](`location.hash = document.querySelector("#items tbody tr a").getAttribute("href")`))
+	p.waitView("item")
+	p.do("back to page 2", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	p.waitView("job")
+	p.waitFor("page 2 after Back", `document.getElementById("job").dataset.page === "2" && document.querySelector("#items tbody tr").dataset.id === `+js(pages[1][0]), 10*time.Second)
+	// A custom_id deep in the batch.
+	p.search("big-217")
+	p.waitFor("big-217", `document.body.dataset.view === "item" && document.getElementById("item").dataset.id === `+js(apitype.ItemID(bigID, 217)), 10*time.Second)
+
+	// Single tasks are listed beside the batches, each opening its
+	// drawing.
+	code, b, _ = s.DoAs(aliceKey, "POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`)
+	if code != 200 {
+		t.Fatalf("alice's task: %d %s", code, b)
+	}
+	task := stacktest.Decode[apitype.Task](t, b).ID
+	p.visit("#/jobs", "jobs")
+	trow := `document.querySelector('#tasks tr[data-id=` + js(task) + `]')`
+	p.waitFor("the single task's row", trow, 10*time.Second)
+	p.shot("8-jobs-and-tasks")
+	if h := eval[string](p, trow+`.querySelector("a").getAttribute("href")`); h != "#/items/"+task {
+		t.Errorf("the task's link is %s", h)
+	}
+	p.do("open the task", chromedp.Evaluate[chromedp.Void](`location.hash = `+trow+`.querySelector("a").getAttribute("href")`))
+	p.waitView("item")
+	p.waitFor("the task", `document.getElementById("item").dataset.id === `+js(task)+` && document.getElementById("item").dataset.ready === "completed"`, 10*time.Second)
+	p.visit("#/jobs", "jobs")
+	p.search(task)
+	p.waitView("item")
+	p.waitFor("the task by search", `location.hash === `+js("#/items/"+task), 10*time.Second)
+
+	// A deep link to another key's batch: not found, nothing to act on,
+	// and no more requests for it.
+	p.visit("#/jobs/"+bobsBatch, "job")
+	p.waitFor("not found", `document.getElementById("job-msg").textContent === "not found (or another key's)"`, 10*time.Second)
+	p.shot("9-not-found")
+	if dis := eval[bool](p, `document.getElementById("cancel-btn").disabled && document.getElementById("retry-btn").disabled`); !dis {
+		t.Error("Cancel or Retry is enabled on a batch not found")
+	}
+	p.do("clear the requests", chromedp.Evaluate[chromedp.Void](`performance.setResourceTimingBufferSize(10000); performance.clearResourceTimings()`))
+	time.Sleep(3 * time.Second)
+	if n := eval[int](p, `performance.getEntriesByType("resource").filter(e => e.name.includes(`+js(bobsBatch)+`)).length`); n != 0 {
+		t.Errorf("%d requests for the batch not found in 3 s after its 404, want none", n)
+	}
+
+	// Cancel asks first: with the workers stopped a new batch stays
+	// pending; the first confirm is dismissed and nothing is canceled,
+	// the second accepted.
+	dialogs := p.answerDialogs()
 	if err := s.StopWorkers(); err != nil {
 		t.Fatal(err)
 	}
+	p.visit("#/workers", "workers")
 	p.waitFor("no worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "0"`, 20*time.Second)
+	if got := eval[string](p, `document.querySelector("#status p").textContent`); !strings.HasPrefix(got, "0 workers alive") {
+		t.Errorf("the status line = %q, want 0 workers alive", got)
+	}
+	p.visit("#/jobs", "jobs")
 	p.do("submit a batch to cancel",
 		chromedp.SetValue(chromedp.ID("ndjson"), `{"custom_id":"never","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`),
 		chromedp.Click(chromedp.ID("submit-btn")))
 	p.waitFor("the second batch", `document.getElementById("submit-msg").dataset.id !== `+js(id), 10*time.Second)
 	id2 := eval[string](p, `document.getElementById("submit-msg").dataset.id`)
 	p.waitFor("the second batch's view", `document.getElementById("job-id").textContent === `+js(id2)+
-		` && document.getElementById("job").dataset.done === "false"`, 10*time.Second)
+		` && document.getElementById("job").dataset.done === "false" && !document.getElementById("cancel-btn").disabled`, 10*time.Second)
+	dialogs.answer(false)
+	p.do("cancel, dismissed", chromedp.Click(chromedp.ID("cancel-btn")))
+	if msgs := dialogs.seen(); len(msgs) != 1 || !strings.Contains(msgs[0], id2) {
+		t.Fatalf("dialogs %q, want one confirm naming %s", msgs, id2)
+	}
+	time.Sleep(time.Second)
+	if done := eval[string](p, `document.getElementById("job").dataset.done`); done != "false" {
+		t.Fatalf("a dismissed cancel canceled the batch (done %s)", done)
+	}
+	dialogs.answer(true)
 	p.do("cancel", chromedp.Click(chromedp.ID("cancel-btn")))
 	p.waitFor("the cancel", `document.getElementById("job").dataset.done === "true"`, 10*time.Second)
-	p.shot("5-canceled")
-	if got := eval[string](p, `document.getElementById("job-msg").textContent`); got != "canceled 1 items" {
+	p.shot("10-canceled")
+	if got := eval[string](p, `document.getElementById("job-msg").textContent`); got != "canceled 1 item" {
 		t.Errorf("cancel message %q", got)
+	}
+	if n := len(dialogs.seen()); n != 2 {
+		t.Errorf("%d confirms, want 2", n)
+	}
+	// Canceled items are no work done: the canceled batch has no rate.
+	p.visit("#/jobs", "jobs")
+	row2 := `document.querySelector('#jobs tr[data-id=` + js(id2) + `]')`
+	p.waitFor("the canceled batch's row", row2+` && `+row2+`.dataset.done === "true"`, 10*time.Second)
+	if r := eval[string](p, row2+`.querySelector(".rate").textContent`); r != "–" {
+		t.Errorf("the canceled batch's rate is %q, want –", r)
 	}
 
 	// Sign out: the cookie's session is gone, so the API refuses it.
@@ -362,6 +559,71 @@ func TestDashboardInBrowser(t *testing.T) {
 	if st := eval[int](p, `fetch("/v1/batches/`+id+`").then(r => r.status)`); st != 401 {
 		t.Errorf("GET after sign-out: %d, want 401", st)
 	}
+}
+
+// visit sets the page's location to the dashboard's fragment hash, as a
+// link or a typed URL does, and waits for view to be the one shown.
+func (p *page) visit(hash, view string) {
+	p.t.Helper()
+	p.do("visit "+hash, chromedp.Evaluate[chromedp.Void](`location.hash = `+js(hash)))
+	p.waitView(view)
+}
+
+// waitView waits until view is the one view shown, and the nav bar with it.
+func (p *page) waitView(view string) {
+	p.t.Helper()
+	p.waitFor("the "+view+" view", `(() => {
+		const shown = [...document.querySelectorAll("#dash [data-view]")].filter(e => !e.hidden).map(e => e.dataset.view);
+		return document.body.dataset.view === `+js(view)+` && shown.length === 1 && shown[0] === `+js(view)+
+		` && !document.getElementById("nav").hidden && document.querySelector("#nav [aria-current=page]"); })()`, 10*time.Second)
+}
+
+// search types q into the nav bar's search box and submits it.
+func (p *page) search(q string) {
+	p.t.Helper()
+	p.do("search "+q, chromedp.SetValue(chromedp.ID("search"), q), chromedp.Click(chromedp.ID("search-btn")))
+}
+
+// dialogs answers the page's JavaScript dialogs (confirm) as told, and
+// keeps their messages.
+type dialogs struct {
+	mu     sync.Mutex
+	accept bool
+	msgs   []string
+}
+
+func (d *dialogs) answer(accept bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.accept = accept
+}
+
+func (d *dialogs) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.msgs...)
+}
+
+// answerDialogs answers every dialog the page opens from now on, on a
+// goroutine of its own: the click that opens one waits for the answer.
+func (p *page) answerDialogs() *dialogs {
+	d := &dialogs{}
+	events := chromedp.Events(p.ctx, cdppage.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range events {
+			if err != nil {
+				return
+			}
+			d.mu.Lock()
+			d.msgs = append(d.msgs, ev.Message)
+			accept := d.accept
+			d.mu.Unlock()
+			if _, err := chromedp.Call(p.ctx, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: accept}); err != nil {
+				p.t.Logf("answer the dialog: %v", err)
+			}
+		}
+	}()
+	return d
 }
 
 // itemEnd returns when a batch item last ended, by the API, as alice;

@@ -272,7 +272,7 @@ func TestItemsDrawnInBrowser(t *testing.T) {
 		// A failed item says so on its drawing; this one is opened by ID
 		// from the page's search box.
 		id := apitype.ItemID(batch, itemFailed)
-		p.do("open by ID", chromedp.SetValue(chromedp.ID("open-id"), id), chromedp.Click(chromedp.ID("open-btn")))
+		p.do("open by ID", chromedp.SetValue(chromedp.ID("search"), id), chromedp.Click(chromedp.ID("search-btn")))
 		p.waitFor("the failed item", `document.getElementById("item").dataset.id === `+js(id)+
 			` && document.getElementById("item").dataset.ready === "failed"`, 10*time.Second)
 		if h := eval[string](p, `location.hash`); h != "#/items/"+id {

@@ -6,21 +6,26 @@
 
 const UI_HEADER = "X-Puzzleq-UI";
 const POLL_MS = 1000;
-const MAX_ITEMS = 200; // item rows shown at once
+const MAX_ITEMS = 200; // item rows read from the results stream, without GET /items
+const PAGE_ITEMS = 100; // item rows a page of a job's items holds
+const MAX_TASKS = 50; // single tasks listed
 const STATES = ["pending", "active", "completed", "failed", "canceled"];
 
 const $ = (id) => document.getElementById(id);
 
 const app = {
   session: null, // {auth, name}
-  selected: null, // selected batch ID
+  view: null, // the view shown: {name, arg}
+  selected: null, // the batch ID of the job view
+  job: null, // the job view's state: see newJob
+  lastJob: null, // the job view left last, to come back to its page
   batches: new Map(), // id -> batch resource
+  tasks: [], // the key's single tasks, newest first
   samples: new Map(), // id -> [{t, ended}] for the rate
   listMode: null, // "list" (GET /v1/batches) or "local" (this browser's IDs)
   timer: null,
   events: null, // EventSource of the selected batch
   itemsAbort: null,
-  itemsKey: "",
   missing: new Set(), // endpoints this server lacks
   backoffUntil: 0, // no polls before this time (after a 429)
   gen: 0, // the polling loop's generation: a loop whose is old stops
@@ -65,6 +70,11 @@ function errText(r) {
   return "HTTP " + r.status;
 }
 
+// plural writes a count and its noun: "1 item", "2 items".
+function plural(n, noun) {
+  return n + " " + noun + (n === 1 ? "" : "s");
+}
+
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -95,6 +105,7 @@ async function loadSession() {
 
 function showSignin(msg) {
   stopPolling();
+  leaveView();
   $("dash").hidden = true;
   $("signin").hidden = false;
   $("signout-btn").hidden = true;
@@ -116,7 +127,10 @@ function showDash() {
   $("signout-btn").hidden = !s.auth;
   app.batches.clear();
   app.samples.clear();
+  app.tasks = [];
   renderJobs();
+  renderTasks();
+  // The loop first: starting it stops an older one, and its event stream.
   startPolling();
   route();
 }
@@ -132,13 +146,13 @@ async function signIn(ev) {
     return;
   }
   app.session = r.body;
-  selectJob(null);
+  app.lastJob = null;
   showDash();
 }
 
 async function signOut() {
   await api("DELETE", "/ui/session");
-  selectJob(null);
+  app.lastJob = null;
   signedOut("");
 }
 
@@ -171,9 +185,7 @@ function startPolling() {
     if (gen !== app.gen) return; // stopped, or replaced by a newer loop
     try {
       $("global-error").textContent = "";
-      await Promise.all([refreshJobs(), refreshStatus()]);
-      if (app.selected) await refreshJob();
-      if (app.item) await refreshItem();
+      await refreshView();
     } catch (e) {
       $("global-error").textContent = String(e);
     }
@@ -236,10 +248,10 @@ async function refreshJobs() {
   renderJobs();
 }
 
-// sample keeps the last 30 s of (time, ended) for a batch's rate.
+// sample keeps the last 30 s of (time, worked) for a batch's rate.
 function sample(b, now) {
   const s = app.samples.get(b.id) || [];
-  s.push({ t: now, ended: ended(b) });
+  s.push({ t: now, worked: worked(b) });
   while (s.length > 2 && now - s[0].t > 30000) s.shift();
   app.samples.set(b.id, s);
 }
@@ -249,20 +261,29 @@ function ended(b) {
   return (c.completed || 0) + (c.failed || 0) + (c.canceled || 0);
 }
 
-// rate is items ended per second: from the done batch's whole run, from
-// recent samples while it runs, or, with one sample, since it was created.
+// worked counts the items a worker ended, completed or failed: a cancel
+// ends thousands of items at once, and counting them would show a rate
+// the workers never had.
+function worked(b) {
+  const c = b.counts || {};
+  return (c.completed || 0) + (c.failed || 0);
+}
+
+// rate is items worked per second (canceled ones are not: see worked):
+// from the done batch's whole run, from recent samples while it runs, or,
+// with one sample, since it was created.
 function rate(b) {
   const created = b.created_at ? Date.parse(b.created_at) : NaN;
   if (b.done && b.done_at && !isNaN(created)) {
     const secs = Math.max((Date.parse(b.done_at) - created) / 1000, 0.001);
-    return ended(b) / secs;
+    return worked(b) / secs;
   }
   const s = app.samples.get(b.id) || [];
   if (s.length >= 2 && s[s.length - 1].t - s[0].t >= 1000) {
     const a = s[0], z = s[s.length - 1];
-    return (z.ended - a.ended) / ((z.t - a.t) / 1000);
+    return Math.max(z.worked - a.worked, 0) / ((z.t - a.t) / 1000);
   }
-  if (!isNaN(created)) return ended(b) / Math.max((Date.now() - created) / 1000, 0.001);
+  if (!isNaN(created)) return worked(b) / Math.max((Date.now() - created) / 1000, 0.001);
   return 0;
 }
 
@@ -330,18 +351,13 @@ function renderJobs() {
   const tb = $("jobs").querySelector("tbody");
   tb.replaceChildren();
   for (const b of app.batches.values()) {
-    const link = el("a", { href: "#" + b.id, text: short(b.id), title: b.id });
-    link.addEventListener("click", (ev) => {
-      ev.preventDefault();
-      if (location.hash !== "#" + b.id) location.hash = "#" + b.id; // route selects it
-      else selectJob(b.id);
-    });
+    const link = el("a", { href: jobHash(b.id), text: short(b.id), title: b.id });
     const tr = el("tr", { "data-id": b.id, "data-done": String(!!b.done) },
       el("td", {}, link),
       el("td", { text: fmtTime(b.created_at) }),
       el("td", { class: "wide" }, bar(b, false)),
       el("td", { class: "counts", text: countsText(b) }),
-      el("td", { text: fmtRate(rate(b)) }),
+      el("td", { class: "rate", text: fmtRate(rate(b)) }),
       el("td", { text: eta(b) }),
       el("td", { class: "state", text: stateOf(b) }));
     if (b.id === app.selected) tr.className = "selected";
@@ -349,6 +365,47 @@ function renderJobs() {
   }
   $("jobs-empty").hidden = app.batches.size > 0;
   $("jobs-source").textContent = app.listMode === "local" ? "(submitted from this browser)" : "";
+}
+
+// ---- single tasks ----
+
+// refreshTasks reads the key's single tasks (GET /v1/tasks), newest
+// first; a batch's items are not among them.
+async function refreshTasks() {
+  if (app.missing.has("tasks")) return;
+  const r = await api("GET", "/v1/tasks?limit=" + MAX_TASKS);
+  if (absent(r)) {
+    app.missing.add("tasks");
+    app.tasks = [];
+    $("tasks-note").textContent = "(this server does not list them)";
+    renderTasks();
+    return;
+  }
+  if (r.status !== 200 || !r.body || !Array.isArray(r.body.tasks)) return;
+  app.tasks = r.body.tasks;
+  $("tasks-note").textContent = r.body.next_cursor ? "(the newest " + app.tasks.length + ")" : "";
+  renderTasks();
+}
+
+function renderTasks() {
+  const tb = $("tasks").querySelector("tbody");
+  tb.replaceChildren();
+  for (const t of app.tasks) {
+    tb.append(el("tr", { "data-id": t.id, "data-state": t.state },
+      el("td", { class: "mono" }, el("a", { href: itemHash(t.id), text: t.id, title: "draw this task" })),
+      el("td", { text: t.kind || "" }),
+      el("td", { text: fmtTime(t.created_at) }),
+      el("td", { class: "state " + t.state, text: t.state }),
+      el("td", { class: t.error ? "mono error" : "mono", text: outcomeText(t) })));
+  }
+  $("tasks-empty").hidden = app.tasks.length > 0 || app.missing.has("tasks");
+}
+
+// outcomeText is a task's result as JSON, or its error, in one line.
+function outcomeText(t) {
+  if (t.error) return t.error.code + ": " + t.error.message;
+  if (t.result !== undefined && t.result !== null) return JSON.stringify(t.result);
+  return "";
 }
 
 // ---- status ----
@@ -375,10 +432,10 @@ function renderStatus(s) {
   const parts = [el("p", { class: alive === 0 ? "error" : "" },
     el("strong", { id: "workers-alive", text: String(alive) }),
     " worker" + (alive === 1 ? "" : "s") + " alive" + (alive === 0 ? ": nothing runs until one starts" : "") +
-    " · " + (s.busy ?? 0) + " of " + (s.slots ?? 0) + " slots busy" +
+    " · " + (s.busy ?? 0) + " of " + plural(s.slots ?? 0, "slot") + " busy" +
     (waiting ? " · " + waiting + " waiting for a slot" : "") +
     " · oldest pending " + (s.oldest_pending_seconds ? fmtDur(s.oldest_pending_seconds) : "none") +
-    (s.backlog_units ? " · about " + s.backlog_units + " batch units in the feed" : ""))];
+    (s.backlog_units ? " · about " + plural(s.backlog_units, "batch unit") + " in the feed" : ""))];
   const workers = Array.isArray(s.workers) ? s.workers : [];
   if (workers.length) {
     const tb = el("tbody");
@@ -391,7 +448,7 @@ function renderStatus(s) {
         el("td", { text: fmtTime(w.started_at) })));
     }
     parts.push(el("table", { id: "workers" }, el("thead", {}, el("tr", {},
-      el("th", { text: "worker" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
+      el("th", { text: "worker", title: "its asynq server ID; host and process are the operator's (/monitoring/)" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
   }
   if (queues.length) {
     const tb = el("tbody");
@@ -413,54 +470,178 @@ function renderStatus(s) {
   box.replaceChildren(...parts);
 }
 
+// ---- views ----
+
+// The dashboard shows one view at a time, each at its own URL: ROUTES
+// maps a URL fragment to a view (the first pattern that matches wins, its
+// group is the view's argument), VIEWS says how a view starts, stops and
+// keeps current, and the view's element is the one whose data-view names
+// it. A new view (#/history) is a route, a VIEWS entry, an element and a
+// nav link.
+const ITEM_HASH = "#/items/";
+const JOB_HASH = "#/jobs/";
+
+const ROUTES = [
+  { pattern: /^#?\/?$/, view: "jobs" }, // no fragment: the default
+  { pattern: /^#\/jobs\/?$/, view: "jobs" },
+  { pattern: /^#\/jobs\/([^/]+)$/, view: "job" },
+  { pattern: /^#\/items\/(.+)$/, view: "item" },
+  { pattern: /^#\/workers\/?$/, view: "workers" },
+  // { pattern: /^#\/history\/?$/, view: "history" },
+  // A job's links from before the views, #<batch id>, still open it; the
+  // URL becomes the job's own.
+  { pattern: /^#([0-9a-f]{32})$/, view: "job", canonical: (id) => jobHash(id) },
+];
+
+const VIEWS = {
+  jobs: { nav: "jobs", enter() {}, leave() {}, refresh: () => Promise.all([refreshJobs(), refreshTasks()]) },
+  job: { nav: "jobs", enter: selectJob, leave: leaveJob, refresh: refreshJob },
+  item: { nav: "jobs", enter: openItem, leave: closeItem, refresh: refreshItem },
+  workers: { nav: "workers", enter() {}, leave() {}, refresh: refreshStatus },
+};
+
+function itemHash(id) {
+  return ITEM_HASH + encodeURIComponent(id);
+}
+
+function jobHash(id) {
+  return JOB_HASH + encodeURIComponent(id);
+}
+
+// match finds the route of a URL fragment: {view, arg, canonical}, or null.
+function match(hash) {
+  for (const r of ROUTES) {
+    const m = r.pattern.exec(hash);
+    if (!m) continue;
+    let arg = m[1] ?? null;
+    if (arg !== null) {
+      try { arg = decodeURIComponent(arg); } catch (_) { /* a malformed escape: look it up as typed */ }
+    }
+    return { view: r.view, arg, canonical: r.canonical ? r.canonical(arg) : null };
+  }
+  return null;
+}
+
+// route shows the view that the URL's fragment names: on sign-in, and on
+// every hashchange (links, Back and Forward, a typed URL).
+function route() {
+  if ($("dash").hidden) return;
+  let m = match(location.hash);
+  if (!m) {
+    $("search-msg").textContent = "no view at " + location.hash + ": showing the jobs";
+    m = { view: "jobs", arg: null };
+  }
+  if (m.canonical && location.hash !== m.canonical) history.replaceState(null, "", m.canonical);
+  if (app.view && app.view.name === m.view && app.view.arg === m.arg) return;
+  leaveView();
+  app.view = { name: m.view, arg: m.arg };
+  for (const e of document.querySelectorAll("#dash [data-view]")) e.hidden = e.dataset.view !== m.view;
+  for (const a of document.querySelectorAll("#nav [data-nav]")) {
+    if (a.dataset.nav === VIEWS[m.view].nav) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.body.dataset.view = m.view;
+  window.scrollTo(0, 0);
+  VIEWS[m.view].enter(m.arg);
+  refreshView().catch((e) => { $("global-error").textContent = String(e); });
+}
+
+function leaveView() {
+  if (app.view) VIEWS[app.view.name].leave();
+  app.view = null;
+}
+
+// refreshView reads what the view shown needs, and only that.
+async function refreshView() {
+  const v = app.view && VIEWS[app.view.name];
+  if (v) await v.refresh();
+}
+
 // ---- one job ----
 
+// newJob is the job view's state: its page of items is the one read with
+// cursor, cursors holds the cursors of the pages before it (Previous pops
+// one), next is the cursor of the page after it, null at the last.
+function newJob(id) {
+  return { id, found: false, notFound: false, done: false, eventsOpen: false, counts: "",
+    state: "", cursor: "", cursors: [], next: null, itemsKey: "" };
+}
+
+// selectJob starts the job view of batch id, on the page of items it
+// showed when it was left last, when it was this batch's (Back from an
+// item returns to its page).
 function selectJob(id) {
+  const job = app.lastJob && app.lastJob.id === id ? app.lastJob : newJob(id);
+  Object.assign(job, { found: false, notFound: false, eventsOpen: false, itemsKey: "" });
+  app.job = job;
   app.selected = id;
-  closeEvents();
-  app.itemsKey = "";
-  if (app.itemsAbort) app.itemsAbort.abort();
-  $("job").hidden = !id;
+  const v = $("job");
+  for (const a of ["data-done", "data-notfound", "data-page", "data-more", "data-followed"]) v.removeAttribute(a);
   $("job-msg").textContent = "";
-  if (!id) return;
   $("job-id").textContent = id;
+  $("job-counts").textContent = "loading…";
+  $("job-bar").replaceWith(el("div", { id: "job-bar", class: "bar big" }));
+  $("items").querySelector("tbody").replaceChildren();
+  $("items-note").textContent = "";
+  $("page-note").textContent = "";
+  $("state-filter").value = job.state;
+  // Nothing to act on until the batch is read: it may be another key's.
+  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
   setLive("polling");
   $("download").href = "/v1/batches/" + encodeURIComponent(id) + "/results";
   $("download").setAttribute("download", id + ".results.ndjson");
   renderJobs();
-  openEvents(id);
-  refreshJob();
+  openEvents(job);
+}
+
+function leaveJob() {
+  closeEvents();
+  if (app.itemsAbort) app.itemsAbort.abort();
+  app.lastJob = app.job;
+  app.job = null;
+  app.selected = null;
 }
 
 // openEvents follows the batch's Server-Sent Events where the server has
 // them (progress, item and done events): each prompts a refresh, so the
-// view changes as items end; polling goes on anyway, more slowly. A
-// stream that ends is reopened by EventSource from its last event ID; one
-// that fails before it opened means the route is absent here.
-function openEvents(id) {
-  if (app.missing.has("events") || typeof EventSource === "undefined") return;
-  const es = new EventSource("/v1/batches/" + encodeURIComponent(id) + "/events");
+// view changes as items end; polling goes on anyway. A stream that ends is
+// reopened by EventSource from its last event ID; one that fails before
+// it opened, of a batch this key reads, means the route is absent here (a
+// stream of another key's batch fails as well, and says nothing of the
+// route).
+function openEvents(job) {
+  if (app.missing.has("events") || typeof EventSource === "undefined" || app.events) return;
+  const es = new EventSource("/v1/batches/" + encodeURIComponent(job.id) + "/events");
   let opened = false;
+  const ours = () => app.job === job;
+  const gone = () => {
+    if (app.events === es) app.events = null;
+    job.eventsOpen = false;
+  };
   es.onopen = () => {
     opened = true;
-    if (app.selected === id) setLive("events");
+    job.eventsOpen = true;
+    if (!ours()) return;
+    $("job").dataset.followed = "events";
+    if (!job.done) setLive("events");
   };
-  const poke = () => { if (app.selected === id) refreshJobSoon(); };
+  const poke = () => { if (ours()) refreshJobSoon(); };
   for (const type of ["message", "progress", "item"]) es.addEventListener(type, poke);
-  es.addEventListener("done", () => { poke(); es.close(); if (app.events === es) app.events = null; });
+  es.addEventListener("done", () => { poke(); es.close(); gone(); });
   es.onerror = () => {
     if (es.readyState !== EventSource.CLOSED) return; // reconnecting by itself
-    if (!opened) app.missing.add("events");
-    if (app.events === es) app.events = null;
+    if (!opened && job.found) app.missing.add("events");
+    gone();
   };
   app.events = es;
 }
 
 // setLive says how the job's view is kept current: "events" once its
-// event stream opened, else "polling".
+// event stream opened, else "polling"; "done" for a batch that ended, and
+// "gone" for one not found, which change no more: no label then.
 function setLive(how) {
   $("job").dataset.live = how;
-  $("job-live").textContent = how === "events" ? "live" : "polling";
+  $("job-live").textContent = how === "events" ? "live" : how === "polling" ? "polling" : "";
 }
 
 function closeEvents() {
@@ -475,17 +656,19 @@ function refreshJobSoon() {
 }
 
 async function refreshJob() {
-  const id = app.selected;
-  if (!id) return;
+  const job = app.job;
+  if (!job || job.notFound) return; // a batch not found is not asked for again
+  const id = job.id;
   const r = await api("GET", "/v1/batches/" + encodeURIComponent(id) + "?limit=1");
-  if (app.selected !== id) return;
+  if (app.job !== job || job.notFound) return;
   if (r.status === 404) {
-    $("job-msg").textContent = "no such batch (expired, or another key's)";
-    forgetID(id);
+    notFound(job);
     return;
   }
   if (r.status !== 200) return;
   const b = r.body;
+  job.found = true;
+  job.done = !!b.done;
   sample(b, Date.now());
   if (app.batches.has(id)) {
     // Keep the job's row in step with its view.
@@ -493,29 +676,54 @@ async function refreshJob() {
     renderJobs();
   }
   $("job-bar").replaceWith(Object.assign(bar(b, true), { id: "job-bar" }));
-  $("job-counts").textContent = countsText(b) + " · " + (b.total || 0) + " items · " +
+  $("job-counts").textContent = countsText(b) + " · " + plural(b.total || 0, "item") + " · " +
     fmtRate(rate(b)) + " · ETA " + eta(b) + " · " + stateOf(b);
-  $("job").setAttribute("data-done", String(!!b.done));
-  $("cancel-btn").disabled = !!b.done;
+  $("job").setAttribute("data-done", String(job.done));
+  $("cancel-btn").disabled = job.done;
   const c = b.counts || {};
   $("retry-btn").disabled = !((c.failed || 0) + (c.canceled || 0)) || app.missing.has("retry");
-  // Reload the items when the filter or the counts change.
-  const key = id + "|" + $("state-filter").value + "|" + JSON.stringify(c);
-  if (key !== app.itemsKey) {
-    app.itemsKey = key;
-    loadItems(id, $("state-filter").value);
+  setLive(job.done ? "done" : job.eventsOpen ? "events" : "polling");
+  if (!job.done) openEvents(job);
+  // Reload the page of items when the filter, the page or the counts change.
+  job.counts = JSON.stringify(c);
+  if (itemsKey(job) !== job.itemsKey) {
+    job.itemsKey = itemsKey(job);
+    loadItems(job);
   }
 }
 
-// loadItems shows up to MAX_ITEMS items of the batch in one state (or
-// all): from GET /v1/batches/{id}/items where the server has it, else
-// from the results stream, one NDJSON line per item.
-async function loadItems(id, state) {
+// notFound ends the view of a batch this key cannot read (expired, or
+// another key's: a deep link): no more requests, nothing to act on.
+function notFound(job) {
+  job.notFound = true;
+  closeEvents();
+  forgetID(job.id);
+  if (app.itemsAbort) app.itemsAbort.abort();
+  $("job").dataset.notfound = "true";
+  $("job-msg").textContent = "not found (or another key's)";
+  $("job-counts").textContent = "";
+  $("items").querySelector("tbody").replaceChildren();
+  $("items-note").textContent = "";
+  $("page-note").textContent = "";
+  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
+  setLive("gone");
+}
+
+function itemsKey(job) {
+  return job.state + "|" + job.cursor + "|" + job.counts;
+}
+
+// loadItems shows the job's page of items: from GET
+// /v1/batches/{id}/items where the server has it, else the first
+// MAX_ITEMS from the results stream, one NDJSON line per item.
+async function loadItems(job) {
   if (app.itemsAbort) app.itemsAbort.abort();
   const ctl = new AbortController();
   app.itemsAbort = ctl;
+  const id = job.id, state = job.state;
   if (!app.missing.has("items")) {
-    const q = "?limit=" + MAX_ITEMS + (state ? "&state=" + encodeURIComponent(state) : "");
+    const q = "?limit=" + PAGE_ITEMS + (state ? "&state=" + encodeURIComponent(state) : "") +
+      (job.cursor ? "&cursor=" + encodeURIComponent(job.cursor) : "");
     let r;
     try {
       r = await api("GET", "/v1/batches/" + encodeURIComponent(id) + "/items" + q, { signal: ctl.signal });
@@ -523,11 +731,17 @@ async function loadItems(id, state) {
       if (e.name === "AbortError") return;
       throw e;
     }
-    if (app.selected !== id || ctl.signal.aborted) return;
+    if (app.job !== job || ctl.signal.aborted || job.notFound) return;
     if (r.status === 200 && r.body && Array.isArray(r.body.tasks)) {
       const rows = r.body.tasks.map((t) => ({ index: itemIndex(t.id), id: t.id, custom_id: t.custom_id,
         state: t.state, result: t.result, error: t.error }));
-      renderItems(rows, !!r.body.next_cursor);
+      job.next = r.body.next_cursor || null;
+      renderItems(rows);
+      renderPager(job, rows);
+      return;
+    }
+    if (r.status === 404) {
+      notFound(job);
       return;
     }
     if (!absent(r)) {
@@ -537,6 +751,58 @@ async function loadItems(id, state) {
     app.missing.add("items");
   }
   await loadResults(id, state, ctl);
+}
+
+// renderPager says which page of items is shown, and enables Previous
+// and Next as there are pages before and after it.
+function renderPager(job, rows) {
+  const page = job.cursors.length + 1;
+  $("prev-btn").disabled = job.cursors.length === 0;
+  $("next-btn").disabled = !job.next;
+  let what = "no items";
+  if (rows.length) what = "items " + rows[0].index + "–" + rows[rows.length - 1].index;
+  if (!rows.length && job.next) what = "none in this stretch of the batch; Next looks further";
+  $("page-note").textContent = "page " + page + " · " + what;
+  $("items-note").textContent = plural(rows.length, (job.state ? job.state + " " : "") + "item") + " on this page";
+  $("job").dataset.page = String(page);
+  $("job").dataset.more = String(!!job.next);
+}
+
+// reloadItems reads the job's page of items again, after Next, Previous
+// or a new filter; the pager waits for it.
+function reloadItems(job) {
+  $("prev-btn").disabled = true;
+  $("next-btn").disabled = true;
+  $("job").removeAttribute("data-page");
+  job.itemsKey = itemsKey(job);
+  loadItems(job).catch((e) => { $("items-note").textContent = String(e); });
+}
+
+function nextPage() {
+  const job = app.job;
+  if (!job || !job.next) return;
+  job.cursors.push(job.cursor);
+  job.cursor = job.next;
+  job.next = null;
+  reloadItems(job);
+}
+
+function prevPage() {
+  const job = app.job;
+  if (!job || !job.cursors.length) return;
+  job.cursor = job.cursors.pop();
+  job.next = null;
+  reloadItems(job);
+}
+
+function filterItems() {
+  const job = app.job;
+  if (!job) return;
+  job.state = $("state-filter").value;
+  job.cursor = "";
+  job.cursors = [];
+  job.next = null;
+  reloadItems(job);
 }
 
 // itemIndex is the index in an item ID "<batch>-<index>".
@@ -576,55 +842,29 @@ async function loadResults(id, state, ctl) {
     if (e.name === "AbortError" && !more) return; // replaced by a newer load
   }
   if (app.selected !== id) return;
-  renderItems(rows, more);
+  renderItems(rows);
+  $("items-note").textContent = more ? "showing the first " + rows.length + "; download for all" : plural(rows.length, "item");
+  $("page-note").textContent = "";
 }
 
-function renderItems(rows, more) {
+function renderItems(rows) {
   const tb = $("items").querySelector("tbody");
   tb.replaceChildren();
   for (const it of rows) {
-    let out = "";
-    if (it.error) out = it.error.code + ": " + it.error.message;
-    else if (it.result !== undefined && it.result !== null) out = JSON.stringify(it.result);
     tb.append(el("tr", { "data-state": it.state, "data-id": it.id },
       el("td", { text: String(it.index) }),
       el("td", { class: "mono" }, el("a", { href: itemHash(it.id), text: it.id, title: "draw this item" })),
       el("td", { class: "custom-id", text: it.custom_id ?? "" }),
       el("td", { class: "state " + it.state, text: it.state }),
-      el("td", { class: it.error ? "mono error" : "mono", text: out })));
+      el("td", { class: it.error ? "mono error" : "mono", text: outcomeText(it) })));
   }
-  $("items-note").textContent = more ? "showing the first " + rows.length + "; download for all" :
-    rows.length + " item" + (rows.length === 1 ? "" : "s");
 }
 
 // ---- one item, drawn ----
 
-// An item's drawing has its own URL, /ui/#/items/<id>: route shows what
-// the URL's fragment names, an item or a batch (#<batch id>).
-const ITEM_HASH = "#/items/";
-
-function itemHash(id) {
-  return ITEM_HASH + encodeURIComponent(id);
-}
-
-function route() {
-  if ($("dash").hidden) return;
-  const hash = location.hash;
-  if (hash.startsWith(ITEM_HASH)) {
-    let id = hash.slice(ITEM_HASH.length);
-    try { id = decodeURIComponent(id); } catch (_) { /* a malformed escape: look it up as typed */ }
-    openItem(id);
-    return;
-  }
-  closeItem();
-  const id = hash.slice(1);
-  if (/^[0-9a-f]{32}$/.test(id) && id !== app.selected) selectJob(id);
-}
-
 function closeItem() {
   app.item = null;
   Draw.stop();
-  $("item").hidden = true;
   $("drawing").replaceChildren();
 }
 
@@ -634,7 +874,6 @@ async function openItem(id) {
   if (app.item && app.item.id === id) return;
   app.item = { id, task: null, req: null, noPuzzle: false, ended: false, busy: false };
   Draw.stop();
-  $("item").hidden = false;
   $("item").dataset.id = id;
   $("item").removeAttribute("data-ready");
   $("item-id").textContent = id;
@@ -644,10 +883,8 @@ async function openItem(id) {
   $("drawing").replaceChildren();
   const batch = id.includes("-") ? id.slice(0, id.lastIndexOf("-")) : "";
   $("item-batch").textContent = batch ? "of batch " + short(batch) : "";
-  $("item-batch").href = batch ? "#" + batch : "#";
+  $("item-batch").href = batch ? jobHash(batch) : "#/jobs";
   $("item-batch").hidden = !batch;
-  $("item").scrollIntoView({ block: "start" });
-  await refreshItem();
 }
 
 // itemWanted reports whether the open item has more to read: its end,
@@ -719,25 +956,81 @@ async function readItem(it) {
   if (it.req || it.noPuzzle) $("item").dataset.ready = it.task.state;
 }
 
-async function openByID(ev) {
+// ---- search ----
+
+// An item's ID is "<batch id>-<index>"; a single task's, and a batch's,
+// 32 hex digits.
+const ITEM_ID = /^[0-9a-f]{32}-(0|[1-9][0-9]{0,8})$/;
+const TASK_ID = /^[0-9a-f]{32}$/;
+
+// search opens what the search box names: an item or a single task by
+// its ID, a batch by its ID, or, on a job's view, the job's item whose
+// custom_id it is (GET /v1/batches/{id}/items?custom_id=).
+async function search(ev) {
   ev.preventDefault();
-  const id = $("open-id").value.trim();
-  if (!id) return;
-  location.hash = itemHash(id);
+  const raw = $("search").value.trim();
+  const msg = $("search-msg");
+  msg.textContent = "";
+  if (!raw) return;
+  const lower = raw.toLowerCase();
+  // An answer that comes after the user went elsewhere opens nothing.
+  const from = location.hash;
+  const stale = () => location.hash !== from;
+  if (ITEM_ID.test(lower)) {
+    location.hash = itemHash(lower);
+    return;
+  }
+  if (TASK_ID.test(lower)) {
+    // A batch's ID has the same form as a single task's: a batch opens as
+    // its job, anything else as a task (which says when there is none).
+    const r = await api("GET", "/v1/batches/" + lower + "?limit=1");
+    if (stale()) return;
+    location.hash = r.status === 200 ? jobHash(lower) : itemHash(lower);
+    return;
+  }
+  const job = app.job;
+  if (!job || job.notFound) {
+    msg.textContent = "not an item or task ID; to find an item by its custom_id, open its job first";
+    return;
+  }
+  if (new TextEncoder().encode(raw).length > 64) {
+    msg.textContent = "a custom_id has at most 64 bytes";
+    return;
+  }
+  msg.textContent = "searching…";
+  const r = await api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(raw));
+  if (app.job !== job || stale()) return;
+  if (r.status === 200 && r.body && Array.isArray(r.body.tasks)) {
+    if (r.body.tasks.length) {
+      msg.textContent = "";
+      location.hash = itemHash(r.body.tasks[0].id);
+    } else {
+      msg.textContent = "no item of this job has the custom_id " + JSON.stringify(raw);
+    }
+    return;
+  }
+  msg.textContent = "search: " + errText(r) + (r.body && r.body.error && r.body.error.field ? " (" + r.body.error.field + ")" : "");
 }
 
+// ---- actions ----
+
 async function cancelJob() {
-  const id = app.selected;
-  if (!id) return;
-  const r = await api("DELETE", "/v1/batches/" + encodeURIComponent(id));
-  $("job-msg").textContent = r.status === 200 ? "canceled " + r.body.canceled + " items" : "cancel: " + errText(r);
+  const job = app.job;
+  if (!job || job.notFound) return;
+  if (!confirm("Cancel job " + job.id + "? Its pending and running items end as canceled; completed ones stay.")) return;
+  const r = await api("DELETE", "/v1/batches/" + encodeURIComponent(job.id));
+  if (app.job !== job) return;
+  $("job-msg").textContent = r.status === 200 ? "canceled " + plural(r.body.canceled, "item") : "cancel: " + errText(r);
+  if (r.status === 404) notFound(job);
   refreshJob();
 }
 
+// retryJob runs the job's failed and canceled items again.
 async function retryJob() {
-  const id = app.selected;
-  if (!id) return;
-  const r = await api("POST", "/v1/batches/" + encodeURIComponent(id) + "/retry");
+  const job = app.job;
+  if (!job || job.notFound) return;
+  const r = await api("POST", "/v1/batches/" + encodeURIComponent(job.id) + "/retry");
+  if (app.job !== job) return;
   if (absent(r)) {
     app.missing.add("retry");
     $("job-msg").textContent = "this server cannot retry items";
@@ -746,13 +1039,12 @@ async function retryJob() {
   }
   if (r.status >= 200 && r.status < 300) {
     const n = r.body && r.body.retried;
-    $("job-msg").textContent = "retrying" + (n !== undefined ? " " + n + " items" : "");
+    $("job-msg").textContent = "retrying " + (n !== undefined ? plural(n, "item") + " " : "") + "(failed and canceled)";
   } else {
     $("job-msg").textContent = "retry: " + errText(r);
+    if (r.status === 404) notFound(job);
   }
-  app.samples.delete(id);
-  closeEvents();
-  openEvents(id);
+  app.samples.delete(job.id);
   refreshJob();
 }
 
@@ -765,11 +1057,11 @@ async function submitBatch() {
   try {
     const r = await api("POST", "/v1/batches", { body: text + "\n", headers: { "Content-Type": "application/x-ndjson" } });
     if (r.status === 202 || r.status === 200) {
-      msg.textContent = "submitted " + r.body.total + " items as " + r.body.id;
+      msg.textContent = "submitted " + plural(r.body.total, "item") + " as " + r.body.id;
       msg.setAttribute("data-id", r.body.id);
+      $("ndjson").value = ""; // submitted: a second click must not submit it again
       rememberID(r.body.id);
-      selectJob(r.body.id);
-      refreshJobs();
+      location.hash = jobHash(r.body.id);
     } else {
       msg.textContent = errText(r) + (r.body && r.body.error && r.body.error.field ? " (" + r.body.error.field + ")" : "");
     }
@@ -784,8 +1076,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("submit-btn").addEventListener("click", submitBatch);
   $("cancel-btn").addEventListener("click", cancelJob);
   $("retry-btn").addEventListener("click", retryJob);
-  $("state-filter").addEventListener("change", () => { app.itemsKey = ""; refreshJob(); });
-  $("open-form").addEventListener("submit", openByID);
+  $("prev-btn").addEventListener("click", prevPage);
+  $("next-btn").addEventListener("click", nextPage);
+  $("state-filter").addEventListener("change", filterItems);
+  $("search-form").addEventListener("submit", search);
   window.addEventListener("hashchange", route);
   loadSession();
 });
