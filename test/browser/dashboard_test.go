@@ -500,6 +500,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if dis := eval[bool](p, `document.getElementById("cancel-btn").disabled && document.getElementById("retry-btn").disabled`); !dis {
 		t.Error("Cancel or Retry is enabled on a batch not found")
 	}
+	if shown := !eval[bool](p, `document.getElementById("download").hidden`); shown {
+		t.Error("a download link for a batch not found")
+	}
 	p.do("clear the requests", chromedp.Evaluate[chromedp.Void](`performance.setResourceTimingBufferSize(10000); performance.clearResourceTimings()`))
 	time.Sleep(3 * time.Second)
 	if n := eval[int](p, `performance.getEntriesByType("resource").filter(e => e.name.includes(`+js(bobsBatch)+`)).length`); n != 0 {
@@ -541,6 +544,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	p.shot("10-canceled")
 	if got := eval[string](p, `document.getElementById("job-msg").textContent`); got != "canceled 1 item" {
 		t.Errorf("cancel message %q", got)
+	}
+	if got := eval[string](p, `document.getElementById("page-note").textContent`); got != "page 1 · item 0" {
+		t.Errorf("the pager of a batch of one says %q", got)
+	}
+	if !eval[bool](p, `!document.getElementById("download").hidden`) {
+		t.Error("no download link on a batch found")
 	}
 	if n := len(dialogs.seen()); n != 2 {
 		t.Errorf("%d confirms, want 2", n)

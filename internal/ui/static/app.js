@@ -588,6 +588,7 @@ function selectJob(id) {
   // Nothing to act on until the batch is read: it may be another key's.
   for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
   setLive("polling");
+  $("download").hidden = false;
   $("download").href = "/v1/batches/" + encodeURIComponent(id) + "/results";
   $("download").setAttribute("download", id + ".results.ndjson");
   renderJobs();
@@ -706,6 +707,7 @@ function notFound(job) {
   $("items-note").textContent = "";
   $("page-note").textContent = "";
   for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
+  $("download").hidden = true; // it would save the 404
   setLive("gone");
 }
 
@@ -760,7 +762,8 @@ function renderPager(job, rows) {
   $("prev-btn").disabled = job.cursors.length === 0;
   $("next-btn").disabled = !job.next;
   let what = "no items";
-  if (rows.length) what = "items " + rows[0].index + "–" + rows[rows.length - 1].index;
+  if (rows.length === 1) what = "item " + rows[0].index;
+  if (rows.length > 1) what = "items " + rows[0].index + "–" + rows[rows.length - 1].index;
   if (!rows.length && job.next) what = "none in this stretch of the batch; Next looks further";
   $("page-note").textContent = "page " + page + " · " + what;
   $("items-note").textContent = plural(rows.length, (job.state ? job.state + " " : "") + "item") + " on this page";
