@@ -21,7 +21,7 @@ const app = {
   lastJob: null, // the job view left last, to come back to its page
   batches: new Map(), // id -> batch resource
   tasks: [], // the key's single tasks, newest first
-  samples: new Map(), // id -> [{t, ended}] for the rate
+  samples: new Map(), // id -> [{t, worked}] for the rate
   listMode: null, // "list" (GET /v1/batches) or "local" (this browser's IDs)
   timer: null,
   events: null, // EventSource of the selected batch
