@@ -13,7 +13,7 @@ import (
 // sheet names a URL with a scheme or a protocol-relative one (but the SVG
 // namespace, which is a name).
 func TestFilesAreSelfContained(t *testing.T) {
-	want := map[string]string{"index.html": "text/html", "app.js": "javascript", "draw.js": "javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
+	want := map[string]string{"index.html": "text/html", "app.js": "javascript", "draw.js": "javascript", "chart.js": "javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
 	ref := regexp.MustCompile(`(?:src|href)="([^"]*)"`)
 	external := regexp.MustCompile(`(?i)(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}`)
 	for _, f := range ui.Files() {

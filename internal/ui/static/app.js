@@ -476,8 +476,7 @@ function renderStatus(s) {
 // maps a URL fragment to a view (the first pattern that matches wins, its
 // group is the view's argument), VIEWS says how a view starts, stops and
 // keeps current, and the view's element is the one whose data-view names
-// it. A new view (#/history) is a route, a VIEWS entry, an element and a
-// nav link.
+// it. A new view is a route, a VIEWS entry, an element and a nav link.
 const ITEM_HASH = "#/items/";
 const JOB_HASH = "#/jobs/";
 
@@ -487,7 +486,7 @@ const ROUTES = [
   { pattern: /^#\/jobs\/([^/]+)$/, view: "job" },
   { pattern: /^#\/items\/(.+)$/, view: "item" },
   { pattern: /^#\/workers\/?$/, view: "workers" },
-  // { pattern: /^#\/history\/?$/, view: "history" },
+  { pattern: /^#\/history\/?$/, view: "history" },
   // A job's links from before the views, #<batch id>, still open it; the
   // URL becomes the job's own.
   { pattern: /^#([0-9a-f]{32})$/, view: "job", canonical: (id) => jobHash(id) },
@@ -498,6 +497,9 @@ const VIEWS = {
   job: { nav: "jobs", enter: selectJob, leave: leaveJob, refresh: refreshJob },
   item: { nav: "jobs", enter: openItem, leave: closeItem, refresh: refreshItem },
   workers: { nav: "workers", enter() {}, leave() {}, refresh: refreshStatus },
+  // The history keeps itself current (chart.js): a minute's figures
+  // change every few seconds, not every second.
+  history: { nav: "history", enter: () => Chart.show($("history-charts")), leave: () => Chart.hide(), refresh: async () => {} },
 };
 
 function itemHash(id) {

@@ -1,0 +1,51 @@
+package browser_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/stacktest"
+)
+
+// TestHistoryChartedInBrowser runs a batch and a single task on a real
+// stack, opens the dashboard's history at its URL, and reads the charts as
+// drawn: the minute's completed and failed bars carry the batch's and the
+// task's counts, and the latency chart has the single task's point.
+func TestHistoryChartedInBrowser(t *testing.T) {
+	p := newPage(t)
+	s := stacktest.StartWith(t, 1, map[string]string{"HISTORY_INTERVAL": "200ms"})
+	code, body, _ := s.DoH("POST", "/v1/batches", batchNDJSON, "Content-Type", "application/x-ndjson")
+	if code != http.StatusAccepted {
+		t.Fatalf("batch: %d %s", code, body)
+	}
+	id := stacktest.Decode[apitype.BatchCreated](t, body).ID
+	if code, body := s.Do("GET", "/v1/batches/"+id+"?wait=20s", nil); code != http.StatusOK {
+		t.Fatalf("batch wait: %d %s", code, body)
+	}
+	if code, body := s.Do("POST", "/v1/tasks?wait=20s", `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`); code != http.StatusOK {
+		t.Fatalf("single task: %d %s", code, body)
+	}
+
+	p.do("open the history", chromedp.Navigate(s.URL+"/ui/#/history"))
+	// The batch's 2 completed and 1 failed, and the single task: 3
+	// completed and 1 failed in all, in one minute or across two.
+	sum := func(sel string) string {
+		return `[...document.querySelectorAll(` + js(sel) + `)].reduce((n, e) => n + Number(e.dataset.value), 0)`
+	}
+	p.waitFor("the batch and the task in the chart", sum("[data-chart=throughput] rect.bar-completed")+` === 3 && `+
+		sum("[data-chart=throughput] rect.bar-failed")+` === 1`, 15*time.Second)
+	if n := eval[int](p, `document.querySelectorAll("[data-chart=latency] circle.line-p50").length`); n < 1 {
+		t.Errorf("the latency chart has %d p50 points; want the single task's minute", n)
+	}
+	if got := eval[string](p, `document.querySelector(".chart-summary").textContent`); got != "3 completed, 1 failed in the last 60 minutes (every key)." {
+		t.Errorf("summary %q", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll("[data-chart=throughput] title").length`); n < 2 {
+		t.Errorf("%d titles in the throughput chart; every bar names its minute and counts", n)
+	}
+	p.shot("7-history")
+}
