@@ -121,14 +121,22 @@ const loginPath = MonitoringPath + "login"
 // (api.OperatorCookie) carries the sign-in.
 const loginPage = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>puzzleq operator sign-in</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"></head>
-<body style="font-family: sans-serif; max-width: 28em; margin: 4em auto">
-<h1>puzzleq dashboard</h1>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="/ui/favicon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="/ui/style.css"></head>
+<body>
+<header><h1>puzzleq</h1><span class="muted">operators</span></header>
+<main>
+<section id="signin">
+<h2>Sign in to the queue dashboard</h2>
+<p class="muted">The queue dashboard shows every key's tasks; it needs one of the <code>OPERATOR_KEYS</code>. The browser keeps a session cookie, never the key.</p>
 <form method="post" action="` + loginPath + `">
 <label>Operator key <input type="password" name="key" autocomplete="current-password" required autofocus></label>
 <button type="submit">Sign in</button>
 </form>
-<p>Tenant API keys are refused here; the dashboard needs one of <code>OPERATOR_KEYS</code>.</p>
+<p class="muted">Tenant API keys sign in at <a href="/ui/">/ui/</a>, the jobs dashboard.</p>
+</section>
+</main>
 </body></html>
 `
 
@@ -141,7 +149,8 @@ func (a *API) signIn(c *gin.Context) {
 	}
 	if c.Request.URL.Path == loginPath {
 		c.Header("Cache-Control", "no-store")
-		c.Header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+		// The page shares the jobs dashboard's style sheet and icon.
+		c.Header("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 		c.Data(http.StatusOK, "text/html; charset=utf-8", []byte(loginPage))
 		c.Abort()
 		return

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/puzzleq/puzzleq/internal/app"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -90,4 +92,25 @@ var (
 // spaces collapsed.
 func visibleText(html string) string {
 	return strings.TrimSpace(spaceRe.ReplaceAllString(tagsRe.ReplaceAllString(html, " "), " "))
+}
+
+// TestOperatorSignInLooksLikeTheDashboard opens the operators' sign-in page
+// in headless Chromium: it loads the jobs dashboard's style sheet under its
+// own Content-Security-Policy (so it is styled, not bare HTML), links the
+// tenants' sign-in, and the tenants' sign-in links it back.
+func TestOperatorSignInLooksLikeTheDashboard(t *testing.T) {
+	p := newPage(t)
+	s := stacktest.StartWith(t, 0, map[string]string{"API_KEYS": "alice:" + aliceKey, "OPERATOR_KEYS": "ops:ops-browser-key-000003"})
+	p.do("open the operators' sign-in", chromedp.Navigate(s.URL+app.MonitoringPath+"login"))
+	p.waitFor("the style sheet applied", `getComputedStyle(document.querySelector("header")).borderBottomStyle === "solid" && `+
+		`getComputedStyle(document.querySelector("#signin")).display !== "none"`, 5*time.Second)
+	if href := eval[string](p, `document.querySelector('#signin a[href="/ui/"]') ? "/ui/" : ""`); href != "/ui/" {
+		t.Error("the operators' sign-in does not link the tenants' one")
+	}
+	p.shot("8-operator-signin")
+	p.do("open the tenants' sign-in", chromedp.Navigate(s.URL+"/ui/"))
+	p.waitFor("the sign-in", `!document.getElementById("signin").hidden`, 5*time.Second)
+	if n := eval[int](p, `document.querySelectorAll('#signin a[href="/monitoring/login"]').length`); n != 1 {
+		t.Error("the tenants' sign-in does not link the operators' one")
+	}
 }
