@@ -2,6 +2,7 @@ package browser_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +49,31 @@ func TestHistoryChartedInBrowser(t *testing.T) {
 		t.Errorf("%d titles in the throughput chart; every bar names its minute and counts", n)
 	}
 	p.shot("7-history")
+}
+
+// TestItemCanceledInBrowser cancels one single task from its item view:
+// with no worker it stays pending, the view offers Cancel, which asks
+// first, and the item then shows canceled and offers Cancel no more.
+func TestItemCanceledInBrowser(t *testing.T) {
+	p := newPage(t)
+	s := stacktest.StartWith(t, 0, nil)
+	code, body := s.Do("POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("single task: %d %s", code, body)
+	}
+	id := stacktest.Decode[apitype.Task](t, body).ID
+	dialogs := p.answerDialogs()
+	dialogs.answer(true)
+	p.do("open the item", chromedp.Navigate(s.URL+"/ui/#/items/"+id))
+	p.waitFor("Cancel offered", `!document.getElementById("item-cancel-btn").hidden`, 10*time.Second)
+	p.do("cancel", chromedp.Click(chromedp.ID("item-cancel-btn")))
+	p.waitFor("the item canceled", `document.getElementById("item-meta").textContent.includes("canceled") && `+
+		`document.getElementById("item-cancel-btn").hidden`, 10*time.Second)
+	if msgs := dialogs.seen(); len(msgs) != 1 || !strings.Contains(msgs[0], id) {
+		t.Errorf("dialogs %q, want one confirm naming %s", msgs, id)
+	}
+	if got := s.WaitTask(id, 5*time.Second); got.State != apitype.TaskStateCanceled {
+		t.Errorf("the API says %s, want canceled", got.State)
+	}
+	p.shot("9-item-canceled")
 }

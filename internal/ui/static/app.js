@@ -882,6 +882,7 @@ async function openItem(id) {
   $("item").dataset.id = id;
   $("item").removeAttribute("data-ready");
   $("item-id").textContent = id;
+  $("item-cancel-btn").hidden = true;
   $("item-meta").textContent = "loading…";
   $("item-msg").textContent = "";
   $("item-json").textContent = "";
@@ -955,6 +956,7 @@ async function readItem(it) {
       $("item-meta").textContent = "the item could not be read (" + errText(tr) + "); trying again";
     }
   }
+  $("item-cancel-btn").hidden = !it.task || it.ended;
   if (!redraw || !it.task) return;
   Draw.render($("drawing"), it.task, it.req);
   // Ready once drawn with its puzzle, or once no puzzle is to come.
@@ -1030,6 +1032,19 @@ async function cancelJob() {
   refreshJob();
 }
 
+// cancelItem cancels the open item or single task: pending, it never
+// runs; running, it stops within milliseconds.
+async function cancelItem() {
+  const it = app.item;
+  if (!it || it.ended) return;
+  if (!confirm("Cancel " + it.id + "? If it has not ended, it ends as canceled.")) return;
+  const r = await api("DELETE", "/v1/tasks/" + encodeURIComponent(it.id));
+  if (app.item !== it) return;
+  $("item-msg").textContent = r.status === 200 ? "canceled" : r.status === 409 ? "it had already ended" : "cancel: " + errText(r);
+  it.ended = false; // read its end
+  refreshItem();
+}
+
 // retryJob runs the job's failed and canceled items again.
 async function retryJob() {
   const job = app.job;
@@ -1080,6 +1095,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("signout-btn").addEventListener("click", signOut);
   $("submit-btn").addEventListener("click", submitBatch);
   $("cancel-btn").addEventListener("click", cancelJob);
+  $("item-cancel-btn").addEventListener("click", cancelItem);
   $("retry-btn").addEventListener("click", retryJob);
   $("prev-btn").addEventListener("click", prevPage);
   $("next-btn").addEventListener("click", nextPage);
