@@ -160,7 +160,12 @@ func (a *API) Run(ctx context.Context) error {
 	go a.store.ListenEvents(lctx, a.hub)
 	go a.loadSessionKeys(lctx)
 	go a.sampleHistory(lctx)
-	go a.history.Run(lctx)
+	// The history outlives the HTTP server, so the cache answers of the
+	// requests drained last are counted.
+	hctx, stopHistory := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHistory()
+	historyDone := make(chan struct{})
+	go func() { defer close(historyDone); a.history.Run(hctx) }()
 
 	var wg sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
@@ -212,8 +217,10 @@ func (a *API) Run(ctx context.Context) error {
 		a.metricSrv.Shutdown(sctx)
 	}
 	stopReconciler()
+	stopHistory()
 	<-reconcilerDone
 	<-watchdogDone
+	<-historyDone
 	stopWorker()
 	wg.Wait()
 	a.log.Info("api stopped")

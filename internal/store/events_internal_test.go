@@ -153,7 +153,7 @@ func TestScriptsPublishWhatSubscribersRead(t *testing.T) {
 	}
 	ws = wait(TaskEventKey("t2"))
 	events, more := step(func() {
-		if _, err := s.FinishSolve(ctx, worker.SolveRun{ID: "t2", Solve: "solve-2", CacheKey: "ck2"},
+		if _, _, err := s.FinishSolve(ctx, worker.SolveRun{ID: "t2", Solve: "solve-2", CacheKey: "ck2"},
 			worker.Transition{ID: "t2", State: apitype.TaskStateCompleted, Result: json.RawMessage(`{"moves":2}`)}); err != nil {
 			t.Fatal(err)
 		}

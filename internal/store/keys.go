@@ -19,9 +19,16 @@ func (k keys) task(id string) string { return k.prefix + "task:" + id }
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 
 // historyMinute is a hash of what ended in one Unix minute, and of the
-// tasks not ended at its last sample (history.go).
+// tasks not ended at its last sample (history.go). The minute is the
+// hash tag, which its flush marks share.
 func (k keys) historyMinute(minute int64) string {
-	return k.prefix + "history:" + strconv.FormatInt(minute, 10)
+	return k.prefix + "history:{" + strconv.FormatInt(minute, 10) + "}"
+}
+
+// historyFlush marks that the flush named flush was added to a minute's
+// history, so that a retry of it adds nothing.
+func (k keys) historyFlush(minute int64, flush string) string {
+	return k.historyMinute(minute) + ":flush:" + flush
 }
 
 // readiness is a short-lived string the readiness probes write: a Redis

@@ -24,6 +24,7 @@ var allScripts = []*redis.Script{
 	beginRetryScript, retryChunkScript,
 	createSessionScript, keyEpochScript,
 	webhookBacklogScript,
+	addHistoryScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

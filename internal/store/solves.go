@@ -387,7 +387,8 @@ return mine
 // ARGV[17] the run's owner
 // ARGV[18..] the sharing's arguments (fairLua, ab = 18)
 //
-// Returns how many records it ended, or stale (fairLua).
+// Returns {n, owner, count, owner, count, ...}: how many records it ended
+// and how many of each owner's; or stale (fairLua).
 var finishSolveScript = redis.NewScript(quotaLua + promoteLua + fairLua + passLua + `
 local G, reg = fair_open(6, 18)
 if not G then return stale(reg) end
@@ -406,6 +407,7 @@ if not listed then
 end
 local ends, owners = {}, {}
 local n = 0
+local counted, by = {}, {}
 for i = 1, #w, 2 do
   local id, owner = w[i], w[i + 1]
   local tk = ARGV[9] .. id
@@ -421,6 +423,8 @@ for i = 1, #w, 2 do
     redis.call('HSET', tk, unpack(f))
     redis.call('PUBLISH', ARGV[8], ARGV[16] .. id)
     n = n + 1
+    if not counted[owner] then counted[owner] = 0; by[#by + 1] = owner end
+    counted[owner] = counted[owner] + 1
     if owner ~= '' then
       if not ends[owner] then ends[owner] = {}; owners[#owners + 1] = owner end
       ends[owner][id] = 1
@@ -435,7 +439,12 @@ redis.call('DEL', KEYS[1])
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 if redis.call('ZREM', G.by[ARGV[17]].sk, ARGV[2]) == 1 then give(G, ARGV[17], ARGV[15], true) end
 promote_all(KEYS[5], ARGV[15])
-return n
+local out = {n}
+for _, owner in ipairs(by) do
+  out[#out + 1] = owner
+  out[#out + 1] = counted[owner]
+end
+return out
 `)
 
 // releaseSolveScript gives up a run whose solve was canceled: unless a
@@ -575,7 +584,7 @@ func (s *Store) RenewSolve(ctx context.Context, r worker.SolveRun) error {
 
 // FinishSolve ends every task waiting on r's solve with t's outcome
 // (finishSolveScript).
-func (s *Store) FinishSolve(ctx context.Context, r worker.SolveRun, t worker.Transition) (int, error) {
+func (s *Store) FinishSolve(ctx context.Context, r worker.SolveRun, t worker.Transition) (int, map[string]int, error) {
 	cached := "0"
 	if t.Cached {
 		cached = "1"
@@ -585,14 +594,24 @@ func (s *Store) FinishSolve(ctx context.Context, r worker.SolveRun, t worker.Tra
 	args = append(args, s.k.ownerAffixes()...)
 	args = append(args, int64(s.resultTTL/time.Second), nowNS(s.now()), TaskEventKey(""), r.Owner)
 	res, err := s.runFair(ctx, finishSolveScript, keys, args, r.Owner, r.Slots, r.Ceiling)
-	n, ok := res.(int64)
+	l, ok := res.([]any)
+	var n int64
+	if ok && len(l)%2 == 1 {
+		n, ok = l[0].(int64)
+	}
 	if err == nil && !ok {
 		err = fmt.Errorf("reply %v", res)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
+		return 0, nil, fmt.Errorf("store: finish solve of %s: %w", r.ID, err)
 	}
-	return int(n), nil
+	by := make(map[string]int, len(l)/2)
+	for i := 1; i+1 < len(l); i += 2 {
+		owner, _ := l[i].(string)
+		c, _ := l[i+1].(int64)
+		by[owner] += int(c)
+	}
+	return int(n), by, nil
 }
 
 // ReleaseSolve gives up a canceled run unless a task joined it meanwhile

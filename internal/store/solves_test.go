@@ -144,9 +144,9 @@ func TestGateJoin(t *testing.T) {
 	if st := f.state("b"); st.State != apitype.TaskStateActive || st.Attempts != 1 {
 		t.Errorf("joined b: %+v, want active after one attempt", st)
 	}
-	n, err := f.s.FinishSolve(f.ctx, a, completed(a))
-	if err != nil || n != 3 {
-		t.Fatalf("finish: %d %v, want 3 ended", n, err)
+	n, byOwner, err := f.s.FinishSolve(f.ctx, a, completed(a))
+	if err != nil || n != 3 || len(byOwner) != 2 || byOwner["o1"] != 2 || byOwner["o2"] != 1 {
+		t.Fatalf("finish: %d %v %v, want 3 ended: 2 of o1's, 1 of o2's", n, byOwner, err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		if st := f.state(id); st.State != apitype.TaskStateCompleted || string(st.Result) != string(answer) {
@@ -156,8 +156,8 @@ func TestGateJoin(t *testing.T) {
 	if f.pending("o1")+f.pending("o2") != 0 {
 		t.Errorf("quota still counts %d and %d tasks", f.pending("o1"), f.pending("o2"))
 	}
-	if n, err := f.s.FinishSolve(f.ctx, a, completed(a)); err != nil || n != 0 {
-		t.Errorf("second finish: %d %v, want nothing ended", n, err)
+	if n, by, err := f.s.FinishSolve(f.ctx, a, completed(a)); err != nil || n != 0 || len(by) != 0 {
+		t.Errorf("second finish: %d %v %v, want nothing ended", n, by, err)
 	}
 	// The answer is cached: the next identical task is answered from it.
 	d := f.submit("d", "o1")
@@ -165,7 +165,7 @@ func TestGateJoin(t *testing.T) {
 		t.Errorf("hit %s, want %s", h.Result, answer)
 	}
 	// A task that ended, with nothing waiting on its puzzle, is skipped.
-	if n, err := f.s.FinishSolve(f.ctx, d, worker.Transition{ID: "d", State: apitype.TaskStateCompleted, Result: answer, Cached: true}); err != nil || n != 1 {
+	if n, _, err := f.s.FinishSolve(f.ctx, d, worker.Transition{ID: "d", State: apitype.TaskStateCompleted, Result: answer, Cached: true}); err != nil || n != 1 {
 		t.Fatalf("finish from cache: %d %v", n, err)
 	}
 	f.admit(d, 0, worker.VerdictSkip)
@@ -180,7 +180,7 @@ func TestGateFailureShared(t *testing.T) {
 	f.admit(a, 0, worker.VerdictRun)
 	f.admit(b, 0, worker.VerdictJoined)
 	fail := worker.Transition{ID: "a", Owner: "o1", State: apitype.TaskStateFailed, Code: apitype.CodeTimeout, Msg: "too slow"}
-	if n, err := f.s.FinishSolve(f.ctx, a, fail); err != nil || n != 2 {
+	if n, _, err := f.s.FinishSolve(f.ctx, a, fail); err != nil || n != 2 {
 		t.Fatalf("finish: %d %v", n, err)
 	}
 	for _, id := range []string{"a", "b"} {
@@ -223,7 +223,7 @@ func TestGateCancel(t *testing.T) {
 	if n, err := f.s.ReleaseSolve(f.ctx, a); err != nil || n != 1 {
 		t.Fatalf("release with c waiting: %d %v, want 1", n, err)
 	}
-	if n, err := f.s.FinishSolve(f.ctx, a, completed(a)); err != nil || n != 1 {
+	if n, _, err := f.s.FinishSolve(f.ctx, a, completed(a)); err != nil || n != 1 {
 		t.Fatalf("finish for c: %d %v, want 1", n, err)
 	}
 	if st := f.state("a"); st.State != apitype.TaskStateCanceled {
@@ -271,7 +271,7 @@ func TestGateWorkerDied(t *testing.T) {
 	if j := f.admit(a, 0, worker.VerdictJoined); j.Lead != "c" {
 		t.Errorf("a's redelivery joined %q, want c", j.Lead)
 	}
-	if n, err := f.s.FinishSolve(f.ctx, c, completed(c)); err != nil || n != 3 {
+	if n, _, err := f.s.FinishSolve(f.ctx, c, completed(c)); err != nil || n != 3 {
 		t.Fatalf("finish by c: %d %v, want a, b, c", n, err)
 	}
 
@@ -285,7 +285,7 @@ func TestGateWorkerDied(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.admit(a2, 0, worker.VerdictRun)
-	if n, err := f.s.FinishSolve(f.ctx, a2, completed(a2)); err != nil || n != 1 {
+	if n, _, err := f.s.FinishSolve(f.ctx, a2, completed(a2)); err != nil || n != 1 {
 		t.Fatalf("finish by the canceled lead: %d %v, want b2", n, err)
 	}
 	if st := f.state("b2"); st.State != apitype.TaskStateCompleted {
@@ -319,7 +319,7 @@ func TestGateCap(t *testing.T) {
 	}
 	f.admit(run("y", "o2", "k4", time.Minute), 2, worker.VerdictRun)
 	f.admit(x1, 2, worker.VerdictRun) // a run holding a slot keeps it
-	if _, err := f.s.FinishSolve(f.ctx, x1, completed(x1)); err != nil {
+	if _, _, err := f.s.FinishSolve(f.ctx, x1, completed(x1)); err != nil {
 		t.Fatal(err)
 	}
 	f.admit(x3, 2, worker.VerdictRun)

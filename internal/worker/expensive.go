@@ -164,13 +164,11 @@ func (h *Handler) finishSolve(ctx context.Context, r SolveRun, p *puzzle.Parsed,
 	// Done work is written even if the task's ctx just ended.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	n, err := h.gate.FinishSolve(wctx, r, t)
+	n, byOwner, err := h.gate.FinishSolve(wctx, r, t)
 	if err != nil {
 		return fmt.Errorf("tasks: finish solve of %s: %w", r.ID, err)
 	}
-	// Every task that waited on the solve is counted to the run's owner,
-	// with the run's latency: the store says how many ended, not whose.
-	h.history.Ended(r.Owner, o.code == "", n, acceptedAt(ctx))
+	h.countSolveHistory(ctx, r.Owner, o.code == "", byOwner)
 	if h.metrics != nil && n > 0 {
 		h.metrics.Tasks.WithLabelValues(string(p.Kind()), label).Add(float64(n))
 		if o.cached {
@@ -283,5 +281,19 @@ func (h *Handler) passSlot(ctx context.Context, owner, id, solve, cacheKey strin
 	defer cancel()
 	if err := h.gate.PassSlot(wctx, r, limit); err != nil {
 		h.log.Warn("pass on expensive item's slot", "item_id", id, "err", err)
+	}
+}
+
+// countSolveHistory adds the tasks a solve ended to the history, each to
+// its own key's. The run's own task has its latency (acceptedAt); the
+// store says how many of each key's tasks ended, not which, so the run's
+// key is taken to have its own task among them.
+func (h *Handler) countSolveHistory(ctx context.Context, lead string, completed bool, byOwner map[string]int) {
+	for owner, c := range byOwner {
+		if owner == lead && c > 0 {
+			h.history.Ended(owner, completed, 1, acceptedAt(ctx))
+			c--
+		}
+		h.history.Ended(owner, completed, c, 0)
 	}
 }

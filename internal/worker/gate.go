@@ -200,10 +200,11 @@ type Gate interface {
 	RenewSolve(ctx context.Context, r SolveRun) error
 	// FinishSolve ends every task waiting on the run's solve (this one
 	// included) with t's outcome, caches a completed result, and frees
-	// the run's slot and solve. It returns how many records it ended;
-	// records that had ended already (canceled, or ended by another run
+	// the run's slot and solve. It returns how many records it ended,
+	// and how many of each owner's (the tasks that joined the run may be
+	// other keys'); records that had ended already (canceled, or ended by another run
 	// of the same solve) are left alone, so it is idempotent.
-	FinishSolve(ctx context.Context, r SolveRun, t Transition) (int, error)
+	FinishSolve(ctx context.Context, r SolveRun, t Transition) (ended int, byOwner map[string]int, err error)
 	// ReleaseSolve gives up a run whose solve was canceled because no
 	// task waits on it any more. It returns how many tasks joined
 	// meanwhile: when not 0 the solve is still owed, and the run keeps

@@ -514,14 +514,20 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
 				// The tasks that joined this one's solve fail with it:
 				// nothing else would end them.
-				if _, ferr := h.gate.FinishSolve(wctx, solveRun(p.Owner, p.Item, pz), ts[0]); ferr != nil {
+				_, byOwner, ferr := h.gate.FinishSolve(wctx, solveRun(p.Owner, p.Item, pz), ts[0])
+				if ferr != nil {
 					h.log.Error("mark solve failed after last retry", "type", t.Type(), "err", ferr)
 				}
+				h.countSolveHistory(withAcceptedAt(ctx, p.At), p.Owner, false, byOwner)
 				return
 			}
 		}
-		if _, ferr := h.store.Finish(wctx, ts, nil); ferr != nil {
+		prev, ferr := h.store.Finish(wctx, ts, nil)
+		if ferr != nil {
 			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
+		}
+		if len(prev) == 1 && (prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive) {
+			h.history.Ended(p.Owner, false, 1, p.At)
 		}
 	}
 }

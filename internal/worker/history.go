@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -42,29 +45,42 @@ func LatencyBucket(d time.Duration) int {
 	return len(LatencyBounds)
 }
 
-// HistorySink keeps the history: store.Store.AddHistory.
+// HistorySink keeps the history: store.Store.AddHistory, which adds a
+// flush named flush once however often it is sent.
 type HistorySink interface {
-	AddHistory(ctx context.Context, ds []HistoryDelta) error
+	AddHistory(ctx context.Context, flush string, ds []HistoryDelta) error
 }
 
 // maxHistoryEntries bounds what a History holds while its sink fails:
-// minutes × owners. Past it, a failed flush's counts are dropped, and
-// the chart misses them rather than the worker growing without end.
+// minutes × owners. Past it, new counts are dropped, and the chart misses
+// them rather than the worker growing without end.
 const maxHistoryEntries = 10000
 
-// History adds up what a worker ended, per minute and owner, and hands it
-// to its sink every flush interval: the history costs one round trip per
-// worker per interval, not one per task. What it holds when the process
-// dies (at most one interval's counts) is lost to the chart, never to
-// the tasks, whose records are written before they are counted here.
+// maxFlushAge is how long a flush that the sink refused is sent again
+// before it is dropped: well within the store's mark of a flush (10
+// minutes), so that a flush that did land but whose answer was lost is
+// never added twice.
+const maxFlushAge = 2 * time.Minute
+
+// History adds up what a process ended, per minute and owner, and hands
+// it to its sink every flush interval: the history costs a script call
+// per minute written per interval, not a write per task. Each flush has a
+// name of its own and is sent again under that name until the sink takes
+// it (for at most maxFlushAge), so a timeout never counts a task twice.
+// What it holds when the process dies (at most an interval's counts) is
+// lost to the chart, never to the tasks, whose records are written before
+// they are counted here.
 type History struct {
 	sink  HistorySink
 	every time.Duration
 	log   *slog.Logger
 	now   func() time.Time
+	id    string // names this History's flushes
 
-	mu  sync.Mutex
-	acc map[historyKey]*HistoryDelta
+	mu      sync.Mutex
+	acc     map[historyKey]*HistoryDelta
+	seq     int
+	pending *historyFlush // a flush the sink has not taken yet
 }
 
 type historyKey struct {
@@ -72,12 +88,22 @@ type historyKey struct {
 	owner  string
 }
 
+// historyFlush is one flush: its name, what it adds and when it was made.
+type historyFlush struct {
+	name string
+	ds   []HistoryDelta
+	at   time.Time
+}
+
 // NewHistory returns a History that flushes to sink every interval.
 func NewHistory(sink HistorySink, every time.Duration, log *slog.Logger) *History {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &History{sink: sink, every: every, log: log, now: time.Now, acc: map[historyKey]*HistoryDelta{}}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &History{sink: sink, every: every, log: log, now: time.Now, id: hex.EncodeToString(b[:]),
+		acc: map[historyKey]*HistoryDelta{}}
 }
 
 // Ended counts n tasks of owner that ended now, completed or failed; a
@@ -93,6 +119,9 @@ func (r *History) Ended(owner string, completed bool, n int, acceptedAt int64) {
 	defer r.mu.Unlock()
 	d := r.acc[k]
 	if d == nil {
+		if len(r.acc) >= maxHistoryEntries {
+			return
+		}
 		d = &HistoryDelta{Minute: k.minute, Owner: owner}
 		r.acc[k] = d
 	}
@@ -119,7 +148,9 @@ func (r *History) Run(ctx context.Context) {
 		case <-t.C:
 			r.flush(ctx)
 		case <-ctx.Done():
+			// A flush not yet taken, then what was counted since.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+			r.flush(fctx)
 			r.flush(fctx)
 			cancel()
 			return
@@ -127,48 +158,37 @@ func (r *History) Run(ctx context.Context) {
 	}
 }
 
-// flush hands what was counted to the sink; on failure it keeps the
-// counts for the next flush, up to maxHistoryEntries.
+// flush sends the flush the sink has not taken yet, or else what was
+// counted since the last one, under a new name.
 func (r *History) flush(ctx context.Context) {
 	r.mu.Lock()
-	acc := r.acc
-	if len(acc) == 0 {
-		r.mu.Unlock()
-		return
+	if r.pending != nil && r.now().Sub(r.pending.at) > maxFlushAge {
+		r.log.Warn("history not written; its counts are dropped", "entries", len(r.pending.ds))
+		r.pending = nil
 	}
-	r.acc = map[historyKey]*HistoryDelta{}
+	if r.pending == nil && len(r.acc) > 0 {
+		r.seq++
+		f := &historyFlush{name: r.id + ":" + strconv.Itoa(r.seq), at: r.now()}
+		for _, d := range r.acc {
+			f.ds = append(f.ds, *d)
+		}
+		r.acc = map[historyKey]*HistoryDelta{}
+		r.pending = f
+	}
+	f := r.pending
 	r.mu.Unlock()
-	ds := make([]HistoryDelta, 0, len(acc))
-	for _, d := range acc {
-		ds = append(ds, *d)
-	}
-	err := r.sink.AddHistory(ctx, ds)
-	if err == nil {
+	if f == nil {
 		return
 	}
+	err := r.sink.AddHistory(ctx, f.name, f.ds)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.acc)+len(acc) > maxHistoryEntries {
-		r.log.Warn("history not written; its counts are dropped", "entries", len(acc), "err", err)
+	if err != nil {
+		r.log.Debug("history not written; sent again at the next flush", "entries", len(f.ds), "err", err)
 		return
 	}
-	r.log.Debug("history not written; kept for the next flush", "entries", len(acc), "err", err)
-	for k, d := range acc {
-		cur := r.acc[k]
-		if cur == nil {
-			r.acc[k] = d
-			continue
-		}
-		cur.Completed += d.Completed
-		cur.Failed += d.Failed
-		if d.Latency != nil {
-			if cur.Latency == nil {
-				cur.Latency = make([]int64, len(LatencyBounds)+1)
-			}
-			for i, n := range d.Latency {
-				cur.Latency[i] += n
-			}
-		}
+	if r.pending == f {
+		r.pending = nil
 	}
 }
 

@@ -8,16 +8,19 @@ import (
 	"time"
 )
 
-// failingSink fails its first calls, then keeps what it is given.
+// failingSink fails its first calls, then keeps what it is given, and
+// the names of the flushes it was sent.
 type failingSink struct {
 	mu    sync.Mutex
 	fails int
+	names []string
 	got   []HistoryDelta
 }
 
-func (f *failingSink) AddHistory(_ context.Context, ds []HistoryDelta) error {
+func (f *failingSink) AddHistory(_ context.Context, name string, ds []HistoryDelta) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.names = append(f.names, name)
 	if f.fails > 0 {
 		f.fails--
 		return errors.New("redis is down")
@@ -27,8 +30,10 @@ func (f *failingSink) AddHistory(_ context.Context, ds []HistoryDelta) error {
 }
 
 // TestHistoryKeepsCountsUntilWritten counts tasks into a History whose
-// sink fails twice: nothing is lost, counts of one minute and owner add
-// up, and latencies land in their buckets.
+// sink fails twice: the failed flush is sent again under its own name
+// (so the store can tell a repeat and add it once), nothing is lost,
+// counts of one minute and owner add up, and latencies land in their
+// buckets; what was counted meanwhile goes in the next flush.
 func TestHistoryKeepsCountsUntilWritten(t *testing.T) {
 	sink := &failingSink{fails: 2}
 	r := NewHistory(sink, time.Hour, nil)
@@ -44,17 +49,41 @@ func TestHistoryKeepsCountsUntilWritten(t *testing.T) {
 		t.Fatalf("the sink kept %v while failing", sink.got)
 	}
 	r.flush(context.Background())
-	if len(sink.got) != 1 {
-		t.Fatalf("written %+v; want one delta: alice's minute", sink.got)
+	if len(sink.got) != 1 || len(sink.names) != 3 || sink.names[0] != sink.names[1] || sink.names[1] != sink.names[2] {
+		t.Fatalf("written %+v as %v; want one delta, sent three times under one name", sink.got, sink.names)
 	}
 	d := sink.got[0]
-	if d.Owner != "alice" || d.Minute != at.Unix()/60 || d.Completed != 5 || d.Failed != 1 ||
-		d.Latency[LatencyBucket(3*time.Millisecond)] != 1 || d.Latency[LatencyBucket(40*time.Millisecond)] != 2 {
+	if d.Owner != "alice" || d.Minute != at.Unix()/60 || d.Completed != 3 || d.Failed != 1 ||
+		d.Latency[LatencyBucket(3*time.Millisecond)] != 1 {
 		t.Errorf("written %+v", d)
 	}
 	r.flush(context.Background())
-	if len(sink.got) != 1 {
-		t.Errorf("a flush with nothing counted wrote %+v", sink.got[1:])
+	if len(sink.got) != 2 || len(sink.names) != 4 || sink.names[3] == sink.names[0] {
+		t.Fatalf("written %+v as %v; want the counts made meanwhile in a flush of a new name", sink.got, sink.names)
+	}
+	if d := sink.got[1]; d.Completed != 2 || d.Latency[LatencyBucket(40*time.Millisecond)] != 2 {
+		t.Errorf("the second flush: %+v", d)
+	}
+	r.flush(context.Background())
+	if len(sink.names) != 4 {
+		t.Errorf("a flush with nothing counted was sent: %v", sink.names[4:])
+	}
+}
+
+// TestHistoryDropsAFlushNeverTaken: a flush the sink refuses for longer
+// than maxFlushAge is dropped, never sent after the store's mark of it
+// could have expired.
+func TestHistoryDropsAFlushNeverTaken(t *testing.T) {
+	sink := &failingSink{fails: 1 << 30}
+	r := NewHistory(sink, time.Hour, nil)
+	at := time.Unix(1_800_000_000, 0)
+	r.now = func() time.Time { return at }
+	r.Ended("k", true, 1, 0)
+	r.flush(context.Background())
+	at = at.Add(maxFlushAge + time.Second)
+	r.flush(context.Background())
+	if r.pending != nil || len(sink.names) != 1 {
+		t.Errorf("a flush older than %s is still held (%v), sent %d times", maxFlushAge, r.pending, len(sink.names))
 	}
 }
 

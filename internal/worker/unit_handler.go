@@ -492,7 +492,9 @@ func (h *Handler) failUnit(ctx context.Context, t *asynq.Task) {
 		outs[i] = ItemOutcome{Index: it.Index, State: apitype.TaskStateFailed, Code: apitype.CodeInternal,
 			Msg: "gave up after repeated infrastructure errors"}
 	}
-	if _, err := h.store.FinishUnit(wctx, ref, w.Mark, outs); err != nil {
+	ended, err := h.store.FinishUnit(wctx, ref, w.Mark, outs)
+	if err != nil {
 		h.log.Error("mark unit failed after last retry", "unit", ref.TaskID(), "items", len(outs), "err", err)
 	}
+	h.history.Ended(w.Owner, false, ended, 0)
 }
