@@ -33,7 +33,7 @@ canceled.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := g.waitContext(cmd)
+			ctx, cancel := g.waitContext(cmd, wait)
 			defer cancel()
 			t, err := c.Get(ctx, args[0], 0)
 			for err == nil && wait && !t.Terminal() {
@@ -102,7 +102,7 @@ runs the failed and canceled tasks again, with the same IDs.`,
 			}
 			out := cmd.OutOrStdout()
 			tty := isTerminal(out)
-			ctx, cancel := g.waitContext(cmd)
+			ctx, cancel := g.waitContext(cmd, watch)
 			defer cancel()
 			var last *client.Batch
 			for first := true; ; first = false {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -60,10 +61,17 @@ func configPath() (string, error) {
 	return filepath.Join(dir, "puzzlectl", "config.yaml"), nil
 }
 
-// loadConfig reads the config file; a missing file is an empty config.
-func loadConfig() (*configFile, string, error) {
+// loadConfig reads the config file; a missing file is an empty config,
+// and so is a missing config directory unless required (a --context was
+// named): puzzlectl run by cron or in a container without $HOME works
+// from its flags and environment alone. Fields it does not know are
+// ignored, so a file written by a newer puzzlectl still reads.
+func loadConfig(required bool) (*configFile, string, error) {
 	path, err := configPath()
 	if err != nil {
+		if !required {
+			return &configFile{}, "", nil
+		}
 		return nil, "", err
 	}
 	f, err := os.Open(path)
@@ -82,7 +90,7 @@ func loadConfig() (*configFile, string, error) {
 		return nil, path, usagef("config file %s: larger than %d bytes", path, maxConfigBytes)
 	}
 	var c configFile
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	if err := yaml.Unmarshal(b, &c); err != nil {
 		return nil, path, usagef("config file %s: %v", path, err)
 	}
 	return &c, path, nil
@@ -121,10 +129,13 @@ func (c *configFile) save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// resolve fills the server and API key from, in order: their flags;
-// the context --context names; $PUZZLEQ_URL and $PUZZLEQ_API_KEY; the
-// config file's current context; the default server. The config file is
-// read only when a flag or variable leaves something to fill.
+// resolve fills the server and API key. The server comes from, in
+// order: --server; the context --context names; $PUZZLEQ_URL; the config
+// file's current context; the default. The key comes from --api-key, else
+// from the same places, but a context's key only goes to that context's
+// server: a key is never sent to a server it was not stored with. The
+// config file is read only when a flag or variable leaves something to
+// fill.
 func (g *globals) resolve() error {
 	if g.resolved {
 		return nil
@@ -132,36 +143,45 @@ func (g *globals) resolve() error {
 	serverSet := g.flags != nil && g.flags.Changed("server")
 	keySet := g.flags != nil && g.flags.Changed("api-key")
 	envServer, envKey := os.Getenv("PUZZLEQ_URL"), os.Getenv("PUZZLEQ_API_KEY")
-	var cur *configContext
+	var named, current *configContext
 	if g.context != "" || (!serverSet && envServer == "") || (!keySet && envKey == "") {
-		c, path, err := loadConfig()
+		c, path, err := loadConfig(g.context != "")
 		if err != nil {
 			return err
 		}
-		name := g.context
-		if name == "" {
-			name = c.CurrentContext
-		}
-		if name != "" {
-			if cur = c.find(name); cur == nil {
-				return usagef("context %q is not in %s; puzzlectl config get-contexts lists them", name, path)
+		if g.context != "" {
+			if named = c.find(g.context); named == nil {
+				return usagef("context %q is not in %s; puzzlectl config get-contexts lists them", g.context, path)
 			}
+		} else if c.CurrentContext != "" {
+			current = c.find(c.CurrentContext) // a current context since deleted is none
 		}
-	}
-	var named, current configContext
-	if cur != nil && g.context != "" {
-		named = *cur
-	} else if cur != nil {
-		current = *cur
 	}
 	if !serverSet {
-		g.server = firstSet(named.Server, envServer, current.Server, defaultServer)
+		g.server = firstSet(contextServer(named), envServer, contextServer(current), defaultServer)
 	}
 	if !keySet {
-		g.apiKey = firstSet(named.APIKey, envKey, current.APIKey)
+		g.apiKey = firstSet(contextKey(named, g.server), envKey, contextKey(current, g.server))
 	}
 	g.resolved = true
 	return nil
+}
+
+// contextServer is c's server; "" without a context or a server.
+func contextServer(c *configContext) string {
+	if c == nil {
+		return ""
+	}
+	return c.Server
+}
+
+// contextKey is c's key when server is c's server (the default server for
+// a context without one), else "".
+func contextKey(c *configContext, server string) string {
+	if c == nil || strings.TrimSuffix(firstSet(c.Server, defaultServer), "/") != strings.TrimSuffix(server, "/") {
+		return ""
+	}
+	return c.APIKey
 }
 
 // firstSet is the first of vs that is not empty.
@@ -186,7 +206,8 @@ by default.
 
 The server and key come from, in order: --server and --api-key; the
 context --context names; $PUZZLEQ_URL and $PUZZLEQ_API_KEY; the current
-context; http://localhost:8080.`,
+context; http://localhost:8080. A context's key is only sent to that
+context's server.`,
 		Example: `  puzzlectl config set-context prod --server https://puzzleq.example.com --api-key "$KEY"
   puzzlectl config use-context prod
   puzzlectl config get-contexts
@@ -266,7 +287,7 @@ context created becomes the current one.`,
 		Short: "Print the current context's name",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, path, err := loadConfig()
+			c, path, err := loadConfig(true)
 			if err != nil {
 				return err
 			}
@@ -285,7 +306,7 @@ context created becomes the current one.`,
 			if err != nil {
 				return err
 			}
-			c, _, err := loadConfig()
+			c, _, err := loadConfig(true)
 			if err != nil {
 				return err
 			}
@@ -323,7 +344,7 @@ context created becomes the current one.`,
 // editConfig loads the config file, lets edit change it, saves it and
 // prints edit's message; an error from edit leaves the file as it was.
 func editConfig(cmd *cobra.Command, edit func(c *configFile, path string) (string, error)) error {
-	c, path, err := loadConfig()
+	c, path, err := loadConfig(true)
 	if err != nil {
 		return err
 	}
@@ -351,7 +372,7 @@ func completeContexts(_ *cobra.Command, args []string, _ string) ([]cobra.Comple
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	c, _, err := loadConfig()
+	c, _, err := loadConfig(true)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

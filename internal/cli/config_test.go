@@ -101,6 +101,32 @@ func TestContextsAndCompletion(t *testing.T) {
 	}
 	t.Setenv("PUZZLEQ_API_KEY", "")
 
+	// A context's key goes only to that context's server: with the
+	// server from the environment, the current context's key stays home
+	// (the API refuses the keyless request: 401, exit 4).
+	mustRun("", "config", "set-context", "elsewhere", "--server", dead, "--api-key", "alice-key-0123456789")
+	mustRun("", "config", "use-context", "elsewhere")
+	t.Setenv("PUZZLEQ_URL", s.URL)
+	wantExit(cli.ExitNotFound, "list")
+	t.Setenv("PUZZLEQ_URL", "")
+	mustRun("", "config", "use-context", "alice")
+	mustRun("", "config", "delete-context", "elsewhere")
+
+	// Without a config directory ($HOME unset, as under cron or in a
+	// bare container), the flags and environment alone still work.
+	t.Setenv("PUZZLECTL_CONFIG", "")
+	t.Setenv("HOME", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("PUZZLEQ_URL", s.URL)
+	t.Setenv("PUZZLEQ_API_KEY", "alice-key-0123456789")
+	if out := mustRun("", "list", "-o", "json"); !strings.Contains(out, sub.Batch) {
+		t.Fatalf("list without a config directory: %q", out)
+	}
+	wantExit(cli.ExitUsage, "--context", "alice", "list")
+	t.Setenv("PUZZLECTL_CONFIG", cfg)
+	t.Setenv("PUZZLEQ_URL", "")
+	t.Setenv("PUZZLEQ_API_KEY", "")
+
 	// Shell completion offers the key's own IDs, and the flags' values.
 	if out := mustRun("", "__complete", "results", ""); !strings.Contains(out, sub.Batch+"\t") {
 		t.Fatalf("completion of a batch ID: %q; want %s", out, sub.Batch)
@@ -129,8 +155,11 @@ func TestContextsAndCompletion(t *testing.T) {
 	if errOut := wantExit(cli.ExitUsage, "config", "current-context"); !strings.Contains(errOut, "use-context") {
 		t.Fatalf("current-context after deleting it: stderr %q", errOut)
 	}
-	os.WriteFile(cfg, []byte("contexts:\n- name: a\n  sever: http://x\n"), 0o600)
+	os.WriteFile(cfg, []byte("contexts: [\n"), 0o600)
 	if errOut := wantExit(cli.ExitUsage, "list"); !strings.Contains(errOut, cfg) {
-		t.Fatalf("a misspelt field: stderr %q; want the file named", errOut)
+		t.Fatalf("a broken config file: stderr %q; want the file named", errOut)
 	}
+	// A field it does not know (written by a newer puzzlectl) is ignored.
+	os.WriteFile(cfg, []byte("current-context: a\ncolour: blue\ncontexts:\n- name: a\n  server: "+s.URL+"\n  api-key: alice-key-0123456789\n  colour: red\n"), 0o600)
+	mustRun("", "list")
 }

@@ -84,8 +84,8 @@ var errWaitTimeout = errors.New("gave up waiting")
 // waitContext is the context of a command's wait: bounded by --timeout
 // when it was set, unbounded (but for Ctrl-C) when it was not, since its
 // default is the timeout of one request, not of a wait.
-func (g *globals) waitContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	if f := cmd.Flag("timeout"); f == nil || !f.Changed {
+func (g *globals) waitContext(cmd *cobra.Command, waiting bool) (context.Context, context.CancelFunc) {
+	if f := cmd.Flag("timeout"); !waiting || f == nil || !f.Changed {
 		return context.WithCancel(cmd.Context())
 	}
 	return context.WithTimeoutCause(cmd.Context(), g.timeout, fmt.Errorf("%w: --timeout %s passed", errWaitTimeout, g.timeout))
@@ -127,7 +127,7 @@ printed failed or was canceled.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := g.waitContext(cmd)
+			ctx, cancel := g.waitContext(cmd, wait)
 			defer cancel()
 			id := args[0]
 			if wait {

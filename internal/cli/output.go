@@ -80,6 +80,7 @@ func (l *listWriter) add(v any) error {
 
 // addRaw writes the JSON object b as the list's next item.
 func (l *listWriter) addRaw(b []byte) error {
+	b = bytes.TrimRight(b, "\n")
 	l.buf.Reset()
 	switch l.format {
 	case formatJSON:
@@ -100,9 +101,7 @@ func (l *listWriter) addRaw(b []byte) error {
 		l.buf.Write(y)
 	default:
 		l.buf.Write(b)
-		if len(b) == 0 || b[len(b)-1] != '\n' {
-			l.buf.WriteByte('\n')
-		}
+		l.buf.WriteByte('\n')
 	}
 	l.n++
 	_, err := l.buf.WriteTo(l.w)

@@ -156,7 +156,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 						go func() { defer warned.Done(); warnNoWorker(ctx, c, r.progress, stderr) }()
 					})
 				}
-				ctx, cancel = g.waitContext(cmd)
+				ctx, cancel = g.waitContext(cmd, true)
 			}
 			defer cancel()
 			defer warned.Wait()
