@@ -497,10 +497,26 @@ const VIEWS = {
   job: { nav: "jobs", enter: selectJob, leave: leaveJob, refresh: refreshJob },
   item: { nav: "jobs", enter: openItem, leave: closeItem, refresh: refreshItem },
   workers: { nav: "workers", enter() {}, leave() {}, refresh: refreshStatus },
-  // The history keeps itself current (chart.js): a minute's figures
-  // change every few seconds, not every second.
-  history: { nav: "history", enter: () => Chart.show($("history-charts")), leave: () => Chart.hide(), refresh: async () => {} },
+  history: { nav: "history", enter() { app.historyAt = 0; }, leave() {}, refresh: refreshHistory },
 };
+
+// HISTORY_MS is how often the history view reads GET /v1/history: its
+// figures change every few seconds (HISTORY_INTERVAL), not every poll.
+const HISTORY_MS = 5000;
+
+// refreshHistory charts the last hour (chart.js) when HISTORY_MS has
+// passed since the view last read it.
+async function refreshHistory() {
+  if (Date.now() - (app.historyAt || 0) < HISTORY_MS) return;
+  app.historyAt = Date.now();
+  const r = await api("GET", "/v1/history?minutes=60");
+  if (!app.view || app.view.name !== "history") return;
+  if (r.status === 200 && r.body) {
+    Chart.render($("history-charts"), r.body);
+  } else if (r.status !== 401) {
+    $("history-charts").replaceChildren(el("p", { class: "error" }, "history unavailable: " + errText(r)));
+  }
+}
 
 function itemHash(id) {
   return ITEM_HASH + encodeURIComponent(id);

@@ -134,45 +134,5 @@ const Chart = (() => {
     box.replaceChildren(sum, throughput(pts), latency(pts), pending(pts));
   }
 
-  // The history view: show(box) reads GET /v1/history and draws it, then
-  // again every REFRESH_MS while the view is shown; hide() stops that.
-  const REFRESH_MS = 5000;
-  let timer = null, shown = 0;
-
-  async function load(box, gen) {
-    let msg = "";
-    try {
-      const r = await fetch("/v1/history?minutes=60", { headers: { Accept: "application/json" } });
-      const body = await r.json().catch(() => null);
-      if (gen !== shown) return;
-      if (r.ok && body) {
-        render(box, body);
-      } else {
-        msg = (body && body.error && body.error.message) || "HTTP " + r.status;
-      }
-    } catch (e) {
-      msg = String(e);
-    }
-    if (gen !== shown) return;
-    if (msg) {
-      const p = document.createElement("p");
-      p.className = "error";
-      p.textContent = "history unavailable: " + msg;
-      box.replaceChildren(p);
-    }
-    timer = setTimeout(() => load(box, gen), REFRESH_MS);
-  }
-
-  function show(box) {
-    hide();
-    load(box, ++shown);
-  }
-
-  function hide() {
-    shown++;
-    if (timer !== null) clearTimeout(timer);
-    timer = null;
-  }
-
-  return { render, show, hide };
+  return { render };
 })();
