@@ -193,3 +193,51 @@ func TestReuseAfterCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestReuseAfterMatch: a solve that stops after match leaves the small
+// pieces' copies in the board; later solves on the same solver must give
+// the results of a fresh one, and a finished solve must leave both grids
+// all 0 over their whole capacity.
+func TestReuseAfterMatch(t *testing.T) {
+	s := new(solver)
+	first := benchPuzzle(100)
+	for _, flip := range []bool{false, true} {
+		nt := 4
+		if flip {
+			nt = 8
+		}
+		if err := validate(first, s); err != nil {
+			t.Fatal(err)
+		}
+		s.holes, _ = s.flood(nil, s.board, s.hcells, s.holes)
+		s.pieces, _ = s.flood(nil, s.table, s.pcells, s.pieces)
+		if err := s.classify(nil, nt); err != nil {
+			t.Fatal(err)
+		}
+		if _, placed, err := s.match(nil, nt); err != nil || placed == 0 {
+			t.Fatalf("match placed %d, err %v", placed, err)
+		}
+		s.clearLabels()
+		for _, p := range []Puzzle{example1, benchPuzzle(50), first} {
+			opts := Options{AllowFlip: flip}
+			got, err := s.solve(context.Background(), p, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := new(solver).solve(context.Background(), p, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalResults(got, want) {
+				t.Fatalf("flip=%v: results differ from a fresh solver's", flip)
+			}
+			for _, g := range [][]uint8{s.board, s.table} {
+				for i, v := range g[:cap(g)] {
+					if v != 0 {
+						t.Fatalf("flip=%v: grid byte %d is %d after a finished solve", flip, i, v)
+					}
+				}
+			}
+		}
+	}
+}

@@ -112,9 +112,9 @@ func affine(t uint8, h, w int32) (ox, oy, oh, ow int32) {
 type comp struct {
 	start, n         int32 // cells[start : start+n], row-major first cell first
 	minr, minc, h, w int32 // bounding box
-	t                uint8 // transformation onto the class's canonical form
-	// class and rank: the group's class and how many groups of the same
-	// kind (holes or pieces) came before it in that class.
+	t                uint8 // holes: transformation onto the class's canonical form
+	// class and rank, for holes: the hole's class and how many holes came
+	// before it in that class.
 	class, rank int32
 }
 
@@ -126,7 +126,8 @@ type class struct {
 	rep     int32
 	holes   int32 // holes in the class
 	pieces  int32 // pieces placed so far (at most holes)
-	base    int32 // the class's first entry in solver.slots
+	base    int32 // the class's first entry in solver.order
+	cbase   int32 // small classes: the class's first cell in the copies (see pieceCopy)
 }
 
 // key identifies a canonical form up to hash collisions.
@@ -148,9 +149,10 @@ type solver struct {
 	shift          uint
 	small          []smallSlot // exact table of the small classes
 	sshift         uint
-	labelled       []int32 // holes whose cells carry labels, cleared after the solve
-	places         []slot  // one per hole, grouped by class, in rank order
-	dirty          bool    // board or table may hold 1s: clear them before reuse
+	labelled       []int32     // holes whose cells carry labels, cleared after the solve
+	order          []pieceCopy // one per hole, grouped by class, in rank order: the piece that fills it
+	copied         int32       // bytes of small pieces' cells copied to board
+	dirty          bool        // board or table may hold 1s: clear them before reuse
 	forms          [2][formSize]formEntry
 }
 
@@ -168,14 +170,19 @@ type formEntry struct {
 	t          uint8
 }
 
-// slot is what result needs about the hole a piece goes into, written
-// by place: the hole's side of the affine map
-// and where the placement and its cells go in the result.
-type slot struct {
-	minr, minc int32 // the hole's bounding box corner
-	t          uint8 // the hole's transformation onto the canonical form
-	k          int32 // index of the placement
-	off        int32 // first cell pair in the result's cell buffer
+// pieceCopy is what result needs about a placed piece. match copies it
+// to the slot of the hole the piece fills, so that result reads it in
+// hole order. A small piece's cells are copied too, one byte each
+// (8·row + col in its bounding box, as in bitmap), into the board buffer,
+// which the flood has left all 0: the class's cells start at cbase and
+// the hole of rank k gets n of them at cbase + k·n. Those of a large piece
+// are read from pcells at start; they are few and long, so reading them
+// out of order costs little. Coordinates are below MaxSide, so 16 bits
+// hold them and a copy takes 16 bytes.
+type pieceCopy struct {
+	start            int32
+	minr, minc, h, w int16
+	t                uint8
 }
 
 // smallSlot is one slot of the table of small classes: the canonical
@@ -194,7 +201,8 @@ func (s *solver) reset(rows, cols int) {
 	s.table = grow(s.table, n)
 	s.label = grow(s.label, n)
 	// The border must read as "not a cell". A finished flood leaves both
-	// grids all 0 (it clears every cell it groups), so only a solve that
+	// grids all 0 (it clears every cell it groups) and result clears what
+	// match copied into the board (see pieceCopy), so only a solve that
 	// stopped early leaves work here. Labels are kept all 0 between solves
 	// (see clearLabels), because verify trusts them.
 	// The whole capacity, not just this solve's part: a later, larger
@@ -228,6 +236,11 @@ func grow[T any](b []T, n int) []T {
 func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	s := pool.Get().(*solver)
 	defer pool.Put(s)
+	return s.solve(ctx, p, opts)
+}
+
+// solve is Solve on a given solver.
+func (s *solver) solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if err := validate(p, s); err != nil {
 		return Result{}, err
 	}
@@ -243,7 +256,6 @@ func Solve(ctx context.Context, p Puzzle, opts Options) (Result, error) {
 	if s.pieces, err = s.flood(done, s.table, s.pcells, s.pieces); err != nil {
 		return Result{}, ctx.Err()
 	}
-	s.dirty = false
 	defer s.clearLabels()
 	nt := 4
 	if opts.AllowFlip {
@@ -630,7 +642,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 				continue
 			}
 			s.small[slot] = smallSlot{key: key, ci: int32(len(s.classes))}
-			s.classes = append(s.classes, class{rep: int32(i)})
+			s.classes = append(s.classes, class{n: h.n, rep: int32(i)})
 			s.join(h, int32(len(s.classes)-1))
 			continue
 		}
@@ -658,11 +670,18 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		h.t = ft
 		s.join(h, ci)
 	}
-	base := int32(0)
+	base, cbase := int32(0), int32(0)
 	for ci := range s.classes {
-		s.classes[ci].base = base
-		base += s.classes[ci].holes
+		cl := &s.classes[ci]
+		cl.base, cl.cbase = base, cbase
+		base += cl.holes
+		if s.isSmall(&s.holes[cl.rep]) {
+			cbase += cl.holes * cl.n
+		}
 	}
+	s.order = grow(s.order, int(base))
+	// Small holes are distinct cells of the board, so the copies fit.
+	s.copied = cbase
 	return nil
 }
 
@@ -674,38 +693,46 @@ func (s *solver) join(h *comp, ci int32) {
 }
 
 // match gives each piece, in order, the first empty hole of its class:
-// the k-th piece of a class goes into the class's k-th hole. It only
-// records the piece's class and rank (rank -1: not placed), in order, so
-// that no hole is read here; place and result pair them up.
+// the k-th piece of a class goes into the class's k-th hole. It reads no
+// hole: it copies what result needs about the piece to the slot of that
+// hole (see pieceCopy), and result pairs them up.
 func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err error) {
 	for i := range s.pieces {
 		if i&1023 == 1023 && isDone(done) {
 			return 0, 0, doneError{}
 		}
 		p := &s.pieces[i]
-		p.rank = -1
+		small := s.isSmall(p)
 		var ci int32
-		if s.isSmall(p) {
-			key, t := s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
+		var t uint8
+		if small {
+			var key uint64
+			key, t = s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
 			e := s.small[s.findSmall(key)]
 			if e.key == 0 || s.classes[e.ci].pieces >= s.classes[e.ci].holes {
 				continue
 			}
 			ci = e.ci
-			p.t = t
 		} else {
 			var hs [8]uint64
 			s.shape(p, s.pcells, nt, &hs)
 			k, bt := canon(p, &hs, nt)
-			var t uint8
 			ci, t, _ = s.find(p, s.pcells, &hs, nt, k, bt, true)
 			if ci < 0 {
 				continue
 			}
-			p.t = t
 		}
 		cl := &s.classes[ci]
-		p.class, p.rank = ci, cl.pieces
+		s.order[cl.base+cl.pieces] = pieceCopy{start: p.start, minr: int16(p.minr), minc: int16(p.minc), h: int16(p.h), w: int16(p.w), t: t}
+		if small {
+			o := cl.cbase + cl.pieces*p.n
+			dst := s.board[o : o+p.n]
+			base := uint32(p.minr)<<16 | uint32(p.minc)
+			for j, v := range s.pcells[p.start : p.start+p.n] {
+				d := v - base
+				dst[j] = uint8(d>>13 | d&7)
+			}
+		}
 		cl.pieces++
 		filled += int(p.n)
 		placed++
@@ -713,60 +740,61 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 	return filled, placed, nil
 }
 
-// place walks the holes in order and, for each that gets a piece (its
-// rank is below the number of pieces of its class), numbers the
-// placement, reserves its cells in the result and writes both, with the
-// hole's corner and transformation, to the hole's slot in s.places. The slots of a
-// class are contiguous and in rank order, so both this pass and the
-// pieces' pass in result read and write a few sequential streams, one per
-// class, instead of one random hole per piece.
-func (s *solver) place() {
-	s.places = grow(s.places, len(s.holes))
-	k, off := int32(0), int32(0)
+// result lists the placements in hole order. All cell pairs share one
+// backing array, so the result costs three allocations. It walks the holes
+// in order and fetches each filled hole's piece through s.order, so that
+// the placements and their cells, megabytes that nothing has touched since
+// they were cleared, are written front to back: written in the pieces'
+// order they land a cache line here and a cache line there, and each
+// store waits for its line to come from memory. The pieces' reads are
+// scattered instead, but they are a third of the bytes and their
+// addresses are known early, so they overlap.
+func (s *solver) result(filled, placed int) Result {
+	res := Result{Filled: filled, Placements: make([]Placement, placed)}
+	buf := make([][2]int32, 2*filled)
+	pls := res.Placements
+	off := int32(0)
 	for i := range s.holes {
 		h := &s.holes[i]
 		cl := &s.classes[h.class]
 		if h.rank >= cl.pieces {
 			continue
 		}
-		s.places[cl.base+h.rank] = slot{minr: h.minr, minc: h.minc, t: h.t, k: k, off: off}
-		k++
-		off += 2 * h.n
-	}
-}
-
-// result lists the placements in hole order. All cell pairs share one
-// backing array, so the result costs three allocations. It walks the
-// pieces in order and writes each placed piece where place said.
-func (s *solver) result(filled, placed int) Result {
-	s.place()
-	res := Result{Filled: filled, Placements: make([]Placement, placed)}
-	buf := make([][2]int32, 2*filled)
-	for i := range s.pieces {
-		p := &s.pieces[i]
-		if p.rank < 0 {
-			continue
-		}
-		sl := &s.places[s.classes[p.class].base+p.rank]
-		g := composeT[inverseT[sl.t]][p.t]
+		p := &s.order[cl.base+h.rank]
+		minr, minc, ph, pw := int32(p.minr), int32(p.minc), int32(p.h), int32(p.w)
+		g := composeT[inverseT[h.t]][p.t]
 		// Hole cell = K + L·(r, c): the linear part of g and, folded into
 		// K, its translation and both boxes' corners. No branch on g,
 		// which varies from placement to placement.
 		l, o := lins[g], offsets[g]
-		kr := sl.minr + o.xh*(p.h-1) + o.xw*(p.w-1) - l.xr*p.minr - l.xc*p.minc
-		kc := sl.minc + o.yh*(p.h-1) + o.yw*(p.w-1) - l.yr*p.minr - l.yc*p.minc
-		n := p.n
-		pc, hc := buf[sl.off:sl.off+n:sl.off+n], buf[sl.off+n:sl.off+2*n:sl.off+2*n]
-		for j, v := range s.pcells[p.start : p.start+p.n] {
-			r, c := int32(v>>16), int32(v&0xffff)
-			pc[j] = [2]int32{r, c}
-			hc[j] = [2]int32{kr + l.xr*r + l.xc*c, kc + l.yr*r + l.yc*c}
+		kr := h.minr + o.xh*(ph-1) + o.xw*(pw-1) - l.xr*minr - l.xc*minc
+		kc := h.minc + o.yh*(ph-1) + o.yw*(pw-1) - l.yr*minr - l.yc*minc
+		n := cl.n
+		pc, hc := buf[off:off+n:off+n], buf[off+n:off+2*n:off+2*n]
+		off += 2 * n
+		if s.isSmall(h) {
+			c0 := cl.cbase + h.rank*n
+			for j, d := range s.board[c0 : c0+n] {
+				r, c := minr+int32(d>>3), minc+int32(d&7)
+				pc[j] = [2]int32{r, c}
+				hc[j] = [2]int32{kr + l.xr*r + l.xc*c, kc + l.yr*r + l.yc*c}
+			}
+		} else {
+			for j, v := range s.pcells[p.start : p.start+n] {
+				r, c := int32(v>>16), int32(v&0xffff)
+				pc[j] = [2]int32{r, c}
+				hc[j] = [2]int32{kr + l.xr*r + l.xc*c, kc + l.yr*r + l.yc*c}
+			}
 		}
 		// Field by field: assigning a whole Placement is a typed copy
 		// with a bulk write barrier, which cost as much as the cells.
-		pl := &res.Placements[sl.k]
+		pl := &pls[0]
+		pls = pls[1:]
 		pl.Piece, pl.Hole = pc, hc
 		pl.Rotation, pl.Flipped = int(g&3)*90, g >= 4
 	}
+	// The board is all 0 again, as reset expects.
+	clear(s.board[:s.copied])
+	s.dirty = false
 	return res
 }
