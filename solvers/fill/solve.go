@@ -742,13 +742,12 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 
 // result lists the placements in hole order. All cell pairs share one
 // backing array, so the result costs three allocations. It walks the holes
-// in order and fetches each filled hole's piece through s.order, so that
-// the placements and their cells, megabytes that nothing has touched since
-// they were cleared, are written front to back: written in the pieces'
-// order they land a cache line here and a cache line there, and each
-// store waits for its line to come from memory. The pieces' reads are
-// scattered instead, but they are a third of the bytes and their
-// addresses are known early, so they overlap.
+// in order and takes each filled hole's piece from the copies match left
+// (see pieceCopy), so that all it touches but large pieces' cells is read
+// or written front to back: the placements and their cells are megabytes
+// that nothing has touched since they were cleared, and written in the
+// pieces' order they landed a cache line here and a cache line there,
+// each store waiting for its line to come from memory.
 func (s *solver) result(filled, placed int) Result {
 	res := Result{Filled: filled, Placements: make([]Placement, placed)}
 	buf := make([][2]int32, 2*filled)
