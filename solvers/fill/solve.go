@@ -321,10 +321,20 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			}
 			row[c] = 0
 			start := n
-			cells[n] = uint32(r)<<16 | uint32(c)
+			// The first cell needs no load from the queue, and its upper
+			// and left neighbours, scanned already, are never marked.
+			i := (r+1)*wp + c + 1
+			down, right := int(grid[i+wp]), int(grid[i+1])
+			grid[i+wp], grid[i+1] = 0, 0
+			v := uint32(r)<<16 | uint32(c)
+			cells[n] = v
 			n++
+			cells[n] = v + 1<<16
+			n += down
+			cells[n] = v + 1
+			n += right
 			minc, maxc, maxr := uint32(c), uint32(c), uint32(r)
-			for head := start; head < n; head++ {
+			for head := start + 1; head < n; head++ {
 				if head&4095 == 4095 && isDone(done) {
 					return comps, doneError{}
 				}
