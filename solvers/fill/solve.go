@@ -112,7 +112,7 @@ func affine(t uint8, h, w int32) (ox, oy, oh, ow int32) {
 type comp struct {
 	start, n         int32 // cells[start : start+n], row-major first cell first
 	minr, minc, h, w int32 // bounding box
-	t                uint8 // holes: transformation onto the class's canonical form
+	t                uint8 // transformation onto the class's canonical form (pieces: large ones only)
 	// class and rank, for holes: the hole's class and how many holes came
 	// before it in that class.
 	class, rank int32
@@ -172,17 +172,26 @@ type formEntry struct {
 
 // pieceCopy is what result needs about a placed piece. match copies it
 // to the slot of the hole the piece fills, so that result reads it in
-// hole order. A small piece's cells are copied too, one byte each
-// (8·row + col in its bounding box, as in bitmap), into the board buffer,
-// which the flood has left all 0: the class's cells start at cbase and
-// the hole of rank k gets n of them at cbase + k·n. Those of a large piece
-// are read from pcells at start; they are few and long, so reading them
-// out of order costs little. Coordinates are below MaxSide, so 16 bits
-// hold them and a copy takes 16 bytes.
-type pieceCopy struct {
-	start            int32
-	minr, minc, h, w int16
-	t                uint8
+// hole order, and packs it in 32 bits, because match writes these slots
+// in as many interleaved streams as there are classes, and each new cache
+// line of them costs a trip to memory. A small piece's copy is its
+// bounding box corner (coordinates are below MaxSide < 1<<10), its
+// height and width less 1 (below 8) and its transformation; its cells
+// are copied too, one byte each (8·row + col in its bounding box, as in
+// bitmap), into the board buffer, which the flood has left all 0: the
+// class's cells start at cbase and the hole of rank k gets n of them at
+// cbase + k·n. A large piece's copy is its index: there are few large
+// pieces and each has many cells, so reading them out of order costs
+// little.
+type pieceCopy uint32
+
+func smallCopy(p *comp, t uint8) pieceCopy {
+	return pieceCopy(uint32(p.minr) | uint32(p.minc)<<10 | uint32(p.h-1)<<20 | uint32(p.w-1)<<23 | uint32(t)<<26)
+}
+
+// small unpacks a small piece's copy.
+func (c pieceCopy) small() (minr, minc, h, w int32, t uint8) {
+	return int32(c & 1023), int32(c >> 10 & 1023), int32(c>>20&7) + 1, int32(c>>23&7) + 1, uint8(c >> 26 & 7)
 }
 
 // smallSlot is one slot of the table of small classes: the canonical
@@ -733,8 +742,8 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 			}
 		}
 		cl := &s.classes[ci]
-		s.order[cl.base+cl.pieces] = pieceCopy{start: p.start, minr: int16(p.minr), minc: int16(p.minc), h: int16(p.h), w: int16(p.w), t: t}
 		if small {
+			s.order[cl.base+cl.pieces] = smallCopy(p, t)
 			o := cl.cbase + cl.pieces*p.n
 			dst := s.board[o : o+p.n]
 			base := uint32(p.minr)<<16 | uint32(p.minc)
@@ -742,6 +751,9 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 				d := v - base
 				dst[j] = uint8(d>>13 | d&7)
 			}
+		} else {
+			p.t = t
+			s.order[cl.base+cl.pieces] = pieceCopy(i)
 		}
 		cl.pieces++
 		filled += int(p.n)
@@ -769,9 +781,17 @@ func (s *solver) result(filled, placed int) Result {
 		if h.rank >= cl.pieces {
 			continue
 		}
-		p := &s.order[cl.base+h.rank]
-		minr, minc, ph, pw := int32(p.minr), int32(p.minc), int32(p.h), int32(p.w)
-		g := composeT[inverseT[h.t]][p.t]
+		small := s.isSmall(h)
+		var minr, minc, ph, pw int32
+		var pt uint8
+		var p *comp
+		if small {
+			minr, minc, ph, pw, pt = s.order[cl.base+h.rank].small()
+		} else {
+			p = &s.pieces[s.order[cl.base+h.rank]]
+			minr, minc, ph, pw, pt = p.minr, p.minc, p.h, p.w, p.t
+		}
+		g := composeT[inverseT[h.t]][pt]
 		// Hole cell = K + L·(r, c): the linear part of g and, folded into
 		// K, its translation and both boxes' corners. No branch on g,
 		// which varies from placement to placement.
@@ -781,7 +801,7 @@ func (s *solver) result(filled, placed int) Result {
 		n := cl.n
 		pc, hc := buf[off:off+n:off+n], buf[off+n:off+2*n:off+2*n]
 		off += 2 * n
-		if s.isSmall(h) {
+		if small {
 			c0 := cl.cbase + h.rank*n
 			for j, d := range s.board[c0 : c0+n] {
 				r, c := minr+int32(d>>3), minc+int32(d&7)
