@@ -109,13 +109,17 @@ func affine(t uint8, h, w int32) (ox, oy, oh, ow int32) {
 }
 
 // comp is one group of cells: a hole or a piece.
+//
+// A 1000×1000 solve has a few hundred thousand groups, written by flood
+// and read three times after, so the bounding box, below MaxSide, takes
+// 16 bits a coordinate and a group 28 bytes.
 type comp struct {
-	start, n         int32 // cells[start : start+n], row-major first cell first
-	minr, minc, h, w int32 // bounding box
-	t                uint8 // transformation onto the class's canonical form (pieces: large ones only)
+	start, n int32 // cells[start : start+n], row-major first cell first
 	// class and rank, for holes: the hole's class and how many holes came
 	// before it in that class.
-	class, rank int32
+	class, rank      int32
+	minr, minc, h, w int16 // bounding box
+	t                uint8 // transformation onto the class's canonical form (pieces: large ones only)
 }
 
 // class is a set of congruent holes. The first hole is the representative:
@@ -371,7 +375,7 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 			}
 			comps = append(comps, comp{
 				start: int32(start), n: int32(n - start),
-				minr: int32(r), minc: int32(minc), h: int32(maxr) - int32(r) + 1, w: int32(maxc-minc) + 1,
+				minr: int16(r), minc: int16(minc), h: int16(int(maxr) - r + 1), w: int16(maxc-minc) + 1,
 			})
 		}
 	}
@@ -382,7 +386,7 @@ func (s *solver) flood(done <-chan struct{}, grid []uint8, cells []uint32, comps
 // first nt transformations, in one pass over its cells.
 func (s *solver) shape(c *comp, cells []uint32, nt int, hs *[8]uint64) {
 	cs := cells[c.start : c.start+c.n]
-	minr, minc, h, w := c.minr, c.minc, c.h, c.w
+	minr, minc, h, w := int32(c.minr), int32(c.minc), int32(c.h), int32(c.w)
 	// Coordinates after each transformation, normalised: with p, q the
 	// local row and column and P, Q their mirrors, t0..t7 map (p, q) to
 	// (p,q) (q,P) (P,Q) (Q,p) (p,Q) (Q,P) (P,q) (q,p); see lins.
@@ -454,14 +458,14 @@ func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, bt 
 		if cl.hash != k.hash || cl.n != k.n || skipFull && cl.pieces >= cl.holes {
 			continue
 		}
-		if oh, ow := dims(bt, c.h, c.w); oh == cl.h && ow == cl.w && s.verify(c, cells, bt, cl) {
+		if oh, ow := dims(bt, int32(c.h), int32(c.w)); oh == cl.h && ow == cl.w && s.verify(c, cells, bt, cl) {
 			return ci, bt, slot
 		}
 		for t := range uint8(nt) {
 			if t == bt || hs[t] != k.hash {
 				continue
 			}
-			if oh, ow := dims(t, c.h, c.w); oh != cl.h || ow != cl.w {
+			if oh, ow := dims(t, int32(c.h), int32(c.w)); oh != cl.h || ow != cl.w {
 				continue
 			}
 			if s.verify(c, cells, t, cl) {
@@ -481,12 +485,12 @@ func (s *solver) find(c *comp, cells []uint32, hs *[8]uint64, nt int, k key, bt 
 func (s *solver) verify(c *comp, cells []uint32, t uint8, cl *class) bool {
 	rep := &s.holes[cl.rep]
 	g := composeT[inverseT[rep.t]][t]
-	ox, oy, _, _ := affine(g, c.h, c.w)
+	ox, oy, _, _ := affine(g, int32(c.h), int32(c.w))
 	l := lins[g]
 	wp := s.wp
 	kr := int(l.xr)*wp + int(l.yr)
 	kc := int(l.xc)*wp + int(l.yc)
-	k0 := int(rep.minr+1+ox)*wp + int(rep.minc+1+oy) - kr*int(c.minr) - kc*int(c.minc)
+	k0 := int(int32(rep.minr)+1+ox)*wp + int(int32(rep.minc)+1+oy) - kr*int(c.minr) - kc*int(c.minc)
 	want := cl.rep + 1
 	for _, v := range cells[c.start : c.start+c.n] {
 		if s.label[k0+kr*int(v>>16)+kc*int(v&0xffff)] != want {
@@ -502,7 +506,9 @@ func (s *solver) verify(c *comp, cells []uint32, t uint8, cl *class) bool {
 // path. A variable so that tests can send every group down the hash path.
 var smallSide int32 = 8
 
-func (s *solver) isSmall(c *comp) bool { return c.h <= smallSide && c.w <= smallSide }
+func (s *solver) isSmall(c *comp) bool {
+	return int32(c.h) <= smallSide && int32(c.w) <= smallSide
+}
 
 // bitmap is c's normalised cell set as an 8×8 bitmap, bit 8·row + col.
 // Cells are packed r<<16 | c, so v - (minr<<16 | minc) is dr<<16 | dc
@@ -653,7 +659,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		}
 		h := &s.holes[i]
 		if s.isSmall(h) {
-			key, t := s.canonCached(bitmap(h, s.hcells), h.h, h.w, nt)
+			key, t := s.canonCached(bitmap(h, s.hcells), int32(h.h), int32(h.w), nt)
 			h.t = t
 			slot := s.findSmall(key)
 			if s.small[slot].key != 0 {
@@ -679,7 +685,7 @@ func (s *solver) classify(done <-chan struct{}, nt int) error {
 		ci, ft, slot := s.find(h, s.hcells, &hs, nt, k, t, false)
 		if ci < 0 {
 			h.t = t
-			oh, ow := dims(t, h.h, h.w)
+			oh, ow := dims(t, int32(h.h), int32(h.w))
 			s.labelHole(i)
 			s.slots[slot] = int32(len(s.classes))
 			s.classes = append(s.classes, class{hash: k.hash, n: k.n, h: oh, w: ow, rep: int32(i)})
@@ -726,7 +732,7 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 		var t uint8
 		if small {
 			var key uint64
-			key, t = s.canonCached(bitmap(p, s.pcells), p.h, p.w, nt)
+			key, t = s.canonCached(bitmap(p, s.pcells), int32(p.h), int32(p.w), nt)
 			e := s.small[s.findSmall(key)]
 			if e.key == 0 || s.classes[e.ci].pieces >= s.classes[e.ci].holes {
 				continue
@@ -789,15 +795,15 @@ func (s *solver) result(filled, placed int) Result {
 			minr, minc, ph, pw, pt = s.order[cl.base+h.rank].small()
 		} else {
 			p = &s.pieces[s.order[cl.base+h.rank]]
-			minr, minc, ph, pw, pt = p.minr, p.minc, p.h, p.w, p.t
+			minr, minc, ph, pw, pt = int32(p.minr), int32(p.minc), int32(p.h), int32(p.w), p.t
 		}
 		g := composeT[inverseT[h.t]][pt]
 		// Hole cell = K + L·(r, c): the linear part of g and, folded into
 		// K, its translation and both boxes' corners. No branch on g,
 		// which varies from placement to placement.
 		l, o := lins[g], offsets[g]
-		kr := h.minr + o.xh*(ph-1) + o.xw*(pw-1) - l.xr*minr - l.xc*minc
-		kc := h.minc + o.yh*(ph-1) + o.yw*(pw-1) - l.yr*minr - l.yc*minc
+		kr := int32(h.minr) + o.xh*(ph-1) + o.xw*(pw-1) - l.xr*minr - l.xc*minc
+		kc := int32(h.minc) + o.yh*(ph-1) + o.yw*(pw-1) - l.yr*minr - l.yc*minc
 		n := cl.n
 		pc, hc := buf[off:off+n:off+n], buf[off+n:off+2*n:off+2*n]
 		off += 2 * n
