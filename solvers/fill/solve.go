@@ -189,6 +189,10 @@ type formEntry struct {
 // little.
 type pieceCopy uint32
 
+// smallCopy's 10-bit coordinates need MaxSide <= 1<<10: this fails to
+// compile otherwise.
+var _ = [1]struct{}{}[(MaxSide-1)>>10]
+
 func smallCopy(p *comp, t uint8) pieceCopy {
 	return pieceCopy(uint32(p.minr) | uint32(p.minc)<<10 | uint32(p.h-1)<<20 | uint32(p.w-1)<<23 | uint32(t)<<26)
 }
@@ -769,12 +773,12 @@ func (s *solver) match(done <-chan struct{}, nt int) (filled, placed int, err er
 }
 
 // result lists the placements in hole order. All cell pairs share one
-// backing array, so the result costs three allocations. It walks the holes
+// backing array, so the result costs two allocations. It walks the holes
 // in order and takes each filled hole's piece from the copies match left
 // (see pieceCopy), so that all it touches but large pieces' cells is read
 // or written front to back: the placements and their cells are megabytes
 // that nothing has touched since they were cleared, and written in the
-// pieces' order they landed a cache line here and a cache line there,
+// pieces' order they would land a cache line here and a cache line there,
 // each store waiting for its line to come from memory.
 func (s *solver) result(filled, placed int) Result {
 	res := Result{Filled: filled, Placements: make([]Placement, placed)}
