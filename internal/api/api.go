@@ -223,6 +223,8 @@ type Server struct {
 	tenantAuth bool
 	failures   blocklist // addresses over their failed-authentication limit
 	draining   atomic.Bool
+	// historyReads bounds the minutes of history each key reads.
+	historyReads historyLimiter
 	// notReady is whether the last readiness probe failed on Redis, so
 	// that only a change is logged.
 	notReady   atomic.Bool

@@ -93,6 +93,19 @@ func TestHistoryOnAStack(t *testing.T) {
 	if got := fmt.Sprint(len(getAs[apitype.History](t, s, alice, "/v1/history", http.StatusOK).Minutes)); got != "60" {
 		t.Errorf("the default span is %s minutes, want 60", got)
 	}
+	// A day's read is bounded per key: two fit the budget, a third waits.
+	for i := range 3 {
+		code, body, h := s.DoAs(bob, "GET", "/v1/history?minutes=1440", nil)
+		switch {
+		case i < 2 && code != http.StatusOK:
+			t.Fatalf("day read %d: %d %s", i+1, code, body)
+		case i == 2 && (code != http.StatusTooManyRequests || h.Get("Retry-After") == ""):
+			t.Fatalf("third day read in a row: %d %s (Retry-After %q); want 429 with Retry-After", code, body, h.Get("Retry-After"))
+		}
+	}
+	if code, body, _ := s.DoAs(alice, "GET", "/v1/history?minutes=60", nil); code != http.StatusOK {
+		t.Errorf("alice's hour after bob spent his budget: %d %s; each key has its own", code, body)
+	}
 	// The Go client reads the same.
 	ch, err := pqclient.New(s.URL, pqclient.WithAPIKey(alice)).History(context.Background(), 3)
 	if c, f, n, _, _ := sum(*ch); err != nil || ch.Scope != apitype.HistoryScopeKey || len(ch.Minutes) != 3 || c != 5 || f != 1 || n != 4 {

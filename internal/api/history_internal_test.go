@@ -1,0 +1,33 @@
+package api
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHistoryLimiter spends and refills a reader's budget of minutes on
+// a clock the test moves: a full budget at first, nothing spent by a
+// refused read, a refill at historyBudget per historyRefill, and readers
+// apart.
+func TestHistoryLimiter(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	l := historyLimiter{now: func() time.Time { return at }}
+	if ok, _ := l.take("a", historyBudget); !ok {
+		t.Fatal("a full budget was refused")
+	}
+	ok, wait := l.take("a", 60)
+	if ok || wait <= 0 || wait > historyRefill {
+		t.Fatalf("an empty budget: %v, wait %s", ok, wait)
+	}
+	if ok, _ := l.take("b", 1440); !ok {
+		t.Fatal("another reader shares a's budget")
+	}
+	at = at.Add(wait)
+	if ok, _ := l.take("a", 60); !ok {
+		t.Fatalf("after the wait it named (%s), 60 minutes were refused", wait)
+	}
+	at = at.Add(time.Hour)
+	if ok, _ := l.take("a", historyBudget); !ok || l.by["a"].tokens != 0 {
+		t.Fatalf("a refill past the budget: %v, %v tokens left", ok, l.by["a"].tokens)
+	}
+}
