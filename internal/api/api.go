@@ -178,6 +178,9 @@ type Options struct {
 	// /v1/batches/{id}/events) one key holds open on this replica at
 	// once; one more is answered 429.
 	MaxStreamsPerKey int
+	// HistoryReadMinutes bounds the minutes of history one key (and the
+	// operators together) reads from this replica per 10 s; past it, 429.
+	HistoryReadMinutes int
 	// Mount, optional, adds routes that are not the API's own (metrics,
 	// the queue dashboard) to the engine; operator checks the operator
 	// credential and rate, and signs operators in from a browser.
@@ -199,7 +202,7 @@ func (o Options) check() {
 		{"SignInsPerAddrPerMinute", int64(o.SignInsPerAddrPerMinute)},
 		{"FeedDepth", int64(o.FeedDepth)}, {"OperatorRatePerSecond", int64(o.OperatorRatePerSecond)},
 		{"OperatorBurst", int64(o.OperatorBurst)}, {"AuthFailuresPerMinute", int64(o.AuthFailuresPerMinute)},
-		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)},
+		{"MaxStreamsPerKey", int64(o.MaxStreamsPerKey)}, {"HistoryReadMinutes", int64(o.HistoryReadMinutes)},
 		{"MaxConcurrentDecodes", int64(o.MaxConcurrentDecodes)},
 	} {
 		if v.n <= 0 {
@@ -252,7 +255,7 @@ func New(st Store, w Waiter, reg prometheus.Registerer, log *slog.Logger, opts O
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: st, waiter: w, opts: opts, log: log,
+	s := &Server{store: st, waiter: w, opts: opts, log: log, historyReads: historyLimiter{budget: opts.HistoryReadMinutes},
 		metrics: newMetrics(reg),
 		batches: ingest.New(ingest.Config{MaxItems: opts.MaxBatchItems, ChunkSize: opts.ChunkSize,
 			Deadline: opts.Limits.Deadline, Decodes: opts.MaxConcurrentDecodes}),

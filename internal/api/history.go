@@ -28,24 +28,21 @@ type HistoryRecorder interface {
 // defaultHistoryMinutes is the span of a history read without ?minutes.
 const defaultHistoryMinutes = 60
 
-// historyBudget bounds the minutes of history each key (and the
-// operators together) may read from one replica per historyRefill: a
-// day's read costs Redis 9–22 ms of CPU (BenchmarkHistoryRead, 10 to 1,000
-// keys), so without it one key polling minutes=1440 at its request rate
-// would take most of Redis's thread from every tenant. The dashboard's
-// hour every 5 s uses a twenty-fourth of it.
-const (
-	historyBudget = 2 * 1440
-	historyRefill = 10 * time.Second
-)
+// historyRefill is the period of a key's history budget
+// (Options.HistoryReadMinutes).
+const historyRefill = 10 * time.Second
 
 // historyLimiter is a token bucket of minutes per reader, refilled
-// historyBudget per historyRefill. Readers are configured keys (or the
-// anonymous owner, or the operators), so the map stays small.
+// budget per historyRefill. A day's read costs Redis 9–22 ms of CPU
+// (BenchmarkHistoryRead, 10 to 1,000 keys), so without it one key polling
+// minutes=1440 at its request rate would take most of Redis's thread
+// from every tenant. Readers are configured keys (or the anonymous owner,
+// or the operators), so the map stays small.
 type historyLimiter struct {
-	mu  sync.Mutex
-	now func() time.Time
-	by  map[string]*historyBucket
+	mu     sync.Mutex
+	now    func() time.Time
+	budget int
+	by     map[string]*historyBucket
 }
 
 type historyBucket struct {
@@ -67,11 +64,11 @@ func (l *historyLimiter) take(who string, n int) (bool, time.Duration) {
 	}
 	b := l.by[who]
 	if b == nil {
-		b = &historyBucket{tokens: historyBudget, at: now}
+		b = &historyBucket{tokens: float64(l.budget), at: now}
 		l.by[who] = b
 	}
-	rate := float64(historyBudget) / historyRefill.Seconds()
-	b.tokens = min(historyBudget, b.tokens+now.Sub(b.at).Seconds()*rate)
+	rate := float64(l.budget) / historyRefill.Seconds()
+	b.tokens = min(float64(l.budget), b.tokens+now.Sub(b.at).Seconds()*rate)
 	b.at = now
 	if b.tokens < float64(n) {
 		// A millisecond over, so that the wait it names is enough
@@ -109,7 +106,8 @@ func (s *Server) renderHistory(c *gin.Context, owner string, all bool) {
 	if ok, wait := s.historyReads.take(who, minutes); !ok {
 		c.Header("Retry-After", retryAfter(wait))
 		fail(c, newError(http.StatusTooManyRequests, apitype.CodeRateLimited, "",
-			"history reads are limited to %d minutes per %s per key; retry after %s", historyBudget, historyRefill, wait.Round(time.Second)))
+			"this key has read its %d minutes of history for %s (HISTORY_READ_MINUTES); retry after %s s",
+			s.opts.HistoryReadMinutes, historyRefill, retryAfter(wait)))
 		return
 	}
 	last := time.Now().Unix() / 60

@@ -7,12 +7,13 @@ import (
 
 // TestHistoryLimiter spends and refills a reader's budget of minutes on
 // a clock the test moves: a full budget at first, nothing spent by a
-// refused read, a refill at historyBudget per historyRefill, and readers
+// refused read, a refill at the budget per historyRefill, and readers
 // apart.
 func TestHistoryLimiter(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
-	l := historyLimiter{now: func() time.Time { return at }}
-	if ok, _ := l.take("a", historyBudget); !ok {
+	const budget = 2880
+	l := historyLimiter{now: func() time.Time { return at }, budget: budget}
+	if ok, _ := l.take("a", budget); !ok {
 		t.Fatal("a full budget was refused")
 	}
 	ok, wait := l.take("a", 60)
@@ -27,7 +28,7 @@ func TestHistoryLimiter(t *testing.T) {
 		t.Fatalf("after the wait it named (%s), 60 minutes were refused", wait)
 	}
 	at = at.Add(time.Hour)
-	if ok, _ := l.take("a", historyBudget); !ok || l.by["a"].tokens != 0 {
+	if ok, _ := l.take("a", budget); !ok || l.by["a"].tokens != 0 {
 		t.Fatalf("a refill past the budget: %v, %v tokens left", ok, l.by["a"].tokens)
 	}
 }

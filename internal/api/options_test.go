@@ -60,6 +60,6 @@ func OptionsForTest() Options {
 		Limits: l, RatePerSecond: 1000, RateBurst: 1000, MaxPendingPerKey: 1000,
 		SessionTTL: time.Hour, SessionsPerKey: 1000, SignInsPerKeyPerMinute: 1000, SignInsPerAddrPerMinute: 1000,
 		OperatorRatePerSecond: 1000, OperatorBurst: 1000, AuthFailuresPerMinute: 1000,
-		MaxStreamsPerKey: 1000,
+		MaxStreamsPerKey: 1000, HistoryReadMinutes: 2880,
 	}
 }

@@ -114,8 +114,8 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		MaxConcurrentDecodes: cfg.decodes(),
 		WebhookPolicy:        cfg.webhookPolicy(), WebhooksEnabled: cfg.WebhookSecret != "",
 		OperatorRatePerSecond: cfg.OperatorRatePerSecond, OperatorBurst: cfg.OperatorBurst, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute,
-		MaxStreamsPerKey: cfg.MaxStreamsPerKey,
-		SessionTTL:       cfg.UISessionTTL, SessionsPerKey: cfg.SessionsPerKey,
+		MaxStreamsPerKey: cfg.MaxStreamsPerKey, HistoryReadMinutes: cfg.HistoryReadMinutes,
+		SessionTTL: cfg.UISessionTTL, SessionsPerKey: cfg.SessionsPerKey,
 		AccessLogEvery: cfg.AccessLogEvery, SignInsPerKeyPerMinute: cfg.SignInsPerKeyPerMinute, SignInsPerAddrPerMinute: cfg.SignInsPerAddrPerMinute,
 		Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
 	})

@@ -668,6 +668,14 @@ type APIConfig struct {
 	// MAX_WAIT), so without a bound one key could open thousands within
 	// its request rate. Default 16.
 	MaxStreamsPerKey int
+	// HistoryReadMinutes is how many minutes of history (GET
+	// /v1/history, and the operators' GET /history together) one key may
+	// read from one API replica per 10 s; past it a read is answered 429.
+	// A day's read costs Redis 9–22 ms of CPU (BenchmarkHistoryRead), so
+	// without a bound one key could take most of Redis within its request
+	// rate. The dashboard reads an hour every 5 s. Default 2880: two
+	// days' reads per 10 s.
+	HistoryReadMinutes int
 	// RatePerSecond is each key's default request rate. Default 20.
 	RatePerSecond int
 	// RateBurst is each key's default burst. Default 40.
@@ -748,6 +756,7 @@ func (c *APIConfig) set() *envflag.Set {
 	s.Int(&c.OperatorBurst, "OPERATOR_RATE_LIMIT_BURST", "30", "burst of requests per operator on /monitoring/ and /metrics")
 	s.Int(&c.AuthFailuresPerMinute, "AUTH_FAILURES_PER_MINUTE", "30", "failed authentications allowed per client address a minute")
 	s.Int(&c.MaxStreamsPerKey, "MAX_STREAMS_PER_KEY", "16", "event streams one key may hold open at once on a replica")
+	s.Int(&c.HistoryReadMinutes, "HISTORY_READ_MINUTES", "2880", "minutes of history one key may read from a replica per 10 s")
 	s.Int(&c.RatePerSecond, "RATE_LIMIT_PER_SECOND", "20", "requests per second per key")
 	s.Int(&c.RateBurst, "RATE_LIMIT_BURST", "40", "burst of requests per key")
 	s.Int(&c.MaxPendingPerKey, "MAX_PENDING_PER_KEY", "100000", "unfinished tasks allowed per key")
@@ -845,6 +854,7 @@ func (c *APIConfig) validate() error {
 	}{{"RATE_LIMIT_PER_SECOND", c.RatePerSecond}, {"RATE_LIMIT_BURST", c.RateBurst}, {"MAX_PENDING_PER_KEY", c.MaxPendingPerKey},
 		{"OPERATOR_RATE_LIMIT_PER_SECOND", c.OperatorRatePerSecond}, {"OPERATOR_RATE_LIMIT_BURST", c.OperatorBurst},
 		{"AUTH_FAILURES_PER_MINUTE", c.AuthFailuresPerMinute}, {"MAX_STREAMS_PER_KEY", c.MaxStreamsPerKey},
+		{"HISTORY_READ_MINUTES", c.HistoryReadMinutes},
 		{"SESSIONS_PER_KEY", c.SessionsPerKey}, {"SIGN_INS_PER_KEY_PER_MINUTE", c.SignInsPerKeyPerMinute},
 		{"SIGN_INS_PER_ADDR_PER_MINUTE", c.SignInsPerAddrPerMinute}} {
 		if v.n <= 0 {
