@@ -63,6 +63,12 @@ func TestItemsByCustomID(t *testing.T) {
 			*l.Tasks[0].CustomID != "c-42" || l.Tasks[0].State != apitype.TaskStateCompleted || l.Tasks[0].Result == nil || l.NextCursor != nil {
 			t.Fatalf("custom_id=c-42: %+v", l)
 		}
+		// A custom_id is unique in its batch, so a match ends the list,
+		// whatever the limit: no cursor sends a client on through the
+		// rest of the batch.
+		if l := items("custom_id=c-42&limit=1", 200); len(l.Tasks) != 1 || l.NextCursor != nil {
+			t.Fatalf("custom_id=c-42&limit=1: %+v; want the item and no next cursor", l)
+		}
 		if got := indexes(items("custom_id="+url.QueryEscape(odd), 200)); len(got) != 1 || got[0] != 100 {
 			t.Errorf("custom_id=%q: items %v, want [100]", odd, got)
 		}

@@ -52,10 +52,9 @@ func (s *Store) FindCustomID(ctx context.Context, b *Batch, id string, from, lim
 			first := (j0 + g) * b.Stride
 			for k, line := range strings.Split(list, "\n") {
 				if i := first + k; i >= from && i < b.Total && line == string(want) {
-					found = append(found, i)
-					if len(found) == limit {
-						return found, i + 1, nil
-					}
+					// The upload refuses a custom_id twice in a batch,
+					// so nothing follows a match: the list ends here.
+					return append(found, i), b.Total, nil
 				}
 			}
 		}

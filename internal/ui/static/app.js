@@ -707,7 +707,7 @@ async function refreshJob() {
   job.counts = JSON.stringify(c);
   if (itemsKey(job) !== job.itemsKey) {
     job.itemsKey = itemsKey(job);
-    loadItems(job);
+    loadItems(job).catch((e) => { $("items-note").textContent = String(e); });
   }
 }
 
@@ -749,6 +749,7 @@ async function loadItems(job) {
       r = await api("GET", "/v1/batches/" + encodeURIComponent(id) + "/items" + q, { signal: ctl.signal });
     } catch (e) {
       if (e.name === "AbortError") return;
+      job.itemsKey = ""; // the next poll reads this page again
       throw e;
     }
     if (app.job !== job || ctl.signal.aborted || job.notFound) return;
@@ -765,7 +766,10 @@ async function loadItems(job) {
       return;
     }
     if (!absent(r)) {
-      $("items-note").textContent = "items: " + errText(r);
+      // A busy server (429, 503) or a lost connection: the next poll
+      // reads this page again, and the pager waits for it.
+      job.itemsKey = "";
+      $("items-note").textContent = "items: " + errText(r) + "; trying again";
       return;
     }
     app.missing.add("items");
@@ -991,7 +995,10 @@ const TASK_ID = /^[0-9a-f]{32}$/;
 // custom_id it is (GET /v1/batches/{id}/items?custom_id=).
 async function search(ev) {
   ev.preventDefault();
-  const raw = $("search").value.trim();
+  // A custom_id is matched exactly, spaces and case included; an ID is
+  // read trimmed and in lower case.
+  const typed = $("search").value;
+  const raw = typed.trim();
   const msg = $("search-msg");
   msg.textContent = "";
   if (!raw) return;
@@ -999,6 +1006,17 @@ async function search(ev) {
   // An answer that comes after the user went elsewhere opens nothing.
   const from = location.hash;
   const stale = () => location.hash !== from;
+  // On a job's view a custom_id shaped like an ID (an md5 sum, a UUID
+  // without dashes) is looked up first; an ID is tried when none has it.
+  const job0 = app.job;
+  if (job0 && !job0.notFound && app.view && app.view.name === "job" && (ITEM_ID.test(lower) || TASK_ID.test(lower))) {
+    const r = await api("GET", "/v1/batches/" + encodeURIComponent(job0.id) + "/items?limit=1&custom_id=" + encodeURIComponent(typed));
+    if (stale()) return;
+    if (r.status === 200 && r.body && Array.isArray(r.body.tasks) && r.body.tasks.length) {
+      location.hash = itemHash(r.body.tasks[0].id);
+      return;
+    }
+  }
   if (ITEM_ID.test(lower)) {
     location.hash = itemHash(lower);
     return;
@@ -1016,12 +1034,16 @@ async function search(ev) {
     msg.textContent = "not an item or task ID; to find an item by its custom_id, open its job first";
     return;
   }
-  if (new TextEncoder().encode(raw).length > 64) {
+  if (new TextEncoder().encode(typed).length > 64) {
     msg.textContent = "a custom_id has at most 64 bytes";
     return;
   }
   msg.textContent = "searching…";
-  const r = await api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(raw));
+  const find = (cid) => api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(cid));
+  // As typed first (a custom_id may begin or end with spaces), then
+  // trimmed.
+  let r = await find(typed);
+  if (typed !== raw && r.status === 200 && r.body && Array.isArray(r.body.tasks) && !r.body.tasks.length) r = await find(raw);
   if (app.job !== job || stale()) return;
   if (r.status === 200 && r.body && Array.isArray(r.body.tasks)) {
     if (r.body.tasks.length) {
