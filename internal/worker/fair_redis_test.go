@@ -164,9 +164,18 @@ func TestWeightedKeysShareTheSlots(t *testing.T) {
 		t.Fatalf("only %d samples with both keys waiting", samples)
 	}
 	meanA, meanB := float64(sumA)/float64(samples), float64(sumB)/float64(samples)
-	t.Logf("while both waited (%d samples): a held %.2f, b %.2f of %d slots", samples, meanA, meanB, slots)
-	if meanB < 5 || meanB > 7 || meanA < 1 || meanA > 3 {
-		t.Errorf("weights 1 and 3 on %d slots: a held %.2f, b %.2f on average; want about 2 and 6", slots, meanA, meanB)
+	share := meanB / (meanA + meanB)
+	t.Logf("while both waited (%d samples): a held %.2f, b %.2f of %d slots (b's share %.2f)", samples, meanA, meanB, slots, share)
+	// The weights set the share of the slots held, which is what is
+	// checked: b's is 3/4, less a's head start (0.68 on a quiet machine),
+	// and at least 0.6, well clear of equal weights' 0.5. How many are
+	// held at a sample also counts the
+	// moments between one run's end and the next one's start, which a
+	// loaded machine stretches (6.8 of 8 held in one CI run), so the
+	// total is held only to a loose floor here; TestLoneKeyUsesEverySlot
+	// holds the slots' use.
+	if share < 0.6 || share > 0.9 || meanA+meanB < slots/2 {
+		t.Errorf("weights 1 and 3 on %d slots: a held %.2f, b %.2f on average (b's share %.2f); want about 2 and 6, a share of 0.75", slots, meanA, meanB, share)
 	}
 	if got := most.Load(); got > slots || peak > slots {
 		t.Errorf("%d searches ran at once (%d slots held) on %d slots", got, peak, slots)
