@@ -321,7 +321,7 @@ func (h *Handler) processItems(ctx context.Context, owner string, items []tasks.
 		return nil
 	}
 	for i := range items {
-		if prev[i] != apitype.TaskStatePending && prev[i] != apitype.TaskStateActive {
+		if !endedNow(prev[i]) {
 			continue
 		}
 		if outs[i] == nil {
@@ -451,33 +451,37 @@ func (h *Handler) finish(ctx context.Context, owner string, items []tasks.Item, 
 	// again and that delivery, finding them ended, confirms them.
 	unconfirmed := err
 	for j, i := range idx {
-		if prev[j] == apitype.TaskStatePending || prev[j] == apitype.TaskStateActive {
-			h.history.Ended(owner, outs[i].code == "", 1, acceptedAt(ctx))
+		if !endedNow(prev[j]) {
+			continue // a duplicate delivery: counted the first time
 		}
-	}
-	if h.metrics != nil {
-		for j, i := range idx {
-			if prev[j] != apitype.TaskStatePending && prev[j] != apitype.TaskStateActive {
-				continue // a duplicate delivery: counted the first time
-			}
-			kind := "unknown"
-			if parsed[i] != nil {
-				kind = string(parsed[i].Kind())
-			}
-			outcomeLabel := string(apitype.TaskStateCompleted)
-			if outs[i].code != "" {
-				outcomeLabel = outs[i].code
-			}
-			h.metrics.Tasks.WithLabelValues(kind, outcomeLabel).Inc()
-			if outs[i].cached {
-				h.metrics.CacheHits.Inc()
-			}
+		h.history.Ended(owner, outs[i].code == "", 1, acceptedAt(ctx))
+		if h.metrics == nil {
+			continue
+		}
+		kind := "unknown"
+		if parsed[i] != nil {
+			kind = string(parsed[i].Kind())
+		}
+		outcomeLabel := string(apitype.TaskStateCompleted)
+		if outs[i].code != "" {
+			outcomeLabel = outs[i].code
+		}
+		h.metrics.Tasks.WithLabelValues(kind, outcomeLabel).Inc()
+		if outs[i].cached {
+			h.metrics.CacheHits.Inc()
 		}
 	}
 	if unconfirmed != nil {
 		return fmt.Errorf("tasks: finish %d items: %w", len(ts), unconfirmed)
 	}
 	return nil
+}
+
+// endedNow reports whether a record that Store.Finish (or Start) found in
+// state prev is one this call moves to its end: it was still pending or
+// active, not ended by an earlier delivery or a cancel.
+func endedNow(prev apitype.TaskState) bool {
+	return prev == apitype.TaskStatePending || prev == apitype.TaskStateActive
 }
 
 // ErrorHandler marks the record failed when asynq gives up on a task
@@ -526,7 +530,7 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 		if ferr != nil {
 			h.log.Error("mark failed after last retry", "type", t.Type(), "err", ferr)
 		}
-		if len(prev) == 1 && (prev[0] == apitype.TaskStatePending || prev[0] == apitype.TaskStateActive) {
+		if len(prev) == 1 && endedNow(prev[0]) {
 			h.history.Ended(p.Owner, false, 1, p.At)
 		}
 	}

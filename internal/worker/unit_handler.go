@@ -333,22 +333,6 @@ func (h *Handler) processUnit(ctx context.Context, ref tasks.UnitRef) error {
 	return nil
 }
 
-// countUnitHistory adds the first ended of a unit's items idx to the
-// history, as the metrics below count them.
-func (h *Handler) countUnitHistory(owner string, items []unitItem, idx []int, ended int) {
-	if h.history == nil {
-		return
-	}
-	completed := 0
-	for _, i := range idx[:min(ended, len(idx))] {
-		if items[i].out.code == "" {
-			completed++
-		}
-	}
-	h.history.Ended(owner, true, completed, 0)
-	h.history.Ended(owner, false, min(ended, len(idx))-completed, 0)
-}
-
 // inlineResultMax is the largest result an item's entry holds inline. A
 // larger one (a 1000x1000 fill's is 4 MB) is written once to the result
 // cache under its puzzle's key and the entry refers to it, as for a
@@ -384,10 +368,6 @@ func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, owner, mark
 	if err != nil {
 		return fmt.Errorf("tasks: finish %d items of unit %s: %w", len(outs), ref.TaskID(), err)
 	}
-	h.countUnitHistory(owner, items, idx, ended)
-	if h.metrics == nil {
-		return nil
-	}
 	// The store says how many items this call ended, not which. All of
 	// them, unless a duplicate delivery or a cancel raced this write; in
 	// that rare case the first ones are counted, so that the totals stay
@@ -395,11 +375,18 @@ func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, owner, mark
 	// per label pair, not per item: a chunk has one or two pairs.
 	type labels struct{ kind, outcome string }
 	var (
-		counts = map[labels]int{}
-		hits   int
+		counts          = map[labels]int{}
+		hits, completed int
 	)
-	for _, i := range idx[:min(ended, len(idx))] {
+	counted := idx[:min(ended, len(idx))]
+	for _, i := range counted {
 		it := &items[i]
+		if it.out.code == "" {
+			completed++
+		}
+		if h.metrics == nil {
+			continue
+		}
 		l := labels{"unknown", string(apitype.TaskStateCompleted)}
 		if it.parsed != nil {
 			l.kind = string(it.parsed.Kind())
@@ -411,6 +398,11 @@ func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, owner, mark
 		if it.out.cached {
 			hits++
 		}
+	}
+	h.history.Ended(owner, true, completed, 0)
+	h.history.Ended(owner, false, len(counted)-completed, 0)
+	if h.metrics == nil {
+		return nil
 	}
 	for l, n := range counts {
 		h.metrics.Tasks.WithLabelValues(l.kind, l.outcome).Add(float64(n))
