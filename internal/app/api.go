@@ -38,6 +38,7 @@ type API struct {
 	reconciler *recovery.Reconciler
 	watchdog   *recovery.Watchdog
 	history    *worker.History // the cache hits the API answers
+	id         string          // names this replica: its history flushes and its hold on historySampleLease
 	reg        *prometheus.Registry
 	ln         net.Listener
 	metricsLn  net.Listener
@@ -104,7 +105,8 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		}
 	}
 
-	a.history = worker.NewHistory(a.store, cfg.HistoryInterval, log)
+	a.id = worker.NewWorkerID()
+	a.history = worker.NewHistory(a.store, cfg.HistoryInterval, a.id, log)
 	a.server = api.New(a.store, a.hub, a.reg, log, api.Options{History: a.history,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBodyBytes: cfg.MaxBatchBodyBytes, MaxBatchItems: cfg.MaxBatchItems,
 		MaxWait: cfg.MaxWait, ChunkSize: cfg.ChunkSize, FeedDepth: cfg.FeedDepth, RequestTimeout: cfg.RequestTimeout, Limits: cfg.Limits(),
@@ -308,10 +310,15 @@ func (a *API) loadSessionKeys(ctx context.Context) {
 	}
 }
 
+// historySampleLease is the lease of the replica that samples the
+// pending counts for the history: one replica's sample is the whole of it.
+const historySampleLease = "history-sample"
+
 // sampleHistory records, every HISTORY_INTERVAL, how many tasks of each
 // tenant key (of the anonymous owner, with keys off) have not ended, in
-// the history's current minute. Every replica samples the same counters,
-// so it does not matter which one's sample a minute keeps.
+// the history's current minute. One replica at a time does, under
+// historySampleLease; it lasts three intervals, so another takes over
+// soon after the holder dies.
 func (a *API) sampleHistory(ctx context.Context) {
 	var owners []string
 	for _, k := range a.cfg.keys {
@@ -325,7 +332,11 @@ func (a *API) sampleHistory(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HistoryInterval)
 	defer t.Stop()
 	for {
-		if err := a.store.SampleHistoryPending(ctx, time.Now(), owners); err != nil && ctx.Err() == nil {
+		held, err := a.store.AcquireLease(ctx, historySampleLease, a.id, 3*a.cfg.HistoryInterval)
+		if err == nil && held {
+			err = a.store.SampleHistoryPending(ctx, time.Now(), owners)
+		}
+		if err != nil && ctx.Err() == nil {
 			a.log.Debug("history: pending not sampled", "err", err)
 		}
 		select {

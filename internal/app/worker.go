@@ -145,9 +145,10 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
 	// them if this process dies (worker.Heartbeat).
-	w.history = worker.NewHistory(w.store, cfg.HistoryInterval, log)
+	id := worker.NewWorkerID()
+	w.beat = worker.NewHeartbeat(w.store, id, cfg.HeartbeatInterval, log)
+	w.history = worker.NewHistory(w.store, cfg.HistoryInterval, id, log)
 	h.SetHistory(w.history)
-	w.beat = worker.NewHeartbeat(w.store, worker.NewWorkerID(), cfg.HeartbeatInterval, log)
 	w.beat.StopAfter(cfg.CutOffAfter)
 	// Each beat, the first before any task is fetched, records this
 	// worker's solver slots, so the keys share the cluster's slots from

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -119,14 +120,15 @@ func (s *Store) SampleHistoryPending(ctx context.Context, now time.Time, owners 
 	for i, o := range owners {
 		gets[i] = pipe.Get(ctx, s.k.ownerPending(o))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return fmt.Errorf("store: sample pending: %w", err)
-	}
+	_, _ = pipe.Exec(ctx) // each GET's own error is read below
 	k := s.k.historyMinute(now.Unix() / 60)
 	set, zero := []any{}, []string{}
 	var sum int64
 	for i, g := range gets {
-		n, _ := g.Int64() // a missing counter is 0
+		n, err := g.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) { // a missing counter is 0
+			return fmt.Errorf("store: sample pending: %w", err)
+		}
 		if n <= 0 {
 			zero = append(zero, "pending:"+owners[i])
 			continue
@@ -202,11 +204,8 @@ func (s *Store) History(ctx context.Context, owner string, all bool, first, last
 		if len(v) == len(fields) {
 			if v[0] != nil {
 				// A sample was taken; an owner without its field had
-				// nothing pending.
+				// nothing pending. (For all, v[1] is the sum again.)
 				h.Pending = num(v[1])
-				if all {
-					h.Pending = num(v[0])
-				}
 			}
 			h.Completed, h.Failed = num(v[2]), num(v[3])
 			for b := range h.Latency {

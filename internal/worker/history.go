@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -95,15 +93,13 @@ type historyFlush struct {
 	at   time.Time
 }
 
-// NewHistory returns a History that flushes to sink every interval.
-func NewHistory(sink HistorySink, every time.Duration, log *slog.Logger) *History {
+// NewHistory returns a History that flushes to sink every interval, its
+// flushes named after id, which no other process uses (NewWorkerID).
+func NewHistory(sink HistorySink, every time.Duration, id string, log *slog.Logger) *History {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return &History{sink: sink, every: every, log: log, now: time.Now, id: hex.EncodeToString(b[:]),
-		acc: map[historyKey]*HistoryDelta{}}
+	return &History{sink: sink, every: every, log: log, now: time.Now, id: id, acc: map[historyKey]*HistoryDelta{}}
 }
 
 // Ended counts n tasks of owner that ended now, completed or failed; a

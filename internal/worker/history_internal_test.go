@@ -36,7 +36,7 @@ func (f *failingSink) AddHistory(_ context.Context, name string, ds []HistoryDel
 // buckets; what was counted meanwhile goes in the next flush.
 func TestHistoryKeepsCountsUntilWritten(t *testing.T) {
 	sink := &failingSink{fails: 2}
-	r := NewHistory(sink, time.Hour, nil)
+	r := NewHistory(sink, time.Hour, "w1", nil)
 	at := time.Date(2026, 12, 7, 14, 0, 30, 0, time.UTC)
 	r.now = func() time.Time { return at }
 	r.Ended("alice", true, 3, 0)
@@ -75,7 +75,7 @@ func TestHistoryKeepsCountsUntilWritten(t *testing.T) {
 // could have expired.
 func TestHistoryDropsAFlushNeverTaken(t *testing.T) {
 	sink := &failingSink{fails: 1 << 30}
-	r := NewHistory(sink, time.Hour, nil)
+	r := NewHistory(sink, time.Hour, "w1", nil)
 	at := time.Unix(1_800_000_000, 0)
 	r.now = func() time.Time { return at }
 	r.Ended("k", true, 1, 0)
@@ -90,7 +90,7 @@ func TestHistoryDropsAFlushNeverTaken(t *testing.T) {
 // TestHistoryBoundedWhileSinkFails: a sink that never recovers does not
 // make a History grow past maxHistoryEntries.
 func TestHistoryBoundedWhileSinkFails(t *testing.T) {
-	r := NewHistory(&failingSink{fails: 1 << 30}, time.Hour, nil)
+	r := NewHistory(&failingSink{fails: 1 << 30}, time.Hour, "w1", nil)
 	for i := range maxHistoryEntries + 50 {
 		r.now = func() time.Time { return time.Unix(int64(i)*60, 0) }
 		r.Ended("k", true, 1, 0)
