@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -143,15 +142,11 @@ func (s *Server) renderHistory(c *gin.Context, owner string, all bool) {
 // quantile of the total; the last bucket reads as the last bound.
 func latencyPercentile(counts []int64, total int64, q float64) *float64 {
 	rank := int64(q*float64(total) + 0.999999) // the ceiling: at least 1
-	var seen int64
-	for i, n := range counts {
-		seen += n
-		if seen >= rank {
-			b := store.LatencyBounds[min(i, len(store.LatencyBounds)-1)]
-			ms := float64(b) / float64(time.Millisecond)
-			return &ms
-		}
+	i, seen := 0, counts[0]
+	for seen < rank && i < len(counts)-1 {
+		i++
+		seen += counts[i]
 	}
-	ms := float64(slices.Max(store.LatencyBounds)) / float64(time.Millisecond)
+	ms := float64(store.LatencyBounds[min(i, len(store.LatencyBounds)-1)]) / float64(time.Millisecond)
 	return &ms
 }

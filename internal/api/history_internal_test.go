@@ -32,3 +32,19 @@ func TestHistoryLimiter(t *testing.T) {
 		t.Fatalf("a refill past the budget: %v, %v tokens left", ok, l.by["a"].tokens)
 	}
 }
+
+// TestLatencyPercentile reads quantiles off bucket counts: the bound of
+// the bucket the rank falls in, and the last bound for the bucket past
+// it.
+func TestLatencyPercentile(t *testing.T) {
+	counts := make([]int64, 16) // LatencyBounds has 15
+	counts[0], counts[3], counts[15] = 50, 49, 1
+	for _, c := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 1}, {0.51, 10}, {0.99, 10}, {0.999, 60000}, {1, 60000}} {
+		if got := *latencyPercentile(counts, 100, c.q); got != c.want {
+			t.Errorf("q %v: %v ms, want %v", c.q, got, c.want)
+		}
+	}
+}
