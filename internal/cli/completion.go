@@ -110,9 +110,6 @@ func completeOneID(g *globals, list func(context.Context, *client.Client) ([]cob
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		if err := g.resolve(); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		c, err := g.client()
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp

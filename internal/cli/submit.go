@@ -169,12 +169,11 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			w := bufio.NewWriterSize(lazy, 256<<10)
 			var (
 				tw *tabwriter.Writer
-				lw *listWriter // json and yaml: one document
-				lb bytes.Buffer
+				lw = newListWriter(w, format) // json, yaml and ndjson
+				// lb holds a result line for lw: json and yaml reshape it.
+				lb  bytes.Buffer
+				lbw = bufio.NewWriter(&lb)
 			)
-			if format == formatJSON || format == formatYAML {
-				lw = newListWriter(w, format)
-			}
 			if format == formatTable {
 				tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 				switch {
@@ -190,31 +189,27 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			err = r.run(ctx, items, output{
 				batch: func(b *batchRun) error {
 					first, last := b.items[0].line, b.items[len(b.items)-1].line
-					switch {
-					case tw != nil:
-						fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
-					case lw != nil:
-						return lw.add(submittedBatch{b.sub.ID, b.sub.Total, first, last})
-					default:
-						fmt.Fprintf(w, `{"batch":%q,"total":%d,"first_line":%d,"last_line":%d}`+"\n", b.sub.ID, b.sub.Total, first, last)
+					if tw != nil {
+						_, err := fmt.Fprintf(tw, "%s\t%d\t%d-%d\n", b.sub.ID, b.sub.Total, first, last)
+						return err
 					}
-					return nil
+					return lw.add(submittedBatch{b.sub.ID, b.sub.Total, first, last})
 				},
 				item: func(j *item, l *client.ResultLine) error {
 					if l.State != client.StateCompleted {
 						failed++
 					}
-					switch {
-					case tw != nil:
+					switch format {
+					case formatTable:
 						writeResultRow(tw, j, customIDs, l)
-					case lw != nil:
-						lb.Reset()
-						bw := bufio.NewWriterSize(&lb, 512)
-						writeResultLine(bw, j, l)
-						bw.Flush()
-						return lw.addRaw(lb.Bytes())
-					default:
+					case formatNDJSON:
+						// The fast path: a million lines go straight out.
 						writeResultLine(w, j, l)
+					default:
+						lb.Reset()
+						writeResultLine(lbw, j, l)
+						lbw.Flush()
+						return lw.addRaw(lb.Bytes())
 					}
 					return nil
 				},
@@ -222,7 +217,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if tw != nil {
 				tw.Flush()
 			}
-			if lw != nil && err == nil {
+			if tw == nil && err == nil {
 				err = lw.close()
 			}
 			if ferr := w.Flush(); err == nil && ferr != nil {
@@ -254,8 +249,8 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	return cmd
 }
 
-// submittedBatch is a batch accepted without --wait, as -o json and yaml
-// print it; ndjson writes the same fields directly.
+// submittedBatch is a batch accepted without --wait, as -o json, yaml
+// and ndjson print it.
 type submittedBatch struct {
 	Batch     string `json:"batch"`
 	Total     int    `json:"total"`
