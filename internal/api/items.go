@@ -33,10 +33,9 @@ type ItemStore interface {
 	CancelItem(ctx context.Context, b *store.Batch, index int) (apitype.TaskState, error)
 	// ItemRequest returns item index of b's canonical request.
 	ItemRequest(ctx context.Context, b *store.Batch, index int) ([]byte, error)
-	// FindCustomID returns the indexes of b's items from index from on
-	// whose custom_id is id, at most limit, and where a further search
-	// starts.
-	FindCustomID(ctx context.Context, b *store.Batch, id string, from, limit int) ([]int, int, error)
+	// FindCustomID returns the index of b's item, from index from on,
+	// whose custom_id is id (unique in a batch), or -1.
+	FindCustomID(ctx context.Context, b *store.Batch, id string, from int) (int, error)
 }
 
 // chunkOf returns the chunk that holds item i of b. The stride is the
@@ -212,43 +211,29 @@ func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int,
 	return idx, next, size, nil
 }
 
-// customIDPage picks the items of a page of b whose custom_id is id, from
-// index from on: at most limit, those in state only when it is set, up to
-// pageResultBytes of results, as itemsPage does. The search reads the
-// batch's custom_id lists (store.FindCustomID) up to the limit-th match;
-// then the states of the chunks that hold a match, usually one.
-func (s *Server) customIDPage(ctx context.Context, b *store.Batch, id string, from, limit int, state apitype.TaskState) ([]int, int, int64, error) {
-	found, next, err := s.store.FindCustomID(ctx, b, id, from, limit)
+// customIDPage is the page of b's item whose custom_id is id, from index
+// from on, when it is in state (or state is unset): a custom_id is unique
+// in its batch, so the page holds that one item or none, and ends the
+// list. It reads the batch's custom_id lists (store.FindCustomID) up to
+// the match, then the states of the match's chunk.
+func (s *Server) customIDPage(ctx context.Context, b *store.Batch, id string, from int, state apitype.TaskState) ([]int, int, int64, error) {
+	i, err := s.store.FindCustomID(ctx, b, id, from)
+	if err != nil || i < 0 {
+		return nil, b.Total, 0, err
+	}
+	j, err := chunkOf(b, i)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	var idx []int
-	var size int64
-	pageBytes := s.admit.PageBytes(b.Owner, pageResultBytes)
-	var infos []store.ChunkInfo
-	read := -1
-	for _, i := range found {
-		j, err := chunkOf(b, i)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		if j != read {
-			if infos, err = s.store.ChunkInfos(ctx, b, j); err != nil {
-				return nil, 0, 0, err
-			}
-			read = j
-		}
-		k := i - j*b.Stride
-		if k >= len(infos) || (state != "" && infos[k].State != state) {
-			continue
-		}
-		if len(idx) > 0 && size+infos[k].ResultBytes > pageBytes {
-			return idx, i, size, nil
-		}
-		idx = append(idx, i)
-		size += infos[k].ResultBytes
+	infos, err := s.store.ChunkInfos(ctx, b, j)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	return idx, next, size, nil
+	k := i - j*b.Stride
+	if k >= len(infos) || (state != "" && infos[k].State != state) {
+		return nil, b.Total, 0, nil
+	}
+	return []int{i}, b.Total, infos[k].ResultBytes, nil
 }
 
 // customIDParam reads ?custom_id=: ok is false when it is absent; a value
@@ -321,7 +306,7 @@ func (s *Server) listItems(c *gin.Context) {
 	var next int
 	var size int64
 	if byCustomID {
-		idx, next, size, err = s.customIDPage(ctx, b, customID, cursor, limit, state)
+		idx, next, size, err = s.customIDPage(ctx, b, customID, cursor, state)
 	} else {
 		idx, next, size, err = s.itemsPage(ctx, b, cursor, limit, state)
 	}

@@ -14,25 +14,24 @@ import (
 // search holds one group at a time whatever the batch's size.
 const customIDGroup = 16
 
-// FindCustomID returns the indexes of b's items from index from on whose
-// custom_id is id, at most limit of them, in order, and the index a
-// further search starts at (b.Total once it read to the end). It reads
-// only the chunks' custom_id lists (the batch's request hash, fields
-// "i<chunk>"), customIDGroup chunks a command: each list once at most,
-// never a request or a result. A chunk whose items have no custom_id has
-// no list and costs nothing but its field's name.
-func (s *Store) FindCustomID(ctx context.Context, b *Batch, id string, from, limit int) ([]int, int, error) {
+// FindCustomID returns the index of b's item, from index from on, whose
+// custom_id is id, or -1 when none has it. The upload refuses a custom_id
+// twice in a batch, so there is one at most. It reads only the chunks'
+// custom_id lists (the batch's request hash, fields "i<chunk>"),
+// customIDGroup chunks a command, up to the match: each list once at
+// most, never a request or a result. A chunk whose items have no
+// custom_id has no list and costs nothing but its field's name.
+func (s *Store) FindCustomID(ctx context.Context, b *Batch, id string, from int) (int, error) {
 	from = max(from, 0)
-	if b.Stride <= 0 || from >= b.Total || id == "" || limit <= 0 {
-		return nil, b.Total, nil
+	if b.Stride <= 0 || from >= b.Total || id == "" {
+		return -1, nil
 	}
 	// The lists hold each custom_id as json.Marshal wrote it when the
 	// batch was staged (BatchWriter.Add): one spelling per string.
 	want, err := json.Marshal(id)
 	if err != nil {
-		return nil, 0, fmt.Errorf("store: find custom_id: %w", err)
+		return -1, fmt.Errorf("store: find custom_id: %w", err)
 	}
-	var found []int
 	chunks := b.Chunks()
 	for j0 := from / b.Stride; j0 < chunks; j0 += customIDGroup {
 		n := min(customIDGroup, chunks-j0)
@@ -42,7 +41,7 @@ func (s *Store) FindCustomID(ctx context.Context, b *Batch, id string, from, lim
 		}
 		lists, err := s.rdb.HMGet(ctx, s.k.batchReq(b.ID), fields...).Result()
 		if err != nil {
-			return nil, 0, fmt.Errorf("store: find custom_id: %w", err)
+			return -1, fmt.Errorf("store: find custom_id: %w", err)
 		}
 		for g, v := range lists {
 			list, ok := v.(string)
@@ -52,12 +51,10 @@ func (s *Store) FindCustomID(ctx context.Context, b *Batch, id string, from, lim
 			first := (j0 + g) * b.Stride
 			for k, line := range strings.Split(list, "\n") {
 				if i := first + k; i >= from && i < b.Total && line == string(want) {
-					// The upload refuses a custom_id twice in a batch,
-					// so nothing follows a match: the list ends here.
-					return append(found, i), b.Total, nil
+					return i, nil
 				}
 			}
 		}
 	}
-	return found, b.Total, nil
+	return -1, nil
 }
