@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -87,20 +88,28 @@ func TestHistoryDropsAFlushNeverTaken(t *testing.T) {
 	}
 }
 
-// TestHistoryBoundedWhileSinkFails: a sink that never recovers does not
-// make a History grow past maxHistoryEntries.
+// TestHistoryBoundedWhileSinkFails: while the sink refuses a flush, new
+// counts wait beside it, but no more than maxHistoryEntries minutes ×
+// owners of them: past that a new owner's count is dropped, and the
+// owners already held keep counting.
 func TestHistoryBoundedWhileSinkFails(t *testing.T) {
 	r := NewHistory(&failingSink{fails: 1 << 30}, time.Hour, "w1", nil)
+	at := time.Unix(1_800_000_000, 0)
+	r.now = func() time.Time { return at }
+	r.Ended("first", true, 1, 0)
+	r.flush(context.Background()) // refused: held as pending, never aged out
 	for i := range maxHistoryEntries + 50 {
-		r.now = func() time.Time { return time.Unix(int64(i)*60, 0) }
-		r.Ended("k", true, 1, 0)
-		if i%100 == 0 {
-			r.flush(context.Background())
-		}
+		r.Ended(fmt.Sprint("k", i), true, 1, 0)
 	}
-	r.flush(context.Background())
-	if n := len(r.acc); n > maxHistoryEntries {
-		t.Errorf("holds %d entries; want at most %d", n, maxHistoryEntries)
+	r.Ended("k0", true, 1, 0)
+	if n := len(r.acc); n != maxHistoryEntries {
+		t.Errorf("holds %d entries; want the bound, %d", n, maxHistoryEntries)
+	}
+	if d := r.acc[historyKey{at.Unix() / 60, "k0"}]; d == nil || d.Completed != 2 {
+		t.Errorf("an owner held before the bound: %+v; want it still counting (2)", d)
+	}
+	if r.pending == nil || len(r.pending.ds) != 1 {
+		t.Errorf("the refused flush: %+v; want it held for the next flush", r.pending)
 	}
 }
 
