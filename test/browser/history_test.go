@@ -80,24 +80,32 @@ func TestItemCanceledInBrowser(t *testing.T) {
 }
 
 // TestSearchFindsIDShapedCustomIDs searches, on a job's view, custom_ids
-// that look like IDs (an md5 sum in capitals) or keep spaces: the search
-// opens the job's item that has each, not an item of that ID.
+// that look like IDs (an md5 sum in capitals) or keep spaces, and ones
+// typed with a stray space (an ID-shaped one, and one of 64 bytes that
+// the space takes past the limit): the search opens the job's item that
+// has each, not an item of that ID.
 func TestSearchFindsIDShapedCustomIDs(t *testing.T) {
 	p := newPage(t)
 	s := stacktest.StartWith(t, 1, nil)
 	const md5 = "D41D8CD98F00B204E9800998ECF8427E"
+	long := strings.Repeat("x", 64)
 	body := `{"custom_id":"` + md5 + `","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}` + "\n" +
-		`{"custom_id":" spaced ","kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,5],[7,8,6]]}}` + "\n"
+		`{"custom_id":" spaced ","kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,5],[7,8,6]]}}` + "\n" +
+		`{"custom_id":"` + long + `","kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}` + "\n"
 	code, b, _ := s.DoH("POST", "/v1/batches", body, "Content-Type", "application/x-ndjson")
 	if code != http.StatusAccepted {
 		t.Fatalf("batch: %d %s", code, b)
 	}
 	id := stacktest.Decode[apitype.BatchCreated](t, b).ID
-	for i, q := range []string{md5, " spaced "} {
+	for _, c := range []struct {
+		q     string
+		index int
+	}{{md5, 0}, {" spaced ", 1}, {md5 + " ", 0}, {long + " ", 2}} {
+		q := c.q
 		p.do("open the job", chromedp.Navigate(s.URL+"/ui/#/jobs/"+id))
 		p.waitView("job")
 		p.do("search "+q, chromedp.SetValue(chromedp.ID("search"), q), chromedp.Click(chromedp.ID("search-btn")))
-		want := "#/items/" + id + "-" + strconv.Itoa(i)
+		want := "#/items/" + id + "-" + strconv.Itoa(c.index)
 		p.waitFor("the item of custom_id "+q, `location.hash === `+js(want), 10*time.Second)
 	}
 }

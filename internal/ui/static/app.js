@@ -16,7 +16,6 @@ const $ = (id) => document.getElementById(id);
 const app = {
   session: null, // {auth, name}
   view: null, // the view shown: {name, arg}
-  selected: null, // the batch ID of the job view
   job: null, // the job view's state: see newJob
   lastJob: null, // the job view left last, to come back to its page
   batches: new Map(), // id -> batch resource
@@ -360,7 +359,7 @@ function renderJobs() {
       el("td", { class: "rate", text: fmtRate(rate(b)) }),
       el("td", { text: eta(b) }),
       el("td", { class: "state", text: stateOf(b) }));
-    if (b.id === app.selected) tr.className = "selected";
+    if (app.job && b.id === app.job.id) tr.className = "selected";
     tb.append(tr);
   }
   $("jobs-empty").hidden = app.batches.size > 0;
@@ -592,19 +591,15 @@ function selectJob(id) {
   const job = app.lastJob && app.lastJob.id === id ? app.lastJob : newJob(id);
   Object.assign(job, { found: false, notFound: false, eventsOpen: false, itemsKey: "" });
   app.job = job;
-  app.selected = id;
   const v = $("job");
   for (const a of ["data-done", "data-notfound", "data-page", "data-more", "data-followed"]) v.removeAttribute(a);
   $("job-msg").textContent = "";
   $("job-id").textContent = id;
   $("job-counts").textContent = "loading…";
   $("job-bar").replaceWith(el("div", { id: "job-bar", class: "bar big" }));
-  $("items").querySelector("tbody").replaceChildren();
-  $("items-note").textContent = "";
-  $("page-note").textContent = "";
   $("state-filter").value = job.state;
   // Nothing to act on until the batch is read: it may be another key's.
-  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
+  clearJobItems();
   setLive("polling");
   $("download").hidden = false;
   $("download").href = "/v1/batches/" + encodeURIComponent(id) + "/results";
@@ -618,7 +613,6 @@ function leaveJob() {
   if (app.itemsAbort) app.itemsAbort.abort();
   app.lastJob = app.job;
   app.job = null;
-  app.selected = null;
 }
 
 // openEvents follows the batch's Server-Sent Events where the server has
@@ -705,10 +699,20 @@ async function refreshJob() {
   if (!job.done) openEvents(job);
   // Reload the page of items when the filter, the page or the counts change.
   job.counts = JSON.stringify(c);
-  if (itemsKey(job) !== job.itemsKey) {
-    job.itemsKey = itemsKey(job);
+  const key = itemsKey(job);
+  if (key !== job.itemsKey) {
+    job.itemsKey = key;
     loadItems(job).catch((e) => { $("items-note").textContent = String(e); });
   }
+}
+
+// clearJobItems empties the job view's items and pager and disables its
+// actions, until a read of the batch says what may be done.
+function clearJobItems() {
+  $("items").querySelector("tbody").replaceChildren();
+  $("items-note").textContent = "";
+  $("page-note").textContent = "";
+  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
 }
 
 // notFound ends the view of a batch this key cannot read (expired, or
@@ -721,10 +725,7 @@ function notFound(job) {
   $("job").dataset.notfound = "true";
   $("job-msg").textContent = "not found (or another key's)";
   $("job-counts").textContent = "";
-  $("items").querySelector("tbody").replaceChildren();
-  $("items-note").textContent = "";
-  $("page-note").textContent = "";
-  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
+  clearJobItems();
   $("download").hidden = true; // it would save the 404
   setLive("gone");
 }
@@ -866,7 +867,7 @@ async function loadResults(id, state, ctl) {
   } catch (e) {
     if (e.name === "AbortError" && !more) return; // replaced by a newer load
   }
-  if (app.selected !== id) return;
+  if (!app.job || app.job.id !== id) return;
   renderItems(rows);
   $("items-note").textContent = more ? "showing the first " + rows.length + "; download for all" : plural(rows.length, "item");
   $("page-note").textContent = "";
@@ -969,7 +970,7 @@ async function readItem(it) {
       it.task = t;
       it.ended = ["completed", "failed", "canceled"].includes(t.state);
       $("item-meta").textContent = [t.kind, t.state, t.custom_id ? "custom_id " + t.custom_id : "",
-        t.attempts ? t.attempts + " attempt" + (t.attempts === 1 ? "" : "s") : "", t.cached ? "from the cache" : "",
+        t.attempts ? plural(t.attempts, "attempt") : "", t.cached ? "from the cache" : "",
         t.completed_at ? "ended " + fmtTime(t.completed_at) : ""].filter(Boolean).join(" · ");
       $("item-json").textContent = t.error ? JSON.stringify(t.error, null, 1) : JSON.stringify(t.result);
     } else if (!it.task) {
@@ -1003,17 +1004,18 @@ async function search(ev) {
   msg.textContent = "";
   if (!raw) return;
   const lower = raw.toLowerCase();
+  const job = app.job && !app.job.notFound ? app.job : null;
   // An answer that comes after the user went elsewhere opens nothing.
   const from = location.hash;
-  const stale = () => location.hash !== from;
+  const stale = () => location.hash !== from || app.job !== job;
+  const isID = ITEM_ID.test(lower) || TASK_ID.test(lower);
   // On a job's view a custom_id shaped like an ID (an md5 sum, a UUID
   // without dashes) is looked up first; an ID is tried when none has it.
-  const job0 = app.job;
-  if (job0 && !job0.notFound && app.view && app.view.name === "job" && (ITEM_ID.test(lower) || TASK_ID.test(lower))) {
-    const r = await api("GET", "/v1/batches/" + encodeURIComponent(job0.id) + "/items?limit=1&custom_id=" + encodeURIComponent(typed));
+  if (job && isID) {
+    const f = await findByCustomID(job, typed, raw);
     if (stale()) return;
-    if (r.status === 200 && r.body && Array.isArray(r.body.tasks) && r.body.tasks.length) {
-      location.hash = itemHash(r.body.tasks[0].id);
+    if (f.id) {
+      location.hash = itemHash(f.id);
       return;
     }
   }
@@ -1025,36 +1027,49 @@ async function search(ev) {
     // A batch's ID has the same form as a single task's: a batch opens as
     // its job, anything else as a task (which says when there is none).
     const r = await api("GET", "/v1/batches/" + lower + "?limit=1");
-    if (stale()) return;
+    if (location.hash !== from) return;
     location.hash = r.status === 200 ? jobHash(lower) : itemHash(lower);
     return;
   }
-  const job = app.job;
-  if (!job || job.notFound) {
+  if (!job) {
     msg.textContent = "not an item or task ID; to find an item by its custom_id, open its job first";
     return;
   }
-  if (new TextEncoder().encode(typed).length > 64) {
-    msg.textContent = "a custom_id has at most 64 bytes";
-    return;
-  }
   msg.textContent = "searching…";
-  const find = (cid) => api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(cid));
-  // As typed first (a custom_id may begin or end with spaces), then
-  // trimmed.
-  let r = await find(typed);
-  if (typed !== raw && r.status === 200 && r.body && Array.isArray(r.body.tasks) && !r.body.tasks.length) r = await find(raw);
-  if (app.job !== job || stale()) return;
-  if (r.status === 200 && r.body && Array.isArray(r.body.tasks)) {
-    if (r.body.tasks.length) {
-      msg.textContent = "";
-      location.hash = itemHash(r.body.tasks[0].id);
-    } else {
-      msg.textContent = "no item of this job has the custom_id " + JSON.stringify(raw);
-    }
-    return;
+  const f = await findByCustomID(job, typed, raw);
+  if (stale()) return;
+  if (!f) {
+    msg.textContent = "a custom_id has at most " + MAX_CUSTOM_ID + " bytes";
+  } else if (f.id) {
+    msg.textContent = "";
+    location.hash = itemHash(f.id);
+  } else if (f.answered) {
+    msg.textContent = "no item of this job has the custom_id " + JSON.stringify(raw);
+  } else {
+    const r = f.r;
+    msg.textContent = "search: " + errText(r) + (r.body && r.body.error && r.body.error.field ? " (" + r.body.error.field + ")" : "");
   }
-  msg.textContent = "search: " + errText(r) + (r.body && r.body.error && r.body.error.field ? " (" + r.body.error.field + ")" : "");
+}
+
+// MAX_CUSTOM_ID is the most bytes a custom_id has (apitype.MaxCustomIDBytes).
+const MAX_CUSTOM_ID = 64;
+
+// findByCustomID asks job's items for the one whose custom_id is what
+// the search box holds: as typed first (a custom_id may begin or end
+// with spaces), then trimmed (raw), each when it can be a custom_id at
+// all. It answers {answered, id, r}: id null when the server answered
+// that none has it, answered false (and r the answer) when it did not
+// answer the list; null when neither spelling fits a custom_id.
+async function findByCustomID(job, typed, raw) {
+  let f = null;
+  for (const cid of typed === raw ? [raw] : [typed, raw]) {
+    if (new TextEncoder().encode(cid).length > MAX_CUSTOM_ID) continue;
+    const r = await api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(cid));
+    const answered = r.status === 200 && !!r.body && Array.isArray(r.body.tasks);
+    f = { answered, id: answered && r.body.tasks.length ? r.body.tasks[0].id : null, r };
+    if (!answered || f.id) break;
+  }
+  return f;
 }
 
 // ---- actions ----

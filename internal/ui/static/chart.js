@@ -11,6 +11,7 @@
 const Chart = (() => {
   const NS = "http://www.w3.org/2000/svg";
   const W = 720, H = 120, LEFT = 56, RIGHT = 8, TOP = 18, BOTTOM = 18;
+  const SPAN = H - TOP - BOTTOM; // the plot's height
 
   function svg(tag, attrs = {}, ...kids) {
     const e = document.createElementNS(NS, tag);
@@ -67,10 +68,9 @@ const Chart = (() => {
   function throughput(pts) {
     const max = Math.max(1, ...pts.map((p) => p.completed + p.failed));
     const g = panel("throughput", "Tasks ended per minute (completed, failed)", fmt(max), pts);
-    const span = H - TOP - BOTTOM;
     pts.forEach((p, i) => {
       const { x: bx, w } = x(i, pts.length);
-      const hc = (p.completed / max) * span, hf = (p.failed / max) * span;
+      const hc = (p.completed / max) * SPAN, hf = (p.failed / max) * SPAN;
       const label = `${hhmm(p.time)}: ${p.completed} completed, ${p.failed} failed`;
       if (p.completed > 0) {
         g.append(titled(svg("rect", { x: bx, y: H - BOTTOM - hc, width: w, height: hc, class: "bar-completed",
@@ -87,13 +87,12 @@ const Chart = (() => {
   // line draws the non-null values of key as a polyline with a dot per
   // point, y from scale(value) in [0, 1].
   function line(g, pts, key, cls, scale, unit) {
-    const span = H - TOP - BOTTOM;
     const coords = [];
     pts.forEach((p, i) => {
       const v = p[key];
       if (v === null || v === undefined) return;
       const { x: bx, w } = x(i, pts.length);
-      const cx = bx + w / 2, cy = H - BOTTOM - scale(v) * span;
+      const cx = bx + w / 2, cy = H - BOTTOM - scale(v) * SPAN;
       coords.push(cx.toFixed(1) + "," + cy.toFixed(1));
       g.append(titled(svg("circle", { cx, cy, r: 2.5, class: cls, "data-minute": p.time, "data-value": v }),
         `${hhmm(p.time)}: ${key.replace("_ms", "")} ${fmt(v)}${unit}`));
