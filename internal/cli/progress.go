@@ -42,9 +42,9 @@ type progress struct {
 	start   time.Time
 	samples []sample
 
-	// Guarded by mu: the value drawn, the value it moves to, and by how
-	// much a redraw moves it (see ease).
-	shown, target, step int64
+	// Guarded by mu: the value drawn, and by how much a redraw moves it
+	// toward the value (see ease).
+	shown, step int64
 }
 
 // sample is the bar's value (less the baseline) at a moment it rose.
@@ -74,8 +74,8 @@ const rateWindow = 10 * time.Second
 
 // newProgress returns a bar on w when w is a terminal, else nil. The bar's
 // value is the tasks completed (with wait) or submitted (without); the
-// description carries the other count. progressbar computes the rate
-// (tasks/s) and the ETA.
+// description carries the other count, the rate (tasks/s) and the ETA
+// (rateText).
 func newProgress(w io.Writer, total int, wait bool) *progress {
 	if !isTerminal(w) || total == 0 {
 		return nil
@@ -131,15 +131,14 @@ func (p *progress) describe(now time.Time) string {
 func (p *progress) ease() {
 	v := p.value()
 	if v <= p.shown {
-		p.shown, p.target, p.step = v, v, 0
+		p.shown, p.step = v, 0
 		return
 	}
-	if v != p.target {
-		p.target = v
-		p.step = max(p.step, (v-p.shown+easeTicks-1)/easeTicks)
-	}
-	p.shown = min(p.shown+p.step, p.target)
-	if p.shown == p.target {
+	// While a rise is being eased, the step already covers what is left
+	// of it in easeTicks redraws; only a further rise makes it larger.
+	p.step = max(p.step, (v-p.shown+easeTicks-1)/easeTicks)
+	p.shown = min(p.shown+p.step, v)
+	if p.shown == v {
 		p.step = 0
 	}
 }
@@ -326,8 +325,7 @@ func (p *progress) last(now time.Time) {
 	if p.bar.IsFinished() {
 		return // it was drawn full, which ended its line
 	}
-	v := p.value()
-	p.shown, p.target, p.step = v, v, 0
+	p.shown, p.step = p.value(), 0
 	p.draw(now)
 	if !p.bar.IsFinished() {
 		_ = p.bar.Exit() // its completion hook ends the line

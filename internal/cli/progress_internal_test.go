@@ -65,6 +65,25 @@ func frames(out string) []string {
 	return fs
 }
 
+// t0 is the start of the test bars' clock.
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testBar is a bar of total tasks drawn into out from t0, with every
+// task submitted when it waits for completions.
+func testBar(out *bytes.Buffer, total int, wait bool) *progress {
+	p := newBar(out, total, wait, t0)
+	if wait {
+		p.submitted.Store(int64(total))
+	}
+	return p
+}
+
+// lastFrame is the last line drawn into out.
+func lastFrame(out *bytes.Buffer) string {
+	fs := frames(out.String())
+	return fs[len(fs)-1]
+}
+
 // TestProgressLineKeepsItsWidth draws bars through all their states (the
 // first second, steady chunks, a burst, a stall, the end) and checks that
 // every line drawn has one width: the counts, the rate and the ETA grow
@@ -73,7 +92,6 @@ func TestProgressLineKeepsItsWidth(t *testing.T) {
 	for _, total := range []int{7, 5000, 123456} {
 		for _, wait := range []bool{true, false} {
 			var out bytes.Buffer
-			t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 			p := newBar(&out, total, wait, t0)
 			counts := &p.completed
 			if !wait {
@@ -128,16 +146,14 @@ func TestProgressLineKeepsItsWidth(t *testing.T) {
 // of a run draws the exact count however far behind the bar was.
 func TestProgressEasesAJump(t *testing.T) {
 	var out bytes.Buffer
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := newBar(&out, 5000, true, t0)
-	p.submitted.Store(5000)
+	p := testBar(&out, 5000, true)
 	now := t0
 	count := regexp.MustCompile(`(\d+)/5000`) // the first on the line is the value drawn
 	shown := func() int {
-		fs := frames(out.String())
-		m := count.FindStringSubmatch(fs[len(fs)-1])
+		f := lastFrame(&out)
+		m := count.FindStringSubmatch(f)
 		if m == nil {
-			t.Fatalf("no count in %q", fs[len(fs)-1])
+			t.Fatalf("no count in %q", f)
 		}
 		n, _ := strconv.Atoi(m[1])
 		return n
@@ -186,6 +202,17 @@ func TestProgressEasesAJump(t *testing.T) {
 	if n := redraw(); n != 1536 {
 		t.Fatalf("a chunk to 1024, then one to 1536: %d drawn %d redraws after the second, want 1536", n, easeTicks)
 	}
+	// A small chunk while a big one is drawn does not slow the step, so
+	// the big one is still drawn in easeTicks redraws.
+	p.completed.Add(512)
+	redraw()
+	p.completed.Add(1)
+	for range easeTicks - 2 {
+		redraw()
+	}
+	if n := redraw(); n != 2049 {
+		t.Fatalf("a chunk to 2048, then one of 1: %d drawn %d redraws after the first, want 2049", n, easeTicks)
+	}
 
 	// The run ends mid-step: the last line is exact.
 	p.completed.Store(5000)
@@ -194,7 +221,7 @@ func TestProgressEasesAJump(t *testing.T) {
 	}
 	p.last(now)
 	if n := shown(); n != 5000 || !strings.Contains(out.String(), "100%") || !strings.HasSuffix(out.String(), "\n") {
-		t.Fatalf("the last line: %q", frames(out.String())[len(frames(out.String()))-1])
+		t.Fatalf("the last line: %q", lastFrame(&out))
 	}
 	// Nothing is drawn after the line ended.
 	before := out.Len()
@@ -211,9 +238,7 @@ func TestProgressEasesAJump(t *testing.T) {
 // falls.
 func TestProgressRateHoldsBetweenChunks(t *testing.T) {
 	var out bytes.Buffer
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := newBar(&out, 20000, true, t0)
-	p.submitted.Store(20000)
+	p := testBar(&out, 20000, true)
 	now := t0
 	rate := regexp.MustCompile(`; (\S+) tasks/s`)
 	second := int(time.Second / tick) // redraws
@@ -225,11 +250,10 @@ func TestProgressRateHoldsBetweenChunks(t *testing.T) {
 				p.completed.Add(512)
 			}
 			p.redraw(now)
-			fs := frames(out.String())
-			if m := rate.FindStringSubmatch(fs[len(fs)-1]); m != nil {
+			if m := rate.FindStringSubmatch(lastFrame(&out)); m != nil {
 				rates = append(rates, m[1])
 			} else if s > 1 {
-				t.Fatalf("at %s: no rate in %q", now.Sub(t0), fs[len(fs)-1])
+				t.Fatalf("at %s: no rate in %q", now.Sub(t0), lastFrame(&out))
 			}
 		}
 	}
@@ -243,9 +267,8 @@ func TestProgressRateHoldsBetweenChunks(t *testing.T) {
 		now = now.Add(tick)
 		p.redraw(now)
 	}
-	fs := frames(out.String())
-	if m := rate.FindStringSubmatch(fs[len(fs)-1]); m == nil || m[1] == "512" {
-		t.Errorf("after 2 s without results: %q, want a lower rate", fs[len(fs)-1])
+	if f := lastFrame(&out); rate.FindStringSubmatch(f) == nil || rate.FindStringSubmatch(f)[1] == "512" {
+		t.Errorf("after 2 s without results: %q, want a lower rate", f)
 	}
 }
 
