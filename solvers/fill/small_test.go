@@ -201,23 +201,17 @@ func TestReuseAfterCancel(t *testing.T) {
 func TestReuseAfterMatch(t *testing.T) {
 	s := new(solver)
 	first := benchPuzzle(100)
+	t.Cleanup(func() { stopAfterMatch = nil })
 	for _, flip := range []bool{false, true} {
-		nt := 4
-		if flip {
-			nt = 8
-		}
-		if err := validate(first, s); err != nil {
-			t.Fatal(err)
-		}
-		s.holes, _ = s.flood(nil, s.board, s.hcells, s.holes)
-		s.pieces, _ = s.flood(nil, s.table, s.pcells, s.pieces)
-		if err := s.classify(nil, nt); err != nil {
-			t.Fatal(err)
-		}
-		if _, placed, err := s.match(nil, nt); err != nil || placed == 0 {
+		// The solve stops after match, through solve itself, so that how
+		// solve marks the solver for clearing is what is tested.
+		placed := -1
+		stopAfterMatch = func(n int) bool { placed = n; return true }
+		_, err := s.solve(context.Background(), first, Options{AllowFlip: flip})
+		stopAfterMatch = nil
+		if err != nil || placed <= 0 {
 			t.Fatalf("match placed %d, err %v", placed, err)
 		}
-		s.clearLabels()
 		for _, p := range []Puzzle{example1, benchPuzzle(50), first} {
 			opts := Options{AllowFlip: flip}
 			got, err := s.solve(context.Background(), p, opts)

@@ -282,11 +282,20 @@ func (s *solver) solve(ctx context.Context, p Puzzle, opts Options) (Result, err
 		return Result{}, ctx.Err()
 	}
 	filled, placed, err := s.match(done, nt)
+	if err == nil && stopAfterMatch != nil && stopAfterMatch(placed) {
+		err = doneError{}
+	}
 	if err != nil {
 		return Result{}, ctx.Err()
 	}
 	return s.result(filled, placed), nil
 }
+
+// stopAfterMatch, when set, is asked after match whether the solve stops
+// there, as one canceled at the end of match does: with the small pieces'
+// copies left in the board. A variable so that tests can stop a solve at
+// the one point a cancel cannot be timed to reach.
+var stopAfterMatch func(placed int) bool
 
 // doneError reports that ctx ended; Solve turns it into ctx.Err().
 type doneError struct{}
