@@ -155,7 +155,7 @@ type solver struct {
 	sshift         uint
 	labelled       []int32     // holes whose cells carry labels, cleared after the solve
 	order          []pieceCopy // one per hole, grouped by class, in rank order: the piece that fills it
-	copied         int32       // bytes of small pieces' cells copied to board
+	copied         int32       // the board bytes set aside for small pieces' cell copies (every small hole's cells): result clears them
 	dirty          bool        // board or table may hold 1s: clear them before reuse
 	forms          [2][formSize]formEntry
 }
