@@ -32,7 +32,7 @@ const defaultHistoryMinutes = 60
 const historyRefill = 10 * time.Second
 
 // historyLimiter is a token bucket of minutes per reader, refilled
-// budget per historyRefill. A day's read costs Redis 9–22 ms of CPU
+// budget per historyRefill. A day's read costs Redis milliseconds of CPU
 // (BenchmarkHistoryRead, 10 to 1,000 keys), so without it one key polling
 // minutes=1440 at its request rate would take most of Redis's thread
 // from every tenant. Readers are configured keys (or the anonymous owner,

@@ -671,7 +671,7 @@ type APIConfig struct {
 	// HistoryReadMinutes is how many minutes of history (GET
 	// /v1/history, and the operators' GET /history together) one key may
 	// read from one API replica per 10 s; past it a read is answered 429.
-	// A day's read costs Redis 9–22 ms of CPU (BenchmarkHistoryRead), so
+	// A day's read costs Redis milliseconds of CPU (BenchmarkHistoryRead), so
 	// without a bound one key could take most of Redis within its request
 	// rate. The dashboard reads an hour every 5 s. Default 2880: two
 	// days' reads per 10 s.
