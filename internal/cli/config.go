@@ -74,10 +74,16 @@ func loadConfig(required bool) (*configFile, string, error) {
 		}
 		return nil, "", err
 	}
-	f, err := os.Open(path)
+	// Only a regular file is read: opening a FIFO (or a link to one)
+	// would block for good, and no signal would end the wait.
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &configFile{}, path, nil
 	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return nil, path, usagef("config file %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, path, usagef("config file: %v", err)
 	}
@@ -97,12 +103,15 @@ func loadConfig(required bool) (*configFile, string, error) {
 }
 
 // save writes c to path atomically and readable by its owner only, since
-// it holds API keys.
+// it holds API keys. When path is a symbolic link (dotfile managers link
+// the file from a repository), the file it names is replaced, not the
+// link.
 func (c *configFile) save(path string) error {
 	b, err := yaml.Marshal(c)
 	if err != nil {
 		return err
 	}
+	path = linkTarget(path)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -125,6 +134,26 @@ func (c *configFile) save(path string) error {
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// linkTarget is the file path's symbolic links name, followed to the end,
+// whether or not it exists yet; path itself when it is not a link.
+func linkTarget(path string) string {
+	for range 40 { // as many links as Linux follows
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode().Type() != fs.ModeSymlink {
+			return path
+		}
+		dest, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(dest) {
+			dest = filepath.Join(filepath.Dir(path), dest)
+		}
+		path = dest
+	}
+	return path
 }
 
 // resolve fills the server and API key. The server comes from, in
@@ -351,7 +380,7 @@ func editConfig(cmd *cobra.Command, edit func(c *configFile, path string) (strin
 		return err
 	}
 	if err := c.save(path); err != nil {
-		return err
+		return usagef("config file %s: %v", path, err)
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
 	return err
