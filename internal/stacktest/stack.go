@@ -387,11 +387,12 @@ func (s *Stack) Keys(pattern string) int {
 }
 
 // Records counts the keys under "pq:" that hold data: every one except
-// the short-lived key the readiness probe writes and the history's
-// minutes, which every API replica samples whether or not work arrives.
+// the short-lived key the readiness probe writes, the history's minutes
+// and the leases of the replicas' background loops (the history sampler's
+// among them), which every process writes whether or not work arrives.
 func (s *Stack) Records() int {
 	s.t.Helper()
-	return s.Keys("pq:*") - s.Keys("pq:readyz") - s.Keys("pq:history:*")
+	return s.Keys("pq:*") - s.Keys("pq:readyz") - s.Keys("pq:history:*") - s.Keys("pq:lease:*")
 }
 
 // Queued returns how many tasks asynq holds in a queue, in any state.
