@@ -12,13 +12,14 @@ import (
 )
 
 // GET /v1/batches/{id}/items?custom_id= on a real stack: exact matches
-// across chunk groups, with a state, no match, and bad input.
+// across chunk groups and pages, with a state, no match, and bad input.
 func TestItemsByCustomID(t *testing.T) {
 	const alice, bob = "alice-key-0123456789", "bob-key-0123456789ab"
-	// Chunks of 4 items: 103 items are 26 chunks, more than one group of
-	// custom_id lists (store.customIDGroup).
+	// Chunks of 1 item: 103 items are 103 chunks, several groups of
+	// custom_id lists (store.customIDGroup) and more than one page's scan
+	// (customIDScanChunks, 64).
 	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + alice + ",bob:" + bob,
-		"KEY_PREFIX": "customid:", "CHUNK_SIZE": "4"})
+		"KEY_PREFIX": "customid:", "CHUNK_SIZE": "1"})
 	const odd = "é \"quoted\" \\ <&>" // one spelling as JSON, however it was sent
 	var lines []string
 	for i := range 100 {
@@ -56,6 +57,26 @@ func TestItemsByCustomID(t *testing.T) {
 		}
 		return out
 	}
+	// search follows the cursors of a custom_id search to its end, as a
+	// client does, and returns what it found and the pages it took.
+	search := func(query string) (found []int, pages int) {
+		t.Helper()
+		cursor := ""
+		for pages < 10 {
+			pages++
+			l := items(query+cursor, 200)
+			found = append(found, indexes(l)...)
+			if l.NextCursor == nil {
+				return found, pages
+			}
+			if len(l.Tasks) != 0 {
+				t.Fatalf("%s%s: a match with a next cursor: %+v", query, cursor, l)
+			}
+			cursor = "&cursor=" + *l.NextCursor
+		}
+		t.Fatalf("%s: no end after %d pages", query, pages)
+		return nil, 0
+	}
 
 	t.Run("match", func(t *testing.T) {
 		l := items("custom_id=c-42", 200)
@@ -69,22 +90,34 @@ func TestItemsByCustomID(t *testing.T) {
 		if l := items("custom_id=c-42&limit=1", 200); len(l.Tasks) != 1 || l.NextCursor != nil {
 			t.Fatalf("custom_id=c-42&limit=1: %+v; want the item and no next cursor", l)
 		}
-		if got := indexes(items("custom_id="+url.QueryEscape(odd), 200)); len(got) != 1 || got[0] != 100 {
-			t.Errorf("custom_id=%q: items %v, want [100]", odd, got)
+		// Past the first page's scan: an empty page with a cursor, then
+		// the match.
+		if got, pages := search("custom_id=" + url.QueryEscape(odd)); len(got) != 1 || got[0] != 100 || pages != 2 {
+			t.Errorf("custom_id=%q: items %v in %d pages, want [100] in 2", odd, got, pages)
 		}
-		if got := indexes(items("custom_id=too-hard&state=failed", 200)); len(got) != 1 || got[0] != 102 {
+		if got, _ := search("custom_id=too-hard&state=failed"); len(got) != 1 || got[0] != 102 {
 			t.Errorf("custom_id=too-hard&state=failed: items %v, want [102]", got)
 		}
-		if got := indexes(items("custom_id=too-hard&state=completed", 200)); len(got) != 0 {
+		if got, _ := search("custom_id=too-hard&state=completed"); len(got) != 0 {
 			t.Errorf("custom_id=too-hard&state=completed: items %v, want none", got)
+		}
+		// A cursor past the match finds nothing; from 43 the rest of
+		// the batch, 60 chunks, is one page's scan.
+		if l := items("custom_id=c-42&cursor=43", 200); len(l.Tasks) != 0 || l.NextCursor != nil {
+			t.Errorf("custom_id=c-42 from 43: %+v, want an empty list", l)
 		}
 	})
 
 	t.Run("no match", func(t *testing.T) {
 		for _, v := range []string{"C-42", "c-4200", "c-420", "c-42 ", "c-42\"", "c-13", "nothing"} {
+			// One page reads 64 chunks' lists at most: the first page is
+			// empty and sends the client on from item 64.
 			l := items("custom_id="+url.QueryEscape(v), 200)
-			if len(l.Tasks) != 0 || l.Tasks == nil || l.NextCursor != nil {
-				t.Errorf("custom_id=%q: %+v, want an empty list", v, l)
+			if len(l.Tasks) != 0 || l.Tasks == nil || l.NextCursor == nil || *l.NextCursor != "64" {
+				t.Errorf("custom_id=%q: %+v, want an empty page with next_cursor 64", v, l)
+			}
+			if got, pages := search("custom_id=" + url.QueryEscape(v)); len(got) != 0 || pages != 2 {
+				t.Errorf("custom_id=%q: items %v in %d pages, want none in 2", v, got, pages)
 			}
 		}
 	})

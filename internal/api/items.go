@@ -34,8 +34,9 @@ type ItemStore interface {
 	// ItemRequest returns item index of b's canonical request.
 	ItemRequest(ctx context.Context, b *store.Batch, index int) ([]byte, error)
 	// FindCustomID returns the index of b's item, from index from on,
-	// whose custom_id is id (unique in a batch), or -1.
-	FindCustomID(ctx context.Context, b *store.Batch, id string, from int) (int, error)
+	// whose custom_id is id (unique in a batch), reading at most
+	// maxChunks chunks' lists; or -1 and where the search stopped.
+	FindCustomID(ctx context.Context, b *store.Batch, id string, from, maxChunks int) (found, next int, err error)
 }
 
 // chunkOf returns the chunk that holds item i of b. The stride is the
@@ -211,15 +212,23 @@ func (s *Server) itemsPage(ctx context.Context, b *store.Batch, from, limit int,
 	return idx, next, size, nil
 }
 
+// customIDScanChunks bounds the chunks' custom_id lists one page of a
+// custom_id search reads: at the largest CHUNK_SIZE about 8.8 MB from
+// Redis, held 2.2 MB at a time. A search that reads that much without a
+// match answers an empty page with a cursor, as a filtered page does, so
+// no request holds Redis or the API for a whole million-item batch.
+const customIDScanChunks = 64
+
 // customIDPage is the page of b's item whose custom_id is id, from index
 // from on, when it is in state (or state is unset): a custom_id is unique
-// in its batch, so the page holds that one item or none, and ends the
-// list. It reads the batch's custom_id lists (store.FindCustomID) up to
-// the match, then the states of the match's chunk.
+// in its batch, so the page holds that one item or none, and a match ends
+// the list. It reads the batch's custom_id lists (store.FindCustomID) up
+// to the match or customIDScanChunks chunks, then the states of the
+// match's chunk.
 func (s *Server) customIDPage(ctx context.Context, b *store.Batch, id string, from int, state apitype.TaskState) ([]int, int, int64, error) {
-	i, err := s.store.FindCustomID(ctx, b, id, from)
+	i, next, err := s.store.FindCustomID(ctx, b, id, from, customIDScanChunks)
 	if err != nil || i < 0 {
-		return nil, b.Total, 0, err
+		return nil, next, 0, err
 	}
 	j, err := chunkOf(b, i)
 	if err != nil {

@@ -211,7 +211,10 @@ func js(s string) string {
 
 func TestDashboardInBrowser(t *testing.T) {
 	p := newPage(t)
-	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + aliceKey + ",bob:" + bobKey})
+	// Chunks of 2 items make the 250-item job below 125 chunks, more than
+	// one page of a custom_id search reads (64), so the search box must
+	// follow the search's cursors to find an item deep in it.
+	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + aliceKey + ",bob:" + bobKey, "CHUNK_SIZE": "2"})
 
 	// Bob's batch, through the API: alice must never see it.
 	code, b, _ := s.DoAs(bobKey, "POST", "/v1/batches", `{"tasks":[{"custom_id":"bobs","kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}]}`)
@@ -466,9 +469,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	p.do("back to page 2", chromedp.Evaluate[chromedp.Void](`history.back()`))
 	p.waitView("job")
 	p.waitFor("page 2 after Back", `document.getElementById("job").dataset.page === "2" && document.querySelector("#items tbody tr").dataset.id === `+js(pages[1][0]), 10*time.Second)
-	// A custom_id deep in the batch.
+	// A custom_id deep in the batch, past the first page of the search,
+	// and one it does not hold, which takes every page.
 	p.search("big-217")
 	p.waitFor("big-217", `document.body.dataset.view === "item" && document.getElementById("item").dataset.id === `+js(apitype.ItemID(bigID, 217)), 10*time.Second)
+	p.do("back to the big job", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	p.waitView("job")
+	p.search("big-250")
+	p.waitFor("no big-250", `document.getElementById("search-msg").textContent === 'no item of this job has the custom_id "big-250"'`, 10*time.Second)
 
 	// Single tasks are listed beside the batches, each opening its
 	// drawing.

@@ -1059,15 +1059,23 @@ const MAX_CUSTOM_ID = 64;
 // with spaces), then trimmed (raw), each when it can be a custom_id at
 // all. It answers {answered, id, r}: id null when the server answered
 // that none has it, answered false (and r the answer) when it did not
-// answer the list; null when neither spelling fits a custom_id.
+// answer the list; null when neither spelling fits a custom_id. A page
+// of the search reads a bounded part of a large job and may end empty
+// with a cursor, so it follows the cursors to the list's end, for as
+// long as the job stays open.
 async function findByCustomID(job, typed, raw) {
   let f = null;
   for (const cid of typed === raw ? [raw] : [typed, raw]) {
     if (new TextEncoder().encode(cid).length > MAX_CUSTOM_ID) continue;
-    const r = await api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(cid));
-    const answered = r.status === 200 && !!r.body && Array.isArray(r.body.tasks);
-    f = { answered, id: answered && r.body.tasks.length ? r.body.tasks[0].id : null, r };
-    if (!answered || f.id) break;
+    let cursor = "";
+    for (;;) {
+      const r = await api("GET", "/v1/batches/" + encodeURIComponent(job.id) + "/items?limit=1&custom_id=" + encodeURIComponent(cid) + cursor);
+      const answered = r.status === 200 && !!r.body && Array.isArray(r.body.tasks);
+      f = { answered, id: answered && r.body.tasks.length ? r.body.tasks[0].id : null, r };
+      if (!answered || f.id || !r.body.next_cursor || app.job !== job) break;
+      cursor = "&cursor=" + encodeURIComponent(r.body.next_cursor);
+    }
+    if (!f.answered || f.id) break;
   }
   return f;
 }
