@@ -58,7 +58,14 @@ type Worker struct {
 	ln       net.Listener // nil when embedded in the API
 	httpSrv  *http.Server
 	ready    atomic.Bool
-	pdbReady atomic.Bool
+
+	// shutdownOnce starts the asynq servers' shutdown once; serversDown
+	// closes when they have stopped, and shutdownBy is when the worker
+	// stops waiting for them (shutdownServers).
+	shutdownOnce sync.Once
+	serversDown  chan struct{}
+	shutdownBy   time.Time
+	pdbReady     atomic.Bool
 	// pdbNote says which 4x4 tables are in use and, after a fallback to
 	// 6-6-3, why; /readyz shows it.
 	pdbNote  atomic.Pointer[string]
@@ -431,12 +438,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
 	w.ready.Store(false)
-	w.shutdownServers() // stop fetching, wait up to ShutdownTimeout, requeue the rest
+	// Stop fetching, wait up to ShutdownTimeout, requeue the rest.
+	stopped, deadline := w.shutdownServers()
 	stopBeat()
-	<-beatDone
-	<-historyDone
+	if !stopped || !waitUntil(beatDone, deadline) || !waitUntil(historyDone, deadline) {
+		// Redis is frozen or cut off: asynq could not give back what
+		// it ran, and the heartbeat cannot leave. The worker exits
+		// anyway, before the pod's grace period ends, and its tasks come
+		// back by their leases, as a killed worker's do.
+		w.log.Error("shutdown: Redis did not answer in time; exiting with tasks left to their leases",
+			"shutdown_timeout", w.cfg.ShutdownTimeout.String(), "grace", shutdownGrace.String())
+		return errors.Join(runErr, errShutdownCut)
+	}
 	// asynq gave back what did not finish, so nothing is left to re-drive.
-	leaveCtx, cancelLeave := context.WithTimeout(context.Background(), 2*time.Second)
+	leaveBy := time.Now().Add(2 * time.Second)
+	if deadline.Before(leaveBy) {
+		leaveBy = deadline
+	}
+	leaveCtx, cancelLeave := context.WithDeadline(context.Background(), leaveBy)
 	if err := w.beat.Leave(leaveCtx); err != nil {
 		w.log.Warn("heartbeat: leave", "err", err)
 	}
@@ -448,6 +467,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return runErr
+}
+
+// shutdownGrace is what a worker's shutdown may take past
+// ShutdownTimeout: asynq's wind-down after its handlers (the requeue of
+// what did not finish, the heartbeat's and syncer's last writes), the
+// last beat's leave and the health server's close. The pod's grace
+// period covers ShutdownTimeout and this (deploy/k8s/base/worker.yaml).
+const shutdownGrace = 5 * time.Second
+
+// errShutdownCut is Run's error when it stopped waiting on Redis: the
+// process exits non-zero, since what it ran was not given back.
+var errShutdownCut = errors.New("worker: shutdown cut short: Redis did not answer within SHUTDOWN_TIMEOUT and the grace after it")
+
+// waitUntil waits for done until deadline, and says whether it came.
+func waitUntil(done <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // readyBody is /readyz's answer when ready: apitype.Status plus the
@@ -506,14 +548,26 @@ func (w *Worker) preload(ctx context.Context) {
 }
 
 // shutdownServers shuts the asynq servers down at once, so that the
-// worker's shutdown takes at most one ShutdownTimeout, which the pod's
-// grace period is sized for.
-func (w *Worker) shutdownServers() {
-	var wg sync.WaitGroup
-	wg.Go(w.srv.Shutdown)
-	wg.Go(w.whSrv.Shutdown)
-	wg.Go(w.cheapSrv.Shutdown)
-	wg.Wait()
+// worker's shutdown takes one ShutdownTimeout, which the pod's grace
+// period is sized for, and waits for them until the first call's
+// ShutdownTimeout and shutdownGrace have passed, the deadline it
+// returns. It says whether they stopped: asynq's last writes wait on
+// Redis for as long as Redis does not answer, and a worker left waiting
+// on them would be killed mid-shutdown.
+func (w *Worker) shutdownServers() (bool, time.Time) {
+	w.shutdownOnce.Do(func() {
+		w.shutdownBy = time.Now().Add(w.cfg.ShutdownTimeout + shutdownGrace)
+		w.serversDown = make(chan struct{})
+		go func() {
+			defer close(w.serversDown)
+			var wg sync.WaitGroup
+			wg.Go(w.srv.Shutdown)
+			wg.Go(w.whSrv.Shutdown)
+			wg.Go(w.cheapSrv.Shutdown)
+			wg.Wait()
+		}()
+	})
+	return waitUntil(w.serversDown, w.shutdownBy), w.shutdownBy
 }
 
 // Close stops the asynq server if Run did not, then releases the Redis
@@ -521,9 +575,14 @@ func (w *Worker) shutdownServers() {
 // server closes its pub/sub channel, and asynq v0.26's subscriber then
 // dereferences a nil message and panics.
 func (w *Worker) Close() error {
-	w.shutdownServers() // a no-op when never started or already stopped
+	// At once when never started or already stopped; when Run gave up
+	// on asynq, the connection stays open for it until the process ends.
+	stopped, _ := w.shutdownServers()
 	if w.ln != nil {
 		w.ln.Close()
+	}
+	if !stopped {
+		return errors.New("worker: asynq did not stop before the shutdown's deadline")
 	}
 	if w.ownsConn {
 		return w.rdb.Close()

@@ -79,6 +79,7 @@ func TestFault(t *testing.T) {
 			{"RetryLockFrozenAPI", testRetryLockFrozenAPI},
 			{"DuplicateDelivery", testDuplicateDelivery},
 			{"GracefulShutdown", testGracefulShutdown},
+			{"ShutdownRedisFrozen", testShutdownRedisFrozen},
 		} {
 			t.Run(sc.name, func(t *testing.T) {
 				t.Parallel()
