@@ -45,7 +45,7 @@ import (
 // killed workers of a batch item holding a key's slot and of one leading
 // a solve that identical items wait on, the Redis host crash, the two long freezes (Redis past the workers' cutoff,
 // an API holding a batch retry's lock), a frozen worker, duplicate
-// delivery and graceful shutdown. The group orders and bounds its cases
+// delivery, graceful shutdown and a shutdown with Redis frozen. The group orders and bounds its cases
 // itself, with -parallel raised to let every case of it wait at once
 // (minParallel): go test's own bound (GOMAXPROCS by default) starts
 // parallel cases in no set order.
