@@ -84,87 +84,105 @@ func (s *fastScan) customID() (string, bool) {
 	return string(s.data[start : start+n]), true
 }
 
-// fastSliding decodes data when it is a sliding request in the fast
-// path's spelling (see above), with a custom_id first when withID; ok is
-// false for anything else, which the caller decodes the general way.
-func fastSliding(data []byte, withID bool) (p *Parsed, customID string, ok bool) {
+// slidingScan is what scanSliding read of a sliding request: the tiles
+// row by row, the options and the custom_id.
+type slidingScan struct {
+	tiles         [maxFastSide * maxFastSide]int
+	n, rows, cols int
+	o             sliding.Options
+	customID      string
+}
+
+// scanSliding reads data into sc when it is a sliding request in the fast
+// path's spelling (see above), with a custom_id first when withID; it
+// reports false for anything else. It does not check the board.
+func scanSliding(data []byte, withID bool, sc *slidingScan) bool {
 	s := fastScan{data: data}
 	if !s.lit(`{`) {
-		return nil, "", false
+		return false
 	}
 	if withID && s.lit(`"custom_id":`) {
-		if customID, ok = s.customID(); !ok || !s.lit(`,`) {
-			return nil, "", false
+		var ok bool
+		if sc.customID, ok = s.customID(); !ok || !s.lit(`,`) {
+			return false
 		}
 	}
 	if !s.lit(`"kind":"sliding","puzzle":{"board":[`) {
-		return nil, "", false
+		return false
 	}
-	// The tiles go into one backing array, the rows are slices of it:
-	// two allocations for the board, as the payload is one.
-	var (
-		tiles [maxFastSide * maxFastSide]int
-		n     int
-		rows  int
-		cols  = -1
-	)
+	sc.cols = -1
 	for {
-		if rows == maxFastSide || !s.lit(`[`) {
-			return nil, "", false
+		if sc.rows == maxFastSide || !s.lit(`[`) {
+			return false
 		}
 		c := 0
 		for {
 			if c == maxFastSide {
-				return nil, "", false
+				return false
 			}
 			v, ok := s.uint(2)
 			if !ok {
-				return nil, "", false
+				return false
 			}
-			tiles[n] = int(v)
-			n, c = n+1, c+1
+			sc.tiles[sc.n] = int(v)
+			sc.n, c = sc.n+1, c+1
 			if !s.lit(`,`) {
 				break
 			}
 		}
-		if !s.lit(`]`) || (cols >= 0 && c != cols) {
-			return nil, "", false
+		if !s.lit(`]`) || (sc.cols >= 0 && c != sc.cols) {
+			return false
 		}
-		cols = c
-		rows++
+		sc.cols = c
+		sc.rows++
 		if !s.lit(`,`) {
 			break
 		}
 	}
 	if !s.lit(`]}`) {
-		return nil, "", false
+		return false
 	}
-	var o sliding.Options
 	if s.lit(`,"options":{`) {
 		if s.lit(`"max_nodes":`) {
 			v, ok := s.uint(18)
 			if !ok {
-				return nil, "", false
+				return false
 			}
-			o.MaxNodes = v
+			sc.o.MaxNodes = v
 		}
 		if !s.lit(`}`) {
-			return nil, "", false
+			return false
 		}
 	}
-	if !s.lit(`}`) || s.pos != len(data) {
-		return nil, "", false
+	return s.lit(`}`) && s.pos == len(data)
+}
+
+// valid reports whether sliding.Validate takes the scanned board, read
+// in place: rows of sc's own array, no allocation.
+func (sc *slidingScan) valid() bool {
+	var rows [maxFastSide][]int
+	for i := range sc.rows {
+		rows[i] = sc.tiles[i*sc.cols : (i+1)*sc.cols : (i+1)*sc.cols]
 	}
+	return sliding.Validate(sliding.Puzzle{Board: rows[:sc.rows]}) == nil
+}
+
+// fastSliding decodes data when it is a sliding request in the fast
+// path's spelling (see above), with a custom_id first when withID; ok is
+// false for anything else, which the caller decodes the general way.
+func fastSliding(data []byte, withID bool) (p *Parsed, customID string, ok bool) {
+	var sc slidingScan
+	if !scanSliding(data, withID, &sc) || !sc.valid() {
+		return nil, "", false // the general path says what is wrong
+	}
+	n, rows, cols, o := sc.n, sc.rows, sc.cols, sc.o
 	flat := make([]int, n)
-	copy(flat, tiles[:n])
+	copy(flat, sc.tiles[:n])
 	board := make([][]int, rows)
 	for i := range board {
 		board[i] = flat[i*cols : (i+1)*cols : (i+1)*cols]
 	}
 	pz := sliding.Puzzle{Board: board}
-	if sliding.Validate(pz) != nil {
-		return nil, "", false // the general path says what is wrong
-	}
 	// The payload as encoding/json writes it for parse: the same bytes.
 	buf := make([]byte, 0, 48+4*n)
 	buf = appendBoardJSON(append(buf, `{"kind":"sliding","puzzle":{"board":`...), board)
@@ -174,5 +192,5 @@ func fastSliding(data []byte, withID bool) (p *Parsed, customID string, ok bool)
 		buf = strconv.AppendInt(buf, o.MaxNodes, 10)
 	}
 	buf = append(buf, `}}`...)
-	return &Parsed{kind: KindSliding, sliding: pz, slidingO: o, payload: buf, cells: n}, customID, true
+	return &Parsed{kind: KindSliding, sliding: pz, slidingO: o, payload: buf, cells: n}, sc.customID, true
 }

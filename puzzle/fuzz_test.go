@@ -113,8 +113,10 @@ func FuzzDecodeBatch(f *testing.F) {
 // bytes, DecodeItem returns an item or an InputError with a code; a
 // request Decode accepts is an item without a custom_id, with the same
 // key; and an accepted item's custom_id is a valid one that survives a
-// round trip beside its payload.
+// round trip beside its payload; CheckItem gives DecodeItem's answer.
 func FuzzDecodeItem(f *testing.F) {
+	f.Add([]byte(`{"custom_id":"a","kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"options":{"max_nodes":5}}`))
+	f.Add([]byte(`{"kind":"sliding","puzzle":{"board":[[1,2],[3,3]]}}`))
 	f.Add([]byte(sweep1))
 	f.Add([]byte(`{"custom_id":"row-1","kind":"sliding","puzzle":` + board3 + `}`))
 	f.Add([]byte(`{"kind":"sweep","puzzle":{"board":["."]},"custom_id":"` + strings.Repeat("x", 65) + `"}`))
@@ -129,6 +131,10 @@ func FuzzDecodeItem(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, id, err := puzzle.DecodeItem(data)
+		// CheckItem is DecodeItem without the request: the same answer.
+		if cid, cerr := puzzle.CheckItem(data); cid != id || (cerr == nil) != (err == nil) || (err != nil && cerr.Error() != err.Error()) {
+			t.Fatalf("%q: CheckItem %q, %v; DecodeItem %q, %v", data, cid, cerr, id, err)
+		}
 		q, qerr := puzzle.Decode(data)
 		if err != nil {
 			var ie *solvers.InputError

@@ -39,6 +39,20 @@ func DecodeItem(data []byte) (p *Parsed, customID string, err error) {
 	return decodeItem(data)
 }
 
+// CheckItem says whether DecodeItem takes data, with the same error, and
+// returns the item's custom_id, without keeping the request: puzzlectl
+// checks a whole input this way before it sends any of it. A sliding
+// item in the fast path's spelling costs no allocation but its
+// custom_id's.
+func CheckItem(data []byte) (customID string, err error) {
+	var sc slidingScan
+	if scanSliding(data, true, &sc) && sc.valid() {
+		return sc.customID, nil
+	}
+	_, customID, err = decodeItem(data)
+	return customID, err
+}
+
 // decodeItem is DecodeItem's general path.
 func decodeItem(data []byte) (p *Parsed, customID string, err error) {
 	var it wireItem

@@ -432,9 +432,9 @@ func TestSubmitBadInputSubmitsNothing(t *testing.T) {
 		{good[0] + "\n" + `{"kind":"sliding","puzzle":{"board":[[1,0],[3,2]]},"extra":1}`, "line 2"},
 		{"\n\n", "no requests"},
 		{`{"custom_id":"a",` + good[0][1:] + "\n" + `{"custom_id":"a",` + good[1][1:], `line 2: custom_id "a" repeats line 1's`},
-		{good[0] + "\n" + `{"custom_id":5,` + good[1][1:], "line 2: custom_id must be a string"},
-		{`{"custom_id":"` + strings.Repeat("x", 65) + `",` + good[0][1:], "line 1: custom_id is 65 bytes"},
-		{`{"custom_id":"a","custom_id":"b",` + good[0][1:], `line 1: "custom_id" appears twice`},
+		{good[0] + "\n" + `{"custom_id":5,` + good[1][1:], "line 2: custom_id: expected a string, got number"},
+		{`{"custom_id":"` + strings.Repeat("x", 65) + `",` + good[0][1:], "line 1: custom_id is at most 64 bytes, got 65"},
+		{`{"custom_id":"a","custom_id":"b",` + good[0][1:], `line 1: key "custom_id" appears twice`},
 	} {
 		code, out, errOut := run(t, tc.in, "submit", "--server", srv.URL, "-f", "-", "--wait")
 		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, tc.errHas) {
