@@ -25,6 +25,10 @@ type heuristic struct {
 	reflect  bool
 	reflTile [maxCells]uint8
 	reflCell [maxCells]uint8
+	// manhattan marks the Manhattan distance as one single-tile database
+	// per tile (manhattanHeuristic): idaStar then runs idaStarManhattan,
+	// which never looks at the databases.
+	manhattan bool
 }
 
 // newHeuristic assembles a heuristic from databases covering every tile of
@@ -90,7 +94,13 @@ type searcher struct {
 	hsum   int
 	rsum   int
 	blank  int
+	searchControl
+}
 
+// searchControl is the state an IDA* run shares with its caller whatever
+// the heuristic: the iteration's bounds, the path, the node count and the
+// checks of the context and the budget made every pollEvery nodes.
+type searchControl struct {
 	ctx       context.Context
 	maxNodes  int64
 	nodes     int64
@@ -101,6 +111,49 @@ type searcher struct {
 	nextBound int
 	path      []byte
 	err       error
+}
+
+// newControl returns the control of a run with opts' budget and progress.
+func newControl(ctx context.Context, opts Options) searchControl {
+	c := searchControl{ctx: ctx, progress: opts.Progress, maxNodes: opts.MaxNodes}
+	if c.maxNodes <= 0 {
+		c.maxNodes = DefaultMaxNodes
+	}
+	c.nextPoll = min(pollEvery, c.maxNodes+1)
+	c.nextProg = progressEvery
+	return c
+}
+
+// iterate runs the IDA* iterations from the bound h0: dfs searches one
+// iteration (the root counted already), with c.bound set, and returns true
+// when it found the goal, with c.path cut to the moves made, or stopped
+// with c.err set.
+func (c *searchControl) iterate(h0 int, dfs func() bool) (string, int64, error) {
+	c.bound = h0
+	for {
+		if c.progress != nil {
+			c.progress(c.bound, c.nodes)
+		}
+		if cap(c.path) < c.bound {
+			c.path = make([]byte, c.bound)
+		}
+		c.path = c.path[:c.bound]
+		c.nextBound = 1 << 30
+		c.nodes++ // the root
+		if dfs() {
+			if c.err != nil {
+				return "", c.nodes, c.err
+			}
+			return string(c.path), c.nodes, nil
+		}
+		if c.nodes > c.maxNodes {
+			return "", c.nodes, fmt.Errorf("sliding: %w: more than %d nodes (bound %d)", solvers.ErrBudgetExceeded, c.maxNodes, c.bound)
+		}
+		if c.nextBound == 1<<30 {
+			return "", c.nodes, fmt.Errorf("sliding: internal error: search space exhausted")
+		}
+		c.bound = c.nextBound
+	}
 }
 
 // Poll and progress intervals, in nodes.
@@ -119,11 +172,10 @@ func (s *searcher) value() int {
 // idaStar solves a packed, solvable board of a shape h covers, returning
 // the blank's moves in walkOrder letters and the number of nodes.
 func idaStar(ctx context.Context, h *heuristic, b packed, blank int, opts Options) (string, int64, error) {
-	s := &searcher{h: h, ctx: ctx, blank: blank, progress: opts.Progress}
-	s.maxNodes = opts.MaxNodes
-	if s.maxNodes <= 0 {
-		s.maxNodes = DefaultMaxNodes
+	if h.manhattan {
+		return idaStarManhattan(ctx, h, b, blank, opts)
 	}
+	s := &searcher{h: h, blank: blank, searchControl: newControl(ctx, opts)}
 	nb := neighbours(h.rows, h.cols)
 	copy(s.nb[:], nb)
 	for c := 0; c < h.n; c++ {
@@ -140,33 +192,7 @@ func idaStar(ctx context.Context, h *heuristic, b packed, blank int, opts Option
 			s.rsum += s.rg[g]
 		}
 	}
-	s.nextPoll = min(pollEvery, s.maxNodes+1)
-	s.nextProg = progressEvery
-	s.bound = s.value()
-	for {
-		if s.progress != nil {
-			s.progress(s.bound, s.nodes)
-		}
-		if cap(s.path) < s.bound {
-			s.path = make([]byte, s.bound)
-		}
-		s.path = s.path[:s.bound]
-		s.nextBound = 1 << 30
-		s.nodes++ // the root
-		if s.dfs(0, -1) {
-			if s.err != nil {
-				return "", s.nodes, s.err
-			}
-			return string(s.path), s.nodes, nil
-		}
-		if s.nodes > s.maxNodes {
-			return "", s.nodes, fmt.Errorf("sliding: %w: more than %d nodes (bound %d)", solvers.ErrBudgetExceeded, s.maxNodes, s.bound)
-		}
-		if s.nextBound == 1<<30 {
-			return "", s.nodes, fmt.Errorf("sliding: internal error: search space exhausted")
-		}
-		s.bound = s.nextBound
-	}
+	return s.iterate(s.value(), func() bool { return s.dfs(0, -1) })
 }
 
 // dfs searches below the current board, whose f = g + h is within the
@@ -259,7 +285,7 @@ func (s *searcher) dfs(g int, prev int) bool {
 
 // poll checks the context and the node budget and reports progress. It
 // returns true (with s.err set) when the search must stop.
-func (s *searcher) poll() bool {
+func (s *searchControl) poll() bool {
 	s.nextPoll = min(s.nodes+pollEvery, s.maxNodes+1)
 	if s.nodes > s.maxNodes {
 		s.err = fmt.Errorf("sliding: %w: more than %d nodes (bound %d)", solvers.ErrBudgetExceeded, s.maxNodes, s.bound)

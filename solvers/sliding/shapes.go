@@ -249,8 +249,10 @@ func loadOrBuild(dir string, rows, cols int, tiles []uint8) (*pdb, error) {
 
 // manhattanHeuristic returns the Manhattan distance as a heuristic of the
 // same kind: one single-tile database per tile (a lone tile needs exactly
-// its Manhattan distance in moves). It is not used by Solve; the tests and
-// benchmarks compare it with the pattern databases.
+// its Manhattan distance in moves), marked so that idaStar searches it
+// with idaStarManhattan. It is not used by Solve; the tests and
+// benchmarks compare it with the pattern databases and with other
+// programs' Manhattan-distance searches.
 func manhattanHeuristic(rows, cols int) *heuristic {
 	n := rows * cols
 	groups := make([]*pdb, 0, n-1)
@@ -258,5 +260,7 @@ func manhattanHeuristic(rows, cols int) *heuristic {
 		p, _ := buildPDB(context.Background(), rows, cols, []uint8{uint8(t)})
 		groups = append(groups, p)
 	}
-	return newHeuristic(rows, cols, groups, false)
+	h := newHeuristic(rows, cols, groups, false)
+	h.manhattan = true
+	return h
 }
