@@ -278,3 +278,40 @@ func BenchmarkTableSets(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkManhattanEasiest solves the 10 and the 40 easiest of Korf's
+// instances (by the Manhattan node counts of the check file) with IDA*
+// and the Manhattan distance, as the searches of other programs that use
+// it are measured (docs/performance-solvers.md):
+//
+//	GOMAXPROCS=1 taskset -c 1 sliding.test -test.run '^$' -test.bench ManhattanEasiest -test.benchtime 1x -test.count 5
+//
+// "md" is the specialised search idaStar runs for the Manhattan
+// heuristic, "general" the pattern-database search over the same 15
+// single-tile databases; -count alternates them.
+func BenchmarkManhattanEasiest(b *testing.B) {
+	all := loadKorf(b)
+	md := manhattanHeuristic(4, 4)
+	for _, k := range []int{10, 40} {
+		easy := easiestKorf(all, k)
+		for _, v := range []struct {
+			name string
+			h    *heuristic
+		}{{"md", md}, {"general", generalManhattan(md)}} {
+			b.Run(fmt.Sprintf("%d/%s", k, v.name), func(b *testing.B) {
+				var nodes, cpu int64
+				for b.Loop() {
+					nodes = 0
+					c0 := int64(testgen.ProcessCPU())
+					for _, in := range easy {
+						nodes += solveInstance(b, v.h, in.board, in.optimal)
+					}
+					cpu = int64(testgen.ProcessCPU()) - c0
+				}
+				b.ReportMetric(float64(nodes), "nodes/op")
+				b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
+				b.ReportMetric(float64(nodes)/(float64(cpu)/1e9)/1e6, "Mnodes/cpu-s")
+			})
+		}
+	}
+}
