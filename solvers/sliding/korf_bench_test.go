@@ -288,7 +288,8 @@ func BenchmarkTableSets(b *testing.B) {
 //
 // "md" is the specialised search idaStar runs for the Manhattan
 // heuristic, "general" the pattern-database search over the same 15
-// single-tile databases; -count alternates them.
+// single-tile databases. With -sliding.table it prints id, nodes and CPU
+// time per instance for each.
 func BenchmarkManhattanEasiest(b *testing.B) {
 	all := loadKorf(b)
 	md := manhattanHeuristic(4, 4)
@@ -300,17 +301,25 @@ func BenchmarkManhattanEasiest(b *testing.B) {
 		}{{"md", md}, {"general", generalManhattan(md)}} {
 			b.Run(fmt.Sprintf("%d/%s", k, v.name), func(b *testing.B) {
 				var nodes, cpu int64
+				var sb strings.Builder
 				for b.Loop() {
 					nodes = 0
+					sb.Reset()
 					c0 := int64(testgen.ProcessCPU())
 					for _, in := range easy {
-						nodes += solveInstance(b, v.h, in.board, in.optimal)
+						c1 := int64(testgen.ProcessCPU())
+						n := solveInstance(b, v.h, in.board, in.optimal)
+						nodes += n
+						fmt.Fprintf(&sb, "%d\t%d\t%.2f\n", in.id, n, float64(int64(testgen.ProcessCPU())-c1)/1e6)
 					}
 					cpu = int64(testgen.ProcessCPU()) - c0
 				}
 				b.ReportMetric(float64(nodes), "nodes/op")
 				b.ReportMetric(float64(cpu)/1e9, "cpu-s/op")
 				b.ReportMetric(float64(nodes)/(float64(cpu)/1e9)/1e6, "Mnodes/cpu-s")
+				if *korfTable {
+					fmt.Fprintf(os.Stdout, "id\tnodes\tcpu ms\n%s", sb.String())
+				}
 			})
 		}
 	}
