@@ -360,6 +360,21 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	return &t, nil
 }
 
+// Retry queues a failed or canceled batch item again, under its ID, and
+// returns it, now pending. It is safe to repeat (and is retried when an
+// answer is lost): an item that has not ended is returned as it is. A
+// completed item, a single task's ID (submit its request again instead)
+// and a cheap item whose chunk still runs other items are an *Error with
+// status 409.
+func (c *Client) Retry(ctx context.Context, id string) (*Task, error) {
+	var t Task
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(id) + "/retry", retry: retryAlways}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // SubmitBatch submits a batch: BatchOf some Requests, an NDJSONBatch or
 // a JudgeBatch. WithIdempotencyKey makes it safe to repeat, and
 // WithWebhook names its completion webhook. Without a key it is retried

@@ -388,6 +388,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.GET("/tasks/:id", s.getTask)
 	v1.GET("/tasks/:id/puzzle", s.getTaskPuzzle)
 	v1.DELETE("/tasks/:id", s.cancelTask)
+	v1.POST("/tasks/:id/retry", s.retryTask)
 	v1.GET("/batches", s.listBatches)
 	v1.POST("/batches", s.createBatch)
 	v1.GET("/batches/:id", s.getBatch)

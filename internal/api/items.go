@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -135,6 +136,69 @@ func (s *Server) cancelItem(c *gin.Context, batchID string, index int) {
 	}
 	t, err = s.store.GetItem(ctx, batchID, index)
 	if err != nil {
+		fail(c, err)
+		return
+	}
+	r := resource(t)
+	renderTask(c, http.StatusOK, &r)
+}
+
+// retryTask answers POST /v1/tasks/{id}/retry: a failed or canceled
+// batch item runs again under its ID, as the batch's retry would re-run
+// it; one that has not ended is answered as it is. A single task is run again by submitting its request again, which
+// gives it a new ID, so its ID answers 409 saying so.
+func (s *Server) retryTask(c *gin.Context) {
+	batchID, index, ok := apitype.ParseItemID(c.Param("id"))
+	if !ok {
+		t, err := s.loadTask(c)
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "",
+			"task %s is a single task: submit its request again to run it again (a batch item is retried here)", t.ID))
+		return
+	}
+	b, t, err := s.loadItem(c, batchID, index)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	switch t.State {
+	case apitype.TaskStateCompleted:
+		fail(c, newError(http.StatusConflict, apitype.CodeConflict, "",
+			"the item has completed; only a failed or canceled item is retried"))
+		return
+	case apitype.TaskStatePending, apitype.TaskStateActive:
+		// It will run: re-opened by an earlier retry whose answer was
+		// lost, say. Answered as a retry is, so a retry is safe to repeat.
+		r := resource(t)
+		renderTask(c, http.StatusOK, &r)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), maxRetryTime)
+	defer cancel()
+	reopened, err := s.store.RetryItem(ctx, b, index, s.quotaFor(c), s.retryTimeout)
+	switch {
+	case errors.Is(err, store.ErrQuota):
+		err = s.quotaError(c)
+	case errors.Is(err, store.ErrItemBusy):
+		err = newError(http.StatusConflict, apitype.CodeConflict, "",
+			"the item's chunk still runs other items; retry it once they have ended")
+	}
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if reopened {
+		s.feedAfterCommit(ctx, b.ID)
+		if err := s.store.Confirm(ctx); err != nil {
+			fail(c, err)
+			return
+		}
+	}
+	// Re-opened here or by a retry just before: the item as it is now.
+	if t, err = s.store.GetItem(ctx, batchID, index); err != nil {
 		fail(c, err)
 		return
 	}

@@ -35,6 +35,8 @@ type ListStore interface {
 	ItemsAt(ctx context.Context, b *store.Batch, idx []int) ([]*store.Task, error)
 	// RetryBatch re-opens a done batch's failed and canceled items.
 	RetryBatch(ctx context.Context, b *store.Batch, quota int, timeout store.RetryTimeout) (int, error)
+	// RetryItem re-opens one failed or canceled item of a batch.
+	RetryItem(ctx context.Context, b *store.Batch, index, quota int, timeout store.RetryTimeout) (bool, error)
 	// Backlog reports the units waiting in the feed and the creation
 	// time of the oldest batch they belong to.
 	Backlog(ctx context.Context) (units int, oldest time.Time, err error)
@@ -69,6 +71,7 @@ var queryParams = map[string][]string{
 	"POST /v1/tasks":              {"wait", "webhook"},
 	"GET /v1/tasks/:id":           {"wait"},
 	"DELETE /v1/tasks/:id":        nil,
+	"POST /v1/tasks/:id/retry":    nil,
 	"GET /v1/batches":             listParams,
 	"POST /v1/batches":            {"format", "webhook"},
 	"GET /v1/batches/:id":         {"wait", "cursor", "limit"},

@@ -117,8 +117,8 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 		}
 	}
 	// The check above must have had something to check.
-	if v1 != 16 || len(documented) < 21 {
-		t.Errorf("served %d /v1 routes and documented %d in all, want 16 and at least 21: %v", v1, len(documented), a.Routes())
+	if v1 != 17 || len(documented) < 22 {
+		t.Errorf("served %d /v1 routes and documented %d in all, want 17 and at least 22: %v", v1, len(documented), a.Routes())
 	}
 	for _, r := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml"} {
 		if !documented[r] {
@@ -897,6 +897,15 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantEqual(t, "failed items", len(failedItems["tasks"].([]any)), 1)
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + unknownID + "/items", want: 404}), "not_found", "")
 		wantError(t, c.do(call{method: "GET", path: "/v1/batches/" + fid + "/items?limit=0", want: 400, req: reqInvalid}), "invalid_request", "limit")
+		// One item's retry (retryitem_test.go covers it further): the
+		// completed one is a conflict, the failed one runs again, and
+		// the batch's retry then finds it failed again.
+		wantError(t, c.do(call{method: "POST", path: "/v1/tasks/" + fid + "-0/retry", want: 409}), "conflict", "")
+		wantError(t, c.do(call{method: "POST", path: "/v1/tasks/" + unknownID + "-0/retry", want: 404}), "not_found", "")
+		wantError(t, c.do(call{method: "POST", path: "/v1/tasks/" + fid + "-1/retry?x=1", want: 400}), "invalid_request", "x")
+		wantEqual(t, "retried item", c.do(call{method: "POST", path: "/v1/tasks/" + fid + "-1/retry", want: 200}).json(t)["id"], fid+"-1")
+		b = c.do(call{method: "GET", path: "/v1/batches/" + fid + "?wait=10s", want: 200}).json(t)
+		wantEqual(t, "failed count after the item's retry", b["counts"].(map[string]any)["failed"], 1)
 		wantJSON(t, "retry", c.do(call{method: "POST", path: "/v1/batches/" + fid + "/retry", want: 200}).json(t),
 			`{"id":"`+fid+`","retried":1,"complete":true}`)
 		wantError(t, c.do(call{method: "POST", path: "/v1/batches/" + unknownID + "/retry", want: 404}), "not_found", "")

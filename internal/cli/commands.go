@@ -76,6 +76,33 @@ cancelling one that completed or failed is a conflict (status 6).`,
 	}
 }
 
+func newRetryCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Run a failed or canceled batch item again",
+		Long: `Run one failed or canceled batch item again, with the same ID and
+custom_id; it counts against the API key's quota again. An item that has not
+ended is printed as it is. A completed item, a single task (submit its request
+again instead) and a cheap item whose chunk still runs other items are a
+conflict (status 6). "puzzlectl batch retry BATCH" retries every failed and
+canceled item of a batch.`,
+		Example:           `  puzzlectl retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f-41`,
+		Args:              exactArgs(1, "a batch item's ID"),
+		ValidArgsFunction: completeTaskIDs(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := g.remote(formatTable)
+			if err != nil {
+				return err
+			}
+			t, err := c.Retry(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printTask(cmd.OutOrStdout(), format, t)
+		},
+	}
+}
+
 func newBatchCmd(g *globals) *cobra.Command {
 	var watch bool
 	cmd := &cobra.Command{

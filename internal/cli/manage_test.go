@@ -139,6 +139,20 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "batch", "retry", id)...); code != cli.ExitNotFound || !strings.Contains(errOut, "--api-key") {
 			t.Fatalf("bob retries: exit %d, stderr %q", code, errOut)
 		}
+		// One item: the failed one runs again under its ID; the
+		// completed one is a conflict.
+		code, out, errOut = run(t, "", as("alice-key-0123456789", "retry", id+"-1", "-o", "json")...)
+		var tk apitype.Task
+		if err := json.Unmarshal([]byte(out), &tk); code != 0 || err != nil || tk.ID != id+"-1" || tk.CustomID == nil || *tk.CustomID != "bad" {
+			t.Fatalf("retry of the failed item: exit %d, out %q (%v), stderr %q", code, out, err, errOut)
+		}
+		if code, _, errOut := run(t, "", as("alice-key-0123456789", "retry", id+"-0")...); code != cli.ExitConflict || !strings.Contains(errOut, "completed") {
+			t.Fatalf("retry of the completed item: exit %d, stderr %q; want %d", code, errOut, cli.ExitConflict)
+		}
+		code, out, _ = run(t, "", as("alice-key-0123456789", "batch", id, "--watch", "--timeout", "30s", "-o", "json")...)
+		if err := json.Unmarshal([]byte(out), &doc); code != cli.ExitFailed || err != nil || doc.Counts.Failed != 1 || doc.Counts.Completed != 1 || !doc.Done {
+			t.Fatalf("batch --watch after the item's retry: exit %d, out %q (%v)", code, out, err)
+		}
 		code, out, errOut = run(t, "", as("alice-key-0123456789", "batch", "cancel", id)...)
 		if code != cli.ExitConflict || !strings.Contains(errOut, "409") {
 			t.Fatalf("batch cancel of a done batch: exit %d, out %q, stderr %q; want %d", code, out, errOut, cli.ExitConflict)

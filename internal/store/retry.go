@@ -40,18 +40,22 @@ import (
 // ARGV[1] batch ID
 // ARGV[2] the owner's quota (0: unlimited)
 // ARGV[3] backlogUnits
+// ARGV[4] the most items the retry re-opens, which the quota must have
+// room for (0: every failed and canceled one)
 //
 // Returns how many items are failed or canceled, -1 when the quota has no
-// room for them and -3 when the batch does not exist.
+// room for those the retry re-opens and -3 when the batch does not exist.
 var beginRetryScript = redis.NewScript(quotaLua + backlogLua + `
 local b = redis.call('HMGET', KEYS[1], 'total', 'canceled_at', 'failed', 'canceled', 'units', 'fed', 'owner')
 if not b[1] then return -3 end
 local n = (tonumber(b[3]) or 0) + (tonumber(b[4]) or 0)
 if n == 0 then return 0 end
-local q = tonumber(ARGV[2])
+local q, most = tonumber(ARGV[2]), tonumber(ARGV[4])
+local need = n
+if most > 0 and most < n then need = most end
 if b[7] and b[7] ~= '' and q > 0 then
   prune(KEYS[3], KEYS[4], KEYS[5], clock())
-  if tonumber(redis.call('GET', KEYS[3]) or '0') + n > q then return -1 end
+  if tonumber(redis.call('GET', KEYS[3]) or '0') + need > q then return -1 end
 end
 if b[2] then
   local units, fed = tonumber(b[5]) or 0, tonumber(b[6]) or 0
@@ -239,12 +243,35 @@ func (s *Store) RetryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 }
 
 func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout RetryTimeout) (int, error) {
+	if n, err := s.beginRetry(ctx, b, quota, 0); err != nil || n == 0 {
+		return 0, err
+	}
+	done := 0
+	for j := 0; j < b.Chunks(); j++ {
+		infos, err := s.ChunkInfos(ctx, b, j)
+		if err != nil {
+			return done, err
+		}
+		k, err := s.retryChunk(ctx, b, j, infos, timeout)
+		if err != nil {
+			return done, err
+		}
+		done += k
+	}
+	return done, nil
+}
+
+// beginRetry readies b for a retry that re-opens at most most of its
+// failed and canceled items (0: all of them) and returns how many there
+// are (beginRetryScript): ErrQuota when the owner's quota has no room for
+// those, ErrNotFound when the batch is gone.
+func (s *Store) beginRetry(ctx context.Context, b *Batch, quota, most int) (int, error) {
 	bk := s.k.batch(b.ID)
 	qk := []string{bk, bk, bk}
 	if b.Owner != "" {
 		qk = s.k.owner(b.Owner)
 	}
-	n, err := beginRetryScript.Run(ctx, s.rdb, append([]string{bk, s.k.backlog()}, qk...), b.ID, quota, backlogUnits).Int()
+	n, err := beginRetryScript.Run(ctx, s.rdb, append([]string{bk, s.k.backlog()}, qk...), b.ID, quota, backlogUnits, most).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: retry batch %s: %w", b.ID, err)
 	}
@@ -253,42 +280,88 @@ func (s *Store) retryBatch(ctx context.Context, b *Batch, quota int, timeout Ret
 		return 0, ErrQuota
 	case -3:
 		return 0, ErrNotFound
-	case 0:
-		return 0, nil
 	}
-	done := 0
-	for j := 0; j < b.Chunks(); j++ {
-		infos, err := s.ChunkInfos(ctx, b, j)
-		if err != nil {
-			return done, err
-		}
-		var cheap time.Duration
-		owns := false
-		args := append([]any{}, s.k.ownerAffixes()...)
-		args = append(args, b.ID, "", backlogUnits, j)
-		for _, ci := range infos {
-			if ci.State != apitype.TaskStateFailed && ci.State != apitype.TaskStateCanceled {
-				continue
-			}
-			own := ""
-			if ci.own {
-				own = tasks.UnitRef{BatchID: b.ID, Unit: tasks.OwnUnit(ci.Index), Timeout: timeout(ci.Kind, true) + unitMargin}.Member()
-				owns = true
-			} else {
-				cheap += timeout(ci.Kind, false)
-			}
-			args = append(args, ci.Index-j*b.Stride, own)
-		}
-		if len(args) == 8 {
+	return n, nil
+}
+
+// retryChunk re-opens the failed and canceled items among infos, of
+// chunk j of b, with one retryChunkScript call, and returns how many it
+// re-opened.
+func (s *Store) retryChunk(ctx context.Context, b *Batch, j int, infos []ChunkInfo, timeout RetryTimeout) (int, error) {
+	var cheap time.Duration
+	owns := false
+	args := append([]any{}, s.k.ownerAffixes()...)
+	args = append(args, b.ID, "", backlogUnits, j)
+	for _, ci := range infos {
+		if ci.State != apitype.TaskStateFailed && ci.State != apitype.TaskStateCanceled {
 			continue
 		}
-		args[5] = tasks.UnitRef{BatchID: b.ID, Unit: tasks.ChunkUnit(j), Timeout: cheap + unitMargin}.Member()
-		k, err := retryChunkScript.Run(ctx, s.rdb, []string{bk, s.k.batchRes(b.ID, j), s.k.feed(),
-			s.k.ownerVT(b.Owner), s.laneVT(!owns), s.k.backlog(), s.k.batchReq(b.ID), s.k.cheapFeed()}, args...).Int()
-		if err != nil {
-			return done, fmt.Errorf("store: retry batch %s chunk %d: %w", b.ID, j, err)
+		own := ""
+		if ci.own {
+			own = tasks.UnitRef{BatchID: b.ID, Unit: tasks.OwnUnit(ci.Index), Timeout: timeout(ci.Kind, true) + unitMargin}.Member()
+			owns = true
+		} else {
+			cheap += timeout(ci.Kind, false)
 		}
-		done += k
+		args = append(args, ci.Index-j*b.Stride, own)
 	}
-	return done, nil
+	if len(args) == 8 {
+		return 0, nil
+	}
+	bk := s.k.batch(b.ID)
+	args[5] = tasks.UnitRef{BatchID: b.ID, Unit: tasks.ChunkUnit(j), Timeout: cheap + unitMargin}.Member()
+	k, err := retryChunkScript.Run(ctx, s.rdb, []string{bk, s.k.batchRes(b.ID, j), s.k.feed(),
+		s.k.ownerVT(b.Owner), s.laneVT(!owns), s.k.backlog(), s.k.batchReq(b.ID), s.k.cheapFeed()}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: retry batch %s chunk %d: %w", b.ID, j, err)
+	}
+	return k, nil
+}
+
+// ErrItemBusy is RetryItem's answer for a failed or canceled item that
+// runs in its chunk's unit while that unit still runs other items: the
+// unit cannot be fed again until they end.
+var ErrItemBusy = errors.New("store: the item's chunk is still running")
+
+// RetryItem re-opens item index of b when it is failed or canceled, as
+// RetryBatch does for every such item: it keeps its index, so its ID and
+// custom_id, and its unit is fed again. It reports whether it re-opened
+// it (false when the item is pending, running or completed, or another
+// retry re-opened it first); ErrQuota when the owner's quota has no room
+// for one more task, ErrNotFound when the batch is gone, ErrItemBusy (see
+// there). The caller then feeds the queue. It takes no lock: the chunk's
+// script re-opens an item once whoever else retries.
+func (s *Store) RetryItem(ctx context.Context, b *Batch, index, quota int, timeout RetryTimeout) (bool, error) {
+	if b.Stride <= 0 || index < 0 || index >= b.Total {
+		return false, ErrNotFound
+	}
+	if n, err := s.beginRetry(ctx, b, quota, 1); err != nil || n == 0 {
+		return false, err
+	}
+	j := index / b.Stride
+	infos, err := s.ChunkInfos(ctx, b, j)
+	if err != nil {
+		return false, err
+	}
+	k := index - j*b.Stride
+	if k >= len(infos) {
+		return false, ErrNotFound
+	}
+	ci := infos[k]
+	if ci.State != apitype.TaskStateFailed && ci.State != apitype.TaskStateCanceled {
+		return false, nil
+	}
+	n, err := s.retryChunk(ctx, b, j, infos[k:k+1], timeout)
+	if err != nil || n == 1 || ci.own {
+		return n == 1, err
+	}
+	// Not re-opened: its chunk still runs, unless another retry came
+	// first.
+	if infos, err = s.ChunkInfos(ctx, b, j); err != nil {
+		return false, err
+	}
+	if st := infos[k].State; st == apitype.TaskStateFailed || st == apitype.TaskStateCanceled {
+		return false, ErrItemBusy
+	}
+	return false, nil
 }

@@ -52,10 +52,12 @@ func TestHistoryChartedInBrowser(t *testing.T) {
 	p.shot("7-history")
 }
 
-// TestItemCanceledInBrowser cancels one single task from its item view:
-// with no worker it stays pending, the view offers Cancel, which asks
-// first, and the item then shows canceled and offers Cancel no more.
-func TestItemCanceledInBrowser(t *testing.T) {
+// TestItemCanceledAndRetriedInBrowser cancels one single task from its
+// item view: with no worker it stays pending, the view offers Cancel,
+// which asks first, and the item then shows canceled and offers Cancel
+// no more, nor Retry. A batch item canceled the same way offers Retry,
+// which queues it again; a worker then completes it under its ID.
+func TestItemCanceledAndRetriedInBrowser(t *testing.T) {
 	p := newPage(t)
 	s := stacktest.StartWith(t, 0, nil)
 	code, body := s.Do("POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,0,3],[4,2,5],[7,8,6]]}}`)
@@ -76,7 +78,33 @@ func TestItemCanceledInBrowser(t *testing.T) {
 	if got := s.WaitTask(id, 5*time.Second); got.State != apitype.TaskStateCanceled {
 		t.Errorf("the API says %s, want canceled", got.State)
 	}
+	// A single task is run again by submitting it again: no Retry.
+	if !eval[bool](p, `document.getElementById("item-retry-btn").hidden`) {
+		t.Errorf("Retry offered on a canceled single task")
+	}
 	p.shot("9-item-canceled")
+
+	// A batch item canceled, then retried from its view: it runs again
+	// under its ID once a worker comes.
+	code, body, _ = s.DoH("POST", "/v1/batches", `{"custom_id":"again","kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,5],[7,8,6]]}}`+"\n",
+		"Content-Type", "application/x-ndjson")
+	if code != http.StatusAccepted {
+		t.Fatalf("batch: %d %s", code, body)
+	}
+	item := apitype.ItemID(stacktest.Decode[apitype.BatchCreated](t, body).ID, 0)
+	p.do("open the batch item", chromedp.Navigate(s.URL+"/ui/#/items/"+item))
+	p.waitFor("Cancel offered on the item", `document.getElementById("item").dataset.id === `+js(item)+` && !document.getElementById("item-cancel-btn").hidden`, 10*time.Second)
+	p.do("cancel the item", chromedp.Click(chromedp.ID("item-cancel-btn")))
+	p.waitFor("Retry offered", `document.getElementById("item-meta").textContent.includes("canceled") && !document.getElementById("item-retry-btn").hidden`, 10*time.Second)
+	p.do("retry the item", chromedp.Click(chromedp.ID("item-retry-btn")))
+	p.waitFor("the item queued again", `document.getElementById("item-msg").textContent === "queued again" && `+
+		`document.getElementById("item-meta").textContent.includes("pending") && document.getElementById("item-retry-btn").hidden`, 10*time.Second)
+	s.AddWorker(nil)
+	p.waitFor("the item completed", `document.getElementById("item-meta").textContent.includes("completed")`, 20*time.Second)
+	if got := s.WaitTask(item, 5*time.Second); got.State != apitype.TaskStateCompleted || got.ID != item {
+		t.Errorf("the API says %+v, want %s completed", got, item)
+	}
+	p.shot("9-item-retried")
 }
 
 // TestSearchFindsIDShapedCustomIDs searches, on a job's view, custom_ids

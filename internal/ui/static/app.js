@@ -904,6 +904,7 @@ async function openItem(id) {
   $("item").removeAttribute("data-ready");
   $("item-id").textContent = id;
   $("item-cancel-btn").hidden = true;
+  $("item-retry-btn").hidden = true;
   $("item-meta").textContent = "loading…";
   $("item-msg").textContent = "";
   $("item-json").textContent = "";
@@ -978,10 +979,26 @@ async function readItem(it) {
     }
   }
   $("item-cancel-btn").hidden = !it.task || it.ended;
+  // A batch item that failed or was canceled runs again under its ID; a
+  // single task runs again by being submitted again.
+  $("item-retry-btn").hidden = !it.task || !it.task.batch_id || !["failed", "canceled"].includes(it.task.state);
   if (!redraw || !it.task) return;
   Draw.render($("drawing"), it.task, it.req);
   // Ready once drawn with its puzzle, or once no puzzle is to come.
   if (it.req || it.noPuzzle) $("item").dataset.ready = it.task.state;
+}
+
+// retryItem runs the open batch item again, failed or canceled, under
+// its ID; the view then follows it to its new end.
+async function retryItem() {
+  const it = app.item;
+  if (!it || !it.task || !it.ended) return;
+  const r = await api("POST", "/v1/tasks/" + encodeURIComponent(it.id) + "/retry");
+  if (app.item !== it) return;
+  $("item-msg").textContent = r.status === 200 ? "queued again" : "retry: " + errText(r);
+  if (r.status !== 200) return;
+  it.ended = false; // read its new end
+  refreshItem();
 }
 
 // ---- search ----
@@ -1157,6 +1174,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("submit-btn").addEventListener("click", submitBatch);
   $("cancel-btn").addEventListener("click", cancelJob);
   $("item-cancel-btn").addEventListener("click", cancelItem);
+  $("item-retry-btn").addEventListener("click", retryItem);
   $("retry-btn").addEventListener("click", retryJob);
   $("prev-btn").addEventListener("click", prevPage);
   $("next-btn").addEventListener("click", nextPage);
