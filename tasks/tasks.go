@@ -98,6 +98,12 @@ type SolvePayload struct {
 	// the worker that ends it can record the task's latency in the
 	// history (GET /v1/history); 0 when the sender did not set it.
 	At int64 `json:"at,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the
+	// submission (traceparent and tracestate), so that the worker's spans
+	// join the API's trace; "" when the API does not trace. A worker that
+	// predates them skips them, as it skips any member it does not know.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // payloadOptions are the decisions a payload is decoded with. Names match

@@ -108,11 +108,18 @@ type Enqueued struct {
 // never change, and TestSolveMatchesAsynq holds the bytes equal
 // to asynq.Client's own.
 func Solve(id, owner string, p *puzzle.Parsed, queue string, l tasks.Limits, at time.Time) (Enqueued, error) {
+	return SolveTraced(id, owner, p, queue, l, at, "", "")
+}
+
+// SolveTraced is Solve with the submission's W3C trace context in the
+// payload (tasks.SolvePayload's TraceParent and TraceState); with both
+// "" it writes Solve's bytes.
+func SolveTraced(id, owner string, p *puzzle.Parsed, queue string, l tasks.Limits, at time.Time, traceparent, tracestate string) (Enqueued, error) {
 	typ, err := tasks.TypeFor(p.Kind())
 	if err != nil {
 		return Enqueued{}, err
 	}
-	payload, err := solvePayload(id, owner, p.Payload(), at.UnixMilli())
+	payload, err := solvePayload(id, owner, p.Payload(), at.UnixMilli(), traceparent, tracestate)
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -162,15 +169,16 @@ func protoVarint(b []byte, field, v uint64) []byte {
 // cache hits included. Anything json.Marshal would escape differently
 // (HTML characters, U+2028 and U+2029, which start with 0xE2) takes
 // json.Marshal itself.
-func solvePayload(id, owner string, req json.RawMessage, at int64) ([]byte, error) {
-	if !plainString(id) || !plainString(owner) || rewritesRaw(req) {
-		b, err := json.Marshal(tasks.SolvePayload{Owner: owner, Item: tasks.Item{ID: id, Request: req}, At: at})
+func solvePayload(id, owner string, req json.RawMessage, at int64, traceparent, tracestate string) ([]byte, error) {
+	if !plainString(id) || !plainString(owner) || rewritesRaw(req) || !plainString(traceparent) || !plainString(tracestate) {
+		b, err := json.Marshal(tasks.SolvePayload{Owner: owner, Item: tasks.Item{ID: id, Request: req}, At: at,
+			TraceParent: traceparent, TraceState: tracestate})
 		if err != nil {
 			return nil, fmt.Errorf("asynqdata: encode solve payload: %w", err)
 		}
 		return b, nil
 	}
-	b := make([]byte, 0, len(req)+len(id)+len(owner)+56)
+	b := make([]byte, 0, len(req)+len(id)+len(owner)+56+traceBytes(traceparent, tracestate))
 	b = append(b, '{')
 	if owner != "" {
 		b = append(b, `"owner":"`...)
@@ -185,7 +193,30 @@ func solvePayload(id, owner string, req json.RawMessage, at int64) ([]byte, erro
 		b = append(b, `,"at":`...)
 		b = strconv.AppendInt(b, at, 10)
 	}
+	if traceparent != "" {
+		b = append(b, `,"traceparent":"`...)
+		b = append(b, traceparent...)
+		b = append(b, '"')
+	}
+	if tracestate != "" {
+		b = append(b, `,"tracestate":"`...)
+		b = append(b, tracestate...)
+		b = append(b, '"')
+	}
 	return append(b, '}'), nil
+}
+
+// traceBytes is what the trace context adds to a payload: 0 without one,
+// so that an untraced payload's buffer is sized as before.
+func traceBytes(traceparent, tracestate string) int {
+	n := 0
+	if traceparent != "" {
+		n += len(traceparent) + 17
+	}
+	if tracestate != "" {
+		n += len(tracestate) + 16
+	}
+	return n
 }
 
 // plainString reports whether json.Marshal writes s as itself between

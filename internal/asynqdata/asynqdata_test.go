@@ -3,6 +3,7 @@ package asynqdata_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -277,5 +278,47 @@ func TestActiveReadsAsynq(t *testing.T) {
 			t.Fatalf("Active after the tasks ended: %+v %v, want none", got, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSolveTracedPayload holds the trace context's members to what
+// json.Marshal writes of tasks.SolvePayload, by the fast path and by the
+// escaping one, checks that they decode back, and that without a trace
+// context the message is Solve's, byte for byte.
+func TestSolveTracedPayload(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, sample8)
+	l := testLimits()
+	at := time.UnixMilli(1_700_000_000_000)
+	const id = "0123456789abcdef0123456789abcdef"
+	plain, err := asynqdata.Solve(id, "alice", p, tasks.QueueCheap, l, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	untraced, err := asynqdata.SolveTraced(id, "alice", p, tasks.QueueCheap, l, at, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain.Msg, untraced.Msg) {
+		t.Fatalf("SolveTraced without a trace context wrote\n%q\nSolve wrote\n%q", untraced.Msg, plain.Msg)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, ts := range []string{"", "congo=t61rcWkgMzE", `odd="q\uote"`} {
+		q, err := asynqdata.SolveTraced(id, "alice", p, tasks.QueueCheap, l, at, tp, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(tasks.SolvePayload{Owner: "alice", Item: tasks.Item{ID: id, Request: p.Payload()}, At: at.UnixMilli(),
+			TraceParent: tp, TraceState: ts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(q.Msg, want) {
+			t.Fatalf("tracestate %q: message\n%q\nlacks json.Marshal's payload\n%s", ts, q.Msg, want)
+		}
+		var got tasks.SolvePayload
+		if err := tasks.DecodePayload(want, &got); err != nil || got.TraceParent != tp || got.TraceState != ts {
+			t.Fatalf("tracestate %q: decoded %+v, %v", ts, got, err)
+		}
 	}
 }
