@@ -22,12 +22,14 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/admission"
 	"github.com/puzzleq/puzzleq/internal/egress"
 	"github.com/puzzleq/puzzleq/internal/ingest"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/tasks"
 )
 
@@ -66,6 +68,9 @@ type Store interface {
 	ReleasePending(ctx context.Context, owner, unit string) error
 	ClaimIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) (bool, string, string, error)
 	ReleaseIdempotency(ctx context.Context, owner, key, batchID, bodyHash string) error
+	// SetBatchTrace records on a batch the trace context of the request
+	// that submitted it, which its units' spans link to.
+	SetBatchTrace(ctx context.Context, id, traceparent, tracestate string) error
 	ItemStore
 	SessionStore
 	WebhookStore
@@ -185,6 +190,9 @@ type Options struct {
 	// the queue dashboard) to the engine; operator checks the operator
 	// credential and rate, and signs operators in from a browser.
 	Mount func(e *gin.Engine, operator OperatorAuth)
+	// Tracer, optional, starts the spans of a request's steps (admission,
+	// the enqueue, the long poll's wait); nil: no spans, at no cost.
+	Tracer trace.Tracer
 }
 
 func (o Options) check() {
@@ -370,6 +378,9 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
+	if s.opts.Tracer != nil {
+		e.Use(tracing.Route())
+	}
 	e.Use(s.recoverer(), s.observe(), s.closeWhileDraining(), strictQuery())
 	e.NoRoute(func(c *gin.Context) {
 		fail(c, newError(http.StatusNotFound, apitype.CodeNotFound, "", "no such route"))

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/asynqdata"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -74,7 +77,20 @@ func (s *Server) createBatch(c *gin.Context) {
 			}
 		})
 	}()
+	ictx, span := tracing.Start(ctx, s.opts.Tracer, "batch.ingest")
+	if span.IsRecording() {
+		// The staging's Redis calls take the request's context.
+		c.Request = c.Request.WithContext(ictx)
+	}
 	in, err := s.ingest(c, w, key != "")
+	if span.IsRecording() {
+		c.Request = c.Request.WithContext(ctx)
+	}
+	tracing.Fail(span, err)
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(attribute.Int("puzzleq.batch.items", w.Total()))
+	}
+	span.End()
 	if err != nil {
 		fail(c, err)
 		return
@@ -125,7 +141,10 @@ func (s *Server) createBatch(c *gin.Context) {
 	if claimed {
 		cb.IdempotencyKey = key
 	}
-	err = s.store.CommitBatch(ctx, w, cb)
+	cctx, commit := tracing.StartKind(ctx, s.opts.Tracer, "batch.commit", trace.SpanKindProducer)
+	err = s.store.CommitBatch(cctx, w, cb)
+	tracing.Fail(commit, err)
+	commit.End()
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrNotReplicated):
@@ -180,6 +199,15 @@ func (s *Server) createBatch(c *gin.Context) {
 		s.log.Info("batch commit reply lost, but the batch is being fed: accepted", "batch_id", batchID, "err", err)
 	}
 	committed = true
+	if commit.IsRecording() {
+		// The units run later, each in a trace of its own: they link to
+		// the commit's span (a unit fed before this write lands has no
+		// link, which only tracing loses).
+		tp, ts := tracing.Inject(cctx)
+		if err := s.store.SetBatchTrace(ctx, batchID, tp, ts); err != nil {
+			s.log.Debug("tracing: the batch's trace context was not recorded", "batch_id", batchID, "err", err)
+		}
+	}
 	for k, n := range in.Kinds {
 		s.metrics.submitted.WithLabelValues(string(k)).Add(float64(n))
 	}
@@ -291,7 +319,10 @@ func (s *Server) createTask(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	_, admit := tracing.Start(c.Request.Context(), s.opts.Tracer, "task.admit")
 	body, err := s.readBody(c, s.opts.MaxBodyBytes)
+	tracing.Fail(admit, err)
+	admit.End()
 	if err != nil {
 		fail(c, err)
 		return
@@ -324,7 +355,10 @@ func (s *Server) createTask(c *gin.Context) {
 	if hook == "" && s.hits.has(key) {
 		// Seen cached here before: the short hit path, which on a miss
 		// writes nothing and leaves the submission to the full one.
-		hit, created, err := s.store.SubmitCached(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key})
+		cctx, span := tracing.Start(ctx, s.opts.Tracer, "task.cached")
+		hit, created, err := s.store.SubmitCached(cctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key})
+		tracing.Fail(span, err)
+		span.End()
 		if err != nil {
 			fail(c, err)
 			return
@@ -335,7 +369,17 @@ func (s *Server) createTask(c *gin.Context) {
 		}
 		s.hits.forget(key)
 	}
-	q, err := asynqdata.Solve(id, owner, p, tasks.SingleQueue(p), s.opts.Limits, time.Now())
+	// The enqueue's span is the worker's parent: its context goes in the
+	// payload.
+	qctx, enqueue := tracing.StartKind(ctx, s.opts.Tracer, "task.enqueue", trace.SpanKindProducer)
+	defer enqueue.End()
+	tp, ts := "", ""
+	if enqueue.IsRecording() {
+		tp, ts = tracing.Inject(qctx)
+		enqueue.SetAttributes(attribute.String("puzzleq.task.id", id), attribute.String("puzzleq.kind", string(p.Kind())),
+			attribute.String("messaging.destination.name", tasks.SingleQueue(p)))
+	}
+	q, err := asynqdata.SolveTraced(id, owner, p, tasks.SingleQueue(p), s.opts.Limits, time.Now(), tp, ts)
 	if err != nil {
 		fail(c, err)
 		return
@@ -358,7 +402,12 @@ func (s *Server) createTask(c *gin.Context) {
 	// One round trip answers from the cache, or admits the task against
 	// the owner's quota, records it and queues it, all or nothing: a
 	// failure leaves nothing to undo.
-	hit, created, err := s.store.SubmitTask(ctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key, Enqueue: q}, s.quotaFor(c))
+	hit, created, err := s.store.SubmitTask(qctx, store.NewTask{ID: id, Kind: string(p.Kind()), Owner: owner, CacheKey: key, Enqueue: q}, s.quotaFor(c))
+	tracing.Fail(enqueue, err)
+	if hit != nil && enqueue.IsRecording() {
+		enqueue.SetAttributes(attribute.Bool("puzzleq.cached", true))
+	}
+	enqueue.End()
 	if (err != nil || hit != nil) && release != nil {
 		release()
 	}
@@ -390,7 +439,9 @@ func (s *Server) createTask(c *gin.Context) {
 		// Submit and wait in one request: 200 with the ended task, or 202
 		// with its state when the wait runs out first.
 		cur := &store.Task{ID: id, Kind: tr.Kind, Owner: owner, State: apitype.TaskStatePending, CreatedAt: created, Webhook: tr.Webhook}
-		rec, err := s.waitTask(ctx, cur, wait, wake, release)
+		wctx, span := tracing.Start(ctx, s.opts.Tracer, "task.wait")
+		rec, err := s.waitTask(wctx, cur, wait, wake, release)
+		endWait(span, rec, err)
 		if err != nil {
 			fail(c, err)
 			return

@@ -5,8 +5,11 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 )
 
 // The long poll: GET /v1/tasks/{id}?wait= (waitTask), GET
@@ -38,6 +41,7 @@ func (s *Server) waitTask(ctx context.Context, cur *store.Task, wait time.Durati
 		case <-wake.C:
 			release()
 			recheck.Stop()
+			woken(ctx)
 			// The event's record lacks the webhook's delivery, which
 			// lives beside the record: a task with one is read.
 			if t := store.DecodeEventTask(id, wake.Data()); t != nil && t.State.Terminal() && cur.Webhook == nil {
@@ -119,4 +123,23 @@ func (s *Server) loadBatchWaiting(c *gin.Context, wait time.Duration) (*store.Ba
 	return waitFor(ctx, s.waiter, store.BatchEventKey(b.ID), wait,
 		func() (*store.Batch, error) { return s.store.GetBatch(ctx, b.ID) },
 		func(b *store.Batch) bool { return b.Done() })
+}
+
+// woken marks the wait's span with the event that woke it: the worker's
+// write of the result, published by the store.
+func woken(ctx context.Context) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("woken")
+	}
+}
+
+// endWait ends a wait's span with the state the wait ended in.
+func endWait(span trace.Span, t *store.Task, err error) {
+	if span.IsRecording() {
+		tracing.Fail(span, err)
+		if t != nil {
+			span.SetAttributes(attribute.String("puzzleq.task.state", string(t.State)))
+		}
+	}
+	span.End()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 )
 
 func timePtr(t time.Time) *time.Time {
@@ -133,7 +134,9 @@ func (s *Server) getTask(c *gin.Context) {
 	}
 	t, err := s.loadTask(c)
 	if err == nil && wake != nil && !t.State.Terminal() {
-		t, err = s.waitTask(c.Request.Context(), t, wait, wake, release)
+		ctx, span := tracing.Start(c.Request.Context(), s.opts.Tracer, "task.wait")
+		t, err = s.waitTask(ctx, t, wait, wake, release)
+		endWait(span, t, err)
 	} else if release != nil {
 		release()
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/internal/worker"
 )
 
@@ -45,6 +46,7 @@ type API struct {
 	httpSrv    *http.Server
 	openConns  atomic.Int64 // httpSrv's connections not yet closed or hijacked
 	metricSrv  *http.Server
+	tracing    *tracing.Provider     // off (Tracer nil) without an OTLP endpoint
 	redisOpt   asynq.RedisConnOpt    // the connection asynq uses, for the dashboard
 	monitor    *asynqmon.HTTPHandler // the /monitoring/ dashboard; nil until mounted
 
@@ -87,6 +89,13 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		// asynq's enqueues included: they go through this client.
 		a.rdb.AddHook(callDeadline(cfg.callTimeout()))
 	}
+	if a.tracing, err = tracing.New(context.Background(), cfg.Tracing); err != nil {
+		return nil, err
+	}
+	if a.tracing.On() {
+		a.rdb.AddHook(tracing.RedisHook(a.tracing.Tracer, redisAddr(a.rdb)))
+		log.Info("tracing: exporting over OTLP", "service", cfg.Tracing.ServiceName)
+	}
 	a.redisOpt = opt
 	a.client = asynq.NewClientFromRedisClient(a.rdb)
 	a.store = store.New(a.rdb, cfg.storeOptions())
@@ -100,7 +109,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		// The embedded worker shares the API's registry so one /metrics
 		// covers the whole process. Its attributes go in a group of their
 		// own, so none can repeat a key the caller put on log.
-		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, a.reg); err != nil {
+		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, a.reg, a.tracing); err != nil {
 			return nil, err
 		}
 	}
@@ -119,7 +128,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		MaxStreamsPerKey: cfg.MaxStreamsPerKey, HistoryReadMinutes: cfg.HistoryReadMinutes,
 		SessionTTL: cfg.UISessionTTL, SessionsPerKey: cfg.SessionsPerKey,
 		AccessLogEvery: cfg.AccessLogEvery, SignInsPerKeyPerMinute: cfg.SignInsPerKeyPerMinute, SignInsPerAddrPerMinute: cfg.SignInsPerAddrPerMinute,
-		Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb),
+		Mount: a.mount, Presence: asynq.NewInspectorFromRedisClient(a.rdb), Tracer: a.tracing.Tracer,
 	})
 	a.reconciler = recovery.NewReconciler(a.store, a.client, log, recovery.ReconcilerOptions{Interval: cfg.OutboxInterval, FeedDepth: cfg.FeedDepth,
 		Webhooks: a.store, WebhookOptions: cfg.WebhookOptions()})
@@ -128,7 +137,11 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	a.httpSrv = &http.Server{Handler: a.server.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	handler := a.server.Handler()
+	if a.tracing.On() {
+		handler = tracing.Handler(handler, a.tracing.TP)
+	}
+	a.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ConnState: a.countConn}
 	if cfg.MetricsAddr != "" {
 		if a.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
@@ -225,6 +238,11 @@ func (a *API) Run(ctx context.Context) error {
 	<-historyDone
 	stopWorker()
 	wg.Wait()
+	tctx, cancelTraces := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+	defer cancelTraces()
+	if err := a.tracing.Shutdown(tctx); err != nil {
+		a.log.Warn("tracing: the last spans were not exported", "err", err)
+	}
 	a.log.Info("api stopped")
 	return runErr
 }
@@ -287,6 +305,11 @@ func (a *API) Close() error {
 	}
 	if a.embedded != nil {
 		a.embedded.mr.Close()
+	}
+	if a.tracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+		defer cancel()
+		a.tracing.Shutdown(ctx)
 	}
 	return nil
 }

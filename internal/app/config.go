@@ -21,6 +21,7 @@ import (
 	"github.com/puzzleq/puzzleq/internal/egress"
 	"github.com/puzzleq/puzzleq/internal/envflag"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -117,6 +118,13 @@ type Common struct {
 	// of large requests do not change. 0 turns it off, and so does
 	// setting GOGC. Default 32Mi.
 	GCHeapFloor int64
+	// Tracing is where OpenTelemetry traces go (OTEL_EXPORTER_OTLP_*)
+	// and the service they are of (OTEL_SERVICE_NAME, bound by each
+	// binary's set with its own default). Without an endpoint tracing is
+	// off and costs nothing. The SDK reads the other OTEL_* variables
+	// (headers, timeout, OTEL_BSP_*, the sampler) from the environment.
+	// Defaults: no endpoint, protocol http/protobuf.
+	Tracing tracing.Config
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is json or text. Default json.
@@ -146,6 +154,10 @@ func (c *Common) bind(s *envflag.Set) {
 	s.Duration(&c.WebhookRetryMax, "WEBHOOK_RETRY_MAX", "10m", "longest wait between webhook retries")
 	s.Int(&c.WebhookMaxRetry, "WEBHOOK_MAX_RETRY", "20", "retries of a failed webhook delivery")
 	s.Int64(&c.GCHeapFloor, "GC_HEAP_FLOOR", "32Mi", "least heap at which the Go GC starts a cycle (0: GOGC alone)")
+	s.String(&c.Tracing.Endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP base URL traces are exported to (empty: tracing off)")
+	s.String(&c.Tracing.TracesEndpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "OTLP URL of traces alone, used as it is (wins over the base URL)")
+	s.String(&c.Tracing.Protocol, "OTEL_EXPORTER_OTLP_PROTOCOL", tracing.ProtocolHTTP, "OTLP protocol: http/protobuf or grpc")
+	s.String(&c.Tracing.TracesProtocol, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "", "OTLP protocol of traces (empty: OTEL_EXPORTER_OTLP_PROTOCOL)")
 	s.String(&c.LogLevel, "LOG_LEVEL", "info", "debug, info, warn or error")
 	s.String(&c.LogFormat, "LOG_FORMAT", "json", "json or text")
 }
@@ -230,6 +242,9 @@ func (c *Common) validate() error {
 	}
 	if c.WebhookMaxRetry < 0 || c.WebhookMaxRetry > 1000 {
 		return fmt.Errorf("WEBHOOK_MAX_RETRY: must be between 0 and 1000, got %d", c.WebhookMaxRetry)
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		return err
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %v", err)
@@ -531,6 +546,7 @@ func (c *WorkerConfig) set() *envflag.Set {
 	c.Common.bind(s)
 	c.WorkerSettings.bind(s)
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8081", "address of the health and metrics server")
+	s.String(&c.Tracing.ServiceName, "OTEL_SERVICE_NAME", "puzzleq-worker", "service name of the worker's traces")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", "25s", "time running tasks get to finish on shutdown")
 	return s
 }
@@ -735,6 +751,7 @@ func (c *APIConfig) set() *envflag.Set {
 	c.Common.bind(s)
 	c.WorkerSettings.bind(s)
 	s.String(&c.HTTPAddr, "HTTP_ADDR", ":8080", "listen address of the API")
+	s.String(&c.Tracing.ServiceName, "OTEL_SERVICE_NAME", "puzzleq-api", "service name of the API's traces")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "separate listen address for /metrics (default: on HTTP_ADDR)")
 	s.Int64(&c.MaxBodyBytes, "MAX_BODY_BYTES", "1Mi", "largest single-task request body")
 	s.Int64(&c.MaxBatchBodyBytes, "MAX_BATCH_BODY_BYTES", "256Mi", "largest batch request body")

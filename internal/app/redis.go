@@ -309,3 +309,12 @@ func (p pauseOnRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		return err
 	}
 }
+
+// redisAddr is the address a client connects to, for the Redis spans'
+// server.address; "" for a failover client, whose master moves.
+func redisAddr(rdb redis.UniversalClient) string {
+	if c, ok := rdb.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return ""
+}

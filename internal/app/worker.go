@@ -26,6 +26,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/solvers/sliding"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -78,6 +79,8 @@ type Worker struct {
 	// sharing's S while Redis has no worker's entry: the scripts that
 	// decide read S from Redis itself.
 	solverSlots atomic.Int64
+	// tracing is the worker's tracing (the API's when embedded).
+	tracing *tracing.Provider
 }
 
 // NewWorker connects to Redis and binds the health listener. Run starts
@@ -96,7 +99,16 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 		return nil, err
 	}
 	rdb.AddHook(pauseOnRefusal(refusalPause))
-	w, err := newWorker(cfg, log, opt, rdb, prometheus.NewRegistry())
+	tp, err := tracing.New(context.Background(), cfg.Tracing)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	if tp.On() {
+		rdb.AddHook(tracing.RedisHook(tp.Tracer, redisAddr(rdb)))
+		log.Info("tracing: exporting over OTLP", "service", cfg.Tracing.ServiceName)
+	}
+	w, err := newWorker(cfg, log, opt, rdb, prometheus.NewRegistry(), tp)
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -128,8 +140,10 @@ func procsFor(slots, procs int) int {
 	return procs
 }
 
-func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry) (*Worker, error) {
-	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: worker.NewCancels()}
+// newWorker builds a worker on rdb; tp is its tracing, the API's when
+// the worker is embedded in it (the API then exports and shuts it down).
+func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry, tp *tracing.Provider) (*Worker, error) {
+	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: worker.NewCancels(), tracing: tp}
 	w.store = store.New(rdb, cfg.storeOptions())
 	loadScripts(w.store, log)
 	m := worker.NewMetrics(reg)
@@ -144,6 +158,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// so it never runs dry while a batch waits.
 	h.SetFeed(w.store, cfg.FeedDepth)
 	h.SetWriteInterval(cfg.WriteInterval)
+	h.SetTracer(tp.Tracer)
 	w.expCap.Store(int64(cfg.MaxExpensivePerKey))
 	w.solverSlots.Store(int64(cfg.concurrency()))
 	h.SetGate(w.store, func() int { return int(w.expCap.Load()) })
@@ -465,6 +480,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer cancel()
 		w.httpSrv.Shutdown(sctx)
 	}
+	if w.ownsConn {
+		// The spans of the last tasks are exported before the process
+		// exits; an embedded worker's go with the API's.
+		tctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+		defer cancel()
+		if err := w.tracing.Shutdown(tctx); err != nil {
+			w.log.Warn("tracing: the last spans were not exported", "err", err)
+		}
+	}
 	w.log.Info("worker stopped")
 	return runErr
 }
@@ -585,6 +609,9 @@ func (w *Worker) Close() error {
 		return errors.New("worker: asynq did not stop before the shutdown's deadline")
 	}
 	if w.ownsConn {
+		ctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+		defer cancel()
+		w.tracing.Shutdown(ctx)
 		return w.rdb.Close()
 	}
 	return nil

@@ -25,6 +25,7 @@ var allScripts = []*redis.Script{
 	createSessionScript, keyEpochScript,
 	webhookBacklogScript,
 	addHistoryScript,
+	setBatchTraceScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

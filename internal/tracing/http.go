@@ -16,8 +16,13 @@ import (
 // route once Gin has matched it.
 func Handler(h http.Handler, tp trace.TracerProvider) http.Handler {
 	return otelhttp.NewHandler(h, "http", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagator),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
+		otelhttp.WithFilter(func(r *http.Request) bool { return !probes[r.URL.Path] }))
 }
+
+// probes are the paths that load balancers, kubelets and Prometheus
+// request every few seconds: a trace of each would bury the requests'.
+var probes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // Route names the request's server span "METHOD /route", as the HTTP
 // conventions ask, and sets http.route, once Gin knows the route. It

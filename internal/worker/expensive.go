@@ -115,7 +115,7 @@ func (h *Handler) processExpensive(ctx context.Context, owner string, it tasks.I
 		if h.metrics != nil {
 			h.metrics.Searches.WithLabelValues(string(p.Kind())).Inc()
 		}
-		o := h.solve(ctx, sctx, it.ID, p)
+		o := h.tracedSolve(ctx, sctx, it.ID, p)
 		if ctx.Err() != nil {
 			// Shutdown or a lost lease: asynq runs the task again, and
 			// that run takes the solve over (it has the same ID); the

@@ -17,8 +17,12 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/solvers"
 	"github.com/puzzleq/puzzleq/tasks"
@@ -110,7 +114,14 @@ type Handler struct {
 	// history adds up what ended for the history (SetHistory); nil:
 	// none kept.
 	history *History
+	// tracer starts the spans of the tasks (SetTracer); nil: none.
+	tracer trace.Tracer
 }
+
+// SetTracer makes h span each task it runs: a single task's spans join
+// the trace its payload carries, a batch unit's start a trace linked to
+// its batch's. nil (the default) records none, at no cost.
+func (h *Handler) SetTracer(tr trace.Tracer) { h.tracer = tr }
 
 // SetHistory makes h count what it ends in r.
 func (h *Handler) SetHistory(r *History) { h.history = r }
@@ -145,6 +156,67 @@ func (h *Handler) Register(mux *asynq.ServeMux) {
 
 // ProcessTask implements asynq.Handler.
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	if h.tracer != nil {
+		return h.processTraced(ctx, t)
+	}
+	return h.process(ctx, t)
+}
+
+// processTraced is process inside the delivery's span: "task.process", a
+// child of the API's enqueue when the payload carries its trace context,
+// or "unit.process", the root of a trace of its own linked to its
+// batch's (the request that submitted the batch ended long before).
+func (h *Handler) processTraced(ctx context.Context, t *asynq.Task) error {
+	attrs := []attribute.KeyValue{attribute.String("messaging.system", "asynq"),
+		attribute.String("puzzleq.task.type", t.Type())}
+	if q, ok := asynq.GetQueueName(ctx); ok {
+		attrs = append(attrs, attribute.String("messaging.destination.name", q))
+	}
+	if id, ok := asynq.GetTaskID(ctx); ok {
+		attrs = append(attrs, attribute.String("messaging.message.id", id))
+	}
+	if n, ok := asynq.GetRetryCount(ctx); ok {
+		attrs = append(attrs, attribute.Int("puzzleq.retried", n))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	name := "task.process"
+	if t.Type() == tasks.TypeUnit {
+		name = "unit.process"
+		opts = append(opts, trace.WithNewRoot())
+		if ref, err := decodeUnitRef(t.Payload()); err == nil {
+			attrs = append(attrs, attribute.String("puzzleq.batch.id", ref.BatchID), attribute.String("puzzleq.unit", ref.Unit))
+			if bt, ok := h.store.(BatchTracer); ok {
+				if tp, ts, err := bt.BatchTrace(ctx, ref.BatchID); err == nil {
+					if sc := tracing.SpanContext(tp, ts); sc.IsValid() {
+						opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+					}
+				}
+			}
+		}
+	} else {
+		var p tasks.SolvePayload
+		if tasks.DecodePayload(t.Payload(), &p) == nil {
+			ctx = tracing.Extract(ctx, p.TraceParent, p.TraceState)
+			attrs = append(attrs, attribute.String("puzzleq.task.id", p.ID))
+		}
+	}
+	opts = append(opts, trace.WithAttributes(attrs...))
+	ctx, span := h.tracer.Start(ctx, name, opts...)
+	err := h.process(ctx, t)
+	tracing.Fail(span, err)
+	span.End()
+	return err
+}
+
+// BatchTracer is what a Store may offer for the spans of batch units:
+// the trace context recorded on a batch when it was submitted
+// (*store.Store's BatchTrace); "" when none was.
+type BatchTracer interface {
+	BatchTrace(ctx context.Context, batchID string) (traceparent, tracestate string, err error)
+}
+
+// process runs a task.
+func (h *Handler) process(ctx context.Context, t *asynq.Task) error {
 	switch t.Type() {
 	case tasks.TypeSliding, tasks.TypeSweep, tasks.TypeFill:
 		var p tasks.SolvePayload
@@ -325,7 +397,7 @@ func (h *Handler) processItems(ctx context.Context, owner string, items []tasks.
 			continue
 		}
 		if outs[i] == nil {
-			outs[i] = h.solve(ctx, ictx[i], items[i].ID, parsed[i])
+			outs[i] = h.tracedSolve(ctx, ictx[i], items[i].ID, parsed[i])
 		}
 		if ctx.Err() != nil {
 			// Shutdown or a lost lease: write what is done, and let asynq
@@ -411,6 +483,21 @@ func (h *Handler) solve(parent, ictx context.Context, id string, p *puzzle.Parse
 	}
 }
 
+// tracedSolve is solve in a "task.solve" span when h traces.
+func (h *Handler) tracedSolve(parent, ictx context.Context, id string, p *puzzle.Parsed) *outcome {
+	if h.tracer == nil {
+		return h.solve(parent, ictx, id, p)
+	}
+	ctx, span := h.tracer.Start(ictx, "task.solve", trace.WithAttributes(attribute.String("puzzleq.kind", string(p.Kind())),
+		attribute.String("puzzleq.item.id", id)))
+	o := h.solve(parent, ctx, id, p)
+	if o.code != "" {
+		span.SetStatus(codes.Error, o.code+": "+o.msg)
+	}
+	span.End()
+	return o
+}
+
 // solveSeconds returns the solve time histogram of kind k, looked up
 // once per kind rather than by label on every item.
 func (h *Handler) solveSeconds(k puzzle.Kind) prometheus.Observer {
@@ -442,7 +529,10 @@ func (h *Handler) finish(ctx context.Context, owner string, items []tasks.Item, 
 	// are done work. A short detached context bounds the write.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	wctx, span := tracing.Start(wctx, h.tracer, "task.write")
 	prev, err := h.store.Finish(wctx, ts, ckeys)
+	tracing.Fail(span, err)
+	span.End()
 	if err != nil && (!errors.Is(err, ErrNotReplicated) || len(prev) != len(ts)) {
 		return fmt.Errorf("tasks: finish %d items: %w", len(ts), err)
 	}

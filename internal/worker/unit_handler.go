@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/puzzleq/puzzleq/apitype"
+	"github.com/puzzleq/puzzleq/internal/tracing"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -299,7 +301,12 @@ func (h *Handler) processUnit(ctx context.Context, ref tasks.UnitRef) error {
 	for i := range items {
 		it := &items[i]
 		if it.out == nil {
-			it.out = h.solve(ctx, it.ctx, it.id, it.parsed)
+			if chunk {
+				// A chunk's hundreds of table lookups get no span each.
+				it.out = h.solve(ctx, it.ctx, it.id, it.parsed)
+			} else {
+				it.out = h.tracedSolve(ctx, it.ctx, it.id, it.parsed)
+			}
 		}
 		if it.out.overrun && ctx.Err() == nil && !h.lastDeadlineAttempt(ctx) {
 			// Not this item's failure: write what is done, and let asynq
@@ -364,7 +371,13 @@ func (h *Handler) finishUnit(ctx context.Context, ref tasks.UnitRef, owner, mark
 	// they are done work. A short detached context bounds the write.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
+	wctx, span := tracing.Start(wctx, h.tracer, "unit.write")
 	ended, err := h.store.FinishUnit(wctx, ref, mark, outs)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("puzzleq.items", len(outs)))
+		tracing.Fail(span, err)
+	}
+	span.End()
 	if err != nil {
 		return fmt.Errorf("tasks: finish %d items of unit %s: %w", len(outs), ref.TaskID(), err)
 	}
