@@ -58,6 +58,15 @@
 // every transient failure, since the server answers a repeated key with
 // the batch the first request created. A results stream that breaks is
 // requested again and resumes after the last line it yielded.
+//
+// # Tracing
+//
+// Every request carries the trace context of its ctx, written by the
+// program's global OpenTelemetry propagator: after
+// otel.SetTextMapPropagator(propagation.TraceContext{}), a call made
+// inside a span sends its traceparent, and the API's and the worker's
+// spans of that request join the caller's trace. Without a propagator
+// set, nothing is sent.
 package client
 
 import (
@@ -75,6 +84,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/puzzleq/puzzleq/apitype"
 )
@@ -802,6 +814,11 @@ func (c *Client) send(ctx context.Context, cl call) (*http.Response, error) {
 		req.Header.Set("Accept", "application/json")
 	}
 	req.Header.Set("User-Agent", c.userAgent)
+	// The caller's trace context (W3C traceparent, or whatever the
+	// program's global propagator writes) goes with every request, so
+	// the API's spans join the caller's trace. Until the program sets a
+	// propagator (otel.SetTextMapPropagator) this writes nothing.
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
