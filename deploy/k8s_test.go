@@ -260,6 +260,7 @@ var overlays = []expect{
 	{"deploy/k8s/overlays/dev", 1, 1, "", []string{"pdb78"}},
 	{"deploy/k8s/overlays/prod", 3, 0, "keda", []string{"pdb78"}},
 	{"deploy/k8s/overlays/prod-hpa", 3, 0, "hpa", []string{"pdb78"}},
+	{"deploy/k8s/overlays/prod", 3, 0, "keda", []string{"tracing"}},
 }
 
 // name is the overlay and the components it is rendered with.
