@@ -17,6 +17,9 @@
 # Then it runs the throughput scenario of distinct 8-puzzles against the
 # API (POST ?wait=, 16 clients) and prints the CPU per task of each
 # process: api, worker, redis-server and loadgen's clients.
+# A BINDIR may hold a file `env` of VAR=value lines, set for its api and
+# worker: one build run with two settings is two BINDIRs of the same
+# binaries (e.g. tracing off, and on with OTEL_EXPORTER_OTLP_ENDPOINT).
 set -euo pipefail
 rounds=$1; shift
 clients=${BENCH_CLIENTS:-16}
@@ -55,9 +58,11 @@ for round in $(seq "$rounds"); do
     redis-server --port $rp --bind 127.0.0.1 --save '' --appendonly no --dir "$run" --logfile "$run/redis.log" &
     rpid=$!; pids+=($rpid)
     sleep 0.3
-    API_KEYS=${BENCH_API_KEYS:-} REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn HTTP_ADDR=127.0.0.1:$ap "$bin/api" >"$run/api.log" 2>&1 &
+    envs=()
+    if [ -f "$bin/env" ]; then mapfile -t envs <"$bin/env"; fi
+    env "${envs[@]}" API_KEYS=${BENCH_API_KEYS:-} REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn HTTP_ADDR=127.0.0.1:$ap "$bin/api" >"$run/api.log" 2>&1 &
     apid=$!; pids+=($apid)
-    REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn HTTP_ADDR=127.0.0.1:$wp PDB_PRELOAD=false "$bin/worker" >"$run/worker.log" 2>&1 &
+    env "${envs[@]}" REDIS_URL=redis://127.0.0.1:$rp/0 LOG_LEVEL=warn HTTP_ADDR=127.0.0.1:$wp PDB_PRELOAD=false "$bin/worker" >"$run/worker.log" 2>&1 &
     wpid=$!; pids+=($wpid)
     "$lg" -serve-floor 127.0.0.1:$fp -floor-redis 127.0.0.1:$rp 2>"$run/floor.log" &
     fpid=$!; pids+=($fpid)
