@@ -142,6 +142,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		cb.IdempotencyKey = key
 	}
 	cctx, commit := tracing.StartKind(ctx, s.opts.Tracer, "batch.commit", trace.SpanKindProducer)
+	traced := commit.IsRecording()
 	err = s.store.CommitBatch(cctx, w, cb)
 	tracing.Fail(commit, err)
 	commit.End()
@@ -199,7 +200,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		s.log.Info("batch commit reply lost, but the batch is being fed: accepted", "batch_id", batchID, "err", err)
 	}
 	committed = true
-	if commit.IsRecording() {
+	if traced {
 		// The units run later, each in a trace of its own: they link to
 		// the commit's span (a unit fed before this write lands has no
 		// link, which only tracing loses).

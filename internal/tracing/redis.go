@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -42,7 +43,7 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !trace.SpanFromContext(ctx).IsRecording() {
 			return next(ctx, cmd)
 		}
-		name := cmd.FullName()
+		name := strings.ToUpper(cmd.FullName())
 		ctx, span := h.tr.Start(ctx, "redis "+name, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(h.attrs...), trace.WithAttributes(attribute.String("db.operation.name", name)))
 		err := next(ctx, cmd)
