@@ -66,7 +66,7 @@ func TestTracesInJaeger(t *testing.T) {
 			// as a SIGTERM does.
 			s.Close()
 
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			checkSingle(t, ctx, j, single, singleParent, apiSvc, workerSvc)
 			checkBatch(t, ctx, j, batch, batchParent, apiSvc, workerSvc)
@@ -228,11 +228,16 @@ func written(units []jaegertest.Trace) int {
 // waitTrace reads a trace from Jaeger until it holds spans of every name.
 func waitTrace(t *testing.T, ctx context.Context, j *jaegertest.Jaeger, traceID string, names ...string) *jaegertest.Trace {
 	t.Helper()
+	var last *jaegertest.Trace // the last read, for the failure's message
 	for {
 		tr, err := j.Trace(ctx, traceID)
 		if err != nil && ctx.Err() == nil {
 			t.Fatal(err)
 		}
+		if tr == nil {
+			tr = last
+		}
+		last = tr
 		missing := names
 		if tr != nil {
 			missing = nil
