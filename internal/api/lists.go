@@ -70,6 +70,7 @@ var queryParams = map[string][]string{
 	"GET /v1/tasks":               listParams,
 	"POST /v1/tasks":              {"wait", "webhook"},
 	"GET /v1/tasks/:id":           {"wait"},
+	"GET /v1/tasks/:id/puzzle":    nil,
 	"DELETE /v1/tasks/:id":        nil,
 	"POST /v1/tasks/:id/retry":    nil,
 	"GET /v1/batches":             listParams,

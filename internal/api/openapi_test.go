@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/api"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
@@ -78,6 +79,30 @@ func startDocStack(t *testing.T, extra map[string]string) *stacktest.Stack {
 		Env:    map[string]string{"SHUTDOWN_TIMEOUT": "2s", "LOG_LEVEL": "warn", "KEY_PREFIX": "oapi:", "WORKER_CONCURRENCY": "2"},
 		APIEnv: extra, LogOut: stacktest.Logs(t),
 	})
+}
+
+// Every /v1 route, and every probe, refuses a query parameter it does not
+// take with 400 naming it, as the document promises: a misspelt filter
+// must not silently list everything. A route left out of the server's
+// table of parameters would take anything.
+func TestEveryRouteRefusesUnknownQueryParams(t *testing.T) {
+	s := startDocStack(t, nil)
+	n := 0
+	for _, r := range s.API.Routes() {
+		method, path, _ := strings.Cut(r, " ")
+		if method == http.MethodHead || !(strings.HasPrefix(path, "/v1/") || slices.Contains([]string{"/healthz", "/readyz", "/openapi.yaml", "/history"}, path)) {
+			continue
+		}
+		n++
+		code, b := s.Do(method, strings.ReplaceAll(path, ":id", unknownID)+"?zzz=1", nil)
+		var e apitype.ErrorBody
+		if err := json.Unmarshal(b, &e); code != http.StatusBadRequest || err != nil || e.Error.Field != "zzz" {
+			t.Errorf("%s ?zzz=1: %d %.200s, want 400 naming zzz", r, code, b)
+		}
+	}
+	if n < 20 {
+		t.Errorf("checked %d routes, want every /v1 route and the probes", n)
+	}
 }
 
 // ginPath turns an OpenAPI path into the server's route syntax.
