@@ -154,21 +154,48 @@ func (h *Handler) Register(mux *asynq.ServeMux) {
 	}
 }
 
-// ProcessTask implements asynq.Handler.
-func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	if h.tracer != nil {
-		return h.processTraced(ctx, t)
+// ProcessTask implements asynq.Handler. Each delivery runs in a span when
+// h traces: "task.process", a child of the API's enqueue when the payload
+// carries its trace context, or "unit.process", the root of a trace of
+// its own linked to its batch's (the request that submitted the batch
+// ended long before).
+func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
+	switch t.Type() {
+	case tasks.TypeSliding, tasks.TypeSweep, tasks.TypeFill:
+		var p tasks.SolvePayload
+		if err := tasks.DecodePayload(t.Payload(), &p); err != nil || p.ID == "" {
+			// Without an ID there is no record to fail: drop it for good.
+			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		}
+		if h.tracer != nil {
+			var span trace.Span
+			ctx, span = h.startDelivery(tracing.Extract(ctx, p.TraceParent, p.TraceState), t, "task.process", nil,
+				attribute.String("puzzleq.task.id", p.ID))
+			defer func() { tracing.Fail(span, err); span.End() }()
+		}
+		return h.processSolve(ctx, t, &p)
+	case tasks.TypeUnit:
+		ref, err := decodeUnitRef(t.Payload())
+		if err != nil {
+			return fmt.Errorf("tasks: undecodable unit payload: %v: %w", err, asynq.SkipRetry)
+		}
+		if h.tracer != nil {
+			var span trace.Span
+			ctx, span = h.startDelivery(ctx, t, "unit.process", h.batchLinks(ctx, ref.BatchID),
+				attribute.String("puzzleq.batch.id", ref.BatchID), attribute.String("puzzleq.unit", ref.Unit))
+			defer func() { tracing.Fail(span, err); span.End() }()
+		}
+		return h.processUnit(ctx, ref)
+	default:
+		return fmt.Errorf("tasks: unknown task type %q: %w", t.Type(), asynq.SkipRetry)
 	}
-	return h.process(ctx, t)
 }
 
-// processTraced is process inside the delivery's span: "task.process", a
-// child of the API's enqueue when the payload carries its trace context,
-// or "unit.process", the root of a trace of its own linked to its
-// batch's (the request that submitted the batch ended long before).
-func (h *Handler) processTraced(ctx context.Context, t *asynq.Task) error {
-	attrs := []attribute.KeyValue{attribute.String("messaging.system", "asynq"),
-		attribute.String("puzzleq.task.type", t.Type())}
+// startDelivery starts the consumer span name of delivery t, with
+// attributes of its own beside asynq's queue, task ID and retry count; a
+// unit's (links set) is a new root, linked to its batch's trace.
+func (h *Handler) startDelivery(ctx context.Context, t *asynq.Task, name string, links []trace.Link, own ...attribute.KeyValue) (context.Context, trace.Span) {
+	attrs := append(own, attribute.String("messaging.system", "asynq"), attribute.String("puzzleq.task.type", t.Type()))
 	if q, ok := asynq.GetQueueName(ctx); ok {
 		attrs = append(attrs, attribute.String("messaging.destination.name", q))
 	}
@@ -178,34 +205,30 @@ func (h *Handler) processTraced(ctx context.Context, t *asynq.Task) error {
 	if n, ok := asynq.GetRetryCount(ctx); ok {
 		attrs = append(attrs, attribute.Int("puzzleq.retried", n))
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
-	name := "task.process"
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 	if t.Type() == tasks.TypeUnit {
-		name = "unit.process"
-		opts = append(opts, trace.WithNewRoot())
-		if ref, err := decodeUnitRef(t.Payload()); err == nil {
-			attrs = append(attrs, attribute.String("puzzleq.batch.id", ref.BatchID), attribute.String("puzzleq.unit", ref.Unit))
-			if bt, ok := h.store.(BatchTracer); ok {
-				if tp, ts, err := bt.BatchTrace(ctx, ref.BatchID); err == nil {
-					if sc := tracing.SpanContext(tp, ts); sc.IsValid() {
-						opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-					}
-				}
-			}
-		}
-	} else {
-		var p tasks.SolvePayload
-		if tasks.DecodePayload(t.Payload(), &p) == nil {
-			ctx = tracing.Extract(ctx, p.TraceParent, p.TraceState)
-			attrs = append(attrs, attribute.String("puzzleq.task.id", p.ID))
-		}
+		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(links...))
 	}
-	opts = append(opts, trace.WithAttributes(attrs...))
-	ctx, span := h.tracer.Start(ctx, name, opts...)
-	err := h.process(ctx, t)
-	tracing.Fail(span, err)
-	span.End()
-	return err
+	return h.tracer.Start(ctx, name, opts...)
+}
+
+// batchLinks is the link to the trace of the request that submitted
+// batch batchID, read from its record (BatchTracer); none when the store
+// keeps none or the batch has none.
+func (h *Handler) batchLinks(ctx context.Context, batchID string) []trace.Link {
+	bt, ok := h.store.(BatchTracer)
+	if !ok {
+		return nil
+	}
+	tp, ts, err := bt.BatchTrace(ctx, batchID)
+	if err != nil {
+		return nil
+	}
+	sc := tracing.SpanContext(tp, ts)
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.Link{{SpanContext: sc}}
 }
 
 // BatchTracer is what a Store may offer for the spans of batch units:
@@ -215,33 +238,18 @@ type BatchTracer interface {
 	BatchTrace(ctx context.Context, batchID string) (traceparent, tracestate string, err error)
 }
 
-// process runs a task.
-func (h *Handler) process(ctx context.Context, t *asynq.Task) error {
-	switch t.Type() {
-	case tasks.TypeSliding, tasks.TypeSweep, tasks.TypeFill:
-		var p tasks.SolvePayload
-		if err := tasks.DecodePayload(t.Payload(), &p); err != nil || p.ID == "" {
-			// Without an ID there is no record to fail: drop it for good.
-			return fmt.Errorf("tasks: undecodable %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+// processSolve runs a single task, or a batch item in a unit of its own,
+// from its decoded payload.
+func (h *Handler) processSolve(ctx context.Context, t *asynq.Task, p *tasks.SolvePayload) error {
+	ctx = withAcceptedAt(ctx, p.At)
+	if h.gate != nil && t.Type() != tasks.TypeFill {
+		// Fills are all cheap; a sliding board is expensive over 9
+		// cells, which only decoding tells.
+		if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
+			return h.processExpensive(ctx, p.Owner, p.Item, pz)
 		}
-		ctx = withAcceptedAt(ctx, p.At)
-		if h.gate != nil && t.Type() != tasks.TypeFill {
-			// Fills are all cheap; a sliding board is expensive over 9
-			// cells, which only decoding tells.
-			if pz, err := puzzle.Decode(p.Request); err == nil && !pz.Cheap() {
-				return h.processExpensive(ctx, p.Owner, p.Item, pz)
-			}
-		}
-		return h.processItems(ctx, p.Owner, []tasks.Item{p.Item})
-	case tasks.TypeUnit:
-		ref, err := decodeUnitRef(t.Payload())
-		if err != nil {
-			return fmt.Errorf("tasks: undecodable unit payload: %v: %w", err, asynq.SkipRetry)
-		}
-		return h.processUnit(ctx, ref)
-	default:
-		return fmt.Errorf("tasks: unknown task type %q: %w", t.Type(), asynq.SkipRetry)
 	}
+	return h.processItems(ctx, p.Owner, []tasks.Item{p.Item})
 }
 
 // outcome is what became of one item.
