@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/puzzleq/puzzleq/internal/redistest"
 )
 
 // BinaryEnv names the Jaeger binary to use instead of the cached build.
@@ -217,12 +219,11 @@ func dialable(port int) bool {
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // Trace is a trace as the query API's /api/traces answers it.

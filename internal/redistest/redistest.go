@@ -74,7 +74,7 @@ func launch(dir string, extra []string) (*Server, error) {
 	s := &Server{Dir: dir, args: extra}
 	var err error
 	for range 5 {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			continue
 		}
 		if err = s.start(); err == nil {
@@ -239,7 +239,9 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago (see
+// FreeAddr).
+func FreePort() (int, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return 0, err

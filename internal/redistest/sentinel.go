@@ -46,7 +46,7 @@ func StartSentinel(t testing.TB, o SentinelOpts) *Server {
 	}
 	s := &Server{Dir: dir, sentinel: conf}
 	for range 5 {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			continue
 		}
 		if err = s.start(); err == nil {

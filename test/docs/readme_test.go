@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/puzzleq/puzzleq/internal/redistest"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
 )
 
@@ -306,14 +306,13 @@ func matchLines(want, got []string, addr string) bool {
 	return true
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func tail(s string, n int) string {
