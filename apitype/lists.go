@@ -103,17 +103,21 @@ type ServiceStatus struct {
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
 
-// WorkerStatus is one live worker process. Its host and process are not
-// told: /v1/status is a tenant's route, and where the workers run is the
-// operator's business (the operator dashboard shows it).
+// WorkerStatus is one live worker process, as its last heartbeat
+// (HEARTBEAT_INTERVAL) described it. Its host and process are not told:
+// /v1/status is a tenant's route, and where the workers run is the
+// operator's business (the worker logs them beside its ID when it
+// starts, and the operator dashboard lists them).
 type WorkerStatus struct {
-	// ID is the worker's asynq server ID, stable while it runs.
+	// ID is the worker's name, new with each start: the worker_id of
+	// every line it logs.
 	ID string `json:"id"`
 	// Slots is its concurrency; Busy the tasks it runs now.
 	Slots     int        `json:"slots"`
 	Busy      int        `json:"busy"`
 	StartedAt *time.Time `json:"started_at"`
-	// Running counts the tasks it runs by type (solve, solve:unit).
+	// Running counts the tasks it runs on its solver slots by type
+	// (solve:sliding, solve:unit, ...).
 	Running map[string]int `json:"running"`
 }
 

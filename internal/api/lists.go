@@ -9,10 +9,10 @@ package api
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/puzzle"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -43,12 +44,13 @@ type ListStore interface {
 	// Parking reports the expensive runs waiting for a solver slot, which
 	// asynq holds in its retry sets, and the retry sets' sizes of queues.
 	Parking(ctx context.Context, queues ...string) (store.Parking, error)
+	// Presences returns the live workers as their last heartbeat
+	// described them.
+	Presences(ctx context.Context) ([]worker.Presence, error)
 }
 
-// Presence reports the live workers and the queues' depths;
-// *asynq.Inspector satisfies it.
+// Presence reports the queues' depths; *asynq.Inspector satisfies it.
 type Presence interface {
-	Servers() ([]*asynq.ServerInfo, error)
 	// Queues names the queues that exist: GetQueueInfo fails for one
 	// on which nothing was ever enqueued.
 	Queues() ([]string, error)
@@ -201,38 +203,32 @@ func counts(b *store.Batch) apitype.Counts {
 // cheap lane's.
 var queues = append(append([]string{}, tasks.Queues...), tasks.CheapQueues...)
 
-// status answers GET /v1/status: the live workers (asynq's server
-// heartbeats), their slots, the queues' depths and the oldest waiting
-// work, the feed's included.
+// status answers GET /v1/status: the live workers (their own heartbeats,
+// every HEARTBEAT_INTERVAL), their slots, the queues' depths and the
+// oldest waiting work, the feed's included.
 func (s *Server) status(c *gin.Context) {
 	if s.opts.Presence == nil {
 		fail(c, errors.New("no presence source is wired"))
 		return
 	}
 	out := apitype.ServiceStatus{Workers: []apitype.WorkerStatus{}, Queues: []apitype.QueueStatus{}}
-	servers, err := s.opts.Presence.Servers()
+	// Read from the workers' own heartbeats, not asynq's server
+	// heartbeats, which are 5 s apart: the busy count and the queues'
+	// depths below are then of the same moment, within a beat.
+	presences, err := s.store.Presences(c.Request.Context())
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	for _, sv := range servers {
-		if sv.Status != "active" && sv.Status != "" {
-			continue // "stopped": shutting down, taking nothing new
-		}
-		if !tasks.SolvesOn(sv.Queues) {
-			continue // a worker's webhook or cheap lane server: no solver slots
-		}
-		w := apitype.WorkerStatus{ID: sv.ID, Slots: sv.Concurrency, Busy: len(sv.ActiveWorkers),
-			StartedAt: timePtr(sv.Started.UTC()), Running: map[string]int{}}
-		for _, a := range sv.ActiveWorkers {
-			w.Running[a.TaskType]++
-		}
+	for _, p := range presences {
+		w := apitype.WorkerStatus{ID: p.ID, Slots: p.Slots, Busy: p.Busy(),
+			StartedAt: timePtr(time.UnixMilli(p.Started).UTC()), Running: map[string]int{}}
+		maps.Copy(w.Running, p.Running)
 		out.Workers = append(out.Workers, w)
 		out.WorkersAlive++
 		out.Slots += w.Slots
 		out.Busy += w.Busy
 	}
-	slices.SortFunc(out.Workers, func(a, b apitype.WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 	exist, err := s.opts.Presence.Queues()
 	if err != nil {
 		fail(c, err)

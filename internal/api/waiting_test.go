@@ -81,11 +81,29 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 	if q.Pending != 0 || q.OldestPendingSeconds < 1 {
 		t.Errorf("with nothing pending, the oldest pending age is the oldest waiting run's: %+v, want at least 1 s", q)
 	}
+	// The worker shows the one run that holds the key's slot, under the
+	// name its logs give it, within a heartbeat (its own, not asynq's 5 s
+	// one). A parked run that comes back for a moment may show as a
+	// second.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := getAs[apitype.ServiceStatus](t, s, "", "/v1/status", 200)
+		if len(st.Workers) != 1 || st.WorkersAlive != 1 || st.Slots != 4 || st.Workers[0].ID != s.Workers[0].ID() || st.Workers[0].StartedAt == nil {
+			t.Fatalf("status %+v, want the stack's one worker %s with 4 slots", st, s.Workers[0].ID())
+		}
+		if w := st.Workers[0]; w.Busy == 1 && st.Busy == 1 && w.Running[tasks.TypeSliding] == 1 && len(w.Running) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker reads %+v, want 1 of 4 slots busy with %s", st.Workers[0], tasks.TypeSliding)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if info, err := inspector.GetQueueInfo(tasks.QueueInteractive); err != nil || info.Retry < 1 {
 		t.Fatalf("asynq's retry set holds %+v (%v): the parked runs should be there", info, err)
 	}
 	// The metrics' count (puzzleq_waiting{key}) is the same.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		uses, err := s.Store.SlotUses(t.Context())
 		if err != nil {

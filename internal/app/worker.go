@@ -143,6 +143,12 @@ func procsFor(slots, procs int) int {
 // newWorker builds a worker on rdb; tp is its tracing, the API's when
 // the worker is embedded in it (the API then exports and shuts it down).
 func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry, tp *tracing.Provider) (*Worker, error) {
+	// The worker's one name: every line it logs carries it, and so do
+	// the store and GET /v1/status (worker.NewWorkerID). The heartbeat
+	// adds it to its own lines.
+	id := worker.NewWorkerID()
+	beatLog := log
+	log = log.With("worker_id", id)
 	w := &Worker{cfg: cfg, log: log, rdb: rdb, reg: reg, cancels: worker.NewCancels(), tracing: tp}
 	w.store = store.New(rdb, cfg.storeOptions())
 	loadScripts(w.store, log)
@@ -167,8 +173,7 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 	// The heartbeat records every task that runs for more than a few
 	// milliseconds, written behind it, so the API's watchdog can re-drive
 	// them if this process dies (worker.Heartbeat).
-	id := worker.NewWorkerID()
-	w.beat = worker.NewHeartbeat(w.store, id, cfg.HeartbeatInterval, log)
+	w.beat = worker.NewHeartbeat(w.store, id, cfg.HeartbeatInterval, beatLog)
 	w.history = worker.NewHistory(w.store, cfg.HistoryInterval, id, log)
 	h.SetHistory(w.history)
 	w.beat.StopAfter(cfg.CutOffAfter)
@@ -343,8 +348,8 @@ func (w *Worker) Addr() string {
 	return w.ln.Addr().String()
 }
 
-// ID is the worker's heartbeat ID (worker.NewWorkerID), which names it in
-// Redis and in the watchdog's logs.
+// ID is the worker's name (worker.NewWorkerID): in its logs, in Redis
+// and on GET /v1/status.
 func (w *Worker) ID() string { return w.beat.ID() }
 
 // Cancels returns the registry of running solves, for tests.
@@ -438,7 +443,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.httpSrv != nil {
 		go func() { httpErr <- w.httpSrv.Serve(w.ln) }()
 	}
-	w.log.Info("worker started", "worker_id", w.beat.ID(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
+	// Host and pid are logged once, here, beside the worker's name: they
+	// are how asynqmon (/monitoring/) lists its servers.
+	host, _ := os.Hostname()
+	w.log.Info("worker started", "host", host, "pid", os.Getpid(), "concurrency", w.cfg.concurrency(), "queues", w.cfg.weights(),
 		"webhook_concurrency", w.cfg.WebhookConcurrency, "cheap_concurrency", w.cfg.CheapConcurrency, "task_check_interval", w.cfg.TaskCheckInterval.String(), "http_addr", w.Addr())
 
 	// A health server that stops takes the worker down with an error, so

@@ -81,7 +81,7 @@ func TestFairSlotsFollowRegistration(t *testing.T) {
 	if n := f.clusterSlots(); n != 2 {
 		t.Fatalf("after w2 left: S %d, want 2", n)
 	}
-	if err := f.s.Beat(f.ctx, "w1", 1000, nil, nil, time.Minute); err != nil {
+	if err := f.s.Beat(f.ctx, "w1", 1000, nil, nil, time.Minute, worker.Presence{}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := f.s.Reap(f.ctx, "w1", 1000); err != nil || !ok {

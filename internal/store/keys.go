@@ -160,6 +160,13 @@ func (k keys) workers() string { return k.prefix + "workers" }
 // token of the worker's, value = tasks.HeldTask as JSON.
 func (k keys) workerHeld(worker string) string { return k.prefix + "worker:" + worker + ":held" }
 
+// workerPresence is a worker's worker.Presence as JSON, rewritten by each
+// beat with a TTL of a few beats, and removed when it leaves or is
+// reaped.
+func (k keys) workerPresence(worker string) string {
+	return k.prefix + "worker:" + worker + ":presence"
+}
+
 // redriven is a sorted set of the asynq tasks the watchdog has queued a
 // copy of (member parkedMember(queue, asynq ID), score the Unix ms of the
 // copy), so that the original, still listed as active until asynq

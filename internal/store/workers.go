@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,13 +20,19 @@ import (
 // worker's tasks (worker.Heartbeat, internal/api's Watchdog).
 
 // Beat records worker's heartbeat at at (Unix ms) in one round trip: the
-// score in the workers set, every running task (run token -> task) and
-// the removal of the run tokens that ended. The held hash expires ttl
-// after this write.
-func (s *Store) Beat(ctx context.Context, workerID string, at int64, running map[string]worker.HeldTask, ended []string, ttl time.Duration) error {
+// score in the workers set, its presence, every running task (run token
+// -> task) and the removal of the run tokens that ended. The held hash
+// expires ttl after this write, the presence presenceTTL after it.
+func (s *Store) Beat(ctx context.Context, workerID string, at int64, running map[string]worker.HeldTask, ended []string, ttl time.Duration,
+	presence worker.Presence, presenceTTL time.Duration) error {
 	held := s.k.workerHeld(workerID)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	pb, err := json.Marshal(presence)
+	if err != nil {
+		return fmt.Errorf("store: heartbeat of %s: %w", workerID, err)
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, s.k.workers(), redis.Z{Score: float64(at), Member: workerID})
+		p.Set(ctx, s.k.workerPresence(workerID), pb, presenceTTL)
 		if len(ended) > 0 {
 			p.HDel(ctx, held, ended...)
 		}
@@ -69,11 +78,12 @@ func (s *Store) Hold(ctx context.Context, workerID string, started map[string]wo
 	return nil
 }
 
-// Leave removes worker's heartbeat, its held tasks and its solver slots
-// (RegisterSlots).
+// Leave removes worker's heartbeat, its presence, its held tasks and its
+// solver slots (RegisterSlots).
 func (s *Store) Leave(ctx context.Context, workerID string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.k.workers(), workerID)
+		p.Del(ctx, s.k.workerPresence(workerID))
 		p.Del(ctx, s.k.workerHeld(workerID))
 		p.HDel(ctx, s.k.gateSlots(), workerID)
 		return nil
@@ -98,6 +108,42 @@ func (s *Store) Workers(ctx context.Context) ([]worker.WorkerBeat, error) {
 	return out, nil
 }
 
+// Presences returns the presence of every worker that has one (its last
+// beat is recent: worker.Presence), sorted by ID, in two round trips:
+// the workers set, then a GET of each one's presence, pipelined (one key
+// each, so that it holds on a Redis Cluster too).
+func (s *Store) Presences(ctx context.Context) ([]worker.Presence, error) {
+	ids, err := s.rdb.ZRange(ctx, s.k.workers(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: workers: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, s.k.workerPresence(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: presence of %d workers: %w", len(ids), err)
+	}
+	out := make([]worker.Presence, 0, len(ids))
+	for i, c := range cmds {
+		var p worker.Presence
+		b, err := c.Bytes()
+		if err != nil || json.Unmarshal(b, &p) != nil {
+			continue // gone since the ZRANGE, or not a presence
+		}
+		p.ID = ids[i]
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b worker.Presence) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
 // Held returns the tasks worker holds, each once. A field that does not
 // decode is skipped: it names nothing a watchdog could re-drive.
 func (s *Store) Held(ctx context.Context, workerID string) ([]worker.HeldTask, error) {
@@ -118,13 +164,14 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]worker.HeldTask, e
 	return out, nil
 }
 
-// reapScript removes a dead worker's heartbeat, held tasks and solver
-// slots, unless it beat again since the watchdog saw it: its slots leave
-// S at once rather than when their entry expires.
+// reapScript removes a dead worker's heartbeat, presence, held tasks and
+// solver slots, unless it beat again since the watchdog saw it: its slots
+// leave S at once rather than when their entry expires.
 //
 // KEYS[1] workers sorted set
 // KEYS[2] the worker's held hash
 // KEYS[3] the workers' solver slots (keys.gateSlots)
+// KEYS[4] the worker's presence (keys.workerPresence)
 // ARGV[1] worker ID
 // ARGV[2] the beat time the watchdog saw (Unix ms)
 //
@@ -134,7 +181,7 @@ var reapScript = redis.NewScript(`
 local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not at or tonumber(at) ~= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[4])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 `)
@@ -143,7 +190,7 @@ return 1
 // re-driven. It reports false when the worker beat since: it is alive,
 // and its next beat rewrote what it runs.
 func (s *Store) Reap(ctx context.Context, workerID string, at int64) (bool, error) {
-	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(workerID), s.k.gateSlots()}, workerID, strconv.FormatInt(at, 10)).Int()
+	n, err := reapScript.Run(ctx, s.rdb, []string{s.k.workers(), s.k.workerHeld(workerID), s.k.gateSlots(), s.k.workerPresence(workerID)}, workerID, strconv.FormatInt(at, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: reap %s: %w", workerID, err)
 	}

@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // A worker that dies (kill -9, a crashed node) cannot give its tasks back,
@@ -43,14 +45,41 @@ type WorkerBeat struct {
 	At int64
 }
 
+// Presence is what a worker's last beat said of it, for GET /v1/status:
+// its solver slots, when it started, and the tasks it ran on the solver
+// queues at that moment, by type. It is written with every beat, so it
+// is at most a heartbeat interval old; a worker that stops beating drops
+// out of it after presenceBeats intervals, or sooner when it leaves or
+// the watchdog reaps it.
+type Presence struct {
+	// ID is the worker's ID (NewWorkerID); the store fills it in.
+	ID string `json:"-"`
+	// Slots is the worker's solver slots (its asynq concurrency on the
+	// solver queues).
+	Slots int `json:"slots"`
+	// Started is when the worker started, Unix ms by its clock.
+	Started int64 `json:"started"`
+	// Running counts the tasks it runs on the solver queues by type.
+	Running map[string]int `json:"running,omitempty"`
+}
+
+// Busy is how many tasks the worker runs on its solver slots.
+func (p Presence) Busy() int {
+	n := 0
+	for _, c := range p.Running {
+		n += c
+	}
+	return n
+}
+
 // BeatStore is what a Heartbeat needs of the store; *store.Store
 // satisfies it.
 type BeatStore interface {
 	// Beat records that worker is alive as of at (Unix ms), rewrites the
 	// tasks it runs (run token -> task) and removes the run tokens that
 	// ended. The worker's record of tasks expires ttl after its last
-	// write.
-	Beat(ctx context.Context, worker string, at int64, running map[string]HeldTask, ended []string, ttl time.Duration) error
+	// write; its presence, presenceTTL after it.
+	Beat(ctx context.Context, worker string, at int64, running map[string]HeldTask, ended []string, ttl time.Duration, p Presence, presenceTTL time.Duration) error
 	// Hold records tasks the worker has started (run token -> task) in
 	// one round trip, without touching its beat; the record expires ttl
 	// after this write.
@@ -76,6 +105,11 @@ type SlotRegistry interface {
 // slots between keys; a worker whose beats are slow a moment must not
 // drop out, which would park runs beside its idle slots.
 const slotsBeats = 6
+
+// presenceBeats is how many heartbeat intervals a worker's Presence
+// outlives its last beat: as long as its solver slots count, so that a
+// worker whose slots are shared is also shown.
+const presenceBeats = slotsBeats
 
 // HeldTTL is how long a worker's record of its tasks outlives its last
 // write. Past it, asynq's own recovery (at most about 130 s after the
@@ -130,6 +164,7 @@ type Heartbeat struct {
 	id       string
 	interval time.Duration
 	log      *slog.Logger
+	started  time.Time
 
 	cutOff   time.Duration // StopAfter; 0: never
 	stopped  atomic.Int64  // tasks stopped because the beats failed
@@ -143,6 +178,7 @@ type Heartbeat struct {
 	mu      sync.Mutex
 	next    uint64
 	running map[string]HeldTask                // run token -> task
+	solving map[string]string                  // run token -> task type, for runs on the solver queues
 	stops   map[string]context.CancelCauseFunc // run token -> its context's cancel
 	ended   []string                           // run tokens to remove with the next beat
 	// unwritten is each running task no write has stored yet: holdNew
@@ -197,16 +233,16 @@ func (h *Heartbeat) SetSlots(reg SlotRegistry, slots int, seen func(total int)) 
 // Stopped returns how many tasks Run stopped because the beats failed.
 func (h *Heartbeat) Stopped() int64 { return h.stopped.Load() }
 
-// NewWorkerID returns a worker ID that names the host and process, for
-// operators, and is unique across restarts of the same pod.
+// NewWorkerID returns a process's name: "w-" and 12 random hex digits,
+// new with every start. It is the one name the worker goes by: in its
+// logs (every line's worker_id), in the store, and to tenants on GET
+// /v1/status and the dashboard. It holds neither host nor pid, which are
+// the operator's: the worker logs them beside it when it starts, and
+// asynqmon (/monitoring/) lists its servers by them.
 func NewWorkerID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	var b [4]byte
+	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	return "w-" + hex.EncodeToString(b[:])
 }
 
 // NewHeartbeat returns the heartbeat of worker id, beating every interval
@@ -220,8 +256,8 @@ func NewHeartbeat(st BeatStore, id string, interval time.Duration, log *slog.Log
 		log = slog.New(slog.DiscardHandler)
 	}
 	life, kill := context.WithCancel(context.Background())
-	return &Heartbeat{store: st, id: id, interval: interval, log: log,
-		running: map[string]HeldTask{}, stops: map[string]context.CancelCauseFunc{},
+	return &Heartbeat{store: st, id: id, interval: interval, log: log, started: time.Now(),
+		running: map[string]HeldTask{}, solving: map[string]string{}, stops: map[string]context.CancelCauseFunc{},
 		unwritten: map[string]holdState{}, life: life, kill: kill}
 }
 
@@ -253,6 +289,9 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 			h.next++
 			run := strconv.FormatUint(h.next, 36)
 			h.running[run] = ht
+			if slices.Contains(tasks.Queues, q) {
+				h.solving[run] = t.Type()
+			}
 			h.stops[run] = stop
 			h.unwritten[run] = holdNew
 			if !h.flushing && !h.closed {
@@ -265,6 +304,7 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 			defer func() {
 				h.mu.Lock()
 				delete(h.running, run)
+				delete(h.solving, run)
 				delete(h.stops, run)
 				if st, ok := h.unwritten[run]; !ok || st == holdRetry {
 					h.ended = append(h.ended, run) // it may be in Redis
@@ -443,6 +483,10 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	for k, v := range h.running {
 		running[k] = v
 	}
+	p := Presence{Slots: h.slots, Started: h.started.UnixMilli(), Running: map[string]int{}}
+	for _, typ := range h.solving {
+		p.Running[typ]++
+	}
 	ended := h.ended
 	h.ended = nil
 	var first map[string]HeldTask
@@ -456,7 +500,7 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	h.mu.Unlock()
 	bctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
-	err := h.store.Beat(bctx, h.id, time.Now().UnixMilli(), running, ended, HeldTTL)
+	err := h.store.Beat(bctx, h.id, time.Now().UnixMilli(), running, ended, HeldTTL, p, presenceBeats*h.interval)
 	if err != nil {
 		h.mu.Lock()
 		h.ended = append(ended, h.ended...)

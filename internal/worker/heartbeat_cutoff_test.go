@@ -20,7 +20,7 @@ type failingBeats struct{ down atomic.Bool }
 
 var errUnreachable = errors.New("redis: i/o timeout")
 
-func (b *failingBeats) Beat(context.Context, string, int64, map[string]worker.HeldTask, []string, time.Duration) error {
+func (b *failingBeats) Beat(context.Context, string, int64, map[string]worker.HeldTask, []string, time.Duration, worker.Presence, time.Duration) error {
 	if b.down.Load() {
 		return errUnreachable
 	}
@@ -28,7 +28,7 @@ func (b *failingBeats) Beat(context.Context, string, int64, map[string]worker.He
 }
 
 func (b *failingBeats) Hold(context.Context, string, map[string]worker.HeldTask, time.Duration) error {
-	return b.Beat(context.Background(), "", 0, nil, nil, 0)
+	return b.Beat(context.Background(), "", 0, nil, nil, 0, worker.Presence{}, 0)
 }
 
 func (b *failingBeats) Leave(context.Context, string) error { return nil }

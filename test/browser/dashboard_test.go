@@ -251,11 +251,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// The workers' view (GET /v1/status) shows the stack's one worker,
-	// in the singular.
+	// in the singular, by its name.
 	p.visit("#/workers", "workers")
 	p.waitFor("a worker alive", `document.getElementById("workers-alive") && document.getElementById("workers-alive").textContent === "1"`, 10*time.Second)
 	if got := eval[string](p, `document.querySelector("#status p").textContent`); !strings.HasPrefix(got, "1 worker alive · ") {
 		t.Errorf("the status line = %q, want 1 worker alive", got)
+	}
+	// The worker goes by the name its logs give it.
+	if got := eval[string](p, `document.querySelector("#workers tbody td").textContent`); got != s.Workers[0].ID() {
+		t.Errorf("the workers table names %q, want the worker's ID %q", got, s.Workers[0].ID())
 	}
 	// Its queue table shows runs waiting for a solver slot apart from
 	// retries, which asynq counts together.

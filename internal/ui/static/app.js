@@ -441,13 +441,13 @@ function renderStatus(s) {
     for (const w of workers) {
       const running = Object.entries(w.running || {}).map(([k, n]) => k + " " + n).join(", ");
       tb.append(el("tr", {},
-        el("td", { class: "mono", text: (w.host || w.id || "") + (w.pid ? ":" + w.pid : "") }),
+        el("td", { class: "mono", text: w.id || "" }),
         el("td", { text: (w.busy ?? 0) + " / " + (w.slots ?? 0) }),
         el("td", { text: running || "idle" }),
         el("td", { text: fmtTime(w.started_at) })));
     }
     parts.push(el("table", { id: "workers" }, el("thead", {}, el("tr", {},
-      el("th", { text: "worker", title: "its asynq server ID; host and process are the operator's (/monitoring/)" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
+      el("th", { text: "worker", title: "its name, the worker_id of its logs; its host and pid are the operator's" }), el("th", { text: "busy / slots" }), el("th", { text: "running" }), el("th", { text: "started" }))), tb));
   }
   if (queues.length) {
     const tb = el("tbody");
