@@ -18,12 +18,13 @@ import (
 // never reaches the client (the connection drops after the request was
 // handled). The client retries the DELETE, as it does any idempotent
 // request, and the retry must succeed as the first would have, not
-// report a 409 for the cancel it just made. A real stack with no worker,
-// so the work stays pending until it is canceled.
+// report a 409 for the cancel it just made, nor a 404 for the batch it
+// just deleted. A real stack with no worker, so the work stays pending
+// until it is canceled.
 func TestCancelRetriedAfterALostAnswer(t *testing.T) {
 	s := stacktest.StartWith(t, 0, map[string]string{"KEY_PREFIX": "ccancel:"})
 	var mu sync.Mutex
-	lost := map[string]int{} // path -> DELETE answers dropped
+	lost := map[string]int{} // path and query -> DELETE answers dropped
 	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		resp, err := http.DefaultTransport.RoundTrip(r)
 		if err != nil || r.Method != http.MethodDelete {
@@ -31,10 +32,10 @@ func TestCancelRetriedAfterALostAnswer(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if lost[r.URL.Path] > 0 {
+		if lost[r.URL.RequestURI()] > 0 {
 			return resp, nil
 		}
-		lost[r.URL.Path]++
+		lost[r.URL.RequestURI()]++
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return nil, errors.New("connection reset by peer (the test dropped the answer)")
@@ -68,9 +69,18 @@ func TestCancelRetriedAfterALostAnswer(t *testing.T) {
 	if err != nil || !b.Done || b.Counts.Canceled != 2 {
 		t.Fatalf("the batch after the cancel: %+v, %v", b, err)
 	}
+	// Ended, the batch is deleted; the retry of the delete whose answer
+	// was lost finds it deleted, and says so as the first would have.
+	if err := c.DeleteBatch(ctx, sub.ID); err != nil {
+		t.Fatalf("DeleteBatch after a lost answer: %v", err)
+	}
+	var e *client.Error
+	if _, err := c.GetBatch(ctx, sub.ID, "", 1, 0); !errors.As(err, &e) || e.StatusCode != http.StatusNotFound {
+		t.Fatalf("the batch after the delete: %v, want a 404", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(lost) != 2 {
-		t.Fatalf("dropped answers on %d paths, want 2 (the test's transport was not used?)", len(lost))
+	if len(lost) != 3 {
+		t.Fatalf("dropped answers on %d paths, want 3 (the test's transport was not used?)", len(lost))
 	}
 }

@@ -459,6 +459,18 @@ func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
 	return r.Canceled, err
 }
 
+// DeleteBatch deletes a batch whose tasks have all ended (completed,
+// failed or canceled), with its results; from then on it and its tasks
+// are not found. A batch with tasks that have not ended is a 409 *Error
+// (CancelBatch it first, and wait). It is retried when an answer is lost,
+// so a 404 *Error can also mean a lost answer's attempt deleted it: the
+// batch is gone either way.
+func (c *Client) DeleteBatch(ctx context.Context, id string) error {
+	q := url.Values{"purge": {"true"}}
+	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + url.PathEscape(id), query: q, retry: retryAlways}, nil)
+	return err
+}
+
 // BatchOutput returns a finished batch's output: the judge's answer for a
 // judge-format batch, JSON lines of results for a JSON one. With wait > 0
 // the server first waits up to wait for the batch to end. A batch that has

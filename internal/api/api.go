@@ -61,6 +61,10 @@ type Store interface {
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	Cancel(ctx context.Context, id, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
+	// DeleteBatch deletes an ended batch and its results; DeletedBatch
+	// reports whether owner deleted batch id.
+	DeleteBatch(ctx context.Context, b *store.Batch) error
+	DeletedBatch(ctx context.Context, id, owner string) (bool, error)
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	AllowOperator(ctx context.Context, who string, perSecond, burst int) (bool, time.Duration, error)

@@ -110,9 +110,27 @@ func pageParams(c *gin.Context) (cursor, limit int, err error) {
 // same step that marks the batch, so the handler does not guess from the
 // record it read.
 func (s *Server) cancelBatch(c *gin.Context) {
-	b, err := s.loadBatch(c)
+	purge, err := purgeParam(c)
 	if err != nil {
 		fail(c, err)
+		return
+	}
+	b, err := s.loadBatch(c)
+	if purge && errors.Is(err, store.ErrNotFound) && validID(c.Param("id")) {
+		// A repeat of a delete whose answer was lost answers as it did.
+		if gone, derr := s.store.DeletedBatch(c.Request.Context(), c.Param("id"), ownerOf(c)); derr != nil {
+			err = derr
+		} else if gone {
+			c.Status(http.StatusNoContent)
+			return
+		}
+	}
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if purge {
+		s.deleteBatch(c, b)
 		return
 	}
 	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
@@ -127,6 +145,44 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, apitype.BatchCanceled{ID: b.ID, Canceled: n})
+}
+
+// purgeParam reads DELETE's ?purge=: true deletes an ended batch, false
+// (or none) cancels it.
+func purgeParam(c *gin.Context) (bool, error) {
+	switch v := c.Query("purge"); v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	default:
+		return false, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "purge",
+			"purge must be true or false, got %.40q", v)
+	}
+}
+
+// deleteBatch answers DELETE /v1/batches/{id}?purge=true: the batch and
+// its results are deleted once every item has ended, and read as not
+// found from then on.
+func (s *Server) deleteBatch(c *gin.Context, b *store.Batch) {
+	err := s.store.DeleteBatch(c.Request.Context(), b)
+	switch {
+	case errors.Is(err, store.ErrNotEnded):
+		err = newError(http.StatusConflict, apitype.CodeConflict, "purge",
+			"batch has items that have not ended; cancel it (DELETE without purge), wait for it to end, then delete it")
+	case errors.Is(err, store.ErrRetryRunning):
+		err = newError(http.StatusConflict, apitype.CodeConflict, "purge",
+			"a retry of this batch is running; delete it once the retry has answered and its items have ended")
+	case errors.Is(err, store.ErrChunksLeft):
+		// Deleted: the chunks left are read by nothing and expire.
+		s.log.WarnContext(c.Request.Context(), "batch deleted; some result chunks are left to expire", "batch_id", b.ID, "err", err)
+		err = nil
+	}
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
 }
 
 // errBatchEnded is the 409 of a batch cancel that came after every item

@@ -78,7 +78,7 @@ var queryParams = map[string][]string{
 	"GET /v1/batches":             listParams,
 	"POST /v1/batches":            {"format", "webhook"},
 	"GET /v1/batches/:id":         {"wait", "cursor", "limit"},
-	"DELETE /v1/batches/:id":      nil,
+	"DELETE /v1/batches/:id":      {"purge"},
 	"GET /v1/batches/:id/output":  {"wait"},
 	"GET /v1/batches/:id/results": resultsParams,
 	"GET /v1/batches/:id/items":   {"state", "custom_id", "cursor", "limit"},

@@ -642,6 +642,10 @@ func TestOpenAPIConformance(t *testing.T) {
 		wantEqual(t, "canceled by a repeated cancel", r.json(t)["canceled"], 0)
 		r = c.do(call{method: "GET", path: "/v1/batches/" + id, want: 200})
 		wantJSON(t, "counts", r.json(t)["counts"], `{"pending":0,"active":0,"completed":0,"failed":0,"canceled":3}`)
+		// Ended by the cancel, it can be deleted.
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/batches/" + id + "?purge=maybe", want: 400, req: reqInvalid}), "invalid_request", "purge")
+		c.do(call{method: "DELETE", path: "/v1/batches/" + id + "?purge=true", want: 204})
+		c.do(call{method: "GET", path: "/v1/batches/" + id, want: 404})
 	})
 
 	t.Run("errors", func(t *testing.T) {

@@ -106,8 +106,8 @@ canceled item of a batch.`,
 func newBatchCmd(g *globals) *cobra.Command {
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "batch ID | batch cancel ID | batch retry ID",
-		Short: "Show, cancel or retry a batch",
+		Use:   "batch ID | batch cancel ID | batch retry ID | batch delete ID",
+		Short: "Show, cancel, retry or delete a batch",
 		Long: `Show a batch's counts per state and whether every task has ended. With
 --watch, keep showing the counts as they change until the batch is done
 (-o ndjson prints a line per change; -o json and -o yaml print the final
@@ -115,11 +115,13 @@ counts once).
 Exits with status 1 if a task of a finished batch failed or was canceled.
 
 "batch cancel ID" cancels the tasks that have not ended; "batch retry ID"
-runs the failed and canceled tasks again, with the same IDs.`,
+runs the failed and canceled tasks again, with the same IDs; "batch delete ID"
+deletes a batch whose tasks have all ended, with its results.`,
 		Example: `  puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
   puzzlectl batch 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f --watch --timeout 10m
   puzzlectl batch cancel 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
-  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
+  puzzlectl batch retry 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f
+  puzzlectl batch delete 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
 		Args:              exactArgs(1, "a batch ID"),
 		ValidArgsFunction: completeBatchIDs(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -183,7 +185,7 @@ runs the failed and canceled tasks again, with the same IDs.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "W", false, "keep showing the counts until the batch is done (at most --timeout, when set)")
-	cmd.AddCommand(newBatchCancelCmd(g), newBatchRetryCmd(g))
+	cmd.AddCommand(newBatchCancelCmd(g), newBatchRetryCmd(g), newBatchDeleteCmd(g))
 	return cmd
 }
 

@@ -366,6 +366,35 @@ func newBatchCancelCmd(g *globals) *cobra.Command {
 	}
 }
 
+func newBatchDeleteCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete BATCH",
+		Short: "Delete a batch whose tasks have all ended, with its results",
+		Long: `Delete a batch whose tasks have all ended (completed, failed or canceled),
+with its tasks and results: from then on they are not found. A batch with
+tasks that have not ended is a conflict (status 6): cancel it first with
+"puzzlectl batch cancel BATCH", and wait for it to end. Records are otherwise
+deleted when they expire (RESULT_TTL).`,
+		Example:           `  puzzlectl batch delete 9a1b3c5d7e9f0a1b5c0d8f0e2b6a4e7f`,
+		Args:              exactArgs(1, "a batch ID"),
+		ValidArgsFunction: completeBatchIDs(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := g.remote(formatTable)
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteBatch(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if format != formatTable {
+				return writeDoc(cmd.OutOrStdout(), format, map[string]any{"id": args[0], "deleted": true})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: deleted\n", args[0])
+			return err
+		},
+	}
+}
+
 func newBatchRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry BATCH",

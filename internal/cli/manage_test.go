@@ -157,6 +157,22 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		if code != cli.ExitConflict || !strings.Contains(errOut, "409") {
 			t.Fatalf("batch cancel of a done batch: exit %d, out %q, stderr %q; want %d", code, out, errOut, cli.ExitConflict)
 		}
+		// Done, it can be deleted, by its owner alone; then it is not
+		// found.
+		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "batch", "delete", id)...); code != cli.ExitNotFound {
+			t.Fatalf("bob deletes: exit %d, stderr %q", code, errOut)
+		}
+		code, out, errOut = run(t, "", as("alice-key-0123456789", "batch", "delete", id, "-o", "json")...)
+		var del struct {
+			ID      string `json:"id"`
+			Deleted bool   `json:"deleted"`
+		}
+		if err := json.Unmarshal([]byte(out), &del); code != 0 || err != nil || del.ID != id || !del.Deleted {
+			t.Fatalf("batch delete: exit %d, out %q (%v), stderr %q", code, out, err, errOut)
+		}
+		if code, _, errOut := run(t, "", as("alice-key-0123456789", "batch", id)...); code != cli.ExitNotFound {
+			t.Fatalf("batch after its delete: exit %d, stderr %q; want %d", code, errOut, cli.ExitNotFound)
+		}
 	})
 
 	t.Run("auth", func(t *testing.T) {

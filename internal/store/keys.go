@@ -101,6 +101,12 @@ func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":r
 // a string with a TTL, so that retries of one batch run one at a time.
 func (k keys) batchRetry(id string) string { return k.prefix + "batch:" + id + ":retry" }
 
+// batchDeleted is the tombstone of a deleted batch (Store.DeleteBatch):
+// its owner, kept until the batch would have expired, so that a repeated
+// delete (a lost answer's retry) is told the batch is gone rather than
+// that there never was one.
+func (k keys) batchDeleted(id string) string { return k.prefix + "batch:" + id + ":deleted" }
+
 // batchUnits is a list of a batch's units (tasks.UnitRef.Member) not yet
 // in the feed: staged with its chunks, so that the commit script and then
 // the feed script move them into the feed a window at a time without the

@@ -26,6 +26,7 @@ var allScripts = []*redis.Script{
 	webhookBacklogScript,
 	addHistoryScript,
 	setBatchTraceScript,
+	deleteBatchScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

@@ -574,6 +574,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the canceled batch's rate is %q, want –", r)
 	}
 
+	// Delete asks too, then deletes the ended job and goes back to the
+	// jobs, where it is no more; the API no longer finds it.
+	p.visit("#/jobs/"+id2, "job")
+	p.waitFor("Delete enabled on the canceled job", `document.getElementById("job-id").textContent === `+js(id2)+
+		` && !document.getElementById("delete-btn").disabled`, 10*time.Second)
+	p.do("delete", chromedp.Click(chromedp.ID("delete-btn")))
+	p.waitView("jobs")
+	if msgs := dialogs.seen(); len(msgs) != 3 || !strings.Contains(msgs[2], "Delete job "+id2) {
+		t.Errorf("dialogs %q, want a third confirm deleting %s", msgs, id2)
+	}
+	p.waitFor("the deleted job's row gone", `!document.querySelector('#jobs tr[data-id=`+js(id2)+`]') && document.querySelector('#jobs tr[data-id=`+js(id)+`]')`, 10*time.Second)
+	if st := eval[int](p, `fetch("/v1/batches/`+id2+`", {headers: {"X-Puzzleq-UI": "1"}}).then(r => r.status)`); st != 404 {
+		t.Errorf("GET of the deleted batch: %d, want 404", st)
+	}
+	p.shot("11-deleted")
+
 	// Sign out: the cookie's session is gone, so the API refuses it.
 	p.do("sign out", chromedp.Click(chromedp.ID("signout-btn")))
 	p.waitFor("the sign-in form again", `!document.getElementById("signin").hidden`, 5*time.Second)

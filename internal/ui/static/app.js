@@ -693,6 +693,7 @@ async function refreshJob() {
     fmtRate(rate(b)) + " · ETA " + eta(b) + " · " + stateOf(b);
   $("job").setAttribute("data-done", String(job.done));
   $("cancel-btn").disabled = job.done;
+  $("delete-btn").disabled = !job.done;
   const c = b.counts || {};
   $("retry-btn").disabled = !((c.failed || 0) + (c.canceled || 0)) || app.missing.has("retry");
   setLive(job.done ? "done" : job.eventsOpen ? "events" : "polling");
@@ -712,7 +713,7 @@ function clearJobItems() {
   $("items").querySelector("tbody").replaceChildren();
   $("items-note").textContent = "";
   $("page-note").textContent = "";
-  for (const b of ["cancel-btn", "retry-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
+  for (const b of ["cancel-btn", "retry-btn", "delete-btn", "prev-btn", "next-btn"]) $(b).disabled = true;
 }
 
 // notFound ends the view of a batch this key cannot read (expired, or
@@ -1110,6 +1111,26 @@ async function cancelJob() {
   refreshJob();
 }
 
+// deleteJob deletes the open job, which has ended, with its results, and
+// goes back to the jobs.
+async function deleteJob() {
+  const job = app.job;
+  if (!job || job.notFound || !job.done) return;
+  if (!confirm("Delete job " + job.id + "? Its items and results are deleted for good.")) return;
+  const r = await api("DELETE", "/v1/batches/" + encodeURIComponent(job.id) + "?purge=true");
+  if (app.job !== job) return;
+  if (r.status !== 204) {
+    $("job-msg").textContent = "delete: " + errText(r);
+    if (r.status === 404) notFound(job);
+    return;
+  }
+  forgetID(job.id);
+  app.batches.delete(job.id);
+  app.samples.delete(job.id);
+  renderJobs();
+  location.hash = "#/jobs";
+}
+
 // cancelItem cancels the open item or single task: pending, it never
 // runs; running, it stops within milliseconds.
 async function cancelItem() {
@@ -1176,6 +1197,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("item-cancel-btn").addEventListener("click", cancelItem);
   $("item-retry-btn").addEventListener("click", retryItem);
   $("retry-btn").addEventListener("click", retryJob);
+  $("delete-btn").addEventListener("click", deleteJob);
   $("prev-btn").addEventListener("click", prevPage);
   $("next-btn").addEventListener("click", nextPage);
   $("state-filter").addEventListener("change", filterItems);
