@@ -494,7 +494,7 @@ reached, and 4 when the API key is refused.`,
 				}
 				line := fmt.Sprintf("%s: live, %s", c.BaseURL(), ready)
 				if st != nil {
-					line += fmt.Sprintf(", %d workers alive (%d slots, %d busy)", st.WorkersAlive, st.Slots, st.Busy)
+					line += fmt.Sprintf(", %s alive (%s, %d busy)", plural(st.WorkersAlive, "worker"), plural(st.Slots, "slot"), st.Busy)
 					for _, q := range st.Queues {
 						line += fmt.Sprintf(", %s %d pending", q.Name, q.Pending)
 						if q.Waiting > 0 {

@@ -183,7 +183,7 @@ func TestJobCommandsOnAStack(t *testing.T) {
 	})
 
 	t.Run("health and waits without a worker", func(t *testing.T) {
-		if code, out, errOut := run(t, "", as("alice-key-0123456789", "health")...); code != 0 || !strings.Contains(out, "1 workers alive") {
+		if code, out, errOut := run(t, "", as("alice-key-0123456789", "health")...); code != 0 || !strings.Contains(out, "1 worker alive (") {
 			t.Fatalf("health with a worker: exit %d, out %q, stderr %q", code, out, errOut)
 		}
 		if err := s.StopWorkers(); err != nil {
