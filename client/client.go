@@ -462,12 +462,23 @@ func (c *Client) CancelBatch(ctx context.Context, id string) (int, error) {
 // DeleteBatch deletes a batch whose tasks have all ended (completed,
 // failed or canceled), with its results; from then on it and its tasks
 // are not found. A batch with tasks that have not ended is a 409 *Error
-// (CancelBatch it first, and wait). It is retried when an answer is lost,
-// so a 404 *Error can also mean a lost answer's attempt deleted it: the
-// batch is gone either way.
+// (CancelBatch it first, and wait). It is safe to repeat, and retried
+// when an answer is lost: a repeat by the same key succeeds as the first
+// did.
 func (c *Client) DeleteBatch(ctx context.Context, id string) error {
 	q := url.Values{"purge": {"true"}}
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/batches/" + url.PathEscape(id), query: q, retry: retryAlways}, nil)
+	return err
+}
+
+// DeleteTask deletes a single task that has ended; from then on it is not
+// found (the result cache, shared by every request for the same puzzle,
+// stays). A task that has not ended is a 409 *Error (Cancel it first); a
+// batch item's ID is a 400 (DeleteBatch its batch). It is safe to repeat,
+// and retried when an answer is lost.
+func (c *Client) DeleteTask(ctx context.Context, id string) error {
+	q := url.Values{"purge": {"true"}}
+	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/tasks/" + url.PathEscape(id), query: q, retry: retryAlways}, nil)
 	return err
 }
 

@@ -65,6 +65,8 @@ type Store interface {
 	// reports whether owner deleted batch id.
 	DeleteBatch(ctx context.Context, b *store.Batch) error
 	DeletedBatch(ctx context.Context, id, owner string) (bool, error)
+	// DeleteTask deletes owner's ended single task.
+	DeleteTask(ctx context.Context, id, owner string) error
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)
 	Allow(ctx context.Context, owner string, perSecond, burst int) (bool, time.Duration, error)
 	AllowOperator(ctx context.Context, who string, perSecond, burst int) (bool, time.Duration, error)

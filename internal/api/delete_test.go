@@ -149,3 +149,89 @@ func TestDeleteBatch(t *testing.T) {
 		t.Errorf("keys of the deleted canceled batch left once its units ran: %v, want its tombstone alone", left)
 	}
 }
+
+// DELETE /v1/tasks/{id}?purge=true on a real stack: an ended single task's
+// record goes (its tombstone stays until the record would have expired)
+// and it reads as not found, while the result it cached still answers
+// the same puzzle; a task that has not ended is refused with 409; a
+// repeat answers 204, another key 404; a batch item is deleted with its
+// batch (400 naming purge).
+func TestDeleteTask(t *testing.T) {
+	const alice, bob = "alice-key-0123456789", "bob-key-0123456789ab"
+	s := stacktest.StartWith(t, 1, map[string]string{"API_KEYS": "alice:" + alice + ",bob:" + bob, "KEY_PREFIX": "deltask:"})
+	const req = `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[7,0,8]]}}`
+	code, b, _ := s.DoAs(alice, "POST", "/v1/tasks?wait=10s", req)
+	if code != http.StatusOK {
+		t.Fatalf("solve: %d %s", code, b)
+	}
+	id := stacktest.Decode[apitype.Task](t, b).ID
+	del := func(key, id, query string) int {
+		t.Helper()
+		code, b, _ := s.DoAs(key, "DELETE", "/v1/tasks/"+id+query, nil)
+		if code == http.StatusNoContent && len(b) != 0 {
+			t.Errorf("204 with a body: %s", b)
+		}
+		return code
+	}
+	if code := del(bob, id, "?purge=true"); code != http.StatusNotFound {
+		t.Fatalf("another key's delete: %d, want 404", code)
+	}
+	if code := del(alice, id, "?purge=true"); code != http.StatusNoContent {
+		t.Fatalf("delete: %d, want 204", code)
+	}
+	if left, _ := s.RDB.Keys(t.Context(), "deltask:task:"+id+"*").Result(); len(left) != 1 || left[0] != "deltask:task:"+id+":deleted" {
+		t.Errorf("keys of the deleted task left: %v, want its tombstone alone", left)
+	}
+	if ttl := s.RDB.PTTL(t.Context(), "deltask:task:"+id+":deleted").Val(); ttl <= 0 {
+		t.Errorf("the tombstone's TTL is %v, want the record's", ttl)
+	}
+	if code, b, _ := s.DoAs(alice, "GET", "/v1/tasks/"+id, nil); code != http.StatusNotFound {
+		t.Errorf("GET after the delete: %d %s, want 404", code, b)
+	}
+	if list := getAs[apitype.TaskList](t, s, alice, "/v1/tasks", 200); len(list.Tasks) != 0 {
+		t.Errorf("the task list after the delete: %+v", list.Tasks)
+	}
+	if code := del(alice, id, "?purge=true"); code != http.StatusNoContent {
+		t.Errorf("a repeated delete: %d, want 204", code)
+	}
+	if code := del(bob, id, "?purge=true"); code != http.StatusNotFound {
+		t.Errorf("another key's delete of the deleted task: %d, want 404", code)
+	}
+	// The cache is the puzzle's, not the task's: the same request is a
+	// hit, under a new ID.
+	code, b, _ = s.DoAs(alice, "POST", "/v1/tasks", req)
+	if again := stacktest.Decode[apitype.Task](t, b); code != http.StatusOK || !again.Cached || again.ID == id {
+		t.Errorf("the same puzzle after the delete: %d %s, want a cache hit under a new ID", code, b)
+	}
+
+	// Not ended: refused, and whole; canceled, it goes.
+	if err := s.StopWorkers(); err != nil {
+		t.Fatal(err)
+	}
+	code, b, _ = s.DoAs(alice, "POST", "/v1/tasks", `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,5,6],[0,7,8]]}}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, b)
+	}
+	open := stacktest.Decode[apitype.Task](t, b).ID
+	code, b, _ = s.DoAs(alice, "DELETE", "/v1/tasks/"+open+"?purge=true", nil)
+	if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusConflict || e.Error.Field != "purge" {
+		t.Fatalf("delete of a pending task: %d %s, want 409 naming purge", code, b)
+	}
+	if tk := getAs[apitype.Task](t, s, alice, "/v1/tasks/"+open, 200); tk.State != apitype.TaskStatePending {
+		t.Fatalf("the refused delete touched the task: %+v", tk)
+	}
+	if code, b, _ := s.DoAs(alice, "DELETE", "/v1/tasks/"+open, nil); code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, b)
+	}
+	if code := del(alice, open, "?purge=1"); code != http.StatusNoContent {
+		t.Fatalf("delete of the canceled task: %d", code)
+	}
+	if code, _, _ := s.DoAs(alice, "GET", "/v1/tasks/"+open, nil); code != http.StatusNotFound {
+		t.Errorf("GET of the deleted canceled task: %d, want 404", code)
+	}
+
+	code, b, _ = s.DoAs(alice, "DELETE", "/v1/tasks/"+apitype.ItemID(open, 3)+"?purge=true", nil)
+	if e := stacktest.Decode[apitype.ErrorBody](t, b); code != http.StatusBadRequest || e.Error.Field != "purge" || !strings.Contains(e.Error.Message, "/v1/batches/") {
+		t.Errorf("delete of a batch item: %d %s, want 400 pointing at its batch", code, b)
+	}
+}

@@ -73,7 +73,7 @@ var queryParams = map[string][]string{
 	"POST /v1/tasks":              {"wait", "webhook"},
 	"GET /v1/tasks/:id":           {"wait"},
 	"GET /v1/tasks/:id/puzzle":    nil,
-	"DELETE /v1/tasks/:id":        nil,
+	"DELETE /v1/tasks/:id":        {"purge"},
 	"POST /v1/tasks/:id/retry":    nil,
 	"GET /v1/batches":             listParams,
 	"POST /v1/batches":            {"format", "webhook"},

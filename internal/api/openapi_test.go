@@ -618,6 +618,14 @@ func TestOpenAPIConformance(t *testing.T) {
 		// A retried cancel (its answer lost) succeeds as the first did.
 		r = c.do(call{method: "DELETE", path: "/v1/tasks/" + pendingTask, want: 200})
 		wantEqual(t, "state on a repeated cancel", r.json(t)["state"], "canceled")
+		// A single task is deleted once it has ended; a batch item
+		// cannot be on its own.
+		gone := c.do(call{method: "POST", path: "/v1/tasks", body: []byte(pendingSweep), want: 202}).json(t)["id"].(string)
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/tasks/" + gone + "?purge=true", want: 409}), "conflict", "purge")
+		c.do(call{method: "DELETE", path: "/v1/tasks/" + gone, want: 200})
+		wantError(t, c.do(call{method: "DELETE", path: "/v1/tasks/" + gone + "-0?purge=true", want: 400}), "invalid_request", "purge")
+		c.do(call{method: "DELETE", path: "/v1/tasks/" + gone + "?purge=true", want: 204})
+		c.do(call{method: "GET", path: "/v1/tasks/" + gone, want: 404})
 
 		r = c.do(call{method: "POST", path: "/v1/batches", want: 202, contentType: "application/x-ndjson",
 			body: []byte(`{"custom_id":"first",` + sample[1:] + "\n" + pendingSweep + "\n")})

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -148,9 +149,44 @@ func (s *Server) getTask(c *gin.Context) {
 	renderTask(c, s.polledStatus(c, wait, t.State.Terminal()), &r)
 }
 
+// deleteTask answers DELETE /v1/tasks/{id}?purge=true for a single task:
+// its record is deleted once it has ended, and reads as not found from
+// then on; a repeat by its owner answers as the first did.
+func (s *Server) deleteTask(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(id) {
+		fail(c, store.ErrNotFound)
+		return
+	}
+	err := s.store.DeleteTask(c.Request.Context(), id, ownerOf(c))
+	if errors.Is(err, store.ErrNotEnded) {
+		err = newError(http.StatusConflict, apitype.CodeConflict, "purge",
+			"task has not ended; cancel it (DELETE without purge), then delete it")
+	}
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
 func (s *Server) cancelTask(c *gin.Context) {
+	purge, err := purgeParam(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	if batchID, index, ok := apitype.ParseItemID(c.Param("id")); ok {
+		if purge {
+			fail(c, newError(http.StatusBadRequest, apitype.CodeInvalidRequest, "purge",
+				"a batch item is deleted with its batch: DELETE /v1/batches/%s?purge=true", batchID))
+			return
+		}
 		s.cancelItem(c, batchID, index)
+		return
+	}
+	if purge {
+		s.deleteTask(c)
 		return
 	}
 	t, err := s.loadTask(c)

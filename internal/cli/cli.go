@@ -152,7 +152,7 @@ whose output is a stream).`,
 	g.bind(root)
 	root.Version = Version
 	root.SetVersionTemplate("puzzlectl {{.Version}}\n")
-	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newRetryCmd(g), newBatchCmd(g), newHealthCmd(g),
+	root.AddCommand(newSolveCmd(g), newSubmitCmd(g), newGetCmd(g), newCancelCmd(g), newDeleteCmd(g), newRetryCmd(g), newBatchCmd(g), newHealthCmd(g),
 		newResultsCmd(g), newListCmd(g), newConfigCmd(g), newPDBCmd(), newVersionCmd())
 	registerFlagCompletions(root)
 	return root, g

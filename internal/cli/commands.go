@@ -76,6 +76,35 @@ cancelling one that completed or failed is a conflict (status 6).`,
 	}
 }
 
+func newDeleteCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a single task that has ended",
+		Long: `Delete a single task that has ended (completed, failed or canceled): from
+then on it is not found. A task that has not ended is a conflict (status 6):
+cancel it first. A batch's items are deleted with their batch: "puzzlectl
+batch delete BATCH". Records are otherwise deleted when they expire
+(RESULT_TTL).`,
+		Example:           `  puzzlectl delete 5c0d8f0e2b6a4e7f9a1b3c5d7e9f0a1b`,
+		Args:              exactArgs(1, "a task ID"),
+		ValidArgsFunction: completeTaskIDs(g),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := g.remote(formatTable)
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteTask(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if format != formatTable {
+				return writeDoc(cmd.OutOrStdout(), format, map[string]any{"id": args[0], "deleted": true})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: deleted\n", args[0])
+			return err
+		},
+	}
+}
+
 func newRetryCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry ID",

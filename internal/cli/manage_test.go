@@ -89,6 +89,28 @@ func TestJobCommandsOnAStack(t *testing.T) {
 		}
 	})
 
+	t.Run("delete a single task", func(t *testing.T) {
+		code, b, _ := s.DoAs("alice-key-0123456789", "POST", "/v1/tasks?wait=10s", `{"kind":"sliding","puzzle":{"board":[[1,2,3],[4,0,6],[7,5,8]]}}`)
+		if code != 200 {
+			t.Fatalf("solve: %d %s", code, b)
+		}
+		tid := stacktest.Decode[apitype.Task](t, b).ID
+		if code, _, errOut := run(t, "", as("bob-key-0123456789ab", "delete", tid)...); code != cli.ExitNotFound {
+			t.Fatalf("bob deletes: exit %d, stderr %q", code, errOut)
+		}
+		for range 2 { // a repeat answers as the first
+			if code, out, errOut := run(t, "", as("alice-key-0123456789", "delete", tid)...); code != 0 || out != tid+": deleted\n" {
+				t.Fatalf("delete: exit %d, out %q, stderr %q", code, out, errOut)
+			}
+		}
+		if code, _, errOut := run(t, "", as("alice-key-0123456789", "get", tid)...); code != cli.ExitNotFound {
+			t.Fatalf("get after the delete: exit %d, stderr %q", code, errOut)
+		}
+		if code, _, errOut := run(t, "", as("alice-key-0123456789", "delete", id+"-0")...); code == 0 || !strings.Contains(errOut, "batches/"+id) {
+			t.Fatalf("delete of a batch item: exit %d, stderr %q; want a refusal naming its batch", code, errOut)
+		}
+	})
+
 	t.Run("list", func(t *testing.T) {
 		code, out, errOut := run(t, "", as("alice-key-0123456789", "list", "--state", "failed")...)
 		if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "failed") || !strings.HasPrefix(out, "ID") {

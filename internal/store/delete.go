@@ -10,7 +10,8 @@ import (
 )
 
 // ErrNotEnded is the refusal to delete a batch some of whose items have
-// not ended: it is canceled first, or waited for.
+// not ended, or a single task that has not: it is canceled first, or
+// waited for.
 var ErrNotEnded = errors.New("store: the batch has items that have not ended")
 
 // deleteBatchScript deletes an ended batch's record: its hash (which
@@ -125,6 +126,55 @@ func (s *Store) DeletedBatch(ctx context.Context, id, owner string) (bool, error
 		return false, fmt.Errorf("store: read the tombstone of batch %s: %w", id, err)
 	}
 	return v == owner, nil
+}
+
+// deleteTaskScript deletes an ended single task's record and its entry in
+// its owner's task index, and leaves a tombstone (the owner) as long as
+// the record would have lived. The result cache it may have filled is
+// not the task's: it is shared by every request for the same puzzle.
+//
+// KEYS[1] task hash
+// KEYS[2] the owner's task index (keys.ownerTasks)
+// KEYS[3] the task's tombstone (keys.taskDeleted)
+// ARGV[1] the owner
+// ARGV[2] the task ID
+// ARGV[3] how long a tombstone lives when the record has no TTL (ms)
+//
+// Returns 1 when it deleted the task, 0 when owner deleted it before, -1
+// when there is none of owner's, -2 when it has not ended.
+var deleteTaskScript = redis.NewScript(`
+local t = redis.call('HMGET', KEYS[1], 'owner', 'state')
+if not t[2] then
+  if redis.call('GET', KEYS[3]) == ARGV[1] then return 0 end
+  return -1
+end
+if (t[1] or '') ~= ARGV[1] then return -1 end
+if t[2] ~= 'completed' and t[2] ~= 'failed' and t[2] ~= 'canceled' then return -2 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl <= 0 then ttl = ARGV[3] end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ttl)
+return 1
+`)
+
+// DeleteTask deletes owner's single task id, which has ended, in one
+// script (deleteTaskScript): from then on it reads as not found, and a
+// repeat by owner answers nil as the first did. A task that has not ended
+// is ErrNotEnded; one there is none of owner's, ErrNotFound.
+func (s *Store) DeleteTask(ctx context.Context, id, owner string) error {
+	keys := []string{s.k.task(id), s.k.ownerTasks(owner), s.k.taskDeleted(id)}
+	n, err := s.runConfirmed(ctx, deleteTaskScript, keys, owner, id, deletedTombstoneTTL.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("store: delete task %s: %w", id, err)
+	}
+	switch n {
+	case -1:
+		return ErrNotFound
+	case -2:
+		return ErrNotEnded
+	}
+	return nil
 }
 
 // ErrChunksLeft wraps DeleteBatch's error when the batch is deleted but

@@ -15,6 +15,11 @@ type keys struct{ prefix string }
 // task is a hash holding one task record.
 func (k keys) task(id string) string { return k.prefix + "task:" + id }
 
+// taskDeleted is the tombstone of a deleted single task
+// (Store.DeleteTask): its owner, kept as long as its record would have
+// been (as keys.batchDeleted).
+func (k keys) taskDeleted(id string) string { return k.prefix + "task:" + id + ":deleted" }
+
 // batch is a hash holding a batch's total and per-state counts.
 func (k keys) batch(id string) string { return k.prefix + "batch:" + id }
 

@@ -26,7 +26,7 @@ var allScripts = []*redis.Script{
 	webhookBacklogScript,
 	addHistoryScript,
 	setBatchTraceScript,
-	deleteBatchScript,
+	deleteBatchScript, deleteTaskScript,
 }
 
 // LoadScripts makes sure Redis has every script of the store cached, so

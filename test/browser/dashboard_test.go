@@ -589,6 +589,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("GET of the deleted batch: %d, want 404", st)
 	}
 	p.shot("11-deleted")
+	// A single task that has ended is deleted from its page the same way.
+	p.visit("#/items/"+task, "item")
+	p.waitFor("Delete shown on the completed task", `document.getElementById("item").dataset.id === `+js(task)+
+		` && !document.getElementById("item-delete-btn").hidden && document.getElementById("item-retry-btn").hidden`, 10*time.Second)
+	p.do("delete the task", chromedp.Click(chromedp.ID("item-delete-btn")))
+	p.waitView("jobs")
+	if msgs := dialogs.seen(); len(msgs) != 4 || !strings.Contains(msgs[3], "Delete task "+task) {
+		t.Errorf("dialogs %q, want a fourth confirm deleting %s", msgs, task)
+	}
+	p.waitFor("the deleted task's row gone", `!`+trow, 10*time.Second)
+	if st := eval[int](p, `fetch("/v1/tasks/`+task+`", {headers: {"X-Puzzleq-UI": "1"}}).then(r => r.status)`); st != 404 {
+		t.Errorf("GET of the deleted task: %d, want 404", st)
+	}
 
 	// Sign out: the cookie's session is gone, so the API refuses it.
 	p.do("sign out", chromedp.Click(chromedp.ID("signout-btn")))

@@ -906,6 +906,7 @@ async function openItem(id) {
   $("item-id").textContent = id;
   $("item-cancel-btn").hidden = true;
   $("item-retry-btn").hidden = true;
+  $("item-delete-btn").hidden = true;
   $("item-meta").textContent = "loading…";
   $("item-msg").textContent = "";
   $("item-json").textContent = "";
@@ -983,10 +984,30 @@ async function readItem(it) {
   // A batch item that failed or was canceled runs again under its ID; a
   // single task runs again by being submitted again.
   $("item-retry-btn").hidden = !it.task || !it.task.batch_id || !["failed", "canceled"].includes(it.task.state);
+  // A single task that has ended can be deleted; a batch item goes with
+  // its batch.
+  $("item-delete-btn").hidden = !it.task || !!it.task.batch_id || !it.ended;
   if (!redraw || !it.task) return;
   Draw.render($("drawing"), it.task, it.req);
   // Ready once drawn with its puzzle, or once no puzzle is to come.
   if (it.req || it.noPuzzle) $("item").dataset.ready = it.task.state;
+}
+
+// deleteItem deletes the open single task, which has ended, and goes back
+// to the jobs.
+async function deleteItem() {
+  const it = app.item;
+  if (!it || !it.task || it.task.batch_id || !it.ended) return;
+  if (!confirm("Delete task " + it.id + "? Its record and result are deleted for good.")) return;
+  const r = await api("DELETE", "/v1/tasks/" + encodeURIComponent(it.id) + "?purge=true");
+  if (app.item !== it) return;
+  if (r.status !== 204) {
+    $("item-msg").textContent = "delete: " + errText(r);
+    return;
+  }
+  app.tasks = app.tasks.filter((t) => t.id !== it.id);
+  renderTasks();
+  location.hash = "#/jobs";
 }
 
 // retryItem runs the open batch item again, failed or canceled, under
@@ -1196,6 +1217,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("cancel-btn").addEventListener("click", cancelJob);
   $("item-cancel-btn").addEventListener("click", cancelItem);
   $("item-retry-btn").addEventListener("click", retryItem);
+  $("item-delete-btn").addEventListener("click", deleteItem);
   $("retry-btn").addEventListener("click", retryJob);
   $("delete-btn").addEventListener("click", deleteJob);
   $("prev-btn").addEventListener("click", prevPage);
