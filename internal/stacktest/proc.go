@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,6 +111,30 @@ func (p *Proc) keep(t testing.TB) {
 	}
 	if err != nil {
 		t.Logf("%s: keep the log of %s: %v", KeepLogsEnv, p.Name, err)
+	}
+}
+
+// workerIDInLog finds a worker's name (worker.NewWorkerID) in its log
+// lines, JSON or text: every line a worker logs carries it.
+var workerIDInLog = regexp.MustCompile(`worker_id"?[=:]"?(w-[0-9a-f]{12})\b`)
+
+// WorkerID returns the name a worker process goes by (its log's
+// worker_id), waiting up to 10 s for the first line that carries it.
+func (p *Proc) WorkerID(t testing.TB) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			t.Fatalf("the log of %s: %v", p.Name, err)
+		}
+		if m := workerIDInLog.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no worker_id in the log of %s after 10 s", p.Name)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -256,14 +256,15 @@ func TestHeartbeatHoldsBehind(t *testing.T) {
 				t.Fatalf("Redis holds %d tasks; want %d", got, tc.wantHeld)
 			}
 
-			// A beat rewrites every running task.
+			// A beat rewrites the worker's presence and every running
+			// task.
 			if err := f.hb.Beat(f.ctx); err != nil {
 				t.Fatal(err)
 			}
 			beat, n2 := f.log.since(n1)
-			want := []string{"zadd"}
+			want := []string{"zadd", "set"}
 			if tc.held > 0 {
-				want = []string{"zadd", "hset", "pexpire"}
+				want = []string{"zadd", "set", "hset", "pexpire"}
 			}
 			if len(beat) != 1 || !slices.Equal(beat[0], want) || (tc.held > 0 && f.log.lastHSet() != tc.held) {
 				t.Fatalf("a beat with %d tasks running sent %v (HSET of %d); want %v", tc.held, beat, f.log.lastHSet(), want)
@@ -276,9 +277,9 @@ func TestHeartbeatHoldsBehind(t *testing.T) {
 				t.Fatal(err)
 			}
 			beat, _ = f.log.since(n2)
-			want = []string{"zadd"}
+			want = []string{"zadd", "set"}
 			if tc.held > 0 {
-				want = []string{"zadd", "hdel"}
+				want = []string{"zadd", "set", "hdel"}
 			}
 			if len(beat) != 1 || !slices.Equal(beat[0], want) {
 				t.Fatalf("the beat after the tasks ended sent %v; want %v", beat, want)

@@ -35,22 +35,13 @@ import (
 const recoveryBound = 10 * time.Second
 
 // heldBy reads the tasks a worker process records as running
-// (pq:worker:<id>:held; the ID names the process's pid) and returns its
-// worker ID with them.
+// (pq:worker:<id>:held, the ID its log names) and returns its worker ID
+// with them.
 func (c *cluster) heldBy(t *testing.T, p *proc) (string, []worker.HeldTask) {
 	t.Helper()
 	ctx := context.Background()
-	var keys []string
-	iter := c.rdb.Scan(ctx, 0, "pq:worker:*-"+strconv.Itoa(p.PID())+"-*:held", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil || len(keys) > 1 {
-		t.Fatalf("the held tasks of %s (pid %d): keys %v, %v", p.Name, p.PID(), keys, err)
-	}
-	if len(keys) == 0 {
-		return "", nil
-	}
+	id := p.WorkerID(t)
+	keys := []string{"pq:worker:" + id + ":held"}
 	m, err := c.rdb.HGetAll(ctx, keys[0]).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +58,7 @@ func (c *cluster) heldBy(t *testing.T, p *proc) (string, []worker.HeldTask) {
 			out = append(out, ht)
 		}
 	}
-	return strings.TrimSuffix(strings.TrimPrefix(keys[0], "pq:worker:"), ":held"), out
+	return id, out
 }
 
 // gone reports whether asynq no longer holds task id in queue (it ran to
