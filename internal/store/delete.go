@@ -12,7 +12,7 @@ import (
 // ErrNotEnded is the refusal to delete a batch some of whose items have
 // not ended, or a single task that has not: it is canceled first, or
 // waited for.
-var ErrNotEnded = errors.New("store: the batch has items that have not ended")
+var ErrNotEnded = errors.New("store: not ended")
 
 // deleteBatchScript deletes an ended batch's record: its hash (which
 // every script of the batch reads first, and finds gone as it would an
