@@ -55,6 +55,17 @@ func TestDeleteBatch(t *testing.T) {
 		t.Fatalf("the batch has %d keys before the delete; the check below would prove nothing", n)
 	}
 	keepKeys := s.Keys("delete:*" + keep + "*")
+	// The results' chunks go after the record; any that a failure leaves
+	// behind must expire on their own.
+	chunks, _ := s.RDB.Keys(t.Context(), "delete:batch:"+id+":res:*").Result()
+	if len(chunks) != 3 {
+		t.Fatalf("result chunks %v, want 3 (6 items, 2 a chunk)", chunks)
+	}
+	for _, k := range chunks {
+		if ttl := s.RDB.PTTL(t.Context(), k).Val(); ttl <= 0 {
+			t.Errorf("result chunk %s has no expiry (%v): one a delete left behind would stay", k, ttl)
+		}
+	}
 
 	if code, e := del(alice, id, "?purge=yes"); code != http.StatusBadRequest || e.Error.Field != "purge" || e.Error.Code != apitype.CodeInvalidRequest {
 		t.Fatalf("purge=yes: %d %+v, want 400 naming purge", code, e)
