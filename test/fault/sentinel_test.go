@@ -235,7 +235,7 @@ func testSentinelFailover(t *testing.T, lagging, acked bool) {
 	if len(lost) > 0 || len(lostBatches) > 0 {
 		// Not silently: acknowledged by the old master, not yet on the
 		// replica when it died (asynchronous replication, docs/guarantees.md).
-		t.Logf("sentinel failover: LOST %d acknowledged task records %v, %d batches %v (acknowledged before the kill, not replicated)",
+		t.Logf("sentinel failover: lost %d acknowledged task records %v, %d batches %v (acknowledged before the kill, not replicated; checked below against what this case allows)",
 			len(lost), lost, len(lostBatches), lostBatches)
 	}
 	if len(lostAfter) > 0 {
