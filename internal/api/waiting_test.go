@@ -88,14 +88,12 @@ func TestStatusTellsWaitingFromRetry(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := getAs[apitype.ServiceStatus](t, s, "", "/v1/status", 200)
-		if len(st.Workers) != 1 || st.WorkersAlive != 1 || st.Slots != 4 || st.Workers[0].ID != s.Workers[0].ID() || st.Workers[0].StartedAt == nil {
-			t.Fatalf("status %+v, want the stack's one worker %s with 4 slots", st, s.Workers[0].ID())
-		}
-		if w := st.Workers[0]; w.Busy == 1 && st.Busy == 1 && w.Running[tasks.TypeSliding] == 1 && len(w.Running) == 1 {
+		if len(st.Workers) == 1 && st.WorkersAlive == 1 && st.Slots == 4 && st.Busy == 1 && st.Workers[0].StartedAt != nil &&
+			st.Workers[0].ID == s.Workers[0].ID() && st.Workers[0].Running[tasks.TypeSliding] == 1 && len(st.Workers[0].Running) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the worker reads %+v, want 1 of 4 slots busy with %s", st.Workers[0], tasks.TypeSliding)
+			t.Fatalf("status %+v, want the stack's one worker %s with 1 of 4 slots busy with %s", st, s.Workers[0].ID(), tasks.TypeSliding)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
