@@ -15,8 +15,9 @@
 # the server process's CPU per request (/proc, 10 ms ticks) and Redis
 # commands per request (INFO commandstats, scripts' inner calls included).
 # Then it runs the throughput scenario of distinct 8-puzzles against the
-# API (POST ?wait=, 16 clients) and prints the CPU per task of each
-# process: api, worker, redis-server and loadgen's clients.
+# API (POST ?wait=, 16 clients) and prints its latency percentiles and
+# the CPU per task of each process: api, worker, redis-server and
+# loadgen's clients; then the Redis commands per second with no work.
 # A BINDIR may hold a file `env` of VAR=value lines, set for its api and
 # worker: one build run with two settings is two BINDIRs of the same
 # binaries (e.g. tracing off, and on with OTEL_EXPORTER_OTLP_ENDPOINT).
@@ -73,10 +74,13 @@ for round in $(seq "$rounds"); do
     printf '%-8s ratio  %.2f\n' "$name" "$(echo "$rate_api / $rate_floor" | bc -l)"
     a0=$(ticks $apid) w0=$(ticks $wpid) r0=$(ticks $rpid) c0=$(cmds "$rp")
     out=$("$lg" -server http://127.0.0.1:$ap -scenario throughput -submit-wait -clients "$clients" -duration "$dur" -json)
-    read -r hz n cl <<<"$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["complete_per_sec"], r["completed"], r["per_task"]["process_cpu_ms"])')"
-    printf '%-8s singles %7.0f tasks/s  us CPU per task: api %.0f, worker %.0f, redis %.0f, client %.0f; %.1f cmds/task\n' "$name" "$hz" \
+    read -r hz n cl p50 p99 <<<"$(echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; l=r["latency_ms"]; print(r["complete_per_sec"], r["completed"], r["per_task"]["process_cpu_ms"], l["p50"], l["p99"])')"
+    printf '%-8s singles %7.0f tasks/s  p50 %.1f ms, p99 %.1f ms  us CPU per task: api %.0f, worker %.0f, redis %.0f, client %.0f; %.1f cmds/task\n' "$name" "$hz" "$p50" "$p99" \
       "$(echo "($(ticks $apid) - $a0) * 10000 / $n" | bc -l)" "$(echo "($(ticks $wpid) - $w0) * 10000 / $n" | bc -l)" \
       "$(echo "($(ticks $rpid) - $r0) * 10000 / $n" | bc -l)" "$(echo "$cl * 1000" | bc -l)" "$(echo "($(cmds "$rp") - $c0) / $n" | bc -l)"
+    # Idle: what the API and the worker send Redis with no work, per second.
+    c0=$(cmds "$rp"); sleep "${BENCH_IDLE:-3}"
+    printf '%-8s idle    %.0f Redis commands/s\n' "$name" "$(echo "($(cmds "$rp") - $c0) / ${BENCH_IDLE:-3}" | bc -l)"
     kill $fpid $wpid $apid $rpid 2>/dev/null || true
     wait $fpid $wpid $apid $rpid 2>/dev/null || true
   done
