@@ -96,11 +96,7 @@ batch delete BATCH". Records are otherwise deleted when they expire
 			if err := c.DeleteTask(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			if format != formatTable {
-				return writeDoc(cmd.OutOrStdout(), format, map[string]any{"id": args[0], "deleted": true})
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: deleted\n", args[0])
-			return err
+			return printDeleted(cmd.OutOrStdout(), format, args[0])
 		},
 	}
 }

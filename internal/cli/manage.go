@@ -386,13 +386,19 @@ deleted when they expire (RESULT_TTL).`,
 			if err := c.DeleteBatch(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			if format != formatTable {
-				return writeDoc(cmd.OutOrStdout(), format, map[string]any{"id": args[0], "deleted": true})
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: deleted\n", args[0])
-			return err
+			return printDeleted(cmd.OutOrStdout(), format, args[0])
 		},
 	}
+}
+
+// printDeleted reports that a delete of id succeeded: a line for people,
+// or {"id", "deleted": true} as one document.
+func printDeleted(w io.Writer, format, id string) error {
+	if format != formatTable {
+		return writeDoc(w, format, map[string]any{"id": id, "deleted": true})
+	}
+	_, err := fmt.Fprintf(w, "%s: deleted\n", id)
+	return err
 }
 
 func newBatchRetryCmd(g *globals) *cobra.Command {
