@@ -61,10 +61,8 @@ type Store interface {
 	GetBatch(ctx context.Context, id string) (*store.Batch, error)
 	Cancel(ctx context.Context, id, owner string) (apitype.TaskState, error)
 	CancelBatch(ctx context.Context, batchID, owner string) (int, error)
-	// DeleteBatch deletes an ended batch and its results; DeletedBatch
-	// reports whether owner deleted batch id.
-	DeleteBatch(ctx context.Context, b *store.Batch) error
-	DeletedBatch(ctx context.Context, id, owner string) (bool, error)
+	// DeleteBatch deletes owner's ended batch and its results.
+	DeleteBatch(ctx context.Context, id, owner string) error
 	// DeleteTask deletes owner's ended single task.
 	DeleteTask(ctx context.Context, id, owner string) error
 	CachedResults(ctx context.Context, cacheKeys []string) ([]json.RawMessage, error)

@@ -115,22 +115,13 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	b, err := s.loadBatch(c)
-	if purge && errors.Is(err, store.ErrNotFound) && validID(c.Param("id")) {
-		// A repeat of a delete whose answer was lost answers as it did.
-		if gone, derr := s.store.DeletedBatch(c.Request.Context(), c.Param("id"), ownerOf(c)); derr != nil {
-			err = derr
-		} else if gone {
-			c.Status(http.StatusNoContent)
-			return
-		}
-	}
-	if err != nil {
-		fail(c, err)
+	if purge {
+		s.deleteBatch(c)
 		return
 	}
-	if purge {
-		s.deleteBatch(c, b)
+	b, err := s.loadBatch(c)
+	if err != nil {
+		fail(c, err)
 		return
 	}
 	n, err := s.store.CancelBatch(c.Request.Context(), b.ID, b.Owner)
@@ -163,9 +154,15 @@ func purgeParam(c *gin.Context) (bool, error) {
 
 // deleteBatch answers DELETE /v1/batches/{id}?purge=true: the batch and
 // its results are deleted once every item has ended, and read as not
-// found from then on.
-func (s *Server) deleteBatch(c *gin.Context, b *store.Batch) {
-	err := s.store.DeleteBatch(c.Request.Context(), b)
+// found from then on; a repeat by its owner answers as the first did.
+// The store's script checks the owner, so the record is not read first.
+func (s *Server) deleteBatch(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(id) {
+		fail(c, store.ErrNotFound)
+		return
+	}
+	err := s.store.DeleteBatch(c.Request.Context(), id, ownerOf(c))
 	switch {
 	case errors.Is(err, store.ErrNotEnded):
 		err = newError(http.StatusConflict, apitype.CodeConflict, "purge",
@@ -175,7 +172,7 @@ func (s *Server) deleteBatch(c *gin.Context, b *store.Batch) {
 			"a retry of this batch is running; delete it once the retry has answered and its items have ended")
 	case errors.Is(err, store.ErrChunksLeft):
 		// Deleted: the chunks left are read by nothing and expire.
-		s.log.WarnContext(c.Request.Context(), "batch deleted; some result chunks are left to expire", "batch_id", b.ID, "err", err)
+		s.log.WarnContext(c.Request.Context(), "batch deleted; some result chunks are left to expire", "batch_id", id, "err", err)
 		err = nil
 	}
 	if err != nil {

@@ -31,17 +31,19 @@ var ErrNotEnded = errors.New("store: not ended")
 // ARGV[2] the batch ID
 // ARGV[3] how long a tombstone lives when the batch has no expiry (ms)
 //
-// Returns 1 when it deleted the batch, 0 when owner deleted it before
-// (its tombstone is there), -1 when there is none of owner's, -2 when
-// items of it have not ended, -3 when a retry of it runs.
+// Returns how many result chunks the batch has, for the caller to
+// unlink (0 when owner deleted it before: its tombstone is there), or -1
+// when there is none of owner's, -2 when items of it have not ended, -3
+// when a retry of it runs.
 var deleteBatchScript = redis.NewScript(`
-local b = redis.call('HMGET', KEYS[1], 'owner', 'total', 'ended', 'expires_at')
+local b = redis.call('HMGET', KEYS[1], 'owner', 'total', 'ended', 'expires_at', 'stride')
 if not b[2] then
   if redis.call('GET', KEYS[6]) == ARGV[1] then return 0 end
   return -1
 end
 if (b[1] or '') ~= ARGV[1] then return -1 end
-if tonumber(b[3] or 0) < tonumber(b[2]) then return -2 end
+local total = tonumber(b[2])
+if tonumber(b[3] or 0) < total then return -2 end
 if redis.call('EXISTS', KEYS[4]) == 1 then return -3 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[5], ARGV[2])
@@ -51,7 +53,9 @@ if exp then
 else
   redis.call('SET', KEYS[6], ARGV[1], 'PX', ARGV[3])
 end
-return 1
+local stride = tonumber(b[5]) or 0
+if stride <= 0 then return 0 end
+return math.floor((total + stride - 1) / stride)
 `)
 
 // deletedTombstoneTTL is how long the tombstone of a batch without an
@@ -62,25 +66,25 @@ const deletedTombstoneTTL = 24 * time.Hour
 // one round trip: a million-item batch's 2,000 chunks in two.
 const deleteChunksPerTrip = 1000
 
-// DeleteBatch deletes b, whose items have all ended, and its results:
-// the record in one script (deleteBatchScript), then the results'
-// chunks, deleteChunksPerTrip to a round trip, each by a key of its own
-// (UNLINK, freed off Redis's main thread). From the script on, the batch
-// reads as not found. Chunks that a failure leaves behind are read by
-// nothing and expire with the batch's other keys (RESULT_TTL), so a
-// DeleteBatch cut short is complete for its caller; a repeat finds no
-// delete finds the tombstone and answers nil.
+// DeleteBatch deletes owner's batch id, whose items have all ended, and
+// its results: the record in one script (deleteBatchScript), then the
+// results' chunks, deleteChunksPerTrip to a round trip, each by a key of
+// its own (UNLINK, freed off Redis's main thread). From the script on,
+// the batch reads as not found. Chunks that a failure leaves behind are
+// read by nothing and expire with the batch's other keys (RESULT_TTL),
+// so a DeleteBatch cut short is complete for its caller; a repeat by
+// owner finds the tombstone and answers nil.
 //
 // It refuses a batch with items that have not ended (ErrNotEnded) and one
-// a retry is re-opening (ErrRetryRunning).
-func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
-	n, err := s.deleteBatch(ctx, b.ID, b.Owner)
+// a retry is re-opening (ErrRetryRunning); one there is none of owner's
+// is ErrNotFound.
+func (s *Store) DeleteBatch(ctx context.Context, id, owner string) error {
+	keys := []string{s.k.batch(id), s.k.batchReq(id), s.k.batchUnits(id), s.k.batchRetry(id), s.k.ownerBatches(owner), s.k.batchDeleted(id)}
+	chunks, err := s.runConfirmed(ctx, deleteBatchScript, keys, owner, id, deletedTombstoneTTL.Milliseconds()).Int()
 	if err != nil {
-		return err
+		return fmt.Errorf("store: delete batch %s: %w", id, err)
 	}
-	switch n {
-	case 0:
-		return nil // a repeat: deleted already
+	switch chunks {
 	case -1:
 		return ErrNotFound
 	case -2:
@@ -88,44 +92,20 @@ func (s *Store) DeleteBatch(ctx context.Context, b *Batch) error {
 	case -3:
 		return ErrRetryRunning
 	}
-	for from := 0; from < b.Chunks(); from += deleteChunksPerTrip {
+	for from := 0; from < chunks; from += deleteChunksPerTrip {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j := from; j < min(from+deleteChunksPerTrip, b.Chunks()); j++ {
-				p.Unlink(ctx, s.k.batchRes(b.ID, j))
+			for j := from; j < min(from+deleteChunksPerTrip, chunks); j++ {
+				p.Unlink(ctx, s.k.batchRes(id, j))
 			}
 			return nil
 		})
 		if err != nil {
 			// The record is gone: what is left is read by nothing and
 			// expires. Report it, but as the delete it is.
-			return fmt.Errorf("%w: store: unlink the results of deleted batch %s from chunk %d: %w", ErrChunksLeft, b.ID, from, err)
+			return fmt.Errorf("%w: store: unlink the results of deleted batch %s from chunk %d: %w", ErrChunksLeft, id, from, err)
 		}
 	}
 	return nil
-}
-
-// deleteBatch runs deleteBatchScript for owner's batch id.
-func (s *Store) deleteBatch(ctx context.Context, id, owner string) (int, error) {
-	keys := []string{s.k.batch(id), s.k.batchReq(id), s.k.batchUnits(id), s.k.batchRetry(id), s.k.ownerBatches(owner), s.k.batchDeleted(id)}
-	n, err := s.runConfirmed(ctx, deleteBatchScript, keys, owner, id, deletedTombstoneTTL.Milliseconds()).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: delete batch %s: %w", id, err)
-	}
-	return n, nil
-}
-
-// DeletedBatch reports whether owner deleted batch id (DeleteBatch) and it
-// would not have expired yet: a repeated delete then answers as the
-// first did.
-func (s *Store) DeletedBatch(ctx context.Context, id, owner string) (bool, error) {
-	v, err := s.rdb.Get(ctx, s.k.batchDeleted(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("store: read the tombstone of batch %s: %w", id, err)
-	}
-	return v == owner, nil
 }
 
 // deleteTaskScript deletes an ended single task's record and its entry in
