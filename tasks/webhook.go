@@ -21,8 +21,10 @@ const QueueWebhooks = "webhooks"
 
 // SolvesOn reports whether an asynq server that serves queues has
 // solver slots: a worker's webhook server and its cheap lane's server
-// (CheapQueues) do not, and their slots are no solver's (the per-key cap
-// of expensive work and GET /v1/status count solver slots only).
+// (CheapQueues) do not, and their slots are no solver's. It is for a
+// reader of asynq's server list (asynq.Inspector.Servers, asynqmon's
+// data) that counts solver slots; puzzleq's own status reads the
+// workers' heartbeats instead.
 func SolvesOn(queues map[string]int) bool {
 	for _, q := range Queues {
 		if queues[q] > 0 {
