@@ -177,8 +177,7 @@ type Heartbeat struct {
 
 	mu      sync.Mutex
 	next    uint64
-	running map[string]HeldTask                // run token -> task
-	solving map[string]string                  // run token -> task type, for runs on the solver queues
+	running map[string]heldRunEntry            // run token -> task
 	stops   map[string]context.CancelCauseFunc // run token -> its context's cancel
 	ended   []string                           // run tokens to remove with the next beat
 	// unwritten is each running task no write has stored yet: holdNew
@@ -200,6 +199,14 @@ type Heartbeat struct {
 	slots       int
 	onSlots     func(int)
 	slotFailing atomic.Bool // the last registration failed; logged once per outage
+}
+
+// heldRunEntry is one run a Heartbeat's Middleware tracks: its asynq task,
+// and its task type when it runs on a solver queue ("" otherwise), which
+// the worker's Presence counts.
+type heldRunEntry struct {
+	task       HeldTask
+	solverType string
 }
 
 // holdState is how far a running task's record in Redis has got.
@@ -257,7 +264,7 @@ func NewHeartbeat(st BeatStore, id string, interval time.Duration, log *slog.Log
 	}
 	life, kill := context.WithCancel(context.Background())
 	return &Heartbeat{store: st, id: id, interval: interval, log: log, started: time.Now(),
-		running: map[string]HeldTask{}, solving: map[string]string{}, stops: map[string]context.CancelCauseFunc{},
+		running: map[string]heldRunEntry{}, stops: map[string]context.CancelCauseFunc{},
 		unwritten: map[string]holdState{}, life: life, kill: kill}
 }
 
@@ -288,10 +295,11 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 			h.mu.Lock()
 			h.next++
 			run := strconv.FormatUint(h.next, 36)
-			h.running[run] = ht
+			e := heldRunEntry{task: ht}
 			if slices.Contains(tasks.Queues, q) {
-				h.solving[run] = t.Type()
+				e.solverType = t.Type()
 			}
+			h.running[run] = e
 			h.stops[run] = stop
 			h.unwritten[run] = holdNew
 			if !h.flushing && !h.closed {
@@ -304,7 +312,6 @@ func (h *Heartbeat) Middleware() asynq.MiddlewareFunc {
 			defer func() {
 				h.mu.Lock()
 				delete(h.running, run)
-				delete(h.solving, run)
 				delete(h.stops, run)
 				if st, ok := h.unwritten[run]; !ok || st == holdRetry {
 					h.ended = append(h.ended, run) // it may be in Redis
@@ -421,7 +428,7 @@ func (h *Heartbeat) flushLocked() (int, error) {
 	}
 	batch := make(map[string]HeldTask, len(h.unwritten))
 	for run := range h.unwritten {
-		batch[run] = h.running[run]
+		batch[run] = h.running[run].task
 	}
 	clear(h.unwritten) // from here, a task that ends goes to ended
 	h.mu.Unlock()
@@ -480,12 +487,12 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	defer h.writeMu.Unlock()
 	h.mu.Lock()
 	running := make(map[string]HeldTask, len(h.running))
-	for k, v := range h.running {
-		running[k] = v
-	}
 	p := Presence{Slots: h.slots, Started: h.started.UnixMilli(), Running: map[string]int{}}
-	for _, typ := range h.solving {
-		p.Running[typ]++
+	for k, v := range h.running {
+		running[k] = v.task
+		if v.solverType != "" {
+			p.Running[v.solverType]++
+		}
 	}
 	ended := h.ended
 	h.ended = nil
