@@ -148,6 +148,9 @@ func TestDeleteBatch(t *testing.T) {
 	// Its units are still queued in asynq (no worker took them): a
 	// worker that takes them finds the batch gone, as it would an
 	// expired one, and writes nothing of it back.
+	if n := s.Running("bulk") + s.Running("cheap-bulk"); n == 0 {
+		t.Fatal("none of the deleted batch's units is queued: the check below would prove nothing")
+	}
 	s.AddWorker(nil)
 	deadline := time.Now().Add(20 * time.Second)
 	for s.Running("bulk")+s.Running("cheap-bulk") > 0 {
