@@ -108,10 +108,19 @@ func TestDeleteBatch(t *testing.T) {
 	if len(list.Batches) != 1 || list.Batches[0].ID != keep {
 		t.Errorf("the batch list after the delete: %+v, want %s alone", list.Batches, keep)
 	}
-	// A repeat (a lost answer's retry) answers as the first did; to
-	// another key the batch was never there.
+	// A repeat (a lost answer's retry) answers as the first did, and
+	// unlinks any result chunk a first call cut short left (its answer
+	// lost while Redis was frozen, say: it gave up before its unlinks);
+	// to another key the batch was never there.
+	left := "delete:batch:" + id + ":res:2"
+	if err := s.RDB.Set(t.Context(), left, "as a cut-short delete leaves it", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if code, _ := del(alice, id, "?purge=true"); code != http.StatusNoContent {
 		t.Errorf("a second delete: %d, want 204", code)
+	}
+	if n := s.RDB.Exists(t.Context(), left).Val(); n != 0 {
+		t.Errorf("the repeated delete left the result chunk %s", left)
 	}
 	if code, _ := del(bob, id, "?purge=true"); code != http.StatusNotFound {
 		t.Errorf("another key's delete of the deleted batch: %d, want 404", code)

@@ -31,14 +31,18 @@ var ErrNotEnded = errors.New("store: not ended")
 // ARGV[2] the batch ID
 // ARGV[3] how long a tombstone lives when the batch has no expiry (ms)
 //
+// The tombstone holds "<owner> <chunks>", so that a repeat (the first
+// call's answer lost, its unlinks never sent) unlinks the chunks too.
+//
 // Returns how many result chunks the batch has, for the caller to
-// unlink (0 when owner deleted it before: its tombstone is there), or -1
+// unlink (its tombstone's count when owner deleted it before), or -1
 // when there is none of owner's, -2 when items of it have not ended, -3
 // when a retry of it runs.
 var deleteBatchScript = redis.NewScript(`
 local b = redis.call('HMGET', KEYS[1], 'owner', 'total', 'ended', 'expires_at', 'stride')
 if not b[2] then
-  if redis.call('GET', KEYS[6]) == ARGV[1] then return 0 end
+  local owner, n = string.match(redis.call('GET', KEYS[6]) or '', '^(.*) (%d+)$')
+  if owner == ARGV[1] then return tonumber(n) end
   return -1
 end
 if (b[1] or '') ~= ARGV[1] then return -1 end
@@ -47,15 +51,15 @@ if tonumber(b[3] or 0) < total then return -2 end
 if redis.call('EXISTS', KEYS[4]) == 1 then return -3 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[5], ARGV[2])
-local exp = tonumber(b[4])
+local stride, chunks = tonumber(b[5]) or 0, 0
+if stride > 0 then chunks = math.floor((total + stride - 1) / stride) end
+local tomb, exp = ARGV[1] .. ' ' .. chunks, tonumber(b[4])
 if exp then
-  redis.call('SET', KEYS[6], ARGV[1], 'PXAT', exp)
+  redis.call('SET', KEYS[6], tomb, 'PXAT', exp)
 else
-  redis.call('SET', KEYS[6], ARGV[1], 'PX', ARGV[3])
+  redis.call('SET', KEYS[6], tomb, 'PX', ARGV[3])
 end
-local stride = tonumber(b[5]) or 0
-if stride <= 0 then return 0 end
-return math.floor((total + stride - 1) / stride)
+return chunks
 `)
 
 // deletedTombstoneTTL is how long the tombstone of a batch without an
@@ -73,7 +77,8 @@ const deleteChunksPerTrip = 1000
 // the batch reads as not found. Chunks that a failure leaves behind are
 // read by nothing and expire with the batch's other keys (RESULT_TTL),
 // so a DeleteBatch cut short is complete for its caller; a repeat by
-// owner finds the tombstone and answers nil.
+// owner finds the tombstone, unlinks the chunks again (any a cut-short
+// call left go then) and answers nil.
 //
 // It refuses a batch with items that have not ended (ErrNotEnded) and one
 // a retry is re-opening (ErrRetryRunning); one there is none of owner's

@@ -107,9 +107,10 @@ func (k keys) batchReq(id string) string { return k.prefix + "batch:" + id + ":r
 func (k keys) batchRetry(id string) string { return k.prefix + "batch:" + id + ":retry" }
 
 // batchDeleted is the tombstone of a deleted batch (Store.DeleteBatch):
-// its owner, kept until the batch would have expired, so that a repeated
-// delete (a lost answer's retry) is told the batch is gone rather than
-// that there never was one.
+// "<owner> <result chunks>", kept until the batch would have expired, so
+// that a repeated delete (a lost answer's retry) is told the batch is
+// gone rather than that there never was one, and unlinks what the first
+// left.
 func (k keys) batchDeleted(id string) string { return k.prefix + "batch:" + id + ":deleted" }
 
 // batchUnits is a list of a batch's units (tasks.UnitRef.Member) not yet
