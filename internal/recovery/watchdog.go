@@ -116,7 +116,7 @@ const watchdogLease = "watchdog"
 // just dequeued), or when its lease has ended by this watchdog's clock (a
 // worker still names it, but asynq's server gave it up: a handler that
 // outlived its lease). An orphan is re-driven as a dead worker's task is:
-// a copy under RedriveID(id, orphanTag), counted once by the store
+// a copy under tasks.RedriveID(id, orphanTag), counted once by the store
 // whichever of the copy and the original runs later.
 //
 // Every original the watchdog copies, a dead worker's or an orphan, is

@@ -221,7 +221,7 @@ func TestWatchdogRedrivesADeadWorkersTasks(t *testing.T) {
 		if err != nil || o.State != asynq.TaskStateActive {
 			t.Fatalf("original %s: %+v %v, want still active", orig.id, o, err)
 		}
-		c, err := insp.GetTaskInfo(tasks.QueueInteractive, RedriveID(orig.id, "victim"))
+		c, err := insp.GetTaskInfo(tasks.QueueInteractive, tasks.RedriveID(orig.id, "victim"))
 		if err != nil {
 			t.Fatalf("copy of %s: %v", orig.id, err)
 		}
@@ -379,7 +379,7 @@ func TestWatchdogRedrivesOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := insp.GetTaskInfo(tasks.QueueInteractive, RedriveID(o.id, orphanTag))
+		c, err := insp.GetTaskInfo(tasks.QueueInteractive, tasks.RedriveID(o.id, orphanTag))
 		if err != nil {
 			t.Fatalf("copy of %s: %v", o.id, err)
 		}

@@ -310,7 +310,7 @@ func (c *cluster) itemHolders(t *testing.T, batch string) map[string][]*proc {
 			if !ok {
 				continue
 			}
-			unit, _, _ = strings.Cut(unit, "~") // a copy: recovery.RedriveID
+			unit, _, _ = strings.Cut(unit, "~") // a copy: tasks.RedriveID
 			if chunk, n, err := tasks.ParseUnit(unit); err == nil && !chunk {
 				if id := apitype.ItemID(batch, n); !seen[id] {
 					seen[id] = true

@@ -19,7 +19,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/worker"
 	"github.com/puzzleq/puzzleq/tasks"
 )
@@ -181,7 +180,7 @@ func testWorkerCrash(t *testing.T, waiting func()) {
 	if !pollUntil(60*time.Second, 50*time.Millisecond, func() bool {
 		if redriveAt == 0 {
 			for _, og := range origs {
-				if !copies[og.id] && !c.gone(t, recovery.RedriveQueue(og.queue), recovery.RedriveID(og.id, victimID)) {
+				if !copies[og.id] && !c.gone(t, tasks.RedriveQueue(og.queue), tasks.RedriveID(og.id, victimID)) {
 					copies[og.id] = true
 				}
 			}

@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/puzzleq/puzzleq/apitype"
-	"github.com/puzzleq/puzzleq/internal/recovery"
 	"github.com/puzzleq/puzzleq/internal/worker"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // TestWorkerPartition cuts a worker off from Redis (issue 13): the
@@ -129,7 +129,7 @@ func TestWorkerPartition(t *testing.T) {
 		if redriveAt == 0 {
 			queued := 0
 			for _, og := range origs {
-				if !c.gone(t, recovery.RedriveQueue(og.Queue), recovery.RedriveID(og.ID, partID)) {
+				if !c.gone(t, tasks.RedriveQueue(og.Queue), tasks.RedriveID(og.ID, partID)) {
 					queued++
 				}
 			}
