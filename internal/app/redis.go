@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,8 +43,9 @@ const redisCallTimeout = 2 * time.Second
 // and opens a go-redis client with the same options, so asynq and our
 // records always talk to the same Redis. The client caches the store's
 // scripts on each new connection (store.LoadScriptsOnConnect), so after a
-// Redis restart no script call is sent twice, the second time whole.
-func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
+// Redis restart no script call is sent twice, the second time whole; also,
+// when set, runs onConnect on each.
+func redisConn(url string, onConnect ...func(context.Context, *redis.Conn) error) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 	opt, err := asynq.ParseRedisURI(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
@@ -55,11 +58,73 @@ func redisConn(url string) (asynq.RedisConnOpt, redis.UniversalClient, error) {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = redisDialTimeout, redisIOTimeout, redisIOTimeout
 		opt = o
 	}
-	rdb, err := newRedisClient(opt, store.LoadScriptsOnConnect)
+	hooks := append([]func(context.Context, *redis.Conn) error{store.LoadScriptsOnConnect}, onConnect...)
+	rdb, err := newRedisClient(opt, func(ctx context.Context, cn *redis.Conn) error {
+		for _, h := range hooks {
+			if err := h(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return opt, rdb, nil
+}
+
+// masterWatch tells when the Redis master a client reaches is another
+// one than before: each new connection reads the server's run ID (INFO
+// server), which is new after a Sentinel failover (the promoted replica
+// has its own) and after a restart. A connection to a Sentinel (a
+// failover client connects to them too) is not a master and is skipped.
+// The first master seen is no change.
+type masterWatch struct {
+	mu      sync.Mutex
+	runID   string
+	changed func(oldID, newID string) // must not block: it runs in a connection's setup
+}
+
+// notify makes f hear of every change from now on.
+func (m *masterWatch) notify(f func(oldID, newID string)) {
+	m.mu.Lock()
+	m.changed = f
+	m.mu.Unlock()
+}
+
+// onConnect is masterWatch's go-redis OnConnect hook. A server that does
+// not answer INFO (an ACL that forbids it) leaves the connection as it
+// is: the watch then sees nothing, and the connection still works.
+func (m *masterWatch) onConnect(ctx context.Context, cn *redis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	fields := infoFields(info, "run_id", "redis_mode")
+	id := fields["run_id"]
+	if id == "" || fields["redis_mode"] == "sentinel" {
+		return nil
+	}
+	m.mu.Lock()
+	old, changed := m.runID, m.changed
+	m.runID = id
+	m.mu.Unlock()
+	if old != "" && old != id && changed != nil {
+		changed(old, id)
+	}
+	return nil
+}
+
+// infoFields picks the named fields out of an INFO reply.
+func infoFields(info string, names ...string) map[string]string {
+	out := make(map[string]string, len(names))
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		if ok && slices.Contains(names, k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // newRedisClient is opt.MakeRedisClient with an OnConnect hook, which

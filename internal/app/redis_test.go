@@ -359,3 +359,96 @@ func TestWorkerPausesOnRefusedWrites(t *testing.T) {
 		t.Errorf("a refused write with a deadline: %v after %v, want OOM at once", err, d)
 	}
 }
+
+// TestMasterWatch: the connection hook reports a Redis restarted on the
+// same address (a new run ID) once, on the first connection after it, and
+// nothing for connections that only reconnect to the same server, nor for
+// a failover client's connections to its Sentinels.
+func TestMasterWatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := redistest.Start(t)
+	type change struct{ old, new string }
+	changes := make(chan change, 10)
+	watch := &masterWatch{}
+	watch.notify(func(o, n string) { changes <- change{o, n} })
+	_, rdb, err := redisConn(r.URL(), watch.onConnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	first := serverRunID(t, rdb)
+
+	// The same server, its connections cut: no change.
+	if err := r.Client(t).ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if again := serverRunID(t, rdb); again != first {
+		t.Fatalf("run ID %s, then %s with no restart", first, again)
+	}
+	select {
+	case c := <-changes:
+		t.Fatalf("a reconnection to the same server reported a change: %+v", c)
+	default:
+	}
+
+	// Restarted: one change, from the old run ID to the new.
+	r.Kill()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	second := serverRunID(t, rdb)
+	select {
+	case c := <-changes:
+		if c.old != first || c.new != second || first == second {
+			t.Errorf("change %+v, want %s -> %s", c, first, second)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a restarted Redis was not reported")
+	}
+	serverRunID(t, rdb)
+	select {
+	case c := <-changes:
+		t.Errorf("a second change reported: %+v", c)
+	default:
+	}
+
+	// Through a Sentinel: its own connections are not a master's.
+	s := redistest.StartSentinel(t, redistest.SentinelOpts{Name: "pqwatch", Master: r.Addr, Quorum: 1, DownAfter: time.Second})
+	watch2 := &masterWatch{}
+	watch2.notify(func(o, n string) { changes <- change{o, n} })
+	_, frdb, err := redisConn("redis-sentinel://"+s.Addr+"?master=pqwatch", watch2.onConnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { frdb.Close() })
+	if id := serverRunID(t, frdb); id != second {
+		t.Fatalf("through the Sentinel: run ID %s, want the master's %s", id, second)
+	}
+	if err := frdb.Set(ctx, "pq:watch", "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-changes:
+		t.Errorf("connections through a Sentinel reported a change: %+v", c)
+	default:
+	}
+}
+
+// serverRunID is the run ID of the server rdb reaches, read once it
+// answers again.
+func serverRunID(t *testing.T, rdb redis.UniversalClient) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := rdb.Info(context.Background(), "server").Result()
+		if err == nil {
+			if id := infoFields(info, "run_id")["run_id"]; id != "" {
+				return id
+			}
+			t.Fatal("no run_id in INFO server")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("INFO server: %v", err)
+		}
+	}
+}

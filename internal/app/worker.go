@@ -43,6 +43,7 @@ type Worker struct {
 	store *store.Store
 	srv   *asynq.Server
 	mux   *asynq.ServeMux
+	rerun *worker.Rerun
 	// whSrv and whMux deliver webhooks on slots of their own
 	// (WEBHOOK_CONCURRENCY), so deliveries that wait on slow receivers
 	// never hold a solver's slot.
@@ -94,7 +95,8 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 		runtime.GOMAXPROCS(n)
 		log.Info("GOMAXPROCS raised above the solver slots, so that searches leave a P for the cheap lane", "gomaxprocs", n, "solver_slots", cfg.Concurrency)
 	}
-	opt, rdb, err := redisConn(cfg.RedisURL)
+	watch := &masterWatch{}
+	opt, rdb, err := redisConn(cfg.RedisURL, watch.onConnect)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +115,7 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 		rdb.Close()
 		return nil, err
 	}
+	watch.notify(w.rerun.Changed)
 	w.ownsConn = true
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -187,6 +190,12 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		}
 	})
 	w.mux.Use(w.beat.Middleware())
+	// A solve that ran as the Redis master changed runs again, and so do
+	// those finished just before (worker.Rerun); the connection hook of
+	// NewWorker's client reports the change. An embedded worker's Redis
+	// is in its own process and never changes.
+	w.rerun = worker.NewRerun(asynq.NewClientFromRedisClient(rdb), log.With("component", "rerun"), worker.RerunOptions{})
+	w.mux.Use(w.rerun.Middleware())
 	if cfg.RedisAckReplicas > 0 {
 		w.mux.Use(confirmMiddleware(w.store))
 	}
@@ -209,10 +218,11 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 			// An expensive task over its key's cap waits: asynq runs it
 			// again after the wait, and it counts as neither a retry nor a
 			// failure. So does a task whose writes the replicas did not
-			// confirm: it is done, and runs again only to confirm it.
+			// confirm: it is done, and runs again only to confirm it; and
+			// one that ran as the Redis master changed (worker.Rerun).
 			IsFailure: func(err error) bool {
 				_, wait := worker.IsWait(err)
-				return !wait && !errors.Is(err, worker.ErrNotReplicated)
+				return !wait && !errors.Is(err, worker.ErrNotReplicated) && !errors.Is(err, worker.ErrRedisChanged)
 			},
 			RetryDelayFunc:  retryDelay,
 			Logger:          asynqLogger{log},
@@ -326,7 +336,8 @@ func retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	switch {
 	case errors.Is(err, asynq.ErrLeaseExpired):
 		return leaseRecoveryDelay
-	case errors.Is(err, worker.ErrDeadlineOverrun), errors.Is(err, worker.ErrCutOff), errors.Is(err, worker.ErrNotReplicated):
+	case errors.Is(err, worker.ErrDeadlineOverrun), errors.Is(err, worker.ErrCutOff), errors.Is(err, worker.ErrNotReplicated),
+		errors.Is(err, worker.ErrRedisChanged):
 		// ErrCutOff: the worker stopped the task while cut off from
 		// Redis, and returns it once Redis is back; its copy has run
 		// elsewhere meanwhile, so this run finds its items ended.

@@ -45,3 +45,6 @@ func Unwritten(h *Heartbeat) int {
 	defer h.mu.Unlock()
 	return len(h.unwritten)
 }
+
+// SetRerunClock makes r read the time from now.
+func SetRerunClock(r *Rerun, now func() time.Time) { r.now = now }

@@ -594,8 +594,8 @@ func (h *Handler) ErrorHandler() asynq.ErrorHandlerFunc {
 			return // asynq runs it again after d, counting no retry
 		}
 		h.log.Warn("task error", "type", t.Type(), "retried", retried, "max_retry", maxR, "err", err)
-		if errors.Is(err, ErrNotReplicated) {
-			return // done but unconfirmed: asynq runs it again, counting no retry
+		if errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrRedisChanged) {
+			return // done, but unconfirmed or maybe not kept: asynq runs it again, counting no retry
 		}
 		if retried < maxR && !errors.Is(err, asynq.SkipRetry) {
 			return // asynq retries it

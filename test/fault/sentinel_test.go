@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -26,13 +27,13 @@ import (
 const sentinelMaster = "pq"
 
 // failoverRecovery bounds the wait for every acknowledged task to end
-// after the failover. A unit a worker finished on the old master just
-// before the kill, whose finish the replica never received, is still
-// active on the new master; only asynq's lease (30 s) and its recoverer
-// (every minute) find it, and our retry then waits leaseRecoveryDelay
-// (5 s): 60-125 s of crash recovery (internal/app/worker.go,
-// docs/guarantees.md). ci33 waited 90 s and found one such unit's 16 items
-// still pending; 150 s covers the documented bound.
+// after the failover. A task a worker finished on the old master just
+// before the kill, whose results the replica never received, runs again
+// as a copy as soon as the worker meets the new master (worker.Rerun), in
+// seconds; the original, if the new master still holds it as running, is
+// found by asynq's lease (30 s) and its recoverer (every minute) and then
+// does nothing. The bound is that 60-125 s of crash recovery with room,
+// so that only a task nothing would ever run again fails it.
 const failoverRecovery = 150 * time.Second
 
 // TestSentinelFailover runs Redis as a master, one replica and three
@@ -190,6 +191,14 @@ func testSentinelFailover(t *testing.T, lagging, acked bool) {
 			t.Fatalf("%s exited during the failover: %v", p.Name, p.Err())
 		}
 		p.WaitReady(t, 10*time.Second)
+	}
+	// Each worker met the new master, and ran again what it had just
+	// finished on the old one, whose results the replica may lack
+	// (worker.Rerun).
+	for _, w := range c.workers {
+		if b, err := os.ReadFile(w.LogPath); err != nil || !bytes.Contains(b, []byte("redis master changed: the solves finished just before run again")) {
+			t.Errorf("%s did not notice the new master (%v)", w.Name, err)
+		}
 	}
 
 	// Account for every acknowledged task by ID: the lagging run's
