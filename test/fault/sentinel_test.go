@@ -51,9 +51,9 @@ const failoverRecovery = 150 * time.Second
 // the master's stream) while three batches and a single are acknowledged,
 // then the master dies: exactly those tasks are lost, each reported by
 // ID, and nothing else is disturbed. The workers are frozen during that
-// window, so no task finishes on the master in a state the replica never
-// sees (it would then be recovered only by asynq's 30 s lease and 1 min
-// recoverer, issue 13's watchdog).
+// window, so that what is lost is exactly the submissions: a task they
+// finished on the master in it would run again (worker.Rerun), which
+// Replicated shows.
 //
 // LaggingAcked is Lagging with REDIS_ACK_REPLICAS=1 and two replicas (so
 // that one is left to confirm writes after the other's promotion), both
