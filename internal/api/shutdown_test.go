@@ -100,7 +100,9 @@ func TestShutdownAnswersHeldPolls(t *testing.T) {
 			}
 		}
 	}
-	if stopped > 5*time.Second {
+	// Waiting on the polls would take SHUTDOWN_TIMEOUT (20 s); the bound
+	// leaves a loaded machine 15 s to stop at once.
+	if stopped > 15*time.Second {
 		t.Errorf("the API took %v to stop with polls held, want at once (SHUTDOWN_TIMEOUT is 20s)", stopped)
 	}
 }
