@@ -83,13 +83,14 @@ type BatchRetried struct {
 // ServiceStatus is the answer of GET /v1/status: whether any worker is
 // alive, how many slots they have, and how much work waits.
 type ServiceStatus struct {
-	// WorkersAlive counts the worker processes whose heartbeat is fresh.
+	// WorkersAlive counts the worker processes whose heartbeat is fresh
+	// and that take tasks (not draining).
 	WorkersAlive int `json:"workers_alive"`
-	// Slots is the tasks the live workers can run at once; Busy how many
+	// Slots is the tasks those workers can run at once; Busy how many
 	// they run now.
 	Slots int `json:"slots"`
 	Busy  int `json:"busy"`
-	// Workers are the live worker processes.
+	// Workers are the live worker processes, draining ones included.
 	Workers []WorkerStatus `json:"workers"`
 	// Queues are the queues' depths.
 	Queues []QueueStatus `json:"queues"`
@@ -119,6 +120,10 @@ type WorkerStatus struct {
 	// Running counts the tasks it runs on its solver slots by type
 	// (solve:sliding, solve:unit, ...).
 	Running map[string]int `json:"running"`
+	// Draining is true once it is shutting down: it takes no new task,
+	// finishes those it runs and leaves. ServiceStatus's totals leave it
+	// out.
+	Draining bool `json:"draining"`
 }
 
 // QueueStatus is one queue's depth.

@@ -222,9 +222,12 @@ func (s *Server) status(c *gin.Context) {
 	}
 	for _, p := range presences {
 		w := apitype.WorkerStatus{ID: p.ID, Slots: p.Slots, Busy: p.Busy(),
-			StartedAt: timePtr(time.UnixMilli(p.Started).UTC()), Running: map[string]int{}}
+			StartedAt: timePtr(time.UnixMilli(p.Started).UTC()), Running: map[string]int{}, Draining: p.Draining}
 		maps.Copy(w.Running, p.Running)
 		out.Workers = append(out.Workers, w)
+		if w.Draining {
+			continue // it takes nothing new: the totals are of those that do
+		}
 		out.WorkersAlive++
 		out.Slots += w.Slots
 		out.Busy += w.Busy

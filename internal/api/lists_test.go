@@ -10,6 +10,9 @@ import (
 
 	"github.com/puzzleq/puzzleq/apitype"
 	"github.com/puzzleq/puzzleq/internal/stacktest"
+	"github.com/puzzleq/puzzleq/internal/store"
+	"github.com/puzzleq/puzzleq/internal/worker"
+	"github.com/puzzleq/puzzleq/tasks"
 )
 
 // The list, retry and status routes on a real stack (API and a worker on
@@ -203,6 +206,19 @@ func TestListsRetryAndStatus(t *testing.T) {
 		st = getAs[apitype.ServiceStatus](t, s, "alice-key-0123456789", "/v1/status", 200)
 		if st.OldestPendingSeconds < 1 {
 			t.Fatalf("work waits a second with no worker, but oldest_pending_seconds is %v: %+v", st.OldestPendingSeconds, st)
+		}
+
+		// A worker shutting down, as its beat says: listed, draining,
+		// and left out of the totals, since it takes nothing new.
+		st2 := store.New(s.RDB, store.Options{Prefix: "lists:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+		p := worker.Presence{Slots: 3, Started: time.Now().UnixMilli(), Running: map[string]int{tasks.TypeUnit: 1}, Draining: true}
+		if err := st2.Beat(t.Context(), "w-0123456789ab", time.Now().UnixMilli(), nil, nil, time.Minute, p, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		st = getAs[apitype.ServiceStatus](t, s, "alice-key-0123456789", "/v1/status", 200)
+		if st.WorkersAlive != 0 || st.Slots != 0 || st.Busy != 0 || len(st.Workers) != 1 ||
+			!st.Workers[0].Draining || st.Workers[0].Busy != 1 || st.Workers[0].Slots != 3 {
+			t.Fatalf("status with a draining worker: %+v, want it listed as draining with its task, and out of the totals", st)
 		}
 	})
 }

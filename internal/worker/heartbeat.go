@@ -61,6 +61,9 @@ type Presence struct {
 	Started int64 `json:"started"`
 	// Running counts the tasks it runs on the solver queues by type.
 	Running map[string]int `json:"running,omitempty"`
+	// Draining is set once the worker stopped taking tasks to shut down:
+	// it finishes what it runs, then leaves.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Busy is how many tasks the worker runs on its solver slots.
@@ -166,6 +169,7 @@ type Heartbeat struct {
 	log      *slog.Logger
 	started  time.Time
 
+	draining atomic.Bool   // Drain was called
 	cutOff   time.Duration // StopAfter; 0: never
 	stopped  atomic.Int64  // tasks stopped because the beats failed
 	lastGood atomic.Int64  // Unix ns of the last beat that reached the store
@@ -487,7 +491,7 @@ func (h *Heartbeat) beat(ctx context.Context) error {
 	defer h.writeMu.Unlock()
 	h.mu.Lock()
 	running := make(map[string]HeldTask, len(h.running))
-	p := Presence{Slots: h.slots, Started: h.started.UnixMilli(), Running: map[string]int{}}
+	p := Presence{Slots: h.slots, Started: h.started.UnixMilli(), Running: map[string]int{}, Draining: h.draining.Load()}
 	for k, v := range h.running {
 		running[k] = v.task
 		if v.solverType != "" {
@@ -613,6 +617,10 @@ func (h *Heartbeat) afterCutOff(parent context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrCutOff, err)
 }
+
+// Drain marks the worker as shutting down: the beats from the next on
+// say so in its Presence, while it finishes what it runs.
+func (h *Heartbeat) Drain() { h.draining.Store(true) }
 
 // Leave stops the flusher (and waits for it, so that no write of it
 // lands after this one) and removes the worker's heartbeat, and its

@@ -520,3 +520,36 @@ func TestHoldNow(t *testing.T) {
 		}
 	})
 }
+
+// TestHeartbeatDrainShows: after Drain, the next beat's presence says the
+// worker drains, while a task still runs; before, it did not. (The fault
+// suite's graceful shutdown reads it through GET /v1/status.)
+func TestHeartbeatDrainShows(t *testing.T) {
+	t.Parallel()
+	f := newHoldFixture(t, time.Hour) // beats only when told
+	st := store.New(f.plain, store.Options{Prefix: "pq:", TaskTTL: time.Hour, ResultTTL: time.Hour})
+	f.running.Add(1)
+	go func() {
+		defer f.running.Done()
+		_ = f.h.ProcessTask(f.ctx, asynq.NewTask("held", nil))
+	}()
+	<-f.started
+	presence := func() worker.Presence {
+		t.Helper()
+		if err := f.hb.Beat(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := st.Presences(f.ctx)
+		if err != nil || len(ps) != 1 {
+			t.Fatalf("presences %+v %v, want the one worker's", ps, err)
+		}
+		return ps[0]
+	}
+	if p := presence(); p.Draining {
+		t.Fatalf("draining before Drain: %+v", p)
+	}
+	f.hb.Drain()
+	if p := presence(); !p.Draining {
+		t.Fatalf("after Drain: %+v, want draining", p)
+	}
+}

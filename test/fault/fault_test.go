@@ -385,8 +385,30 @@ func testGracefulShutdown(t *testing.T) {
 			mixed(t, c, w, int64(10+i))
 			victim := c.startWorker(map[string]string{"SHUTDOWN_TIMEOUT": tc.timeout.String()})
 			active := waitHardBusy(t, c, slots, hard, 60*time.Second, nil)
+			victimID := victim.WorkerID(t)
 			victim.Signal(t, syscall.SIGTERM)
 			sent := time.Now()
+			if !tc.requeued {
+				// While it finishes its boards, GET /v1/status lists it
+				// as draining, out of the totals, within a beat or two.
+				var last apitype.ServiceStatus
+				if !pollUntil(5*time.Second, 20*time.Millisecond, func() bool {
+					code, b, err := c.do("GET", "/v1/status", nil)
+					if err != nil || code != 200 || json.Unmarshal(b, &last) != nil {
+						return false
+					}
+					for _, w := range last.Workers {
+						if w.ID == victimID {
+							return w.Draining && w.Busy > 0
+						}
+					}
+					return false
+				}) {
+					t.Errorf("the victim %s was not listed as draining with its boards within 5 s of SIGTERM: %+v", victimID, last)
+				} else if last.WorkersAlive != 0 || last.Slots != 0 {
+					t.Errorf("status while the only worker drains: %d alive with %d slots, want none", last.WorkersAlive, last.Slots)
+				}
+			}
 			c.startWorker(nil) // takes over what the victim leaves
 			if !victim.WaitExit(tc.timeout + 10*time.Second) {
 				t.Fatalf("worker did not exit within SHUTDOWN_TIMEOUT %v + 10s", tc.timeout)

@@ -440,10 +440,10 @@ function renderStatus(s) {
     const tb = el("tbody");
     for (const w of workers) {
       const running = Object.entries(w.running || {}).map(([k, n]) => k + " " + n).join(", ");
-      tb.append(el("tr", {},
+      tb.append(el("tr", { class: w.draining ? "draining" : "" },
         el("td", { class: "mono", text: w.id || "" }),
         el("td", { text: (w.busy ?? 0) + " / " + (w.slots ?? 0) }),
-        el("td", { text: running || "idle" }),
+        el("td", { text: (w.draining ? "draining: " : "") + (running || "idle") }),
         el("td", { text: fmtTime(w.started_at) })));
     }
     parts.push(el("table", { id: "workers" }, el("thead", {}, el("tr", {},
