@@ -158,8 +158,8 @@ func (r *Rerun) remember(f finished) {
 	}
 }
 
-// Changed reports that the Redis master is now newID, no longer oldID
-// (their run IDs). It never blocks on Redis, since it runs in a
+// Changed reports that the Redis master's run ID went from oldID to
+// newID: another server. It never blocks on Redis, since it runs in a
 // connection's setup: the copies are queued by a goroutine of their own,
 // which Wait waits for.
 func (r *Rerun) Changed(oldID, newID string) {
