@@ -472,7 +472,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker shutting down", "shutdown_timeout", w.cfg.ShutdownTimeout.String())
 	w.ready.Store(false)
-	w.beat.Drain() // GET /v1/status shows it draining from the next beat
+	w.beat.Drain() // GET /v1/status shows it draining from a beat made now
 	// Stop fetching, wait up to ShutdownTimeout, requeue the rest.
 	stopped, deadline := w.shutdownServers()
 	stopBeat()

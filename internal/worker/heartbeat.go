@@ -170,6 +170,7 @@ type Heartbeat struct {
 	started  time.Time
 
 	draining atomic.Bool   // Drain was called
+	wake     chan struct{} // makes Run beat now
 	cutOff   time.Duration // StopAfter; 0: never
 	stopped  atomic.Int64  // tasks stopped because the beats failed
 	lastGood atomic.Int64  // Unix ns of the last beat that reached the store
@@ -269,7 +270,7 @@ func NewHeartbeat(st BeatStore, id string, interval time.Duration, log *slog.Log
 	life, kill := context.WithCancel(context.Background())
 	return &Heartbeat{store: st, id: id, interval: interval, log: log, started: time.Now(),
 		running: map[string]heldRunEntry{}, stops: map[string]context.CancelCauseFunc{},
-		unwritten: map[string]holdState{}, life: life, kill: kill}
+		unwritten: map[string]holdState{}, life: life, kill: kill, wake: make(chan struct{}, 1)}
 }
 
 // ID is the worker's ID.
@@ -571,6 +572,7 @@ func (h *Heartbeat) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-h.wake:
 		}
 	}
 }
@@ -618,9 +620,16 @@ func (h *Heartbeat) afterCutOff(parent context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrCutOff, err)
 }
 
-// Drain marks the worker as shutting down: the beats from the next on
-// say so in its Presence, while it finishes what it runs.
-func (h *Heartbeat) Drain() { h.draining.Store(true) }
+// Drain marks the worker as shutting down: the beats say so in its
+// Presence while it finishes what it runs, from one that Run makes at
+// once, since a worker whose tasks end soon leaves within a beat.
+func (h *Heartbeat) Drain() {
+	h.draining.Store(true)
+	select {
+	case h.wake <- struct{}{}:
+	default: // a beat is due already
+	}
+}
 
 // Leave stops the flusher (and waits for it, so that no write of it
 // lands after this one) and removes the worker's heartbeat, and its
