@@ -73,7 +73,7 @@ type Rerun struct {
 	mu    sync.Mutex
 	epoch uint64     // how many changes were reported
 	done  []finished // all of the current epoch: Changed empties it
-	head  int // done[head:] are remembered
+	head  int        // done[head:] are remembered
 	bytes int
 	wg    sync.WaitGroup
 }
