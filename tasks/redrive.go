@@ -1,5 +1,7 @@
 package tasks
 
+import "github.com/hibiken/asynq"
+
 // RedriveQueue returns the queue a copy of a task from queue runs on,
 // when the task runs again outside its turn: a dead worker's task
 // re-driven by the watchdog, or one that ran as a Redis master changed.
@@ -28,3 +30,22 @@ func RedriveQueue(queue string) string {
 // is one task while the first is queued. A unit's handler reads the unit
 // from the payload, not from the task ID.
 func RedriveID(id, tag string) string { return id + "~" + tag }
+
+// RedriveTask builds a copy of task ti made for the reason tag names: the
+// same type, payload, retries, timeout (or deadline) and retention, under
+// RedriveID(ti.ID, tag) on RedriveQueue(ti.Queue). Units have fixed task
+// IDs (UnitRef.TaskID) for the feed's deduplication; the copy's ID is its
+// own, and the handler reads the unit from the payload.
+func RedriveTask(ti *asynq.TaskInfo, tag string) *asynq.Task {
+	opts := []asynq.Option{asynq.TaskID(RedriveID(ti.ID, tag)), asynq.Queue(RedriveQueue(ti.Queue)), asynq.MaxRetry(ti.MaxRetry)}
+	if ti.Retention > 0 {
+		opts = append(opts, asynq.Retention(ti.Retention))
+	}
+	switch {
+	case ti.Timeout > 0:
+		opts = append(opts, asynq.Timeout(ti.Timeout))
+	case !ti.Deadline.IsZero():
+		opts = append(opts, asynq.Deadline(ti.Deadline))
+	}
+	return asynq.NewTask(ti.Type, ti.Payload, opts...)
+}

@@ -1,6 +1,6 @@
 // Package recovery holds the loops that every API replica runs beside
 // request handling, so that no process's death loses work: the Watchdog
-// re-drives a dead worker's tasks within seconds (RedriveTask), and the
+// re-drives a dead worker's tasks within seconds (tasks.RedriveTask), and the
 // Reconciler finishes interrupted enqueues of batch units, keeps the bulk
 // queue fed and enqueues due webhook deliveries. Each pass runs under a
 // short Redis lease, so one replica does it at a time.

@@ -84,7 +84,7 @@ const watchdogLease = "watchdog"
 // short Redis lease so that one replica does it, each task the worker
 // held that asynq still lists as active (it is not finished, and asynq
 // has not recovered it) gets a fresh copy on the queue under a new task
-// ID (RedriveTask), and the worker's heartbeat is removed. The
+// ID (tasks.RedriveTask), and the worker's heartbeat is removed. The
 // copy runs the same items as the original; the store ends and counts
 // each item once, so whichever runs later, the copy or the original once
 // asynq recovers it, finds the item ended and changes nothing.
@@ -363,7 +363,7 @@ func (w *Watchdog) orphans(ctx context.Context, beats []worker.WorkerBeat, due [
 		case ti.State != asynq.TaskStateActive:
 			continue
 		}
-		_, err = w.enq.EnqueueContext(ctx, RedriveTask(ti, orphanTag))
+		_, err = w.enq.EnqueueContext(ctx, tasks.RedriveTask(ti, orphanTag))
 		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 			errs = append(errs, fmt.Errorf("re-drive orphaned task %s: %w", t.ID, err))
 			continue
@@ -408,7 +408,7 @@ func (w *Watchdog) redrive(ctx context.Context, b worker.WorkerBeat, silent time
 		case ti.State != asynq.TaskStateActive:
 			continue // asynq has it queued again (recovered, or retried) already
 		}
-		_, err = w.enq.EnqueueContext(ctx, RedriveTask(ti, b.Worker))
+		_, err = w.enq.EnqueueContext(ctx, tasks.RedriveTask(ti, b.Worker))
 		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 			errs = append(errs, fmt.Errorf("re-drive task %s of dead worker %s: %w", ht.ID, b.Worker, err))
 			continue

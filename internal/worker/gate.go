@@ -32,7 +32,7 @@ import (
 // SolveLease/3. When a worker dies, any run of the same task record takes
 // its slot and in-flight solve over at once, lease or not (the slot's
 // member and the solve's lead are the record's ID): the watchdog's copy
-// within seconds (Heartbeat, recovery.RedriveTask), or asynq's redelivery after its
+// within seconds (Heartbeat, tasks.RedriveTask), or asynq's redelivery after its
 // own lease recovery when no watchdog re-drove it. Otherwise both end with
 // their lease, and the next identical submission leads the solve.
 

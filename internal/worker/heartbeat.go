@@ -24,7 +24,7 @@ import (
 // asynq tasks it runs, and a watchdog (internal/recovery's Watchdog, on every
 // API replica) that sees a worker's heartbeat stop re-drives its tasks
 // within seconds: it enqueues a fresh copy of each under a new task ID
-// (recovery.RedriveTask). The copy and the original, when asynq recovers it, run
+// (tasks.RedriveTask). The copy and the original, when asynq recovers it, run
 // the same items; the store's scripts end and count each item once, so the
 // later one finds it ended and does nothing (docs/guarantees.md).
 

@@ -399,7 +399,7 @@ const joinKillBound = 30 * time.Second
 // killed with SIGKILL. Its heartbeat record names the lead's asynq task
 // alone: a copy's delivery returned when it joined, and its record waits
 // on the solve (pq:solve:<key>:waiters), not on a worker. The watchdog
-// re-drives the lead's task (recovery.RedriveTask: a new asynq ID, the same
+// re-drives the lead's task (tasks.RedriveTask: a new asynq ID, the same
 // record), and that copy starts within recoveryBound of the kill and takes
 // the solve over while the dead run's lease still lasts (a record never
 // joins itself); its finish completes all four records with the optimal
