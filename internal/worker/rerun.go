@@ -215,8 +215,9 @@ const (
 	rerunPause    = 2 * time.Second
 )
 
-// enqueue queues a copy of each of fs under tasks.RedriveID(id, tag). A
-// copy already queued for this change counts as queued.
+// enqueue queues a copy of each of fs (tasks.RedriveTask, under
+// tasks.RedriveID(id, tag)). A copy already queued for this change counts
+// as queued.
 func (r *Rerun) enqueue(fs []finished, tag string) {
 	queued, left := 0, fs
 	for attempt := 0; attempt < rerunAttempts && len(left) > 0; attempt++ {
@@ -227,7 +228,8 @@ func (r *Rerun) enqueue(fs []finished, tag string) {
 		var lastErr error
 		for _, f := range left {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := r.enq.EnqueueContext(ctx, rerunTask(f, tag))
+			_, err := r.enq.EnqueueContext(ctx, tasks.RedriveTask(&asynq.TaskInfo{ID: f.id, Queue: f.queue, Type: f.typ,
+				Payload: f.payload, MaxRetry: f.maxRetry, Timeout: f.timeout}, tag))
 			cancel()
 			switch {
 			case err == nil, errors.Is(err, asynq.ErrTaskIDConflict):
@@ -243,23 +245,14 @@ func (r *Rerun) enqueue(fs []finished, tag string) {
 		left = failed
 	}
 	if len(left) > 0 {
-		ids := make([]string, len(left))
-		for i, f := range left {
-			ids[i] = f.id
+		ids := make([]string, 0, min(len(left), 20))
+		for _, f := range left[:cap(ids)] {
+			ids = append(ids, f.id)
 		}
-		r.log.Error("redis master changed: some solves finished just before could not be queued to run again", "task_ids", ids)
+		r.log.Error("redis master changed: some solves finished just before could not be queued to run again",
+			"not_queued", len(left), "first_task_ids", ids)
 	}
 	r.log.Info("redis master changed: solves queued to run again", "queued", queued)
-}
-
-// rerunTask is the copy of f: the same type, payload, retries and
-// timeout, under its own ID on tasks.RedriveQueue.
-func rerunTask(f finished, tag string) *asynq.Task {
-	opts := []asynq.Option{asynq.TaskID(tasks.RedriveID(f.id, tag)), asynq.Queue(tasks.RedriveQueue(f.queue)), asynq.MaxRetry(f.maxRetry)}
-	if f.timeout > 0 {
-		opts = append(opts, asynq.Timeout(f.timeout))
-	}
-	return asynq.NewTask(f.typ, f.payload, opts...)
 }
 
 // Wait waits for the copies Changed is queueing.
