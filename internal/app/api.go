@@ -109,7 +109,7 @@ func NewAPI(cfg APIConfig, log *slog.Logger) (_ *API, err error) {
 		// The embedded worker shares the API's registry so one /metrics
 		// covers the whole process. Its attributes go in a group of their
 		// own, so none can repeat a key the caller put on log.
-		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, a.reg, a.tracing); err != nil {
+		if a.embedded.worker, err = newWorker(wcfg, log.WithGroup("worker"), opt, a.rdb, nil, a.reg, a.tracing); err != nil {
 			return nil, err
 		}
 	}

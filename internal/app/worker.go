@@ -43,7 +43,6 @@ type Worker struct {
 	store *store.Store
 	srv   *asynq.Server
 	mux   *asynq.ServeMux
-	rerun *worker.Rerun
 	// whSrv and whMux deliver webhooks on slots of their own
 	// (WEBHOOK_CONCURRENCY), so deliveries that wait on slow receivers
 	// never hold a solver's slot.
@@ -110,12 +109,11 @@ func NewWorker(cfg WorkerConfig, log *slog.Logger) (*Worker, error) {
 		rdb.AddHook(tracing.RedisHook(tp.Tracer, redisAddr(rdb)))
 		log.Info("tracing: exporting over OTLP", "service", cfg.Tracing.ServiceName)
 	}
-	w, err := newWorker(cfg, log, opt, rdb, prometheus.NewRegistry(), tp)
+	w, err := newWorker(cfg, log, opt, rdb, watch, prometheus.NewRegistry(), tp)
 	if err != nil {
 		rdb.Close()
 		return nil, err
 	}
-	watch.notify(w.rerun.Changed)
 	w.ownsConn = true
 	if cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -145,7 +143,11 @@ func procsFor(slots, procs int) int {
 
 // newWorker builds a worker on rdb; tp is its tracing, the API's when
 // the worker is embedded in it (the API then exports and shuts it down).
-func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, reg *prometheus.Registry, tp *tracing.Provider) (*Worker, error) {
+// watch, when not nil, is rdb's connection hook's masterWatch: the
+// worker then runs again what a change of Redis master may have taken
+// back (worker.Rerun). An embedded worker has none: its Redis is in its
+// own process and never changes.
+func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb redis.UniversalClient, watch *masterWatch, reg *prometheus.Registry, tp *tracing.Provider) (*Worker, error) {
 	// The worker's one name: every line it logs carries it, and so do
 	// the store and GET /v1/status (worker.NewWorkerID). The heartbeat
 	// adds it to its own lines.
@@ -190,12 +192,13 @@ func newWorker(cfg WorkerConfig, log *slog.Logger, opt asynq.RedisConnOpt, rdb r
 		}
 	})
 	w.mux.Use(w.beat.Middleware())
-	// A solve that ran as the Redis master changed runs again, and so do
-	// those finished just before (worker.Rerun); the connection hook of
-	// NewWorker's client reports the change. An embedded worker's Redis
-	// is in its own process and never changes.
-	w.rerun = worker.NewRerun(asynq.NewClientFromRedisClient(rdb), log.With("component", "rerun"), worker.RerunOptions{})
-	w.mux.Use(w.rerun.Middleware())
+	if watch != nil {
+		// A solve that ran as the Redis master changed runs again, and so
+		// do those finished just before.
+		rerun := worker.NewRerun(asynq.NewClientFromRedisClient(rdb), log.With("component", "rerun"), worker.RerunOptions{})
+		w.mux.Use(rerun.Middleware())
+		watch.notify(rerun.Changed)
+	}
 	if cfg.RedisAckReplicas > 0 {
 		w.mux.Use(confirmMiddleware(w.store))
 	}
